@@ -1,0 +1,89 @@
+#pragma once
+// Vulkan instance + one logical device with one compute queue, and the probed facts that kernel
+// variants are chosen from. Invariant: a Context is fully usable once constructed or it threw.
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/vk_loader.h"
+
+namespace vkspec {
+
+struct DeviceFacts {
+  uint32_t index = 0;
+  std::string name;
+  VkPhysicalDeviceType type = VK_PHYSICAL_DEVICE_TYPE_OTHER;
+  uint32_t vendor_id = 0;
+  uint32_t api_version = 0;
+  std::string driver;
+  std::string uuid_hex;
+  uint32_t subgroup_size = 0;
+  uint32_t min_subgroup_size = 0, max_subgroup_size = 0;
+  bool subgroup_size_control = false;
+  bool subgroup_arithmetic = false;  // subgroupAdd/Max in compute
+  bool subgroup_basic = false;
+  bool shader_float16 = false;       // fp16 arithmetic
+  bool shader_int8 = false;
+  bool storage_16bit = false;
+  bool storage_8bit = false;
+  bool buffer_device_address = false;
+  uint64_t max_storage_buffer_range = 0;
+  uint32_t max_shared_memory = 0;
+  uint64_t max_allocation_size = 0;
+  uint32_t max_workgroup_invocations = 0;
+  uint32_t max_push_constants = 0;
+  bool timestamps = false;
+  float timestamp_period_ns = 0.f;
+  uint64_t device_local_bytes = 0;
+
+  const char* type_name() const;
+  // Kernel family: "row per lane" on CPU devices (each lane is a SIMD lane of the host, so strided
+  // loads across lanes turn into gathers); subgroup-cooperative rows on GPUs.
+  bool prefers_row_per_lane() const { return type == VK_PHYSICAL_DEVICE_TYPE_CPU; }
+};
+
+struct ContextOptions {
+  int device_index = -1;      // -1: VKSPEC_DEVICE env, else best device (discrete > integrated > virtual > CPU)
+  bool validation = false;    // also enabled by VKSPEC_VALIDATION=1
+};
+
+class Context {
+ public:
+  explicit Context(const ContextOptions& opts = {});
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  // All physical devices with their facts (creates a temporary instance).
+  static std::vector<DeviceFacts> list_devices();
+
+  VkDevice device() const { return device_; }
+  VkQueue queue() const { return queue_; }
+  uint32_t queue_family() const { return queue_family_; }
+  VkPhysicalDevice physical() const { return physical_; }
+  const DeviceFacts& facts() const { return facts_; }
+  const VkPhysicalDeviceMemoryProperties& memory_properties() const { return mem_props_; }
+  bool validation_enabled() const { return messenger_ != VK_NULL_HANDLE; }
+  // Validation-layer warnings + errors seen so far (tests assert this stays 0).
+  uint64_t validation_messages() const { return validation_messages_.load(); }
+  std::string last_validation_message() const;
+
+ private:
+  VkInstance instance_ = VK_NULL_HANDLE;
+  VkDebugUtilsMessengerEXT messenger_ = VK_NULL_HANDLE;
+  VkPhysicalDevice physical_ = VK_NULL_HANDLE;
+  VkDevice device_ = VK_NULL_HANDLE;
+  VkQueue queue_ = VK_NULL_HANDLE;
+  uint32_t queue_family_ = 0;
+  DeviceFacts facts_;
+  VkPhysicalDeviceMemoryProperties mem_props_{};
+  std::atomic<uint64_t> validation_messages_{0};
+  std::string last_message_;
+
+  static VKAPI_ATTR VkBool32 VKAPI_CALL on_debug_message(VkDebugUtilsMessageSeverityFlagBitsEXT,
+                                                         VkDebugUtilsMessageTypeFlagsEXT,
+                                                         const VkDebugUtilsMessengerCallbackDataEXT*, void*);
+};
+
+}  // namespace vkspec

@@ -1,0 +1,135 @@
+#include "runtime/kernels.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+namespace vkspec {
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::F16: return "f16";
+    case DType::BF16: return "bf16";
+    case DType::Q8_0: return "q8_0";
+  }
+  return "?";
+}
+
+namespace {
+// Push-constant blocks; field order and types mirror the GLSL `PC` blocks (uvec2 = 64-bit address).
+struct MatmulPC {
+  uint64_t w, w_scales, w2, w2_scales, x, y;
+  uint32_t M, K, n, x_stride, y_stride, mode;
+};
+struct EmbedPC {
+  uint64_t table, table_scales, tokens, x;
+  uint32_t dim, n, vocab;
+};
+struct RmsnormPC {
+  uint64_t x, w, out;
+  uint32_t dim;
+  float eps;
+};
+struct RopeKvPC {
+  uint64_t q, k, v, rope, k_pool, v_pool, block_table;
+  uint32_t pos0, n_heads, n_kv_heads, head_dim, n_rot;
+};
+struct AttentionPC {
+  uint64_t q, out, k_pool, v_pool, block_table;
+  uint32_t pos0, n_heads, n_kv_heads, head_dim;
+  float scale;
+};
+struct SoftmaxPC {
+  uint64_t logits, probs;
+  uint32_t cols;
+  float inv_temperature;
+};
+struct ArgmaxPC {
+  uint64_t logits, ids;
+  uint32_t cols;
+};
+static_assert(sizeof(MatmulPC) <= Pipelines::kPushConstantBytes && sizeof(RopeKvPC) <= Pipelines::kPushConstantBytes);
+
+constexpr uint32_t kModeAccumulate = 1, kModeSwiglu = 2;
+const char* const kMatmulShader[] = {"matmul_f32", "matmul_f16", "matmul_bf16", "matmul_q8_0"};
+
+uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
+}  // namespace
+
+Kernels::Kernels(Context& ctx, Pipelines& pipelines, KernelFamily family)
+    : ctx_(ctx), pipelines_(pipelines), family_(family) {
+  if (family_ == KernelFamily::Auto) {
+    const char* e = getenv("VKSPEC_KERNELS");
+    if (e && strcmp(e, "row") == 0) family_ = KernelFamily::RowPerLane;
+    else if (e && strcmp(e, "subgroup") == 0) family_ = KernelFamily::Subgroup;
+    else family_ = ctx.facts().prefers_row_per_lane() ? KernelFamily::RowPerLane : KernelFamily::Subgroup;
+  }
+  wg_rows_ = family_ == KernelFamily::RowPerLane ? 16 : 64;
+}
+
+void Kernels::embed(Recorder& r, const DeviceMatrix& table, const Slice& tokens, const Slice& x, uint32_t n) {
+  EmbedPC pc{table.data.address, table.scales.address, tokens.address, x.address, table.cols, n, table.rows};
+  r.dispatch(pipelines_.get("embed", {64, uint32_t(table.type)}), &pc, sizeof pc, n);
+}
+
+void Kernels::rmsnorm(Recorder& r, const Slice& x, const Slice& w, const Slice& out, uint32_t n, uint32_t dim,
+                      float eps) {
+  RmsnormPC pc{x.address, w.address, out.address, dim, eps};
+  r.dispatch(pipelines_.get("rmsnorm", {64}), &pc, sizeof pc, n);
+}
+
+static void record_matmul(Recorder& r, Pipelines& pipes, KernelFamily fam, uint32_t wg, const DeviceMatrix& w,
+                          const DeviceMatrix* w2, const Slice& x, const Slice& y, uint32_t n, uint32_t mode,
+                          uint32_t x_stride, uint32_t y_stride) {
+  if (w.type == DType::Q8_0 && w.cols % 32 != 0) throw Error("internal: q8_0 rows must be a multiple of 32");
+  const uint32_t tt = n == 1 ? 1 : Kernels::kBatchTile;
+  const uint32_t lpr = fam == KernelFamily::RowPerLane ? 1 : wg;
+  MatmulPC pc{w.data.address, w.scales.address, w2 ? w2->data.address : 0, w2 ? w2->scales.address : 0,
+              x.address, y.address, w.rows, w.cols, n, x_stride ? x_stride : w.cols, y_stride ? y_stride : w.rows,
+              mode};
+  const Pipeline& p = pipes.get(kMatmulShader[uint32_t(w.type)], {wg, tt, lpr});
+  r.dispatch(p, &pc, sizeof pc, lpr == 1 ? ceil_div(w.rows, wg) : w.rows, ceil_div(n, tt));
+}
+
+void Kernels::matmul(Recorder& r, const DeviceMatrix& w, const Slice& x, const Slice& y, uint32_t n,
+                     bool accumulate, uint32_t x_stride, uint32_t y_stride) {
+  record_matmul(r, pipelines_, family_, wg_rows_, w, nullptr, x, y, n, accumulate ? kModeAccumulate : 0, x_stride,
+                y_stride);
+}
+
+void Kernels::matmul_swiglu(Recorder& r, const DeviceMatrix& gate, const DeviceMatrix& up, const Slice& x,
+                            const Slice& y, uint32_t n) {
+  if (gate.type != up.type || gate.rows != up.rows || gate.cols != up.cols)
+    throw Error("internal: gate and up projections differ in type or shape");
+  record_matmul(r, pipelines_, family_, wg_rows_, gate, &up, x, y, n, kModeSwiglu, 0, 0);
+}
+
+void Kernels::rope_store_kv(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& k, const Slice& v,
+                            const Slice& rope_table, const PagedKvView& kv, uint32_t pos0, uint32_t n) {
+  RopeKvPC pc{q.address, k.address, v.address, rope_table.address, kv.k_pool.address, kv.v_pool.address,
+              kv.block_table.address, pos0, s.n_heads, s.n_kv_heads, s.head_dim, s.n_rot};
+  r.dispatch(pipelines_.get("rope_store_kv", {64, kv.block_size}), &pc, sizeof pc, n);
+}
+
+void Kernels::attention(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& out,
+                        const PagedKvView& kv, uint32_t pos0, uint32_t n) {
+  if (s.head_dim > 256) throw Error("head_dim > 256 is not supported");
+  AttentionPC pc{q.address, out.address, kv.k_pool.address, kv.v_pool.address, kv.block_table.address,
+                 pos0, s.n_heads, s.n_kv_heads, s.head_dim, float(1.0 / std::sqrt(double(s.head_dim)))};
+  const uint32_t wg = family_ == KernelFamily::RowPerLane ? 32 : 64;
+  r.dispatch(pipelines_.get("attention", {wg, kv.block_size}), &pc, sizeof pc, s.n_heads, n);
+}
+
+void Kernels::softmax(Recorder& r, const Slice& logits, const Slice& probs, uint32_t n, uint32_t cols,
+                      float temperature) {
+  SoftmaxPC pc{logits.address, probs.address, cols, 1.0f / temperature};
+  r.dispatch(pipelines_.get("softmax", {64}), &pc, sizeof pc, n);
+}
+
+void Kernels::argmax(Recorder& r, const Slice& logits, const Slice& ids, uint32_t n, uint32_t cols) {
+  ArgmaxPC pc{logits.address, ids.address, cols};
+  r.dispatch(pipelines_.get("argmax", {64}), &pc, sizeof pc, n);
+}
+
+}  // namespace vkspec

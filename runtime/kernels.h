@@ -1,0 +1,63 @@
+#pragma once
+// Host side of the GLSL kernels in shaders/: one method per op, each recording one dispatch (no
+// barriers, no waits; the caller orders dependent ops with Recorder::barrier()).
+//
+// Two kernel families, chosen from probed facts (DeviceFacts::prefers_row_per_lane) and both tested:
+//   RowPerLane: each lane owns a weight row and loops over it with vec4 loads (CPU devices: lanes are
+//               SIMD lanes, so cross-lane strided loads would be gathers).
+//   Subgroup:   a workgroup owns a row; lanes stride over it for coalesced loads and reduce with
+//               subgroupAdd (GPUs).
+#include <cstdint>
+
+#include "runtime/recorder.h"
+#include "runtime/tensor.h"
+
+namespace vkspec {
+
+enum class KernelFamily { Auto, RowPerLane, Subgroup };
+
+struct PagedKvView {        // one layer of one sequence's KV cache, as the kernels see it
+  Slice k_pool, v_pool;     // [n_blocks][block_size][n_kv_heads][head_dim] f32
+  Slice block_table;        // [max_blocks] uint: logical block -> physical block
+  uint32_t block_size = 16;
+};
+
+struct AttentionShape {
+  uint32_t n_heads = 0, n_kv_heads = 0, head_dim = 0, n_rot = 0;
+};
+
+class Kernels {
+ public:
+  static constexpr uint32_t kMaxBatch = 16;   // tokens per matmul dispatch chunk
+  static constexpr uint32_t kBatchTile = 8;   // tokens per workgroup in batched matmuls
+
+  Kernels(Context& ctx, Pipelines& pipelines, KernelFamily family = KernelFamily::Auto);
+  KernelFamily family() const { return family_; }
+
+  // x[t] = table[tokens[t]] (f32 out), t < n.
+  void embed(Recorder& r, const DeviceMatrix& table, const Slice& tokens, const Slice& x, uint32_t n);
+  // out[t] = x[t] * rsqrt(mean(x[t]^2) + eps) * w.
+  void rmsnorm(Recorder& r, const Slice& x, const Slice& w, const Slice& out, uint32_t n, uint32_t dim, float eps);
+  // y[t] = W x[t] (accumulate: y[t] += W x[t]). x: [n][x_stride], y: [n][y_stride].
+  void matmul(Recorder& r, const DeviceMatrix& w, const Slice& x, const Slice& y, uint32_t n, bool accumulate,
+              uint32_t x_stride = 0, uint32_t y_stride = 0);
+  // y[t] = silu(Wg x[t]) * (Wu x[t]).
+  void matmul_swiglu(Recorder& r, const DeviceMatrix& gate, const DeviceMatrix& up, const Slice& x,
+                     const Slice& y, uint32_t n);
+  // Rotate q, k of tokens at positions pos0.. in place and append k, v to the paged cache.
+  void rope_store_kv(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& k, const Slice& v,
+                     const Slice& rope_table, const PagedKvView& kv, uint32_t pos0, uint32_t n);
+  // out[t] = causal GQA attention of q[t] (position pos0+t) over cached keys 0..pos0+t.
+  void attention(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& out, const PagedKvView& kv,
+                 uint32_t pos0, uint32_t n);
+  void softmax(Recorder& r, const Slice& logits, const Slice& probs, uint32_t n, uint32_t cols, float temperature);
+  void argmax(Recorder& r, const Slice& logits, const Slice& ids, uint32_t n, uint32_t cols);
+
+ private:
+  Context& ctx_;
+  Pipelines& pipelines_;
+  KernelFamily family_;
+  uint32_t wg_rows_;   // workgroup size for the row-parallel kernels
+};
+
+}  // namespace vkspec

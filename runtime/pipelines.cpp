@@ -1,0 +1,102 @@
+#include "runtime/pipelines.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "runtime/shader_registry.h"
+
+namespace vkspec {
+namespace fs = std::filesystem;
+
+namespace {
+std::string cache_dir() {
+  if (const char* x = getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/vkspec";
+  if (const char* h = getenv("HOME"); h && *h) return std::string(h) + "/.cache/vkspec";
+  return "";
+}
+}  // namespace
+
+Pipelines::Pipelines(Context& ctx) : ctx_(ctx) {
+  VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushConstantBytes};
+  VkPipelineLayoutCreateInfo li{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
+  li.pushConstantRangeCount = 1;
+  li.pPushConstantRanges = &range;
+  vk_check(vk::vkCreatePipelineLayout(ctx.device(), &li, nullptr, &layout_), "vkCreatePipelineLayout");
+
+  std::vector<char> initial;
+  if (std::string dir = cache_dir(); !dir.empty()) {
+    cache_path_ = dir + "/pipelines-" + ctx.facts().uuid_hex + ".bin";
+    std::ifstream in(cache_path_, std::ios::binary);
+    if (in) initial.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  VkPipelineCacheCreateInfo ci{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
+  ci.initialDataSize = initial.size();   // the driver ignores data whose header does not match it
+  ci.pInitialData = initial.empty() ? nullptr : initial.data();
+  if (vk::vkCreatePipelineCache(ctx.device(), &ci, nullptr, &cache_) != VK_SUCCESS) {
+    ci.initialDataSize = 0;
+    ci.pInitialData = nullptr;
+    vk_check(vk::vkCreatePipelineCache(ctx.device(), &ci, nullptr, &cache_), "vkCreatePipelineCache");
+  }
+}
+
+Pipelines::~Pipelines() {
+  if (!cache_path_.empty()) {
+    size_t size = 0;
+    if (vk::vkGetPipelineCacheData(ctx_.device(), cache_, &size, nullptr) == VK_SUCCESS && size > 0) {
+      std::vector<char> data(size);
+      if (vk::vkGetPipelineCacheData(ctx_.device(), cache_, &size, data.data()) == VK_SUCCESS) {
+        std::error_code ec;
+        fs::create_directories(fs::path(cache_path_).parent_path(), ec);
+        std::string tmp = cache_path_ + ".tmp" + std::to_string(getpid());
+        std::ofstream out(tmp, std::ios::binary);
+        out.write(data.data(), std::streamsize(size));
+        out.close();
+        if (out) fs::rename(tmp, cache_path_, ec);   // atomic replace: concurrent runs never see half a file
+        else fs::remove(tmp, ec);
+      }
+    }
+  }
+  for (auto& [key, p] : pipelines_) vk::vkDestroyPipeline(ctx_.device(), p.pipeline, nullptr);
+  for (auto& [name, m] : modules_) vk::vkDestroyShaderModule(ctx_.device(), m, nullptr);
+  vk::vkDestroyPipelineCache(ctx_.device(), cache_, nullptr);
+  vk::vkDestroyPipelineLayout(ctx_.device(), layout_, nullptr);
+}
+
+const Pipeline& Pipelines::get(const std::string& shader, const std::vector<uint32_t>& spec) {
+  auto key = std::make_pair(shader, spec);
+  if (auto it = pipelines_.find(key); it != pipelines_.end()) return it->second;
+
+  VkShaderModule& module = modules_[shader];
+  if (!module) {
+    const shaders::EmbeddedShader* found = nullptr;
+    for (size_t i = 0; i < shaders::kShaderCount; ++i)
+      if (shader == shaders::kShaders[i].name) found = &shaders::kShaders[i];
+    if (!found) throw Error("internal: no embedded shader named " + shader);
+    VkShaderModuleCreateInfo mi{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
+    mi.codeSize = found->size_bytes;
+    mi.pCode = found->words;
+    vk_check(vk::vkCreateShaderModule(ctx_.device(), &mi, nullptr, &module), "vkCreateShaderModule");
+  }
+  std::vector<VkSpecializationMapEntry> entries(spec.size());
+  for (uint32_t i = 0; i < spec.size(); ++i) entries[i] = {i, i * 4u, 4};
+  VkSpecializationInfo si{uint32_t(entries.size()), entries.data(), spec.size() * 4, spec.data()};
+  VkComputePipelineCreateInfo pi{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+  pi.stage = {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO};
+  pi.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+  pi.stage.module = module;
+  pi.stage.pName = "main";
+  pi.stage.pSpecializationInfo = &si;
+  pi.layout = layout_;
+  Pipeline p;
+  vk_check(vk::vkCreateComputePipelines(ctx_.device(), cache_, 1, &pi, nullptr, &p.pipeline),
+           ("creating pipeline " + shader).c_str());
+  p.layout = layout_;
+  p.workgroup_size = spec.empty() ? 1 : spec[0];
+  p.name = shader;
+  return pipelines_.emplace(key, p).first->second;
+}
+
+}  // namespace vkspec

@@ -1,0 +1,113 @@
+#include "runtime/recorder.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace vkspec {
+
+Recorder::Recorder(Context& ctx, bool profile) : ctx_(ctx) {
+  VkCommandPoolCreateInfo pi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+  pi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+  pi.queueFamilyIndex = ctx.queue_family();
+  vk_check(vk::vkCreateCommandPool(ctx.device(), &pi, nullptr, &pool_), "vkCreateCommandPool");
+  VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  ai.commandPool = pool_;
+  ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  ai.commandBufferCount = 1;
+  vk_check(vk::vkAllocateCommandBuffers(ctx.device(), &ai, &cmd_), "vkAllocateCommandBuffers");
+  VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  vk_check(vk::vkCreateFence(ctx.device(), &fi, nullptr, &fence_), "vkCreateFence");
+  if (profile && ctx.facts().timestamps) {
+    VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+    qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    qi.queryCount = kMaxQueries;
+    vk_check(vk::vkCreateQueryPool(ctx.device(), &qi, nullptr, &query_pool_), "vkCreateQueryPool");
+  }
+}
+
+Recorder::~Recorder() {
+  if (query_pool_) vk::vkDestroyQueryPool(ctx_.device(), query_pool_, nullptr);
+  vk::vkDestroyFence(ctx_.device(), fence_, nullptr);
+  vk::vkDestroyCommandPool(ctx_.device(), pool_, nullptr);
+}
+
+void Recorder::begin() {
+  vk_check(vk::vkResetCommandBuffer(cmd_, 0), "vkResetCommandBuffer");
+  VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  vk_check(vk::vkBeginCommandBuffer(cmd_, &bi), "vkBeginCommandBuffer");
+  queries_used_ = 0;
+  query_labels_.clear();
+  if (query_pool_) vk::vkCmdResetQueryPool(cmd_, query_pool_, 0, kMaxQueries);
+}
+
+void Recorder::dispatch(const Pipeline& p, const void* push, uint32_t push_size, uint32_t gx, uint32_t gy,
+                        uint32_t gz) {
+  if (gx == 0 || gy == 0 || gz == 0) return;
+  if (push_size > Pipelines::kPushConstantBytes) throw Error("internal: push constants too large for " + p.name);
+  bool timed = query_pool_ && queries_used_ + 2 <= kMaxQueries;
+  if (timed) vk::vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, query_pool_, queries_used_++);
+  vk::vkCmdBindPipeline(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
+  vk::vkCmdPushConstants(cmd_, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_size, push);
+  vk::vkCmdDispatch(cmd_, gx, gy, gz);
+  if (timed) {
+    vk::vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, query_pool_, queries_used_++);
+    query_labels_.push_back(p.name);
+  }
+}
+
+void Recorder::barrier() {
+  VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+  mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
+                     VK_ACCESS_TRANSFER_WRITE_BIT;
+  vk::vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                           VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &mb, 0,
+                           nullptr, 0, nullptr);
+}
+
+void Recorder::copy(const Slice& src, const Slice& dst) {
+  VkBufferCopy region{src.offset, dst.offset, src.size};
+  vk::vkCmdCopyBuffer(cmd_, src.buffer, dst.buffer, 1, &region);
+}
+
+void Recorder::submit_and_wait() {
+  // Make device writes visible to host reads of mapped memory after the wait.
+  VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+  mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+  vk::vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                           VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
+  vk_check(vk::vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
+  VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+  si.commandBufferCount = 1;
+  si.pCommandBuffers = &cmd_;
+  vk_check(vk::vkQueueSubmit(ctx_.queue(), 1, &si, fence_), "vkQueueSubmit");
+  vk_check(vk::vkWaitForFences(ctx_.device(), 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+  vk_check(vk::vkResetFences(ctx_.device(), 1, &fence_), "vkResetFences");
+  if (query_pool_ && queries_used_ > 0) {
+    std::vector<uint64_t> ts(queries_used_);
+    vk_check(vk::vkGetQueryPoolResults(ctx_.device(), query_pool_, 0, queries_used_, ts.size() * 8, ts.data(), 8,
+                                       VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+             "vkGetQueryPoolResults");
+    for (size_t i = 0; i < query_labels_.size(); ++i) {
+      auto& k = profile_[query_labels_[i]];
+      k.total_ms += double(ts[2 * i + 1] - ts[2 * i]) * ctx_.facts().timestamp_period_ns * 1e-6;
+      k.calls++;
+    }
+  }
+}
+
+std::string Recorder::profile_report() const {
+  std::string out = "kernel profile (VKSPEC_PROFILE=1):\n";
+  char line[256];
+  for (auto& [name, k] : profile_) {
+    snprintf(line, sizeof line, "  %-24s %10.3f ms total %8llu calls %9.4f ms/call\n", name.c_str(), k.total_ms,
+             (unsigned long long)k.calls, k.total_ms / double(k.calls ? k.calls : 1));
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace vkspec

@@ -1,0 +1,45 @@
+#pragma once
+// Records a whole forward pass into one command buffer and submits it once; the host waits once per
+// pass. barrier() separates dependent kernels (compute writes -> compute/transfer reads). With
+// VKSPEC_PROFILE=1 each dispatch is bracketed by timestamps and per-kernel times are accumulated.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "runtime/memory.h"
+#include "runtime/pipelines.h"
+
+namespace vkspec {
+
+class Recorder {
+ public:
+  Recorder(Context& ctx, bool profile);
+  ~Recorder();
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  void begin();
+  void dispatch(const Pipeline& p, const void* push, uint32_t push_size, uint32_t gx, uint32_t gy = 1,
+                uint32_t gz = 1);
+  void barrier();
+  void copy(const Slice& src, const Slice& dst);
+  void submit_and_wait();
+
+  bool profiling() const { return query_pool_ != VK_NULL_HANDLE; }
+  struct KernelTime { double total_ms = 0; uint64_t calls = 0; };
+  const std::map<std::string, KernelTime>& profile() const { return profile_; }
+  std::string profile_report() const;
+
+ private:
+  Context& ctx_;
+  VkCommandPool pool_ = VK_NULL_HANDLE;
+  VkCommandBuffer cmd_ = VK_NULL_HANDLE;
+  VkFence fence_ = VK_NULL_HANDLE;
+  VkQueryPool query_pool_ = VK_NULL_HANDLE;
+  static constexpr uint32_t kMaxQueries = 4096;
+  uint32_t queries_used_ = 0;
+  std::vector<std::string> query_labels_;   // one per dispatch (queries 2i, 2i+1)
+  std::map<std::string, KernelTime> profile_;
+};
+
+}  // namespace vkspec

@@ -1,0 +1,23 @@
+#pragma once
+// Weight storage types and a weight matrix resident on the device.
+#include <cstdint>
+#include <string>
+
+#include "runtime/memory.h"
+
+namespace vkspec {
+
+enum class DType : uint32_t { F32 = 0, F16 = 1, BF16 = 2, Q8_0 = 3 };   // values match shaders/weights.glsl
+
+const char* dtype_name(DType t);
+
+// A row-major [rows][cols] matrix (GGUF ne0 = cols). q8_0 is stored as an int8 plane `data` [rows][cols]
+// plus a float plane `scales` [rows][cols/32] (repacked from GGUF's 34-byte blocks at upload).
+struct DeviceMatrix {
+  DType type = DType::F32;
+  uint32_t rows = 0, cols = 0;
+  Slice data;
+  Slice scales;   // q8_0 only
+};
+
+}  // namespace vkspec

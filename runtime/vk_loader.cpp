@@ -1,0 +1,70 @@
+#include "runtime/vk_loader.h"
+
+#include <dlfcn.h>
+
+namespace vkspec {
+
+const char* vk_result_name(VkResult r) {
+  switch (r) {
+#define CASE(x) case x: return #x;
+    CASE(VK_SUCCESS) CASE(VK_NOT_READY) CASE(VK_TIMEOUT) CASE(VK_INCOMPLETE)
+    CASE(VK_ERROR_OUT_OF_HOST_MEMORY) CASE(VK_ERROR_OUT_OF_DEVICE_MEMORY)
+    CASE(VK_ERROR_INITIALIZATION_FAILED) CASE(VK_ERROR_DEVICE_LOST) CASE(VK_ERROR_MEMORY_MAP_FAILED)
+    CASE(VK_ERROR_LAYER_NOT_PRESENT) CASE(VK_ERROR_EXTENSION_NOT_PRESENT)
+    CASE(VK_ERROR_FEATURE_NOT_PRESENT) CASE(VK_ERROR_INCOMPATIBLE_DRIVER)
+    CASE(VK_ERROR_TOO_MANY_OBJECTS) CASE(VK_ERROR_FORMAT_NOT_SUPPORTED)
+    CASE(VK_ERROR_INVALID_SHADER_NV) CASE(VK_ERROR_OUT_OF_POOL_MEMORY)
+#undef CASE
+    default: return "VkResult(unknown)";
+  }
+}
+
+void vk_check(VkResult r, const char* what) {
+  if (r == VK_SUCCESS) return;
+  if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY)
+    throw Error(std::string("out of ") + (r == VK_ERROR_OUT_OF_DEVICE_MEMORY ? "device" : "host") +
+                " memory: " + what + " (try a smaller --ctx or a smaller model)");
+  throw Error(std::string(what) + " failed: " + vk_result_name(r));
+}
+
+namespace vk {
+#define VKSPEC_DEFINE(name) PFN_##name name = nullptr;
+VKSPEC_INSTANCE_FUNCS(VKSPEC_DEFINE)
+VKSPEC_DEVICE_FUNCS(VKSPEC_DEFINE)
+#undef VKSPEC_DEFINE
+PFN_vkGetInstanceProcAddr vkGetInstanceProcAddr = nullptr;
+PFN_vkCreateInstance vkCreateInstance = nullptr;
+PFN_vkEnumerateInstanceLayerProperties vkEnumerateInstanceLayerProperties = nullptr;
+PFN_vkEnumerateInstanceExtensionProperties vkEnumerateInstanceExtensionProperties = nullptr;
+
+void load_loader() {
+  if (vkGetInstanceProcAddr) return;
+  void* lib = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) lib = dlopen("libvulkan.so", RTLD_NOW | RTLD_LOCAL);
+  if (!lib)
+    throw Error("no Vulkan loader found (libvulkan.so.1). Install it, e.g. `apt install libvulkan1 "
+                "mesa-vulkan-drivers` (Debian/Ubuntu), or your GPU vendor's Vulkan driver");
+  vkGetInstanceProcAddr = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(lib, "vkGetInstanceProcAddr"));
+  if (!vkGetInstanceProcAddr) throw Error("libvulkan.so.1 has no vkGetInstanceProcAddr");
+  vkCreateInstance = reinterpret_cast<PFN_vkCreateInstance>(vkGetInstanceProcAddr(nullptr, "vkCreateInstance"));
+  vkEnumerateInstanceLayerProperties = reinterpret_cast<PFN_vkEnumerateInstanceLayerProperties>(
+      vkGetInstanceProcAddr(nullptr, "vkEnumerateInstanceLayerProperties"));
+  vkEnumerateInstanceExtensionProperties = reinterpret_cast<PFN_vkEnumerateInstanceExtensionProperties>(
+      vkGetInstanceProcAddr(nullptr, "vkEnumerateInstanceExtensionProperties"));
+}
+
+void load_instance(VkInstance instance) {
+#define LOAD(name) name = reinterpret_cast<PFN_##name>(vkGetInstanceProcAddr(instance, #name));
+  VKSPEC_INSTANCE_FUNCS(LOAD)
+#undef LOAD
+}
+
+void load_device(VkDevice device) {
+#define LOAD(name)                                                                  \
+  name = reinterpret_cast<PFN_##name>(vkGetDeviceProcAddr(device, #name));          \
+  if (!name) throw Error("Vulkan driver lacks " #name);
+  VKSPEC_DEVICE_FUNCS(LOAD)
+#undef LOAD
+}
+}  // namespace vk
+}  // namespace vkspec

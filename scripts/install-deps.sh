@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs every build, test and run-time dependency of vkspec from Debian 12 packages.
+# Idempotent: packages already present are skipped by apt. Needs root (or sudo).
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config git
+  # Vulkan: loader + headers, lavapipe (CPU driver), validation layers, vulkaninfo
+  libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers vulkan-tools
+  # Shader toolchain: GLSL -> SPIR-V at build time
+  glslc glslang-tools spirv-tools
+  # Tests
+  googletest libgtest-dev libgmock-dev
+  # Loader / tokenizers / apps
+  libsentencepiece-dev libpcre2-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
+  # Sanitizer and fuzzer runtimes (clang's libFuzzer)
+  clang libclang-rt-14-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,68 @@
+#version 460
+// Causal grouped-query attention over the paged KV cache for n query tokens at positions pos0 .. pos0+n-1.
+// One workgroup per (head, token). Keys are visited in chunks of WG with an online softmax; each output
+// element is reduced over keys 0..pos in ascending order, so the result for a token depends only on its
+// position and the cache contents: identical for a decode step and for any row of a verify batch.
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+#include "paged_kv.glsl"
+
+const uint MAX_HEAD_DIM = 256;
+
+layout(push_constant) uniform PC {
+  uvec2 q;                  // [n][n_heads*head_dim] (already rotated)
+  uvec2 out_;               // [n][n_heads*head_dim]
+  uvec2 k_pool, v_pool, block_table;
+  uint pos0, n_heads, n_kv_heads, head_dim;
+  float scale;              // 1/sqrt(head_dim)
+} pc;
+
+shared float q_s[MAX_HEAD_DIM];
+shared float p_s[1024];
+
+void main() {
+  const uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, lane = gl_LocalInvocationID.x;
+  const uint kvh = h / (pc.n_heads / pc.n_kv_heads);
+  const uint q_base = (t * pc.n_heads + h) * pc.head_dim;
+  const uint len = pc.pos0 + t + 1u;   // causal: keys 0 .. pos
+
+  for (uint d = lane; d < pc.head_dim; d += WG) q_s[d] = Floats(pc.q).v[q_base + d];
+  barrier();
+
+  const uint DPL = (MAX_HEAD_DIM + WG - 1u) / WG;   // output dims owned per lane: d = lane + i*WG
+  precise float acc[DPL];
+  for (uint i = 0; i < DPL; ++i) acc[i] = 0.0;
+  float m = -1.0 / 0.0, l = 0.0;
+
+  for (uint c0 = 0; c0 < len; c0 += WG) {
+    const uint j = c0 + lane;
+    precise float s = -1.0 / 0.0;
+    if (j < len) {
+      const uint kb = kv_index(pc.block_table, j, kvh, pc.n_kv_heads, pc.head_dim);
+      s = 0.0;
+      for (uint d = 0; d < pc.head_dim; ++d) s += q_s[d] * Floats(pc.k_pool).v[kb + d];
+      s *= pc.scale;
+    }
+    const float m_new = max(m, wg_max(s));
+    const float p = j < len ? exp(s - m_new) : 0.0;
+    p_s[lane] = p;
+    const float corr = exp(m - m_new);
+    l = l * corr + wg_sum(p);
+    barrier();
+    const uint cn = min(WG, len - c0);
+    for (uint i = 0; i < DPL; ++i) {
+      const uint d = lane + i * WG;
+      if (d >= pc.head_dim) break;
+      precise float a = acc[i] * corr;
+      for (uint jj = 0; jj < cn; ++jj)
+        a += p_s[jj] * Floats(pc.v_pool).v[kv_index(pc.block_table, c0 + jj, kvh, pc.n_kv_heads, pc.head_dim) + d];
+      acc[i] = a;
+    }
+    m = m_new;
+    barrier();
+  }
+  for (uint i = 0; i < DPL; ++i) {
+    const uint d = lane + i * WG;
+    if (d < pc.head_dim) Floats(pc.out_).v[q_base + d] = acc[i] / l;
+  }
+}

@@ -1,0 +1,44 @@
+// Shared by every vkspec kernel. Buffers are reached through buffer device addresses passed in push
+// constants (uvec2 = little-endian 64-bit address): no descriptor sets, and no maxStorageBufferRange
+// limit on how big one tensor may be (lavapipe's is 128 MiB; a Llama-3.2-1B embedding is 500 MiB).
+#extension GL_EXT_buffer_reference : require
+#extension GL_EXT_buffer_reference_uvec2 : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer Floats { float v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer Vec4s { vec4 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer Uints { uint v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer Uvec2s { uvec2 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer Vec2s { vec2 v[]; };
+
+// Workgroup size is specialization constant 0 everywhere; the host picks it per device.
+layout(local_size_x_id = 0) in;
+layout(constant_id = 0) const uint WG = 64;
+
+// Workgroup reductions with a fixed order for a given device and WG: subgroup reduction first, then the
+// per-subgroup partials summed in subgroup order. Nothing depends on how many tokens share the dispatch,
+// which is what makes every kernel batch-invariant.
+shared float red_scratch[64];
+
+float wg_sum(float v) {
+  v = subgroupAdd(v);
+  if (gl_NumSubgroups == 1) return v;
+  barrier();
+  if (subgroupElect()) red_scratch[gl_SubgroupID] = v;
+  barrier();
+  float s = 0.0;
+  for (uint i = 0; i < gl_NumSubgroups; ++i) s += red_scratch[i];
+  return s;
+}
+
+float wg_max(float v) {
+  v = subgroupMax(v);
+  if (gl_NumSubgroups == 1) return v;
+  barrier();
+  if (subgroupElect()) red_scratch[gl_SubgroupID] = v;
+  barrier();
+  float m = red_scratch[0];
+  for (uint i = 1; i < gl_NumSubgroups; ++i) m = max(m, red_scratch[i]);
+  return m;
+}

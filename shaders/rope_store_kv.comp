@@ -1,0 +1,41 @@
+#version 460
+// RoPE on q and k of token t (position pos0 + t), then k and v appended to the paged KV cache.
+// Pairs are adjacent elements (2i, 2i+1) of each head, as GGUF llama / llama2.c lay them out; only the
+// first n_rot dims rotate. cos/sin come from a host table [n][n_rot/2] computed in double precision
+// (with Llama 3 frequency scaling folded in), so no large-angle GPU sin/cos is involved.
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+#include "paged_kv.glsl"
+
+layout(push_constant) uniform PC {
+  uvec2 q, k, v;            // q: [n][n_heads*head_dim], k/v: [n][n_kv_heads*head_dim] (q, k rotated in place)
+  uvec2 rope;               // [n][n_rot/2] vec2(cos, sin)
+  uvec2 k_pool, v_pool, block_table;
+  uint pos0, n_heads, n_kv_heads, head_dim, n_rot;
+} pc;
+
+void rotate(uvec2 buf, uint base, uint i, vec2 cs) {
+  const float a = Floats(buf).v[base + 2u * i], b = Floats(buf).v[base + 2u * i + 1u];
+  Floats(buf).v[base + 2u * i] = a * cs.x - b * cs.y;
+  Floats(buf).v[base + 2u * i + 1u] = a * cs.y + b * cs.x;
+}
+
+void main() {
+  const uint t = gl_WorkGroupID.x, half_rot = pc.n_rot / 2u;
+  const uint q_dim = pc.n_heads * pc.head_dim, kv_dim = pc.n_kv_heads * pc.head_dim;
+  for (uint j = gl_LocalInvocationID.x; j < pc.n_heads * half_rot; j += WG) {
+    const uint h = j / half_rot, i = j % half_rot;
+    rotate(pc.q, t * q_dim + h * pc.head_dim, i, Vec2s(pc.rope).v[t * half_rot + i]);
+  }
+  for (uint j = gl_LocalInvocationID.x; j < pc.n_kv_heads * half_rot; j += WG) {
+    const uint h = j / half_rot, i = j % half_rot;
+    rotate(pc.k, t * kv_dim + h * pc.head_dim, i, Vec2s(pc.rope).v[t * half_rot + i]);
+  }
+  barrier();   // k of this token is rotated by this workgroup before it is copied
+  for (uint j = gl_LocalInvocationID.x; j < kv_dim; j += WG) {
+    const uint h = j / pc.head_dim, d = j % pc.head_dim;
+    const uint dst = kv_index(pc.block_table, pc.pos0 + t, h, pc.n_kv_heads, pc.head_dim) + d;
+    Floats(pc.k_pool).v[dst] = Floats(pc.k).v[t * kv_dim + j];
+    Floats(pc.v_pool).v[dst] = Floats(pc.v).v[t * kv_dim + j];
+  }
+}
