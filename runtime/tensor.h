@@ -2,6 +2,7 @@
 // Weight storage types and a weight matrix resident on the device.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "runtime/memory.h"
 
@@ -20,4 +21,13 @@ struct DeviceMatrix {
   Slice scales;   // q8_0 only
 };
 
+}  // namespace vkspec
+
+namespace vkspec {
+class Uploader;
+// Uploads a [rows][cols] matrix given in GGUF encoding of `type` (q8_0: GGUF blocks, split into planes).
+DeviceMatrix upload_matrix(Arena& arena, Uploader& up, DType type, uint32_t rows, uint32_t cols, const void* bytes,
+                           const char* name);
+// The same matrix as f32 on the host (CPU references, tests).
+std::vector<float> dequantize(DType type, uint64_t elements, const void* bytes);
 }  // namespace vkspec

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds vkspec and runs the full test suite on the default Vulkan device
+# (lavapipe on a machine without a GPU).   scripts/test.sh [--sanitize]
+#   --sanitize   separate build in build-asan/ with AddressSanitizer + UndefinedBehaviorSanitizer
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+
+build=build
+flags=(-DCMAKE_BUILD_TYPE=Release -DVKSPEC_WERROR=ON)
+if [ "${1:-}" = "--sanitize" ]; then
+  build=build-asan
+  flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DVKSPEC_WERROR=ON -DVKSPEC_SANITIZE=ON)
+  # Leaks reported from inside Mesa/LLVM's own allocations are suppressed (see the file); ours are not.
+  export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp:print_suppressions=0"
+  export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
+  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+fi
+cmake -S . -B "$build" "${flags[@]}"
+cmake --build "$build" -j"$(nproc)"
+ctest --test-dir "$build" --output-on-failure -j1

@@ -1,0 +1,341 @@
+// Every kernel against a plain CPU reference, on odd sizes, for both kernel families, plus bit-for-bit
+// batch invariance (a token computed alone == the same token as one row of an n-token batch).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "runtime/quant.h"
+#include "tests/vk_test_env.h"
+
+namespace vkspec::test {
+namespace {
+
+// GGUF encoding of a row-major [rows][cols] f32 matrix in `type`.
+std::vector<uint8_t> encode(DType type, const std::vector<float>& w) {
+  std::vector<uint8_t> out;
+  switch (type) {
+    case DType::F32: out.resize(w.size() * 4); memcpy(out.data(), w.data(), out.size()); break;
+    case DType::F16:
+    case DType::BF16: {
+      out.resize(w.size() * 2);
+      auto* p = reinterpret_cast<uint16_t*>(out.data());
+      for (size_t i = 0; i < w.size(); ++i) p[i] = type == DType::F16 ? float_to_half(w[i]) : float_to_bf16(w[i]);
+      break;
+    }
+    case DType::Q8_0:
+      out.resize(w.size() / kQ8BlockElems * kQ8BlockBytes);
+      quantize_q8_0(w.data(), w.size(), out.data());
+      break;
+  }
+  return out;
+}
+
+class KernelTest : public VkTest, public ::testing::WithParamInterface<KernelFamily> {
+ protected:
+  Kernels kernels() { return Kernels(gpu().ctx, gpu().pipelines, GetParam()); }
+};
+
+struct MatmulCase { uint32_t M, K, n; };
+
+// Reference: double accumulation over the dequantized weights. The dequantization on the device is exact
+// in f32 for every type (f16/bf16 widen exactly, q8_0 is d*q with an 8-bit q), so one tolerance serves all
+// dtypes: |gpu - ref| <= 1e-5 * sum_k |w x| (f32 accumulation error over K terms), stated per type below.
+double tolerance(DType t, double abs_sum) {
+  switch (t) {
+    case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0: return 1e-5 * abs_sum + 1e-30;
+  }
+  return 0;
+}
+
+void check_matmul(KernelTest* self, Kernels k, DType type, MatmulCase c, bool accumulate) {
+  SCOPED_TRACE(std::string(dtype_name(type)) + " M=" + std::to_string(c.M) + " K=" + std::to_string(c.K) +
+               " n=" + std::to_string(c.n) + (accumulate ? " accumulate" : ""));
+  auto w = random_floats(size_t(c.M) * c.K, c.M * 31 + c.K);
+  auto bytes = encode(type, w);
+  auto wq = dequantize(type, w.size(), bytes.data());
+  auto x = random_floats(size_t(c.n) * c.K, c.K + 7);
+  auto y0 = random_floats(size_t(c.n) * c.M, 99);
+  DeviceMatrix m = upload_matrix(*self->arena_, gpu().uploader, type, c.M, c.K, bytes.data(), "w");
+  gpu().uploader.flush();
+  Slice xs = self->upload(x), ys = self->upload(y0);
+  self->run([&](Recorder& r) { k.matmul(r, m, xs, ys, c.n, accumulate); });
+  auto y = self->download<float>(ys, y0.size());
+  for (uint32_t t = 0; t < c.n; ++t)
+    for (uint32_t r = 0; r < c.M; ++r) {
+      double ref = accumulate ? y0[t * c.M + r] : 0.0, abs_sum = std::fabs(ref);
+      for (uint32_t i = 0; i < c.K; ++i) {
+        double p = double(wq[size_t(r) * c.K + i]) * x[size_t(t) * c.K + i];
+        ref += p;
+        abs_sum += std::fabs(p);
+      }
+      ASSERT_NEAR(y[t * c.M + r], ref, tolerance(type, abs_sum)) << "t=" << t << " row=" << r;
+    }
+}
+
+TEST_P(KernelTest, MatmulMatchesReferenceAllTypesOddSizes) {
+  for (DType type : {DType::F32, DType::F16, DType::BF16})
+    for (uint32_t M : {1u, 7u, 64u, 257u})
+      for (uint32_t K : {1u, 7u, 64u, 257u, 4099u})
+        for (uint32_t n : {1u, 3u, 16u}) check_matmul(this, kernels(), type, {M, K, n}, false);
+  for (uint32_t M : {1u, 7u, 257u})
+    for (uint32_t K : {32u, 96u, 4128u})
+      for (uint32_t n : {1u, 5u, 16u}) check_matmul(this, kernels(), DType::Q8_0, {M, K, n}, false);
+}
+
+TEST_P(KernelTest, MatmulAccumulatesIntoResidual) {
+  for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0})
+    check_matmul(this, kernels(), type, {65, 96, 4}, true);
+}
+
+TEST_P(KernelTest, MatmulSwigluMatchesReference) {
+  const uint32_t M = 172, K = 64, n = 9;   // stories260K's FFN shape
+  auto g = random_floats(M * K, 1), u = random_floats(M * K, 2), x = random_floats(n * K, 3);
+  DeviceMatrix gm = upload_matrix(*arena_, gpu().uploader, DType::F32, M, K, g.data(), "gate");
+  DeviceMatrix um = upload_matrix(*arena_, gpu().uploader, DType::F32, M, K, u.data(), "up");
+  Slice xs = upload(x), ys = zeros<float>(n * M);
+  Kernels k = kernels();
+  run([&](Recorder& r) { k.matmul_swiglu(r, gm, um, xs, ys, n); });
+  auto y = download<float>(ys, n * M);
+  for (uint32_t t = 0; t < n; ++t)
+    for (uint32_t r = 0; r < M; ++r) {
+      double a = 0, b = 0;
+      for (uint32_t i = 0; i < K; ++i) {
+        a += double(g[r * K + i]) * x[t * K + i];
+        b += double(u[r * K + i]) * x[t * K + i];
+      }
+      double ref = a / (1 + std::exp(-a)) * b;
+      ASSERT_NEAR(y[t * M + r], ref, 1e-5 * (1 + std::fabs(ref)));
+    }
+}
+
+// Token t's output must not depend on n or on which other tokens share the dispatch.
+TEST_P(KernelTest, MatmulIsBatchInvariantBitForBit) {
+  Kernels k = kernels();
+  for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0})
+    for (uint32_t K : {64u, 96u, 257u}) {
+      if (type == DType::Q8_0 && K % 32) continue;
+      const uint32_t M = 97, n = 16;
+      auto w = random_floats(M * K, K), x = random_floats(n * K, 5);
+      auto bytes = encode(type, w);
+      DeviceMatrix m = upload_matrix(*arena_, gpu().uploader, type, M, K, bytes.data(), "w");
+      gpu().uploader.flush();
+      Slice xs = upload(x), batch = zeros<float>(n * M), single = zeros<float>(n * M);
+      // reversed order: every token sits in another tile position with other neighbours
+      std::vector<float> xr(x.size());
+      for (uint32_t t = 0; t < n; ++t) std::copy_n(&x[t * K], K, &xr[(n - 1 - t) * K]);
+      Slice xrs = upload(xr), reversed = zeros<float>(n * M), sub = zeros<float>(n * M);
+      run([&](Recorder& r) {
+        k.matmul(r, m, xs, batch, n, false);
+        k.matmul(r, m, xrs, reversed, n, false);
+        k.matmul(r, m, xs, sub, 11, false);   // a batch size that leaves a partial tile
+        for (uint32_t t = 0; t < n; ++t)
+          k.matmul(r, m, xs.sub(t * K * 4, K * 4), single.sub(t * M * 4, M * 4), 1, false);
+      });
+      auto b = download<float>(batch, n * M), s = download<float>(single, n * M);
+      auto rv = download<float>(reversed, n * M), sb = download<float>(sub, n * M);
+      for (uint32_t t = 0; t < n; ++t)
+        for (uint32_t r = 0; r < M; ++r) {
+          ASSERT_EQ(b[t * M + r], s[t * M + r]) << dtype_name(type) << " K=" << K << " t=" << t << " r=" << r;
+          ASSERT_EQ(rv[(n - 1 - t) * M + r], s[t * M + r]);
+          if (t < 11) {
+            ASSERT_EQ(sb[t * M + r], s[t * M + r]);
+          }
+        }
+    }
+}
+
+TEST_P(KernelTest, EmbedGathersRowsOfEveryType) {
+  const uint32_t vocab = 67, dim = 96;
+  auto table = random_floats(vocab * dim, 11);
+  std::vector<uint32_t> ids = {0, 66, 5, 5, 31};
+  for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0}) {
+    auto bytes = encode(type, table);
+    auto ref = dequantize(type, table.size(), bytes.data());
+    DeviceMatrix m = upload_matrix(*arena_, gpu().uploader, type, vocab, dim, bytes.data(), "emb");
+    gpu().uploader.flush();
+    Slice ts = upload(ids), xs = zeros<float>(ids.size() * dim);
+    Kernels k = kernels();
+    run([&](Recorder& r) { k.embed(r, m, ts, xs, uint32_t(ids.size())); });
+    auto x = download<float>(xs, ids.size() * dim);
+    for (size_t t = 0; t < ids.size(); ++t)
+      for (uint32_t d = 0; d < dim; ++d) ASSERT_EQ(x[t * dim + d], ref[ids[t] * dim + d]) << dtype_name(type);
+  }
+}
+
+TEST_P(KernelTest, RmsnormMatchesReferenceAndIsBatchInvariant) {
+  for (uint32_t dim : {1u, 7u, 64u, 257u, 4099u}) {
+    const uint32_t n = 16;
+    auto x = random_floats(n * dim, dim), w = random_floats(dim, dim + 1);
+    Slice xs = upload(x), ws = upload(w), out = zeros<float>(n * dim), single = zeros<float>(n * dim);
+    Kernels k = kernels();
+    run([&](Recorder& r) {
+      k.rmsnorm(r, xs, ws, out, n, dim, 1e-5f);
+      for (uint32_t t = 0; t < n; ++t) k.rmsnorm(r, xs.sub(t * dim * 4, dim * 4), ws, single.sub(t * dim * 4, dim * 4), 1, dim, 1e-5f);
+    });
+    auto y = download<float>(out, n * dim), s = download<float>(single, n * dim);
+    for (uint32_t t = 0; t < n; ++t) {
+      double ss = 0;
+      for (uint32_t d = 0; d < dim; ++d) ss += double(x[t * dim + d]) * x[t * dim + d];
+      double scale = 1.0 / std::sqrt(ss / dim + 1e-5);
+      for (uint32_t d = 0; d < dim; ++d) {
+        ASSERT_NEAR(y[t * dim + d], x[t * dim + d] * scale * w[d], 2e-6 * (1 + std::fabs(x[t * dim + d] * scale)));
+        ASSERT_EQ(y[t * dim + d], s[t * dim + d]);
+      }
+    }
+  }
+}
+
+TEST_P(KernelTest, SoftmaxAndArgmaxMatchReference) {
+  for (uint32_t cols : {1u, 7u, 257u, 4099u}) {
+    const uint32_t n = 3;
+    auto logits = random_floats(n * cols, cols, -8.f, 8.f);
+    if (cols > 7) logits[cols + 5] = logits[cols + 200] = 100.f;   // a tie: lowest index wins
+    Slice ls = upload(logits), ps = zeros<float>(n * cols), ids = zeros<uint32_t>(n);
+    Kernels k = kernels();
+    run([&](Recorder& r) {
+      k.softmax(r, ls, ps, n, cols, 0.7f);
+      k.argmax(r, ls, ids, n, cols);
+    });
+    auto p = download<float>(ps, n * cols);
+    auto am = download<uint32_t>(ids, n);
+    for (uint32_t t = 0; t < n; ++t) {
+      const float* l = &logits[t * cols];
+      double m = *std::max_element(l, l + cols), z = 0;
+      for (uint32_t i = 0; i < cols; ++i) z += std::exp((l[i] - m) / 0.7);
+      for (uint32_t i = 0; i < cols; ++i) ASSERT_NEAR(p[t * cols + i], std::exp((l[i] - m) / 0.7) / z, 1e-6);
+      ASSERT_EQ(am[t], uint32_t(std::max_element(l, l + cols) - l));
+    }
+  }
+}
+
+// RoPE + paged KV append + causal GQA attention against a CPU reference; K/V live in shuffled,
+// non-contiguous blocks; the n query tokens computed as one batch equal the same tokens decoded one by one.
+TEST_P(KernelTest, RopeAndPagedAttentionMatchReferenceAndAreBatchInvariant) {
+  struct Case { uint32_t n_heads, n_kv, head_dim, block, prior, n; };
+  for (Case c : {Case{4, 4, 64, 16, 37, 5}, Case{4, 2, 8, 4, 3, 16}, Case{8, 2, 64, 16, 70, 9},
+                 Case{8, 1, 32, 8, 0, 7}, Case{16, 2, 64, 16, 129, 3}}) {
+    SCOPED_TRACE("heads=" + std::to_string(c.n_heads) + " kv=" + std::to_string(c.n_kv));
+    const uint32_t total = c.prior + c.n, hd = c.head_dim, qd = c.n_heads * hd, kvd = c.n_kv * hd;
+    const uint32_t n_blocks = (total + c.block - 1) / c.block + 3;
+    std::vector<uint32_t> table(n_blocks);
+    std::iota(table.begin(), table.end(), 0u);
+    std::shuffle(table.begin(), table.end(), std::mt19937(c.prior));
+    auto q = random_floats(total * qd, 1), kk = random_floats(total * kvd, 2), v = random_floats(total * kvd, 3);
+    std::vector<float> rope(total * hd / 2 * 2);
+    for (uint32_t p = 0; p < total; ++p)
+      for (uint32_t i = 0; i < hd / 2; ++i) {
+        double th = p * std::pow(10000.0, -2.0 * i / hd);
+        rope[(p * hd / 2 + i) * 2] = float(std::cos(th));
+        rope[(p * hd / 2 + i) * 2 + 1] = float(std::sin(th));
+      }
+    AttentionShape shape{c.n_heads, c.n_kv, hd, hd};
+    auto run_attention = [&](bool batched) {
+      Slice qs = upload(q), ks = upload(kk), vs = upload(v), rs = upload(rope), tbl = upload(table);
+      PagedKvView kv{zeros<float>(n_blocks * c.block * kvd), zeros<float>(n_blocks * c.block * kvd), tbl, c.block};
+      Slice out = zeros<float>(total * qd);
+      Kernels k = kernels();
+      auto at = [&](const Slice& s, uint32_t t, uint32_t width) { return s.sub(size_t(t) * width * 4, size_t(width) * 4 * (total - t)); };
+      run([&](Recorder& r) {
+        if (c.prior) {
+          k.rope_store_kv(r, shape, qs, ks, vs, rs, kv, 0, c.prior);
+          r.barrier();
+        }
+        if (batched) {
+          k.rope_store_kv(r, shape, at(qs, c.prior, qd), at(ks, c.prior, kvd), at(vs, c.prior, kvd), at(rs, c.prior, hd), kv, c.prior, c.n);
+          r.barrier();
+          k.attention(r, shape, at(qs, c.prior, qd), at(out, c.prior, qd), kv, c.prior, c.n);
+        } else {
+          for (uint32_t t = c.prior; t < total; ++t) {
+            k.rope_store_kv(r, shape, at(qs, t, qd), at(ks, t, kvd), at(vs, t, kvd), at(rs, t, hd), kv, t, 1);
+            r.barrier();
+            k.attention(r, shape, at(qs, t, qd), at(out, t, qd), kv, t, 1);
+            r.barrier();
+          }
+        }
+      });
+      return download<float>(out, total * qd);
+    };
+    auto batched = run_attention(true), single = run_attention(false);
+
+    auto rotate = [&](std::vector<float>& buf, uint32_t width, uint32_t heads) {
+      for (uint32_t p = 0; p < total; ++p)
+        for (uint32_t h = 0; h < heads; ++h)
+          for (uint32_t i = 0; i < hd / 2; ++i) {
+            float* e = &buf[p * width + h * hd + 2 * i];
+            float cs = rope[(p * hd / 2 + i) * 2], sn = rope[(p * hd / 2 + i) * 2 + 1];
+            float a = e[0], b = e[1];
+            e[0] = a * cs - b * sn;
+            e[1] = a * sn + b * cs;
+          }
+    };
+    auto qr = q, kr = kk;
+    rotate(qr, qd, c.n_heads);
+    rotate(kr, kvd, c.n_kv);
+    for (uint32_t t = c.prior; t < total; ++t)
+      for (uint32_t h = 0; h < c.n_heads; ++h) {
+        uint32_t g = h / (c.n_heads / c.n_kv);
+        std::vector<double> s(t + 1);
+        double m = -1e300, z = 0;
+        for (uint32_t j = 0; j <= t; ++j) {
+          double d = 0;
+          for (uint32_t e = 0; e < hd; ++e) d += double(qr[t * qd + h * hd + e]) * kr[j * kvd + g * hd + e];
+          s[j] = d / std::sqrt(double(hd));
+          m = std::max(m, s[j]);
+        }
+        for (auto& x : s) z += (x = std::exp(x - m));
+        for (uint32_t e = 0; e < hd; ++e) {
+          double o = 0;
+          for (uint32_t j = 0; j <= t; ++j) o += s[j] / z * v[j * kvd + g * hd + e];
+          size_t i = t * qd + h * hd + e;
+          ASSERT_NEAR(batched[i], o, 2e-5) << "t=" << t << " h=" << h << " e=" << e;
+          ASSERT_EQ(batched[i], single[i]) << "batch invariance t=" << t << " h=" << h << " e=" << e;
+        }
+      }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, KernelTest, ::testing::Values(KernelFamily::RowPerLane, KernelFamily::Subgroup),
+                         [](const auto& info) { return info.param == KernelFamily::RowPerLane ? "RowPerLane" : "Subgroup"; });
+
+// A weight matrix bigger than lavapipe's 128 MiB maxStorageBufferRange goes through a matmul (buffer
+// device addresses have no range limit).
+TEST_F(VkTest, MatmulOverTensorLargerThan128MiB) {
+  const uint32_t M = 34000, K = 1024;   // 139 MB of f32
+  ASSERT_GT(uint64_t(M) * K * 4, gpu().ctx.facts().max_storage_buffer_range);
+  std::vector<float> w(size_t(M) * K);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = float((i * 2654435761u) % 1000) / 1000.f - 0.5f;
+  auto x = random_floats(K, 4);
+  Arena big(gpu().ctx, MemoryKind::Device, 256ull << 20);
+  DeviceMatrix m = upload_matrix(big, gpu().uploader, DType::F32, M, K, w.data(), "big");
+  gpu().uploader.flush();
+  Slice xs = upload(x), ys = zeros<float>(M);
+  Kernels k(gpu().ctx, gpu().pipelines);
+  run([&](Recorder& r) { k.matmul(r, m, xs, ys, 1, false); });
+  auto y = download<float>(ys, M);
+  for (uint32_t r : {0u, 1u, M / 2, M - 2, M - 1}) {
+    double ref = 0, abs_sum = 0;
+    for (uint32_t i = 0; i < K; ++i) { ref += double(w[size_t(r) * K + i]) * x[i]; abs_sum += std::fabs(w[size_t(r) * K + i] * x[i]); }
+    EXPECT_NEAR(y[r], ref, 1e-5 * abs_sum) << "row " << r;
+  }
+}
+
+}  // namespace
+}  // namespace vkspec::test
+
+namespace vkspec::test {
+namespace {
+// The suite's zero-validation-messages guarantee only means something if the layer is on and its
+// messages are counted: provoke one invalid call and see the counter move.
+TEST(Validation, LayerIsOnAndCountsMessages) {
+  ASSERT_TRUE(gpu().ctx.validation_enabled());
+  uint64_t before = gpu().ctx.validation_messages();
+  VkBufferCreateInfo bi{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+  bi.size = 0;   // invalid: VUID-VkBufferCreateInfo-size-00912
+  bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT;
+  VkBuffer b = VK_NULL_HANDLE;
+  fprintf(stderr, "(the next validation message is expected)\n");
+  if (vk::vkCreateBuffer(gpu().ctx.device(), &bi, nullptr, &b) == VK_SUCCESS && b) vk::vkDestroyBuffer(gpu().ctx.device(), b, nullptr);
+  EXPECT_GT(gpu().ctx.validation_messages(), before);
+}
+}  // namespace
+}  // namespace vkspec::test
