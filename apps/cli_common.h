@@ -1,7 +1,31 @@
 #pragma once
 // Pieces shared by the vkspec subcommands.
+#include <cstdint>
 #include <string>
 
 namespace vkspec::cli {
+
+struct RunOptions {
+  std::string model;
+  std::string prompt, prompt_file;
+  bool escape = false;
+  int n_predict = 128;
+  float temp = 0.8f, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f;
+  int top_k = 40, repeat_last_n = 64;
+  int64_t seed = -1;   // -1: random
+  int ctx = 0;
+  int device = -1;
+  bool ignore_eos = false;
+  bool json = false;
+  bool no_bos = false;   // tokenize only
+};
+
 int cmd_devices(bool json);
-}
+int cmd_run(const RunOptions& o);
+int cmd_tokenize(const RunOptions& o);
+
+// The prompt text exactly as given (-p or -f), with C escapes processed only when --escape is set.
+std::string read_prompt(const RunOptions& o);
+std::string process_escapes(const std::string& s);
+
+}  // namespace vkspec::cli

@@ -1,18 +1,62 @@
-// vkspec command line: devices | run | tokenize | bench.
+// vkspec command line: devices | run | tokenize.
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 
 #include <CLI/CLI.hpp>
 
 #include "apps/cli_common.h"
 #include "runtime/vk_loader.h"
 
+namespace {
+// The default model when -m is not given: stories260K from the shared models folder next to the checkout.
+std::string default_model(const char* argv0) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path exe = fs::canonical(fs::path(argv0), ec);
+  for (fs::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path()) {
+    fs::path candidate = dir / ".." / "shared" / "models" / "stories260K.gguf";
+    if (fs::exists(candidate, ec)) return fs::weakly_canonical(candidate, ec).string();
+  }
+  return "../shared/models/stories260K.gguf";
+}
+
+void add_prompt_options(CLI::App* c, vkspec::cli::RunOptions& o) {
+  c->add_option("-p,--prompt", o.prompt, "Prompt text (taken exactly as given)");
+  c->add_option("-f,--file", o.prompt_file, "Read the prompt from a file");
+  c->add_flag("--escape", o.escape, "Process escapes (\\n, \\t, ...) in the prompt");
+  c->add_flag("--json", o.json, "Print JSON");
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"vkspec: portable Llama inference on Vulkan with lossless speculative decoding"};
   app.require_subcommand(1);
+  vkspec::cli::RunOptions o;
   bool devices_json = false;
   auto* devices = app.add_subcommand("devices", "List Vulkan devices and the facts kernels rely on");
   devices->add_flag("--json", devices_json, "Print JSON");
+
+  auto* run = app.add_subcommand("run", "Generate text from a prompt");
+  run->add_option("-m,--model", o.model, "GGUF model file (default: ../shared/models/stories260K.gguf)");
+  add_prompt_options(run, o);
+  run->add_option("-n,--n-predict", o.n_predict, "Tokens to generate");
+  run->add_option("--temp", o.temp, "Temperature (0 = greedy)");
+  run->add_option("--top-k", o.top_k, "Top-k (0 = off)");
+  run->add_option("--top-p", o.top_p, "Top-p (1 = off)");
+  run->add_option("--min-p", o.min_p, "Min-p (0 = off)");
+  run->add_option("--repeat-penalty", o.repeat_penalty, "Repetition penalty (1 = off)");
+  run->add_option("--repeat-last-n", o.repeat_last_n, "Tokens the repetition penalty looks back over");
+  run->add_option("-s,--seed", o.seed, "RNG seed (-1 = random)");
+  run->add_option("-c,--ctx", o.ctx, "Context size (0 = model's, capped at 4096)");
+  run->add_option("--device", o.device, "Vulkan device index (see `vkspec devices`)");
+  run->add_flag("--ignore-eos", o.ignore_eos, "Do not stop at end-of-generation tokens");
+
+  auto* tokenize = app.add_subcommand("tokenize", "Print the token ids of a text");
+  tokenize->add_option("-m,--model", o.model, "GGUF model or vocabulary file")->required();
+  add_prompt_options(tokenize, o);
+  tokenize->add_flag("--no-bos", o.no_bos, "Do not add BOS");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -20,6 +64,14 @@ int main(int argc, char** argv) {
   }
   try {
     if (*devices) return vkspec::cli::cmd_devices(devices_json);
+    if (*run && !run->count("--model")) {
+      o.model = default_model(argv[0]);
+      fprintf(stderr, "vkspec: no -m given, using %s\n", o.model.c_str());
+    }
+    if ((*run || *tokenize) && run->count("-p") + run->count("-f") + tokenize->count("-p") + tokenize->count("-f") == 0)
+      throw vkspec::Error("give a prompt with -p TEXT or -f FILE");
+    if (*run) return vkspec::cli::cmd_run(o);
+    if (*tokenize) return vkspec::cli::cmd_tokenize(o);
   } catch (const std::exception& e) {
     fprintf(stderr, "vkspec: error: %s\n", e.what());
     return 1;

@@ -1,0 +1,130 @@
+#include "loader/tokenizer.h"
+
+#include <algorithm>
+
+namespace vkspec {
+
+Tokenizer::Tokenizer(const GgufFile& f) {
+  model_ = f.get_string("tokenizer.ggml.model");
+  const auto* tokens = f.opt_strings("tokenizer.ggml.tokens");
+  if (!tokens || tokens->empty()) throw Error("'" + f.path() + "': no tokenizer.ggml.tokens vocabulary");
+  texts_ = *tokens;
+  const size_t n = texts_.size();
+  if (const auto* s = f.opt_numbers("tokenizer.ggml.scores")) {
+    if (s->size() != n) throw Error("tokenizer.ggml.scores has " + std::to_string(s->size()) + " entries, vocabulary " + std::to_string(n));
+    scores_.assign(s->begin(), s->end());
+  } else {
+    scores_.assign(n, 0.f);
+  }
+  types_.assign(n, TokenType::Normal);
+  if (const auto* t = f.opt_numbers("tokenizer.ggml.token_type")) {
+    if (t->size() != n) throw Error("tokenizer.ggml.token_type has " + std::to_string(t->size()) + " entries, vocabulary " + std::to_string(n));
+    for (size_t i = 0; i < n; ++i) {
+      double v = (*t)[i];
+      if (v < 0 || v > 6) throw Error("tokenizer.ggml.token_type[" + std::to_string(i) + "] is invalid");
+      types_[i] = TokenType(int(v));
+    }
+  }
+  auto id_key = [&](const char* key, int def) {
+    auto v = f.opt_number(key);
+    if (!v) return def;
+    if (*v < 0 || *v >= double(n)) throw Error(std::string("GGUF key '") + key + "' is outside the vocabulary");
+    return int(*v);
+  };
+  const bool spm = model_ == "llama";
+  bos_ = id_key("tokenizer.ggml.bos_token_id", spm ? 1 : -1);
+  eos_ = id_key("tokenizer.ggml.eos_token_id", spm ? 2 : -1);
+  unk_ = id_key("tokenizer.ggml.unknown_token_id", spm ? 0 : -1);
+  if (bos_ >= int(n)) bos_ = -1;
+  if (eos_ >= int(n)) eos_ = -1;
+  add_bos_ = f.find("tokenizer.ggml.add_bos_token") ? f.opt_number("tokenizer.ggml.add_bos_token").value() != 0 : spm;
+  if (add_bos_ && bos_ < 0) throw Error("tokenizer asks for BOS but has no bos_token_id");
+
+  // End-of-generation: EOS, EOT/EOM ids, and the Llama 3 / chat markers llama.cpp also treats as such.
+  if (eos_ >= 0) eog_.push_back(uint32_t(eos_));
+  for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"})
+    if (int id = id_key(key, -1); id >= 0) eog_.push_back(uint32_t(id));
+  for (uint32_t i = 0; i < n; ++i)
+    if (types_[i] == TokenType::Control &&
+        (texts_[i] == "<|eot_id|>" || texts_[i] == "<|eom_id|>" || texts_[i] == "<|end_of_text|>" || texts_[i] == "<|endoftext|>"))
+      eog_.push_back(i);
+
+  for (uint32_t i = 0; i < n; ++i)
+    if ((types_[i] == TokenType::Control || types_[i] == TokenType::UserDefined || types_[i] == TokenType::Unknown) &&
+        !texts_[i].empty())
+      specials_.push_back(i);
+  std::stable_sort(specials_.begin(), specials_.end(),
+                   [&](uint32_t a, uint32_t b) { return texts_[a].size() > texts_[b].size(); });
+}
+
+bool Tokenizer::is_eog(uint32_t id) const { return std::find(eog_.begin(), eog_.end(), id) != eog_.end(); }
+
+std::vector<uint32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
+  std::vector<uint32_t> out;
+  if (add_bos && bos_ >= 0) out.push_back(uint32_t(bos_));
+  bool after_special = true;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    // earliest special token occurrence; at equal positions the longest text wins
+    size_t best_at = std::string_view::npos;
+    int best = -1;
+    for (uint32_t id : specials_) {
+      if (!parse_special && types_[id] != TokenType::UserDefined) continue;
+      size_t at = text.find(texts_[id], pos);
+      if (at < best_at) { best_at = at; best = int(id); }
+    }
+    size_t end = best < 0 ? text.size() : best_at;
+    if (end > pos) {
+      encode_text(text.substr(pos, end - pos), after_special, out);
+      after_special = false;
+    }
+    if (best < 0) break;
+    out.push_back(uint32_t(best));
+    after_special = true;
+    pos = best_at + texts_[best].size();
+  }
+  return out;
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
+  std::string model = f.get_string("tokenizer.ggml.model");
+  if (model == "llama") return make_spm_tokenizer(f);
+  if (model == "gpt2") return make_bpe_tokenizer(f);
+  throw Error("tokenizer model '" + model + "' is not supported (llama = SentencePiece, gpt2 = byte-level BPE)");
+}
+
+namespace {
+size_t utf8_len(unsigned char c) {
+  if (c < 0x80) return 1;
+  if ((c >> 5) == 0x6) return 2;
+  if ((c >> 4) == 0xe) return 3;
+  if ((c >> 3) == 0x1e) return 4;
+  return 0;   // continuation or invalid lead byte
+}
+}  // namespace
+
+std::string Utf8Stream::push(const std::string& bytes) {
+  pending_ += bytes;
+  std::string out;
+  size_t i = 0;
+  while (i < pending_.size()) {
+    size_t len = utf8_len((unsigned char)pending_[i]);
+    if (len == 0) { out += "\xEF\xBF\xBD"; ++i; continue; }
+    if (i + len > pending_.size()) break;   // incomplete: hold back
+    bool ok = true;
+    for (size_t j = 1; j < len; ++j) ok &= ((unsigned char)pending_[i + j] >> 6) == 0x2;
+    if (!ok) { out += "\xEF\xBF\xBD"; ++i; continue; }
+    out.append(pending_, i, len);
+    i += len;
+  }
+  pending_.erase(0, i);
+  return out;
+}
+
+std::string Utf8Stream::finish() {
+  std::string out = pending_.empty() ? "" : "\xEF\xBF\xBD";
+  pending_.clear();
+  return out;
+}
+
+}  // namespace vkspec

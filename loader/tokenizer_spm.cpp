@@ -1,0 +1,101 @@
+// SentencePiece tokenizer: a ModelProto is serialized in memory from the GGUF vocabulary (pieces, scores,
+// types; BPE model, identity normalizer, byte fallback) and loaded into libsentencepiece. The dummy-prefix
+// space is added here, per fragment after a special token, as llama.cpp does.
+#include <sentencepiece_processor.h>
+
+#include <cstring>
+
+#include "loader/tokenizer.h"
+
+namespace vkspec {
+namespace {
+
+// Minimal protobuf wire-format writer for the few ModelProto fields we set.
+struct Proto {
+  std::string buf;
+  void varint(uint64_t v) {
+    while (v >= 0x80) { buf += char(v | 0x80); v >>= 7; }
+    buf += char(v);
+  }
+  void tag(uint32_t field, uint32_t wire) { varint((uint64_t(field) << 3) | wire); }
+  void u(uint32_t field, uint64_t v) { tag(field, 0); varint(v); }
+  void f32(uint32_t field, float v) {
+    tag(field, 5);
+    char b[4];
+    memcpy(b, &v, 4);
+    buf.append(b, 4);
+  }
+  void bytes(uint32_t field, const std::string& s) { tag(field, 2); varint(s.size()); buf += s; }
+};
+
+class SpmTokenizer : public Tokenizer {
+ public:
+  explicit SpmTokenizer(const GgufFile& f) : Tokenizer(f) {
+    add_space_prefix_ = f.find("tokenizer.ggml.add_space_prefix") ? f.opt_number("tokenizer.ggml.add_space_prefix").value() != 0 : true;
+    Proto model;
+    bool has_bytes = false;
+    for (size_t i = 0; i < texts_.size(); ++i) {
+      Proto piece;
+      piece.bytes(1, texts_[i]);
+      piece.f32(2, scores_[i]);
+      int t = int(types_[i]);
+      if (t == 0) t = 1;
+      piece.u(3, uint64_t(t));
+      has_bytes |= types_[i] == TokenType::Byte;
+      model.bytes(1, piece.buf);
+    }
+    Proto trainer;
+    trainer.u(3, 2);   // model_type = BPE (llama.cpp's SPM tokenizer is score-ranked BPE merging)
+    trainer.u(4, texts_.size());
+    trainer.u(35, has_bytes ? 1 : 0);   // byte_fallback
+    trainer.u(40, uint64_t(unk_ >= 0 ? unk_ : 0));
+    trainer.u(41, uint64_t(int64_t(bos_)));
+    trainer.u(42, uint64_t(int64_t(eos_)));
+    trainer.u(43, uint64_t(int64_t(-1)));
+    model.bytes(2, trainer.buf);
+    Proto norm;
+    norm.bytes(1, "identity");
+    norm.u(3, 0);   // add_dummy_prefix: done per fragment in encode_text
+    norm.u(4, 0);   // remove_extra_whitespaces: llama.cpp keeps them
+    norm.u(5, 1);   // escape_whitespaces: ' ' -> U+2581
+    model.bytes(3, norm.buf);
+    auto st = sp_.LoadFromSerializedProto(model.buf);
+    if (!st.ok()) throw Error("SentencePiece rejected the GGUF vocabulary: " + st.ToString());
+  }
+
+  std::string piece(uint32_t id) const override {
+    const TokenType t = types_.at(id);
+    const std::string& s = texts_[id];
+    if (t == TokenType::Control || t == TokenType::Unused) return "";
+    if (t == TokenType::Byte && s.size() == 6 && s.rfind("<0x", 0) == 0)
+      return std::string(1, char(std::stoi(s.substr(3, 2), nullptr, 16)));
+    if (t == TokenType::Unknown) return "\xE2\x96\x85";   // as llama.cpp renders <unk>
+    std::string out;
+    for (size_t i = 0; i < s.size();) {
+      if (s.compare(i, 3, "\xE2\x96\x81") == 0) { out += ' '; i += 3; }
+      else out += s[i++];
+    }
+    return out;
+  }
+
+ protected:
+  void encode_text(std::string_view text, bool after_special, std::vector<uint32_t>& out) const override {
+    std::string s;
+    if (add_space_prefix_ && after_special) s = " ";
+    s.append(text);
+    std::vector<int> ids;
+    auto st = sp_.Encode(s, &ids);
+    if (!st.ok()) throw Error("SentencePiece encode failed: " + st.ToString());
+    for (int id : ids) out.push_back(uint32_t(id));
+  }
+
+ private:
+  sentencepiece::SentencePieceProcessor sp_;
+  bool add_space_prefix_ = true;
+};
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> make_spm_tokenizer(const GgufFile& f) { return std::make_unique<SpmTokenizer>(f); }
+
+}  // namespace vkspec

@@ -1,0 +1,134 @@
+#include "runtime/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+namespace vkspec {
+
+LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file, const ModelOptions& opts)
+    : ctx_(ctx), hp_(read_llama_hparams(file)) {
+  const LlamaTensors t = find_llama_tensors(file, hp_);
+  n_ctx_ = opts.n_ctx ? opts.n_ctx : std::min<uint32_t>(hp_.n_ctx_train, 4096);
+
+  weights_arena_ = std::make_unique<Arena>(ctx, MemoryKind::Device);
+  act_arena_ = std::make_unique<Arena>(ctx, MemoryKind::Device, 64ull << 20);
+  upload_arena_ = std::make_unique<Arena>(ctx, MemoryKind::Upload, 4ull << 20);
+  readback_arena_ = std::make_unique<Arena>(ctx, MemoryKind::Readback, 16ull << 20);
+  kernels_ = std::make_unique<Kernels>(ctx, pipelines, opts.kernels);
+  rec_ = std::make_unique<Recorder>(ctx, getenv("VKSPEC_PROFILE") && std::string(getenv("VKSPEC_PROFILE")) == "1");
+
+  // ---- weights: streamed to the device ----
+  uint64_t total = 0, done = 0;
+  for (const auto& g : file.tensors()) total += g.bytes;
+  Uploader up(ctx);
+  auto matrix = [&](const GgufTensor* g) {
+    DeviceMatrix m = upload_matrix(*weights_arena_, up, weight_dtype(*g), uint32_t(g->dims[1]), uint32_t(g->dims[0]),
+                                   g->data, g->name.c_str());
+    if (opts.progress) opts.progress(done += g->bytes, total);
+    return m;
+  };
+  auto vec = [&](const GgufTensor* g) {
+    Slice s = weights_arena_->alloc(g->bytes, g->name.c_str());
+    up.upload(s, g->data, g->bytes);
+    if (opts.progress) opts.progress(done += g->bytes, total);
+    return s;
+  };
+  token_embd_ = matrix(t.token_embd);
+  output_norm_ = vec(t.output_norm);
+  output_ = hp_.tied_embeddings ? token_embd_ : matrix(t.output);
+  for (const auto& L : t.layers)
+    layers_.push_back({vec(L.attn_norm), matrix(L.wq), matrix(L.wk), matrix(L.wv), matrix(L.wo), vec(L.ffn_norm),
+                       matrix(L.w_gate), matrix(L.w_up), matrix(L.w_down)});
+  up.flush();
+  if (opts.progress) opts.progress(total, total);
+
+  // ---- activations and per-pass I/O for kMaxBatch tokens ----
+  const uint64_t B = kMaxBatch, q_dim = uint64_t(hp_.n_heads) * hp_.head_dim, kv_dim = uint64_t(hp_.n_kv_heads) * hp_.head_dim;
+  x_ = act_arena_->alloc(B * hp_.dim * 4, "activations");
+  xn_ = act_arena_->alloc(B * hp_.dim * 4, "activations");
+  q_ = act_arena_->alloc(B * q_dim * 4, "activations");
+  k_ = act_arena_->alloc(B * kv_dim * 4, "activations");
+  v_ = act_arena_->alloc(B * kv_dim * 4, "activations");
+  att_ = act_arena_->alloc(B * q_dim * 4, "activations");
+  hb_ = act_arena_->alloc(B * hp_.ffn_dim * 4, "activations");
+  tokens_ = upload_arena_->alloc(B * 4, "token ids");
+  rope_ = upload_arena_->alloc(B * hp_.n_rot / 2 * 8, "rope table");
+  logits_ = readback_arena_->alloc(B * hp_.n_vocab * 4, "logits");
+  ids_ = readback_arena_->alloc(B * 4, "argmax ids");
+
+  const uint32_t bs = opts.kv_block_size;
+  const uint32_t blocks_per_seq = (n_ctx_ + bs - 1) / bs;
+  kv_ = std::make_unique<PagedKvCache>(*act_arena_, *upload_arena_, hp_.n_layers, hp_.n_kv_heads, hp_.head_dim, bs,
+                                       blocks_per_seq * opts.max_sequences, n_ctx_, opts.max_sequences);
+}
+
+LlamaModel::~LlamaModel() {
+  if (rec_ && rec_->profiling()) fprintf(stderr, "%s", rec_->profile_report().c_str());
+}
+
+void LlamaModel::forward(int seq, std::span<const uint32_t> tokens, Logits want) {
+  if (want == Logits::All && tokens.size() > kMaxBatch) throw Error("internal: Logits::All needs n <= kMaxBatch");
+  for (uint32_t id : tokens)
+    if (id >= hp_.n_vocab) throw Error("token id " + std::to_string(id) + " is outside the vocabulary");
+  for (size_t i = 0; i < tokens.size(); i += kMaxBatch) {
+    const size_t n = std::min<size_t>(kMaxBatch, tokens.size() - i);
+    const bool last = i + n == tokens.size();
+    forward_chunk(seq, tokens.subspan(i, n), last ? want : Logits::None);
+  }
+}
+
+// One chunk of n <= kMaxBatch tokens; reads top to bottom like llama2.c's forward().
+void LlamaModel::forward_chunk(int seq, std::span<const uint32_t> tokens, Logits want) {
+  const uint32_t n = uint32_t(tokens.size()), pos0 = kv_->length(seq);
+  kv_->grow(seq, pos0 + n);
+  std::copy(tokens.begin(), tokens.end(), tokens_.host<uint32_t>());
+  float* rope = rope_.host<float>();
+  for (uint32_t t = 0; t < n; ++t)
+    for (uint32_t i = 0; i < hp_.n_rot / 2; ++i) {
+      const double theta = double(pos0 + t) * hp_.rope_inv_freq[i];
+      rope[(t * hp_.n_rot / 2 + i) * 2] = float(std::cos(theta));
+      rope[(t * hp_.n_rot / 2 + i) * 2 + 1] = float(std::sin(theta));
+    }
+
+  const AttentionShape shape{hp_.n_heads, hp_.n_kv_heads, hp_.head_dim, hp_.n_rot};
+  Kernels& k = *kernels_;
+  Recorder& r = *rec_;
+  r.begin();
+  k.embed(r, token_embd_, tokens_, x_, n);                                   // x = token_embd[tokens]
+  r.barrier();
+  for (uint32_t l = 0; l < hp_.n_layers; ++l) {
+    const LayerWeights& L = layers_[l];
+    const PagedKvView kv = kv_->view(l, seq);
+    k.rmsnorm(r, x_, L.attn_norm, xn_, n, hp_.dim, hp_.rms_eps);             // xn = rmsnorm(x) * attn_norm
+    r.barrier();
+    k.matmul(r, L.wq, xn_, q_, n, false);                                    // q = Wq xn
+    k.matmul(r, L.wk, xn_, k_, n, false);                                    // k = Wk xn
+    k.matmul(r, L.wv, xn_, v_, n, false);                                    // v = Wv xn
+    r.barrier();
+    k.rope_store_kv(r, shape, q_, k_, v_, rope_, kv, pos0, n);               // rope(q, k); cache <- k, v
+    r.barrier();
+    k.attention(r, shape, q_, att_, kv, pos0, n);                            // att = softmax(q K^T / sqrt(hd)) V
+    r.barrier();
+    k.matmul(r, L.wo, att_, x_, n, /*accumulate=*/true);                     // x += Wo att
+    r.barrier();
+    k.rmsnorm(r, x_, L.ffn_norm, xn_, n, hp_.dim, hp_.rms_eps);              // xn = rmsnorm(x) * ffn_norm
+    r.barrier();
+    k.matmul_swiglu(r, L.w_gate, L.w_up, xn_, hb_, n);                       // hb = silu(Wg xn) * (Wu xn)
+    r.barrier();
+    k.matmul(r, L.w_down, hb_, x_, n, /*accumulate=*/true);                  // x += Wd hb
+    r.barrier();
+  }
+  if (want != Logits::None) {
+    const uint32_t first = want == Logits::Last ? n - 1 : 0, rows = n - first;
+    const Slice x_rows = x_.sub(VkDeviceSize(first) * hp_.dim * 4, VkDeviceSize(rows) * hp_.dim * 4);
+    k.rmsnorm(r, x_rows, output_norm_, xn_, rows, hp_.dim, hp_.rms_eps);     // xn = rmsnorm(x) * output_norm
+    r.barrier();
+    k.matmul(r, output_, xn_, logits_, rows, false);                         // logits = Wout xn
+    r.barrier();
+    k.argmax(r, logits_, ids_, rows, hp_.n_vocab);
+  }
+  r.submit_and_wait();
+}
+
+}  // namespace vkspec

@@ -1,0 +1,74 @@
+#pragma once
+// A Llama model resident on one Vulkan device, and its forward pass: n tokens (1 = decode, up to
+// kMaxBatch = verify/prefill chunk) recorded into one command buffer, submitted once, waited on once.
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "loader/model_file.h"
+#include "runtime/paged_kv.h"
+
+namespace vkspec {
+
+struct ModelOptions {
+  uint32_t n_ctx = 0;               // 0: the model's training context (capped at 4096)
+  uint32_t kv_block_size = 16;
+  uint32_t max_sequences = 2;
+  KernelFamily kernels = KernelFamily::Auto;
+  std::function<void(uint64_t done, uint64_t total)> progress;   // bytes of weights uploaded
+};
+
+struct LayerWeights {
+  Slice attn_norm;                 // [dim] f32
+  DeviceMatrix wq, wk, wv, wo;     // [n_heads*hd][dim], [n_kv*hd][dim] x2, [dim][n_heads*hd]
+  Slice ffn_norm;                  // [dim] f32
+  DeviceMatrix w_gate, w_up;       // [ffn][dim]
+  DeviceMatrix w_down;             // [dim][ffn]
+};
+
+enum class Logits { None, Last, All };
+
+class LlamaModel {
+ public:
+  static constexpr uint32_t kMaxBatch = Kernels::kMaxBatch;
+
+  LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file, const ModelOptions& opts = {});
+  ~LlamaModel();
+
+  const LlamaHParams& hparams() const { return hp_; }
+  PagedKvCache& kv() { return *kv_; }
+  uint32_t n_ctx() const { return n_ctx_; }
+  Recorder& recorder() { return *rec_; }
+
+  // Runs `tokens` at positions kv().length(seq) .. +n, appending their K/V, in chunks of kMaxBatch.
+  // Logits::Last leaves the last token's logits in logits(0); Logits::All leaves row i for token i
+  // (n <= kMaxBatch). argmax_ids(i) holds the argmax of row i whenever logits were computed.
+  void forward(int seq, std::span<const uint32_t> tokens, Logits want);
+  const float* logits(uint32_t row) const { return logits_.host<float>() + size_t(row) * hp_.n_vocab; }
+  uint32_t argmax_id(uint32_t row) const { return ids_.host<uint32_t>()[row]; }
+
+ private:
+  void forward_chunk(int seq, std::span<const uint32_t> tokens, Logits want);
+
+  Context& ctx_;
+  LlamaHParams hp_;
+  uint32_t n_ctx_;
+  std::unique_ptr<Arena> weights_arena_, act_arena_, upload_arena_, readback_arena_;
+  std::unique_ptr<Kernels> kernels_;
+  std::unique_ptr<Recorder> rec_;
+  std::unique_ptr<PagedKvCache> kv_;
+
+  DeviceMatrix token_embd_;   // [n_vocab][dim]
+  Slice output_norm_;         // [dim]
+  DeviceMatrix output_;       // [n_vocab][dim] (token_embd_ when tied)
+  std::vector<LayerWeights> layers_;
+
+  // Activations for kMaxBatch tokens, allocated once.
+  Slice x_, xn_, q_, k_, v_, att_, hb_;
+  // Per-pass inputs (host-visible) and outputs (host-readable).
+  Slice tokens_, rope_;
+  Slice logits_, ids_;
+};
+
+}  // namespace vkspec

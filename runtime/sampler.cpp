@@ -1,0 +1,95 @@
+#include "runtime/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <unordered_set>
+
+namespace vkspec {
+
+double counter_uniform(uint64_t seed, uint64_t counter) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + counter + 0x632BE59BD9B4E019ull;
+  for (int i = 0; i < 2; ++i) {   // two rounds of splitmix64's finalizer
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+  }
+  return double(z >> 11) * 0x1.0p-53;
+}
+
+uint32_t argmax(std::span<const float> logits) {
+  return uint32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+// llama.cpp's repetition penalty: positive logits divided, negative multiplied, once per distinct token
+// among the last repeat_last_n of the history.
+static std::vector<float> penalized(const SamplingParams& p, std::span<const float> logits,
+                                    std::span<const uint32_t> history) {
+  std::vector<float> l(logits.begin(), logits.end());
+  if (p.repeat_penalty != 1.0f && p.repeat_last_n != 0) {
+    size_t from = p.repeat_last_n < 0 || size_t(p.repeat_last_n) >= history.size() ? 0 : history.size() - size_t(p.repeat_last_n);
+    std::unordered_set<uint32_t> seen(history.begin() + long(from), history.end());
+    for (uint32_t id : seen)
+      if (id < l.size()) l[id] = l[id] > 0 ? l[id] / p.repeat_penalty : l[id] * p.repeat_penalty;
+  }
+  return l;
+}
+
+Candidates Sampler::distribution(std::span<const float> logits, std::span<const uint32_t> history) const {
+  const uint32_t n = uint32_t(logits.size());
+  std::vector<float> l = penalized(p_, logits, history);
+  std::vector<uint32_t> ids(n);
+  std::iota(ids.begin(), ids.end(), 0u);
+  // Sort by logit (descending, ties by id) so every cut below is deterministic.
+  auto by_logit = [&](uint32_t a, uint32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
+  size_t keep = n;
+  if (p_.top_k > 0 && size_t(p_.top_k) < n) {
+    keep = size_t(p_.top_k);
+    std::partial_sort(ids.begin(), ids.begin() + long(keep), ids.end(), by_logit);
+  } else {
+    std::sort(ids.begin(), ids.end(), by_logit);
+  }
+  ids.resize(keep);
+  auto softmax = [&](float inv_t) {
+    std::vector<double> p(ids.size());
+    double m = l[ids[0]] * inv_t, z = 0;
+    for (size_t i = 0; i < ids.size(); ++i) z += p[i] = std::exp(double(l[ids[i]]) * inv_t - m);
+    for (auto& x : p) x /= z;
+    return p;
+  };
+  if (p_.top_p < 1.0f) {
+    auto p = softmax(1.0f);
+    double cum = 0;
+    size_t k = 0;
+    while (k < ids.size()) {
+      cum += p[k++];
+      if (cum >= p_.top_p) break;
+    }
+    ids.resize(std::max<size_t>(k, 1));
+  }
+  if (p_.min_p > 0.0f) {
+    auto p = softmax(1.0f);
+    const double cut = p[0] * p_.min_p;
+    size_t k = 1;
+    while (k < ids.size() && p[k] >= cut) ++k;
+    ids.resize(k);
+  }
+  auto p = softmax(1.0f / std::max(p_.temperature, 1e-6f));
+  Candidates c;
+  c.ids = std::move(ids);
+  c.probs.assign(p.begin(), p.end());
+  return c;
+}
+
+uint32_t Sampler::sample(std::span<const float> logits, std::span<const uint32_t> history, uint64_t position) const {
+  if (p_.greedy()) return argmax(penalized(p_, logits, history));
+  Candidates c = distribution(logits, history);
+  double u = counter_uniform(p_.seed, position), cum = 0;
+  for (size_t i = 0; i < c.ids.size(); ++i) {
+    cum += c.probs[i];
+    if (u < cum) return c.ids[i];
+  }
+  return c.ids.back();
+}
+
+}  // namespace vkspec
