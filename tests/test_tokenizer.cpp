@@ -1,0 +1,143 @@
+// Tokenizers against llama.cpp's own test vectors (id for id), plus cases those miss.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "loader/tokenizer.h"
+#include "tests/vk_test_env.h"
+
+namespace vkspec::test {
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> split(const std::string& s, const std::string& sep) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (true) {
+    size_t at = s.find(sep, pos);
+    if (at == std::string::npos) { out.push_back(s.substr(pos)); break; }
+    out.push_back(s.substr(pos, at - pos));
+    pos = at + sep.size();
+  }
+  return out;
+}
+
+void check_vectors(const std::string& vocab) {
+  GgufFile f(shared_path("tokenizer-tests/" + vocab));
+  auto tok = Tokenizer::from_gguf(f);
+  auto cases = split(slurp(shared_path("tokenizer-tests/" + vocab + ".inp")), "\n__ggml_vocab_test__\n");
+  std::string out = slurp(shared_path("tokenizer-tests/" + vocab + ".out"));
+  if (!out.empty() && out.back() == '\n') out.pop_back();
+  auto expected = split(out, "\n");
+  // the .inp file ends with a trailing separator line
+  if (!cases.empty() && cases.back().empty()) cases.pop_back();
+  if (cases.size() == expected.size() + 1 && cases.back() == "__ggml_vocab_test__") cases.pop_back();
+  for (auto& c : cases)
+    if (c.size() >= 20 && c.compare(c.size() - 20, 20, "\n__ggml_vocab_test__") == 0) c.resize(c.size() - 20);
+  ASSERT_EQ(cases.size(), expected.size());
+  ASSERT_GE(cases.size(), 40u);   // llama.cpp ships 46 cases per vocabulary
+  int failures = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    std::vector<uint32_t> want;
+    std::istringstream ids(expected[i]);
+    for (uint32_t id; ids >> id;) want.push_back(id);
+    auto got = tok->encode(cases[i], false, false);
+    if (got != want) {
+      ++failures;
+      std::string g;
+      for (auto id : got) g += std::to_string(id) + " ";
+      ADD_FAILURE() << vocab << " case " << i << " '" << cases[i] << "'\n  want: " << expected[i] << "\n  got:  " << g;
+    }
+  }
+  EXPECT_EQ(failures, 0);
+}
+
+TEST(Tokenizer, LlamaSpmMatchesLlamaCppVectors) { check_vectors("ggml-vocab-llama-spm.gguf"); }
+TEST(Tokenizer, Llama3BpeMatchesLlamaCppVectors) { check_vectors("ggml-vocab-llama-bpe.gguf"); }
+
+// Round trip and id checks for what the vectors miss: emoji, CJK, long whitespace, digits, code.
+TEST(Tokenizer, RoundTripsHardCases) {
+  const char* cases[] = {"🦙 llamas 🤗 emoji 👩‍👩‍👧", "日本語のテキストと中文", "     lots    of\t\t\twhitespace\n\n\n",
+                         "1234567890 3.14159 1e-9", "def f(x):\n    return x ** 2  # square\n", "ÀÉÎÕÜ ß ø"};
+  for (const char* vocab : {"ggml-vocab-llama-spm.gguf", "ggml-vocab-llama-bpe.gguf"}) {
+    GgufFile f(shared_path(std::string("tokenizer-tests/") + vocab));
+    auto tok = Tokenizer::from_gguf(f);
+    for (const char* c : cases) {
+      auto ids = tok->encode(c, false, false);
+      std::string back;
+      for (auto id : ids) back += tok->piece(id);
+      const bool spm = tok->model_name() == "llama";
+      EXPECT_EQ(back, spm ? std::string(" ") + c : std::string(c)) << vocab;
+      for (auto id : ids) EXPECT_NE(tok->type(id), TokenType::Control) << "plain text produced a control token";
+    }
+  }
+}
+
+TEST(Tokenizer, Llama3DigitsSplitInThrees) {
+  GgufFile f(shared_path("tokenizer-tests/ggml-vocab-llama-bpe.gguf"));
+  auto tok = Tokenizer::from_gguf(f);
+  auto ids = tok->encode("1234567", false, false);
+  ASSERT_EQ(ids.size(), 3u);
+  EXPECT_EQ(tok->piece(ids[0]) + "|" + tok->piece(ids[1]) + "|" + tok->piece(ids[2]), "123|456|7");
+}
+
+TEST(Tokenizer, SpecialTokensParsedOnlyWhenAsked) {
+  GgufFile f(shared_path("tokenizer-tests/ggml-vocab-llama-bpe.gguf"));
+  auto tok = Tokenizer::from_gguf(f);
+  auto with = tok->encode("<|start_header_id|>user<|end_header_id|>", false, true);
+  ASSERT_FALSE(with.empty());
+  EXPECT_EQ(tok->text(with.front()), "<|start_header_id|>");
+  EXPECT_EQ(tok->type(with.front()), TokenType::Control);
+  auto without = tok->encode("<|start_header_id|>", false, false);
+  EXPECT_GT(without.size(), 1u);
+  for (auto id : without) EXPECT_NE(tok->type(id), TokenType::Control);
+  EXPECT_TRUE(tok->is_eog(with.back()) == false);
+  auto eot = tok->encode("<|eot_id|>", false, true);
+  ASSERT_EQ(eot.size(), 1u);
+  EXPECT_TRUE(tok->is_eog(eot[0]));
+
+  GgufFile s(shared_path("tokenizer-tests/ggml-vocab-llama-spm.gguf"));
+  auto spm = Tokenizer::from_gguf(s);
+  auto ids = spm->encode("Hello</s>world", true, true);
+  ASSERT_GE(ids.size(), 4u);
+  EXPECT_EQ(ids[0], uint32_t(spm->bos()));
+  EXPECT_NE(std::find(ids.begin(), ids.end(), uint32_t(spm->eos())), ids.end());
+}
+
+TEST(Tokenizer, Utf8StreamHoldsBackPartialSequences) {
+  Utf8Stream s;
+  const std::string llama = "🦙";   // 4 bytes
+  EXPECT_EQ(s.push(llama.substr(0, 1)), "");
+  EXPECT_EQ(s.push(llama.substr(1, 2)), "");
+  EXPECT_EQ(s.push(llama.substr(3) + "a"), llama + "a");
+  EXPECT_EQ(s.push("\xE6\x97"), "");
+  EXPECT_EQ(s.finish(), "\xEF\xBF\xBD");   // an unfinished tail becomes U+FFFD, never lost silently
+}
+
+TEST(Tokenizer, SharedModelPromptsMatchReference) {
+  for (const char* name : {"stories260K", "pycode-target"}) {
+    std::string model = std::string("models/") + name + (std::string(name) == "stories260K" ? ".gguf" : "-f32.gguf");
+    GgufFile f(shared_path(model));
+    auto tok = Tokenizer::from_gguf(f);
+    std::ifstream in(shared_path(std::string("models/reference/") + name + "-greedy.jsonl"));
+    int n = 0;
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line);
+      EXPECT_EQ(tok->encode(j["prompt"].get<std::string>(), true), j["prompt_ids"].get<std::vector<uint32_t>>());
+      ++n;
+    }
+    EXPECT_GT(n, 0);
+  }
+}
+
+}  // namespace
+}  // namespace vkspec::test
