@@ -1,0 +1,98 @@
+#pragma once
+// A plain CPU Llama forward pass (double accumulation, llama2.c style) used as the independent reference
+// for the device forward pass. Reads the same GGUF tensors through the host dequantizer.
+#include <cmath>
+#include <vector>
+
+#include "loader/model_file.h"
+
+namespace vkspec::test {
+
+class CpuLlama {
+ public:
+  explicit CpuLlama(const GgufFile& f) : hp(read_llama_hparams(f)) {
+    LlamaTensors t = find_llama_tensors(f, hp);
+    auto deq = [](const GgufTensor* g) { return dequantize(weight_dtype(*g), g->elements(), g->data); };
+    emb = deq(t.token_embd);
+    out_norm = deq(t.output_norm);
+    out = deq(t.output);
+    for (auto& L : t.layers)
+      layers.push_back({deq(L.attn_norm), deq(L.wq), deq(L.wk), deq(L.wv), deq(L.wo), deq(L.ffn_norm), deq(L.w_gate),
+                        deq(L.w_up), deq(L.w_down)});
+    kcache.resize(hp.n_layers);
+    vcache.resize(hp.n_layers);
+  }
+
+  // Logits after feeding `token` at the next position.
+  std::vector<double> step(uint32_t token) {
+    const uint32_t D = hp.dim, hd = hp.head_dim, qd = hp.n_heads * hd, kvd = hp.n_kv_heads * hd, pos = n_past++;
+    std::vector<double> x(emb.begin() + size_t(token) * D, emb.begin() + size_t(token + 1) * D);
+    for (uint32_t l = 0; l < hp.n_layers; ++l) {
+      const Layer& L = layers[l];
+      auto xn = rmsnorm(x, L.attn_norm);
+      auto q = matvec(L.wq, xn, qd), k = matvec(L.wk, xn, kvd), v = matvec(L.wv, xn, kvd);
+      rope(q, hp.n_heads, pos);
+      rope(k, hp.n_kv_heads, pos);
+      kcache[l].push_back(k);
+      vcache[l].push_back(v);
+      std::vector<double> att(qd, 0.0);
+      for (uint32_t h = 0; h < hp.n_heads; ++h) {
+        const uint32_t g = h / (hp.n_heads / hp.n_kv_heads);
+        std::vector<double> s(pos + 1);
+        double m = -1e300, z = 0;
+        for (uint32_t j = 0; j <= pos; ++j) {
+          double d = 0;
+          for (uint32_t e = 0; e < hd; ++e) d += q[h * hd + e] * kcache[l][j][g * hd + e];
+          m = std::max(m, s[j] = d / std::sqrt(double(hd)));
+        }
+        for (auto& e : s) z += (e = std::exp(e - m));
+        for (uint32_t j = 0; j <= pos; ++j)
+          for (uint32_t e = 0; e < hd; ++e) att[h * hd + e] += s[j] / z * vcache[l][j][g * hd + e];
+      }
+      auto o = matvec(L.wo, att, D);
+      for (uint32_t i = 0; i < D; ++i) x[i] += o[i];
+      xn = rmsnorm(x, L.ffn_norm);
+      auto gt = matvec(L.w_gate, xn, hp.ffn_dim), up = matvec(L.w_up, xn, hp.ffn_dim);
+      for (uint32_t i = 0; i < hp.ffn_dim; ++i) gt[i] = gt[i] / (1 + std::exp(-gt[i])) * up[i];
+      auto dn = matvec(L.w_down, gt, D);
+      for (uint32_t i = 0; i < D; ++i) x[i] += dn[i];
+    }
+    return matvec(out, rmsnorm(x, out_norm), hp.n_vocab);
+  }
+
+  LlamaHParams hp;
+
+ private:
+  struct Layer { std::vector<float> attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down; };
+  std::vector<double> rmsnorm(const std::vector<double>& x, const std::vector<float>& w) const {
+    double ss = 0;
+    for (double v : x) ss += v * v;
+    const double s = 1.0 / std::sqrt(ss / x.size() + hp.rms_eps);
+    std::vector<double> o(x.size());
+    for (size_t i = 0; i < x.size(); ++i) o[i] = x[i] * s * w[i];
+    return o;
+  }
+  static std::vector<double> matvec(const std::vector<float>& w, const std::vector<double>& x, uint32_t rows) {
+    std::vector<double> y(rows, 0.0);
+    for (uint32_t r = 0; r < rows; ++r)
+      for (size_t c = 0; c < x.size(); ++c) y[r] += double(w[r * x.size() + c]) * x[c];
+    return y;
+  }
+  void rope(std::vector<double>& v, uint32_t heads, uint32_t pos) const {
+    for (uint32_t h = 0; h < heads; ++h)
+      for (uint32_t i = 0; i < hp.n_rot / 2; ++i) {
+        const double th = pos * hp.rope_inv_freq[i], c = std::cos(th), s = std::sin(th);
+        double& a = v[h * hp.head_dim + 2 * i];
+        double& b = v[h * hp.head_dim + 2 * i + 1];
+        const double a0 = a, b0 = b;
+        a = a0 * c - b0 * s;
+        b = a0 * s + b0 * c;
+      }
+  }
+  std::vector<float> emb, out_norm, out;
+  std::vector<Layer> layers;
+  std::vector<std::vector<std::vector<double>>> kcache, vcache;
+  uint32_t n_past = 0;
+};
+
+}  // namespace vkspec::test
