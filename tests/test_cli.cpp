@@ -1,0 +1,102 @@
+// The vkspec binary end to end: output formats, reproducibility, and bad input -> one-line error + non-zero exit.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/vk_test_env.h"
+
+namespace vkspec::test {
+namespace {
+
+struct Result { int code; std::string out, err; };
+
+Result run_cli(const std::string& args) {
+  const std::string err_path = ::testing::TempDir() + "/vkspec-cli-stderr.txt";
+  std::string cmd = std::string(VKSPEC_BIN) + " " + args + " 2>" + err_path;
+  FILE* p = popen(cmd.c_str(), "r");
+  Result r{-1, "", ""};
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  std::ifstream e(err_path);
+  r.err.assign(std::istreambuf_iterator<char>(e), {});
+  return r;
+}
+
+const std::string kStories = "-m " + shared_path("models/stories260K.gguf");
+
+TEST(Cli, DevicesListsLavapipeFacts) {
+  auto r = run_cli("devices --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_FALSE(j.empty());
+  bool found = false;
+  for (auto& d : j)
+    if (d["type"] == "CPU") {
+      found = true;
+      EXPECT_NE(d["name"].get<std::string>().find("llvmpipe"), std::string::npos);
+      EXPECT_EQ(d["subgroup_size"], 8);
+      EXPECT_EQ(d["max_storage_buffer_range"], 134217728);
+      for (const char* key : {"shader_float16", "storage_16bit", "storage_8bit", "subgroup_size_control",
+                              "max_compute_shared_memory", "max_memory_allocation_size", "timestamps"})
+        EXPECT_TRUE(d.contains(key)) << key;
+    }
+  EXPECT_TRUE(found) << "no lavapipe (CPU) device listed";
+}
+
+TEST(Cli, RunJsonReproducesReferenceAndSeededSamplingRepeats) {
+  auto r = run_cli("run " + kStories + " -p 'Once upon a time' -n 24 --temp 0 --ignore-eos --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  std::ifstream in(shared_path("models/reference/stories260K-greedy.jsonl"));
+  std::string line;
+  std::getline(in, line);
+  auto ref = nlohmann::json::parse(line);
+  EXPECT_EQ(j["prompt_ids"], ref["prompt_ids"]);
+  auto want = ref["ids"].get<std::vector<uint32_t>>();
+  want.resize(24);
+  EXPECT_EQ(j["ids"].get<std::vector<uint32_t>>(), want);
+  EXPECT_EQ(j["n_generated"], 24);
+  for (const char* k : {"load_s", "prefill_s", "prefill_tok_s", "decode_s", "decode_tok_s"}) EXPECT_TRUE(j["timings"].contains(k));
+
+  const std::string sampled = "run " + kStories + " -p 'Lily' -n 32 --temp 1.0 --top-k 0 --top-p 1 --min-p 0 --ignore-eos --json --seed ";
+  auto a = nlohmann::json::parse(run_cli(sampled + "11").out), b = nlohmann::json::parse(run_cli(sampled + "11").out),
+       c = nlohmann::json::parse(run_cli(sampled + "12").out);
+  EXPECT_EQ(a["ids"], b["ids"]);
+  EXPECT_NE(a["ids"], c["ids"]);
+}
+
+TEST(Cli, StreamsTextAndTokenizes) {
+  auto r = run_cli("run " + kStories + " -p 'Once upon a time' -n 8 --temp 0");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind(", there was a little girl", 0), 0u) << r.out;
+  auto t = run_cli("tokenize -m " + shared_path("tokenizer-tests/ggml-vocab-llama-bpe.gguf") + " -p 'Hello world' --json");
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_EQ(nlohmann::json::parse(t.out), nlohmann::json::parse("[128000, 9906, 1917]"));
+}
+
+TEST(Cli, BadInputGetsOneLineErrorAndNonZeroExit) {
+  const std::string tmp = ::testing::TempDir() + "/vkspec-not-gguf.bin";
+  std::ofstream(tmp) << "this is not a model";
+  std::string long_prompt(3000, 'a');
+  for (auto args : {std::string("run -m /nonexistent.gguf -p hi"), "run -m " + tmp + " -p hi",
+                    "run " + kStories + " -p hi -n 0", "run " + kStories + " -p hi -n -5",
+                    "run " + kStories + " -p '" + long_prompt + "' --ctx 64",
+                    "run " + kStories + " -p hi --device 99", "run " + kStories,
+                    "run " + kStories + " -f /nonexistent-prompt.txt",
+                    "tokenize -m " + shared_path("models/README.md") + " -p hi"}) {
+    auto r = run_cli(args);
+    EXPECT_NE(r.code, 0) << args;
+    EXPECT_NE(r.code, 128) << "crashed: " << args;
+    EXPECT_NE(r.err.find("error"), std::string::npos) << args << "\n" << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace vkspec::test
