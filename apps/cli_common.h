@@ -18,6 +18,12 @@ struct RunOptions {
   bool ignore_eos = false;
   bool json = false;
   bool no_bos = false;   // tokenize only
+  // speculative decoding
+  std::string draft_model;   // -md FILE
+  std::string draft;         // "ngram" for prompt-lookup drafting
+  int draft_max = 5, draft_min = 0;
+  float draft_p_min = 0.0f;
+  bool speculative() const { return !draft_model.empty() || !draft.empty(); }
 };
 
 int cmd_devices(bool json);

@@ -13,6 +13,7 @@
 #include "loader/tokenizer.h"
 #include "runtime/model.h"
 #include "runtime/sampler.h"
+#include "speculative/controller.h"
 
 namespace vkspec::cli {
 namespace {
@@ -74,6 +75,11 @@ int cmd_tokenize(const RunOptions& o) {
 
 int cmd_run(const RunOptions& o) {
   if (o.n_predict <= 0) throw Error("-n must be positive (got " + std::to_string(o.n_predict) + ")");
+  if (o.speculative() && o.temp > 0)
+    throw Error("speculative decoding currently verifies greedily: use --temp 0 (sampling verification is not implemented yet)");
+  if (!o.draft_model.empty() && !o.draft.empty()) throw Error("give either -md DRAFT.gguf or --draft ngram, not both");
+  if (o.draft_max < 1 || o.draft_max > int(LlamaModel::kMaxBatch - 1) || o.draft_min < 0 || o.draft_min > o.draft_max)
+    throw Error("--draft-max must be 1.." + std::to_string(LlamaModel::kMaxBatch - 1) + " and --draft-min 0..draft-max");
   if (o.ctx < 0) throw Error("--ctx must be positive");
   const auto t_load = std::chrono::steady_clock::now();
   GgufFile file(o.model);
@@ -89,6 +95,19 @@ int cmd_run(const RunOptions& o) {
   mo.max_sequences = 1;
   if (isatty(STDERR_FILENO) && !o.json) mo.progress = progress_bar;
   LlamaModel model(ctx, pipelines, file, mo);
+  std::unique_ptr<GgufFile> draft_file;
+  std::unique_ptr<LlamaModel> draft_model;
+  std::unique_ptr<Drafter> drafter;
+  if (!o.draft_model.empty()) {
+    draft_file = std::make_unique<GgufFile>(o.draft_model);
+    check_same_vocabulary(*tok, *Tokenizer::from_gguf(*draft_file));
+    ModelOptions dmo = mo;
+    dmo.n_ctx = model.n_ctx();
+    draft_model = std::make_unique<LlamaModel>(ctx, pipelines, *draft_file, dmo);
+    drafter = std::make_unique<ModelDrafter>(*draft_model, o.draft_p_min);
+  } else if (o.draft == "ngram") {
+    drafter = std::make_unique<NgramDrafter>();
+  }
   if (tok->n_vocab() != model.hparams().n_vocab) throw Error("tokenizer and model disagree on the vocabulary size");
   if (ids.size() >= model.n_ctx())
     throw Error("the prompt is " + std::to_string(ids.size()) + " tokens, which does not fit the context of " +
@@ -123,7 +142,19 @@ int cmd_run(const RunOptions& o) {
     }
   };
   const auto t_decode = std::chrono::steady_clock::now();
-  while (true) {
+  SpeculativeStats spec;
+  if (drafter) {
+    SpeculativeOptions so{uint32_t(o.draft_max), uint32_t(o.draft_min)};
+    std::vector<uint32_t> context = ids;
+    spec = generate_speculative(model, seq, *drafter, context, so, [&](uint32_t next) {
+      if (!o.ignore_eos && tok->is_eog(next)) return false;
+      ids.push_back(next);
+      generated.push_back(next);
+      emit(utf8.push(tok->piece(next)));
+      return generated.size() < size_t(o.n_predict);
+    });
+  }
+  while (!drafter) {
     const uint32_t next = device_argmax
                               ? model.argmax_id(0)
                               : sampler.sample({model.logits(0), model.hparams().n_vocab}, ids, ids.size());
@@ -147,6 +178,10 @@ int cmd_run(const RunOptions& o) {
         {"seed", sp.seed},
         {"timings", {{"load_s", load_s}, {"prefill_s", prefill_s}, {"prefill_tok_s", n_prompt / prefill_s},
                      {"decode_s", decode_s}, {"decode_tok_s", decode_passes > 0 ? decode_passes / decode_s : 0.0}}}};
+    if (drafter)
+      j["speculative"] = {{"drafter", drafter->name()}, {"draft_max", o.draft_max}, {"drafted", spec.drafted},
+                          {"accepted", spec.accepted}, {"acceptance_rate", spec.acceptance_rate()},
+                          {"tokens_per_verify", spec.tokens_per_verify()}, {"verify_passes", spec.verify_passes}};
     printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     printf("\n");

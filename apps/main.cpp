@@ -1,6 +1,7 @@
 // vkspec command line: devices | run | tokenize.
 #include <cstdio>
 #include <exception>
+#include <algorithm>
 #include <filesystem>
 
 #include <CLI/CLI.hpp>
@@ -51,14 +52,24 @@ int main(int argc, char** argv) {
   run->add_option("-c,--ctx", o.ctx, "Context size (0 = model's, capped at 4096)");
   run->add_option("--device", o.device, "Vulkan device index (see `vkspec devices`)");
   run->add_flag("--ignore-eos", o.ignore_eos, "Do not stop at end-of-generation tokens");
+  run->add_option("--model-draft", o.draft_model, "Draft model for speculative decoding (also -md)");
+  run->add_option("--draft", o.draft, "Drafter without a model: ngram (prompt lookup)")->check(CLI::IsMember({"ngram"}));
+  run->add_option("--draft-max", o.draft_max, "Tokens drafted per round (K)");
+  run->add_option("--draft-min", o.draft_min, "Rounds drafting fewer tokens decode plainly");
+  run->add_option("--draft-p-min", o.draft_p_min, "Stop drafting when the draft's top probability is below this");
 
   auto* tokenize = app.add_subcommand("tokenize", "Print the token ids of a text");
   tokenize->add_option("-m,--model", o.model, "GGUF model or vocabulary file")->required();
   add_prompt_options(tokenize, o);
   tokenize->add_flag("--no-bos", o.no_bos, "Do not add BOS");
 
+  // llama.cpp spells the draft model -md; CLI11 wants one-letter short options.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (auto& a : args)
+    if (a == "-md") a = "--model-draft";
+  std::reverse(args.begin(), args.end());
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

@@ -1,0 +1,31 @@
+#pragma once
+// The speculative decoding loop (greedy verification). Per round: draft up to K tokens after the last
+// accepted token g, run the target once over [g, d1..dK], accept the longest prefix of drafts that equal
+// the target's own argmax, take the target's token after it (correction or bonus), and truncate the
+// target's paged KV back to the accepted length. Because every kernel is batch-invariant, the verify
+// pass computes bit-identical logits to plain decoding, so the output equals plain greedy decoding.
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "speculative/drafter.h"
+
+namespace vkspec {
+
+struct SpeculativeOptions {
+  uint32_t draft_max = 5;   // K
+  uint32_t draft_min = 0;   // rounds with fewer drafted tokens decode plainly
+};
+
+struct SpeculativeStats {
+  uint64_t drafted = 0, accepted = 0, verify_passes = 0, tokens = 0;
+  double acceptance_rate() const { return drafted ? double(accepted) / double(drafted) : 0.0; }
+  double tokens_per_verify() const { return verify_passes ? double(tokens) / double(verify_passes) : 0.0; }
+};
+
+// Generates after `context` (already prefilled in `seq`, its last token's logits current in the target).
+// `emit` receives each accepted token in order and returns false to stop (EOS, n reached).
+SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& drafter, std::vector<uint32_t>& context,
+                                      const SpeculativeOptions& opts, const std::function<bool(uint32_t)>& emit);
+
+}  // namespace vkspec

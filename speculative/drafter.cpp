@@ -1,0 +1,68 @@
+#include "speculative/drafter.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace vkspec {
+
+ModelDrafter::ModelDrafter(LlamaModel& draft, float p_min) : model_(draft), p_min_(p_min), seq_(draft.kv().new_sequence()) {}
+
+ModelDrafter::~ModelDrafter() { model_.kv().free_sequence(seq_); }
+
+std::vector<uint32_t> ModelDrafter::draft(std::span<const uint32_t> context, uint32_t k) {
+  // Keep the cached prefix the context still agrees with; drop the rest (rejected drafts).
+  size_t common = 0;
+  while (common < cached_.size() && common < context.size() && cached_[common] == context[common]) ++common;
+  if (common == context.size()) --common;   // the last context token must be run to get its logits
+  model_.kv().truncate(seq_, uint32_t(common));
+  cached_.resize(common);
+  k = std::min<uint32_t>(k, model_.n_ctx() - uint32_t(context.size()));
+  std::vector<uint32_t> out;
+  if (k == 0) return out;
+  model_.forward(seq_, context.subspan(common), Logits::Last);
+  cached_.assign(context.begin(), context.end());
+  const uint32_t V = model_.hparams().n_vocab;
+  for (uint32_t i = 0; i < k; ++i) {
+    const uint32_t tok = model_.argmax_id(0);
+    if (p_min_ > 0) {   // top probability of the draft's distribution
+      const float* l = model_.logits(0);
+      double z = 0;
+      for (uint32_t v = 0; v < V; ++v) z += std::exp(double(l[v] - l[tok]));
+      if (1.0 / z < p_min_ && !out.empty()) break;
+    }
+    out.push_back(tok);
+    if (i + 1 == k) break;
+    model_.forward(seq_, std::span<const uint32_t>(&out.back(), 1), Logits::Last);
+    cached_.push_back(tok);
+  }
+  return out;
+}
+
+std::vector<uint32_t> NgramDrafter::draft(std::span<const uint32_t> context, uint32_t k) {
+  const size_t len = context.size();
+  for (uint32_t n = std::min<uint32_t>(max_n_, uint32_t(len ? len - 1 : 0)); n >= min_n_ && n > 0; --n) {
+    auto suffix = context.subspan(len - n);
+    // most recent earlier occurrence of the suffix wins
+    for (size_t start = len - n; start-- > 0;) {
+      if (!std::equal(suffix.begin(), suffix.end(), context.begin() + long(start))) continue;
+      std::vector<uint32_t> out;
+      for (size_t j = start + n; j < len && out.size() < k; ++j) out.push_back(context[j]);
+      if (!out.empty()) return out;
+    }
+  }
+  return {};
+}
+
+void check_same_vocabulary(const Tokenizer& target, const Tokenizer& draft) {
+  if (target.n_vocab() != draft.n_vocab())
+    throw Error("draft vocabulary has " + std::to_string(draft.n_vocab()) + " tokens, the target's " +
+                std::to_string(target.n_vocab()) + ": the models must share a vocabulary");
+  if (target.bos() != draft.bos() || target.eos() != draft.eos())
+    throw Error("draft and target disagree on BOS/EOS ids: the models must share a vocabulary");
+  for (uint32_t i = 0; i < target.n_vocab(); ++i)
+    if (target.text(i) != draft.text(i) || target.type(i) != draft.type(i))
+      throw Error("draft and target vocabularies differ at token " + std::to_string(i) + " ('" + target.text(i) +
+                  "' vs '" + draft.text(i) + "')");
+}
+
+}  // namespace vkspec

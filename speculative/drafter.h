@@ -1,0 +1,53 @@
+#pragma once
+// Drafters propose up to K next tokens for the target to verify in one pass.
+//   ModelDrafter: a small draft model sharing the target's vocabulary, greedy, with its own paged KV
+//                 kept in step with the accepted context (filled lazily: the first call prefills the prompt).
+//   NgramDrafter: prompt lookup: the longest recent n-gram that occurred earlier in the context proposes
+//                 the tokens that followed it (zero model cost).
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "loader/tokenizer.h"
+#include "runtime/model.h"
+
+namespace vkspec {
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  virtual const char* name() const = 0;
+  // Up to `k` tokens likely to follow `context` (which ends with the last accepted token).
+  virtual std::vector<uint32_t> draft(std::span<const uint32_t> context, uint32_t k) = 0;
+};
+
+class ModelDrafter : public Drafter {
+ public:
+  // p_min: stop drafting once the draft's top probability falls below it (0 = always draft k).
+  ModelDrafter(LlamaModel& draft, float p_min);
+  ~ModelDrafter() override;
+  const char* name() const override { return "draft-model"; }
+  std::vector<uint32_t> draft(std::span<const uint32_t> context, uint32_t k) override;
+
+ private:
+  LlamaModel& model_;
+  float p_min_;
+  int seq_;
+  std::vector<uint32_t> cached_;   // tokens whose K/V are in the draft's cache, in order
+};
+
+class NgramDrafter : public Drafter {
+ public:
+  explicit NgramDrafter(uint32_t max_n = 4, uint32_t min_n = 1) : max_n_(max_n), min_n_(min_n) {}
+  const char* name() const override { return "ngram"; }
+  std::vector<uint32_t> draft(std::span<const uint32_t> context, uint32_t k) override;
+
+ private:
+  uint32_t max_n_, min_n_;
+};
+
+// Draft and target must share a vocabulary (size, texts, types, special ids); throws Error otherwise.
+void check_same_vocabulary(const Tokenizer& target, const Tokenizer& draft);
+
+}  // namespace vkspec
