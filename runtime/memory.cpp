@@ -86,7 +86,6 @@ Arena::Block& Arena::new_block(VkDeviceSize min_size, const char* what) {
   VkBufferDeviceAddressInfo ainfo{VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO};
   ainfo.buffer = b.buffer;
   b.address = vk::vkGetBufferDeviceAddress(ctx_.device(), &ainfo);
-  memory_type_ = type;
   memory_flags_ = flags;
   blocks_.push_back(b);
   return blocks_.back();

@@ -53,7 +53,6 @@ class Arena {
   Context& ctx_;
   MemoryKind kind_;
   VkDeviceSize block_size_;
-  uint32_t memory_type_ = UINT32_MAX;
   VkMemoryPropertyFlags memory_flags_ = 0;
   std::vector<Block> blocks_;
   VkDeviceSize used_total_ = 0;

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "loader/gguf.h"
+
 namespace vkspec::test {
 
 class GgufWriter {
@@ -28,6 +30,19 @@ class GgufWriter {
     key(k, 9); put(uint32_t(5)); put(uint64_t(v.size()));
     for (int32_t i : v) put(i);
     n_kv_++;
+  }
+  // Copies every metadata key of `f` with its type, except those `skip` returns true for.
+  template <class Skip> void copy_metadata(const GgufFile& f, Skip skip) {
+    for (auto& [k, v] : f.metadata()) {
+      if (skip(k)) continue;
+      if (v.type == GgufType::STRING) str(k, v.str);
+      else if (v.type == GgufType::ARRAY && v.array_type == GgufType::STRING) strs(k, v.strings);
+      else if (v.type == GgufType::ARRAY && v.array_type == GgufType::F32) f32s(k, std::vector<float>(v.numbers.begin(), v.numbers.end()));
+      else if (v.type == GgufType::ARRAY) i32s(k, std::vector<int32_t>(v.numbers.begin(), v.numbers.end()));
+      else if (v.type == GgufType::F32) f32(k, float(v.number));
+      else if (v.type == GgufType::BOOL) boolean(k, v.number != 0);
+      else u32(k, uint32_t(v.number));
+    }
   }
   // dims ne0 first; type: 0 f32, 1 f16, 8 q8_0, 30 bf16
   void tensor(const std::string& name, std::vector<uint64_t> dims, uint32_t type, const void* data, size_t bytes) {

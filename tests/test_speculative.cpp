@@ -41,16 +41,8 @@ std::vector<uint32_t> speculative_greedy(LlamaModel& m, Drafter& d, const std::v
 std::string write_truncated_stories() {
   GgufFile f(shared_path("models/stories260K.gguf"));
   GgufWriter w;
-  for (auto& [k, v] : f.metadata()) {
-    if (k == "llama.block_count") { w.u32(k, 2); continue; }
-    if (v.type == GgufType::STRING) w.str(k, v.str);
-    else if (v.type == GgufType::ARRAY && v.array_type == GgufType::STRING) w.strs(k, v.strings);
-    else if (v.type == GgufType::ARRAY && v.array_type == GgufType::F32) w.f32s(k, std::vector<float>(v.numbers.begin(), v.numbers.end()));
-    else if (v.type == GgufType::ARRAY) w.i32s(k, std::vector<int32_t>(v.numbers.begin(), v.numbers.end()));
-    else if (v.type == GgufType::F32) w.f32(k, float(v.number));
-    else if (v.type == GgufType::BOOL) w.boolean(k, v.number != 0);
-    else w.u32(k, uint32_t(v.number));
-  }
+  w.copy_metadata(f, [](const std::string& k) { return k == "llama.block_count"; });
+  w.u32("llama.block_count", 2);
   for (auto& t : f.tensors())
     if (t.name.rfind("blk.", 0) != 0 || t.name.rfind("blk.0.", 0) == 0 || t.name.rfind("blk.1.", 0) == 0)
       w.tensor(t.name, t.dims, t.type, t.data, t.bytes);
