@@ -77,6 +77,12 @@ DeviceFacts probe(VkPhysicalDevice pd, uint32_t index) {
   f.max_shared_memory = p.limits.maxComputeSharedMemorySize;
   f.max_workgroup_invocations = p.limits.maxComputeWorkGroupInvocations;
   f.max_push_constants = p.limits.maxPushConstantsSize;
+  f.max_texel_buffer_elements = p.limits.maxTexelBufferElements;
+  uint32_t n_ext = 0;
+  vk::vkEnumerateDeviceExtensionProperties(pd, nullptr, &n_ext, nullptr);
+  std::vector<VkExtensionProperties> exts(n_ext);
+  vk::vkEnumerateDeviceExtensionProperties(pd, nullptr, &n_ext, exts.data());
+  for (auto& e : exts) f.push_descriptor |= strcmp(e.extensionName, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME) == 0;
   f.timestamps = p.limits.timestampComputeAndGraphics && p.limits.timestampPeriod > 0;
   f.timestamp_period_ns = p.limits.timestampPeriod;
 
@@ -252,6 +258,11 @@ Context::Context(const ContextOptions& opts) {
     f2.pNext = &v11;
     VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
     dci.pNext = &f2;
+    const char* push_descriptor_ext = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
+    if (facts_.push_descriptor) {
+      dci.enabledExtensionCount = 1;
+      dci.ppEnabledExtensionNames = &push_descriptor_ext;
+    }
     dci.queueCreateInfoCount = 1;
     dci.pQueueCreateInfos = &qci;
     vk_check(vk::vkCreateDevice(physical_, &dci, nullptr, &device_), "vkCreateDevice");

@@ -28,6 +28,8 @@ struct DeviceFacts {
   bool storage_16bit = false;
   bool storage_8bit = false;
   bool buffer_device_address = false;
+  bool push_descriptor = false;      // VK_KHR_push_descriptor (texel-buffer kernels bind through it)
+  uint64_t max_texel_buffer_elements = 0;
   uint64_t max_storage_buffer_range = 0;
   uint32_t max_shared_memory = 0;
   uint64_t max_allocation_size = 0;
@@ -41,6 +43,9 @@ struct DeviceFacts {
   // Kernel family: "row per lane" on CPU devices (each lane is a SIMD lane of the host, so strided
   // loads across lanes turn into gathers); subgroup-cooperative rows on GPUs.
   bool prefers_row_per_lane() const { return type == VK_PHYSICAL_DEVICE_TYPE_CPU; }
+  // Weight reads through uniform texel buffers: lavapipe turns texelFetch into a vector gather, while
+  // every storage-buffer or device-address load becomes a per-lane scalar loop with a branch per lane.
+  bool texel_reads() const { return push_descriptor && max_texel_buffer_elements >= (1u << 24); }
 };
 
 struct ContextOptions {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 
 namespace vkspec {
 
@@ -20,6 +21,11 @@ namespace {
 // Push-constant blocks; field order and types mirror the GLSL `PC` blocks (uvec2 = 64-bit address).
 struct MatmulPC {
   uint64_t w, w_scales, w2, w2_scales, x, y;
+  uint32_t M, K, n, x_stride, y_stride, mode;
+};
+struct MatmulRowsPC {   // matmul_rows_*: texel offsets instead of addresses for W, W2, x
+  uint64_t y;
+  uint32_t w, w_scales, w2, w2_scales, x;
   uint32_t M, K, n, x_stride, y_stride, mode;
 };
 struct EmbedPC {
@@ -53,6 +59,10 @@ static_assert(sizeof(MatmulPC) <= Pipelines::kPushConstantBytes && sizeof(RopeKv
 
 constexpr uint32_t kModeAccumulate = 1, kModeSwiglu = 2;
 const char* const kMatmulShader[] = {"matmul_f32", "matmul_f16", "matmul_bf16", "matmul_q8_0"};
+const char* const kMatmulRowsShader[] = {"matmul_rows_f32", "matmul_rows_f16", "matmul_rows_bf16", "matmul_rows_q8_0"};
+const uint32_t kElemsPerTexel[] = {4, 8, 8, 16};
+
+uint32_t texel_offset(const Slice& s) { return uint32_t(s.offset / 16); }
 
 uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 }  // namespace
@@ -65,7 +75,7 @@ Kernels::Kernels(Context& ctx, Pipelines& pipelines, KernelFamily family)
     else if (e && strcmp(e, "subgroup") == 0) family_ = KernelFamily::Subgroup;
     else family_ = ctx.facts().prefers_row_per_lane() ? KernelFamily::RowPerLane : KernelFamily::Subgroup;
   }
-  wg_rows_ = family_ == KernelFamily::RowPerLane ? 16 : 64;
+  wg_rows_ = family_ == KernelFamily::RowPerLane ? std::max(16u, ctx.facts().subgroup_size) : 64;
 }
 
 void Kernels::embed(Recorder& r, const DeviceMatrix& table, const Slice& tokens, const Slice& x, uint32_t n) {
@@ -79,15 +89,40 @@ void Kernels::rmsnorm(Recorder& r, const Slice& x, const Slice& w, const Slice& 
   r.dispatch(pipelines_.get("rmsnorm", {64}), &pc, sizeof pc, n);
 }
 
+// Texel path (row per lane on devices that read through texel buffers): every operand must sit in a
+// texel view at a 16-byte offset and rows must be whole texels; otherwise the device-address kernel.
+static bool texel_path(KernelFamily fam, const DeviceMatrix& w, const DeviceMatrix* w2, const Slice& x,
+                       uint32_t x_stride) {
+  return fam == KernelFamily::RowPerLane && w.data.texels && x.texels && (!w2 || w2->data.texels) &&
+         w.cols % kElemsPerTexel[uint32_t(w.type)] == 0 && x_stride % 4 == 0 && x.offset % 16 == 0 &&
+         w.data.offset / 16 < UINT32_MAX && x.offset / 16 < UINT32_MAX;
+}
+
+const char* Kernels::matmul_shader(const DeviceMatrix& w, const Slice& x, uint32_t x_stride) const {
+  return (texel_path(family_, w, nullptr, x, x_stride ? x_stride : w.cols) ? kMatmulRowsShader
+                                                                           : kMatmulShader)[uint32_t(w.type)];
+}
+
 static void record_matmul(Recorder& r, Pipelines& pipes, KernelFamily fam, uint32_t wg, const DeviceMatrix& w,
                           const DeviceMatrix* w2, const Slice& x, const Slice& y, uint32_t n, uint32_t mode,
                           uint32_t x_stride, uint32_t y_stride) {
   if (w.type == DType::Q8_0 && w.cols % 32 != 0) throw Error("internal: q8_0 rows must be a multiple of 32");
+  x_stride = x_stride ? x_stride : w.cols;
+  y_stride = y_stride ? y_stride : w.rows;
+  const bool texel = texel_path(fam, w, w2, x, x_stride);
+  if (texel) {
+    const uint32_t tt = std::min(n, Kernels::kBatchTile);   // no padded tokens: a verify of 6 computes 6
+    MatmulRowsPC pc{y.address, texel_offset(w.data), texel_offset(w.scales), w2 ? texel_offset(w2->data) : 0,
+                    w2 ? texel_offset(w2->scales) : 0, texel_offset(x), w.rows, w.cols, n, x_stride, y_stride, mode};
+    const VkBufferView views[3] = {w.data.texels, w2 ? w2->data.texels : w.data.texels, x.texels};
+    const Pipeline& p = pipes.get(kMatmulRowsShader[uint32_t(w.type)], {wg, tt}, Pipelines::Layout::Texels);
+    r.dispatch(p, views, &pc, sizeof pc, ceil_div(w.rows, wg), ceil_div(n, tt));
+    return;
+  }
   const uint32_t tt = n == 1 ? 1 : Kernels::kBatchTile;
   const uint32_t lpr = fam == KernelFamily::RowPerLane ? 1 : wg;
   MatmulPC pc{w.data.address, w.scales.address, w2 ? w2->data.address : 0, w2 ? w2->scales.address : 0,
-              x.address, y.address, w.rows, w.cols, n, x_stride ? x_stride : w.cols, y_stride ? y_stride : w.rows,
-              mode};
+              x.address, y.address, w.rows, w.cols, n, x_stride, y_stride, mode};
   const Pipeline& p = pipes.get(kMatmulShader[uint32_t(w.type)], {wg, tt, lpr});
   r.dispatch(p, &pc, sizeof pc, lpr == 1 ? ceil_div(w.rows, wg) : w.rows, ceil_div(n, tt));
 }

@@ -3,8 +3,9 @@
 // barriers, no waits; the caller orders dependent ops with Recorder::barrier()).
 //
 // Two kernel families, chosen from probed facts (DeviceFacts::prefers_row_per_lane) and both tested:
-//   RowPerLane: each lane owns a weight row and loops over it with vec4 loads (CPU devices: lanes are
-//               SIMD lanes, so cross-lane strided loads would be gathers).
+//   RowPerLane: each lane owns a weight row and loops over it 16 bytes at a time (CPU devices: lanes are
+//               SIMD lanes, so cross-lane strided loads would be gathers). Reads go through texel buffers
+//               when the device has push descriptors (matmul_rows.comp), else device addresses.
 //   Subgroup:   a workgroup owns a row; lanes stride over it for coalesced loads and reduce with
 //               subgroupAdd (GPUs).
 #include <cstdint>
@@ -41,6 +42,8 @@ class Kernels {
   // y[t] = W x[t] (accumulate: y[t] += W x[t]). x: [n][x_stride], y: [n][y_stride].
   void matmul(Recorder& r, const DeviceMatrix& w, const Slice& x, const Slice& y, uint32_t n, bool accumulate,
               uint32_t x_stride = 0, uint32_t y_stride = 0);
+  // Which shader matmul() records for these operands (tests check both paths are exercised).
+  const char* matmul_shader(const DeviceMatrix& w, const Slice& x, uint32_t x_stride = 0) const;
   // y[t] = silu(Wg x[t]) * (Wu x[t]).
   void matmul_swiglu(Recorder& r, const DeviceMatrix& gate, const DeviceMatrix& up, const Slice& x,
                      const Slice& y, uint32_t n);

@@ -44,6 +44,7 @@ Arena::Arena(Context& ctx, MemoryKind kind, VkDeviceSize block_size)
 
 Arena::~Arena() {
   for (auto& b : blocks_) {
+    if (b.texels) vk::vkDestroyBufferView(ctx_.device(), b.texels, nullptr);
     vk::vkDestroyBuffer(ctx_.device(), b.buffer, nullptr);
     vk::vkFreeMemory(ctx_.device(), b.memory, nullptr);
   }
@@ -60,7 +61,7 @@ Arena::Block& Arena::new_block(VkDeviceSize min_size, const char* what) {
   VkBufferCreateInfo bi{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
   bi.size = b.size;
   bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
-             VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT;
+             VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT | VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT;
   vk_check(vk::vkCreateBuffer(ctx_.device(), &bi, nullptr, &b.buffer), "vkCreateBuffer");
   VkMemoryRequirements req;
   vk::vkGetBufferMemoryRequirements(ctx_.device(), b.buffer, &req);
@@ -86,6 +87,13 @@ Arena::Block& Arena::new_block(VkDeviceSize min_size, const char* what) {
   VkBufferDeviceAddressInfo ainfo{VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO};
   ainfo.buffer = b.buffer;
   b.address = vk::vkGetBufferDeviceAddress(ctx_.device(), &ainfo);
+  if (ctx_.facts().texel_reads()) {
+    VkBufferViewCreateInfo vi{VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO};
+    vi.buffer = b.buffer;
+    vi.format = VK_FORMAT_R32G32B32A32_UINT;
+    vi.range = b.texel_range = std::min<VkDeviceSize>(b.size, ctx_.facts().max_texel_buffer_elements * 16) / 16 * 16;
+    vk_check(vk::vkCreateBufferView(ctx_.device(), &vi, nullptr, &b.texels), "vkCreateBufferView");
+  }
   memory_flags_ = flags;
   blocks_.push_back(b);
   return blocks_.back();
@@ -108,6 +116,7 @@ Slice Arena::alloc(VkDeviceSize size, const char* what, VkDeviceSize align) {
   s.size = size;
   s.address = blk->address + off;
   s.mapped = blk->mapped ? blk->mapped + off : nullptr;
+  if (off + size <= blk->texel_range) s.texels = blk->texels;
   return s;
 }
 

@@ -16,6 +16,10 @@ struct Slice {
   VkDeviceSize offset = 0, size = 0;
   VkDeviceAddress address = 0;   // device address of the first byte
   uint8_t* mapped = nullptr;     // host pointer when the memory is host-visible, else null
+  // A uniform texel buffer view (R32G32B32A32_UINT, 16-byte texels) over the whole block the slice lives
+  // in, when the device reads through texel buffers (DeviceFacts::texel_reads); the slice starts at
+  // texel offset / 16 (offsets are 256-byte aligned).
+  VkBufferView texels = VK_NULL_HANDLE;
 
   explicit operator bool() const { return buffer != VK_NULL_HANDLE; }
   Slice sub(VkDeviceSize off, VkDeviceSize len) const;
@@ -47,6 +51,8 @@ class Arena {
     VkDeviceSize size = 0, used = 0;
     VkDeviceAddress address = 0;
     uint8_t* mapped = nullptr;
+    VkBufferView texels = VK_NULL_HANDLE;
+    VkDeviceSize texel_range = 0;   // bytes the view covers (maxTexelBufferElements may cap it)
   };
   Block& new_block(VkDeviceSize min_size, const char* what);
 

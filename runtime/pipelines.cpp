@@ -25,6 +25,20 @@ Pipelines::Pipelines(Context& ctx) : ctx_(ctx) {
   li.pushConstantRangeCount = 1;
   li.pPushConstantRanges = &range;
   vk_check(vk::vkCreatePipelineLayout(ctx.device(), &li, nullptr, &layout_), "vkCreatePipelineLayout");
+  if (ctx.facts().push_descriptor) {
+    VkDescriptorSetLayoutBinding b[kTexelBindings];
+    for (uint32_t i = 0; i < kTexelBindings; ++i)
+      b[i] = {i, VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
+    VkDescriptorSetLayoutCreateInfo di{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
+    di.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR;
+    di.bindingCount = kTexelBindings;
+    di.pBindings = b;
+    vk_check(vk::vkCreateDescriptorSetLayout(ctx.device(), &di, nullptr, &texel_set_layout_),
+             "vkCreateDescriptorSetLayout");
+    li.setLayoutCount = 1;
+    li.pSetLayouts = &texel_set_layout_;
+    vk_check(vk::vkCreatePipelineLayout(ctx.device(), &li, nullptr, &texel_layout_), "vkCreatePipelineLayout");
+  }
 
   std::vector<char> initial;
   if (std::string dir = cache_dir(); !dir.empty()) {
@@ -63,9 +77,11 @@ Pipelines::~Pipelines() {
   for (auto& [name, m] : modules_) vk::vkDestroyShaderModule(ctx_.device(), m, nullptr);
   vk::vkDestroyPipelineCache(ctx_.device(), cache_, nullptr);
   vk::vkDestroyPipelineLayout(ctx_.device(), layout_, nullptr);
+  if (texel_layout_) vk::vkDestroyPipelineLayout(ctx_.device(), texel_layout_, nullptr);
+  if (texel_set_layout_) vk::vkDestroyDescriptorSetLayout(ctx_.device(), texel_set_layout_, nullptr);
 }
 
-const Pipeline& Pipelines::get(const std::string& shader, const std::vector<uint32_t>& spec) {
+const Pipeline& Pipelines::get(const std::string& shader, const std::vector<uint32_t>& spec, Layout layout) {
   auto key = std::make_pair(shader, spec);
   if (auto it = pipelines_.find(key); it != pipelines_.end()) return it->second;
 
@@ -89,11 +105,13 @@ const Pipeline& Pipelines::get(const std::string& shader, const std::vector<uint
   pi.stage.module = module;
   pi.stage.pName = "main";
   pi.stage.pSpecializationInfo = &si;
-  pi.layout = layout_;
+  if (layout == Layout::Texels && !texel_layout_) throw Error("internal: " + shader + " needs push descriptors");
+  pi.layout = layout == Layout::Texels ? texel_layout_ : layout_;
   Pipeline p;
   vk_check(vk::vkCreateComputePipelines(ctx_.device(), cache_, 1, &pi, nullptr, &p.pipeline),
            ("creating pipeline " + shader).c_str());
-  p.layout = layout_;
+  p.layout = pi.layout;
+  p.texel_bindings = layout == Layout::Texels;
   p.workgroup_size = spec.empty() ? 1 : spec[0];
   p.name = shader;
   return pipelines_.emplace(key, p).first->second;

@@ -57,6 +57,21 @@ void Recorder::dispatch(const Pipeline& p, const void* push, uint32_t push_size,
   }
 }
 
+void Recorder::dispatch(const Pipeline& p, const VkBufferView* texels, const void* push, uint32_t push_size,
+                        uint32_t gx, uint32_t gy, uint32_t gz) {
+  if (!p.texel_bindings) throw Error("internal: " + p.name + " has no texel bindings");
+  VkWriteDescriptorSet w[Pipelines::kTexelBindings];
+  for (uint32_t i = 0; i < Pipelines::kTexelBindings; ++i) {
+    w[i] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+    w[i].dstBinding = i;
+    w[i].descriptorCount = 1;
+    w[i].descriptorType = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER;
+    w[i].pTexelBufferView = &texels[i];
+  }
+  vk::vkCmdPushDescriptorSetKHR(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, Pipelines::kTexelBindings, w);
+  dispatch(p, push, push_size, gx, gy, gz);
+}
+
 void Recorder::barrier() {
   VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
   mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;

@@ -21,6 +21,9 @@ class Recorder {
   void begin();
   void dispatch(const Pipeline& p, const void* push, uint32_t push_size, uint32_t gx, uint32_t gy = 1,
                 uint32_t gz = 1);
+  // Texel-buffer kernels: views for set 0 (Pipelines::kTexelBindings of them) pushed before the dispatch.
+  void dispatch(const Pipeline& p, const VkBufferView* texels, const void* push, uint32_t push_size, uint32_t gx,
+                uint32_t gy = 1, uint32_t gz = 1);
   void barrier();
   void copy(const Slice& src, const Slice& dst);
   void submit_and_wait();

@@ -23,8 +23,11 @@ DeviceMatrix upload_matrix(Arena& arena, Uploader& up, DType type, uint32_t rows
       std::vector<int8_t> quants(n);
       std::vector<float> scales(n / kQ8BlockElems);
       split_q8_0(static_cast<const uint8_t*>(bytes), n, quants.data(), scales.data());
-      m.data = arena.alloc(n, name);
-      m.scales = arena.alloc(scales.size() * 4, name);
+      // One allocation for both planes, so they share a memory block (texel kernels bind one view).
+      const VkDeviceSize quant_bytes = (n + 255) / 256 * 256;
+      Slice both = arena.alloc(quant_bytes + scales.size() * 4, name);
+      m.data = both.sub(0, n);
+      m.scales = both.sub(quant_bytes, scales.size() * 4);
       up.upload(m.data, quants.data(), n);
       up.upload(m.scales, scales.data(), scales.size() * 4);
       break;

@@ -33,6 +33,7 @@ VKSPEC_INSTANCE_FUNCS(VKSPEC_DEFINE)
 VKSPEC_DEVICE_FUNCS(VKSPEC_DEFINE)
 #undef VKSPEC_DEFINE
 PFN_vkGetInstanceProcAddr vkGetInstanceProcAddr = nullptr;
+PFN_vkCmdPushDescriptorSetKHR vkCmdPushDescriptorSetKHR = nullptr;
 PFN_vkCreateInstance vkCreateInstance = nullptr;
 PFN_vkEnumerateInstanceLayerProperties vkEnumerateInstanceLayerProperties = nullptr;
 PFN_vkEnumerateInstanceExtensionProperties vkEnumerateInstanceExtensionProperties = nullptr;
@@ -65,6 +66,8 @@ void load_device(VkDevice device) {
   if (!name) throw Error("Vulkan driver lacks " #name);
   VKSPEC_DEVICE_FUNCS(LOAD)
 #undef LOAD
+  vkCmdPushDescriptorSetKHR =
+      reinterpret_cast<PFN_vkCmdPushDescriptorSetKHR>(vkGetDeviceProcAddr(device, "vkCmdPushDescriptorSetKHR"));
 }
 }  // namespace vk
 }  // namespace vkspec

@@ -26,7 +26,8 @@
   X(vkCmdWriteTimestamp) X(vkCmdResetQueryPool) X(vkCreateQueryPool) X(vkDestroyQueryPool)         \
   X(vkGetQueryPoolResults) X(vkQueueSubmit) X(vkCreateFence) X(vkDestroyFence) X(vkWaitForFences)  \
   X(vkResetFences) X(vkDeviceWaitIdle) X(vkFlushMappedMemoryRanges)                                \
-  X(vkInvalidateMappedMemoryRanges)
+  X(vkInvalidateMappedMemoryRanges) X(vkCreateBufferView) X(vkDestroyBufferView)                  \
+  X(vkCreateDescriptorSetLayout) X(vkDestroyDescriptorSetLayout)
 
 namespace vkspec {
 
@@ -44,6 +45,7 @@ namespace vk {
 VKSPEC_INSTANCE_FUNCS(VKSPEC_DECLARE)
 VKSPEC_DEVICE_FUNCS(VKSPEC_DECLARE)
 extern PFN_vkGetInstanceProcAddr vkGetInstanceProcAddr;
+extern PFN_vkCmdPushDescriptorSetKHR vkCmdPushDescriptorSetKHR;   // null unless VK_KHR_push_descriptor is enabled
 extern PFN_vkCreateInstance vkCreateInstance;
 extern PFN_vkEnumerateInstanceLayerProperties vkEnumerateInstanceLayerProperties;
 extern PFN_vkEnumerateInstanceExtensionProperties vkEnumerateInstanceExtensionProperties;

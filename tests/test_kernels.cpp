@@ -82,6 +82,22 @@ TEST_P(KernelTest, MatmulMatchesReferenceAllTypesOddSizes) {
       for (uint32_t n : {1u, 5u, 16u}) check_matmul(this, kernels(), DType::Q8_0, {M, K, n}, false);
 }
 
+// Both matmul paths must be exercised by the cases above: on a device with push descriptors the row-per-lane
+// family reads whole-texel rows through texel buffers and falls back to device addresses otherwise.
+TEST_P(KernelTest, MatmulPathsAreBothCovered) {
+  Kernels k = kernels();
+  std::vector<float> w(64 * 64, 0.5f);
+  DeviceMatrix aligned = upload_matrix(*arena_, gpu().uploader, DType::F32, 64, 64, w.data(), "w");
+  DeviceMatrix odd = upload_matrix(*arena_, gpu().uploader, DType::F32, 64, 63, w.data(), "w");
+  Slice x = zeros<float>(64);
+  const bool texels = GetParam() == KernelFamily::RowPerLane && gpu().ctx.facts().texel_reads();
+  EXPECT_STREQ(k.matmul_shader(aligned, x), texels ? "matmul_rows_f32" : "matmul_f32");
+  EXPECT_STREQ(k.matmul_shader(odd, x), "matmul_f32");
+  if (gpu().ctx.facts().type == VK_PHYSICAL_DEVICE_TYPE_CPU && GetParam() == KernelFamily::RowPerLane) {
+    EXPECT_TRUE(texels) << "lavapipe has push descriptors: the texel path should be on";
+  }
+}
+
 TEST_P(KernelTest, MatmulAccumulatesIntoResidual) {
   for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0})
     check_matmul(this, kernels(), type, {65, 96, 4}, true);
