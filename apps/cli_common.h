@@ -13,6 +13,7 @@ struct RunOptions {
   float temp = 0.8f, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f;
   int top_k = 40, repeat_last_n = 64;
   int64_t seed = -1;   // -1: random
+  int samples = 1;     // independent completions, seeds seed, seed+1, ...
   int ctx = 0;
   int device = -1;
   bool ignore_eos = false;

@@ -75,8 +75,6 @@ int cmd_tokenize(const RunOptions& o) {
 
 int cmd_run(const RunOptions& o) {
   if (o.n_predict <= 0) throw Error("-n must be positive (got " + std::to_string(o.n_predict) + ")");
-  if (o.speculative() && o.temp > 0)
-    throw Error("speculative decoding currently verifies greedily: use --temp 0 (sampling verification is not implemented yet)");
   if (!o.draft_model.empty() && !o.draft.empty()) throw Error("give either -md DRAFT.gguf or --draft ngram, not both");
   if (o.draft_max < 1 || o.draft_max > int(LlamaModel::kMaxBatch - 1) || o.draft_min < 0 || o.draft_min > o.draft_max)
     throw Error("--draft-max must be 1.." + std::to_string(LlamaModel::kMaxBatch - 1) + " and --draft-min 0..draft-max");
@@ -121,10 +119,18 @@ int cmd_run(const RunOptions& o) {
   sp.min_p = o.min_p;
   sp.repeat_penalty = o.repeat_penalty;
   sp.repeat_last_n = o.repeat_last_n;
-  sp.seed = o.seed >= 0 ? uint64_t(o.seed) : std::random_device{}();
-  Sampler sampler(sp);
+  const uint64_t base_seed = o.seed >= 0 ? uint64_t(o.seed) : std::random_device{}();
   const bool device_argmax = sp.greedy() && sp.repeat_penalty == 1.0f;
+  std::unique_ptr<SpecAcceptor> acceptor;
+  if (drafter && !sp.greedy())
+    acceptor = std::make_unique<SpecAcceptor>(ctx, pipelines, model.hparams().n_vocab, LlamaModel::kMaxBatch - 1);
+  const std::vector<uint32_t> prompt_ids = ids;
 
+  // --samples N: independent completions with seeds S, S+1, ..., the models loaded once.
+  for (int sample = 0; sample < o.samples; ++sample) {
+  ids = prompt_ids;
+  sp.seed = base_seed + uint64_t(sample);
+  Sampler sampler(sp);
   const int seq = model.kv().new_sequence();
   const auto t_prefill = std::chrono::steady_clock::now();
   model.forward(seq, ids, Logits::Last);
@@ -144,7 +150,7 @@ int cmd_run(const RunOptions& o) {
   const auto t_decode = std::chrono::steady_clock::now();
   SpeculativeStats spec;
   if (drafter) {
-    SpeculativeOptions so{uint32_t(o.draft_max), uint32_t(o.draft_min)};
+    SpeculativeOptions so{uint32_t(o.draft_max), uint32_t(o.draft_min), &sampler, acceptor.get()};
     std::vector<uint32_t> context = ids;
     spec = generate_speculative(model, seq, *drafter, context, so, [&](uint32_t next) {
       if (!o.ignore_eos && tok->is_eog(next)) return false;
@@ -188,6 +194,9 @@ int cmd_run(const RunOptions& o) {
     fprintf(stderr, "vkspec: %zu prompt tokens in %.3f s (%.1f tok/s), %zu generated in %.3f s (%.1f tok/s) on %s\n",
             n_prompt, prefill_s, n_prompt / prefill_s, generated.size(), decode_s,
             decode_passes > 0 ? decode_passes / decode_s : 0.0, ctx.facts().name.c_str());
+  }
+  fflush(stdout);
+  model.kv().free_sequence(seq);
   }
   return 0;
 }

@@ -49,6 +49,8 @@ int main(int argc, char** argv) {
   run->add_option("--repeat-penalty", o.repeat_penalty, "Repetition penalty (1 = off)");
   run->add_option("--repeat-last-n", o.repeat_last_n, "Tokens the repetition penalty looks back over");
   run->add_option("-s,--seed", o.seed, "RNG seed (-1 = random)");
+  run->add_option("--samples", o.samples, "Independent completions of the prompt, seeds S, S+1, ... (one JSON line each)")
+      ->check(CLI::Range(1, 1000000));
   run->add_option("-c,--ctx", o.ctx, "Context size (0 = model's, capped at 4096)");
   run->add_option("--device", o.device, "Vulkan device index (see `vkspec devices`)");
   run->add_flag("--ignore-eos", o.ignore_eos, "Do not stop at end-of-generation tokens");

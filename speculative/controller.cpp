@@ -4,11 +4,41 @@
 
 namespace vkspec {
 
+namespace {
+// Sampling verification: the target's distributions p_0..p_k (transforms applied with the context growing
+// draft by draft), the draft's q_i, and the accept/reject chain in the fused kernel.
+SpecAcceptor::Outcome verify_sampled(LlamaModel& target, SpecAcceptor& acceptor, const Sampler& sampler,
+                                     const std::vector<uint32_t>& context, const std::vector<uint32_t>& drafts,
+                                     const std::vector<Candidates>& q) {
+  const uint32_t k = uint32_t(drafts.size()), V = target.hparams().n_vocab;
+  std::vector<uint32_t> history = context;
+  for (uint32_t i = 0; i <= k; ++i) {
+    acceptor.set_row(acceptor.p_row(i), sampler.distribution({target.logits(i), V}, history));
+    if (i == k) break;
+    acceptor.set_row(acceptor.q_row(i), q.empty() ? Candidates{} : q[i], drafts[i]);   // empty: one-hot
+    acceptor.tokens()[i] = drafts[i];
+    history.push_back(drafts[i]);
+  }
+  return acceptor.run(k, sampler.params().seed, uint32_t(context.size()))[0];
+}
+}  // namespace
+
 SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& drafter, std::vector<uint32_t>& context,
                                       const SpeculativeOptions& opts, const std::function<bool(uint32_t)>& emit) {
+  const Sampler* sampler = opts.sampler;
+  const bool sampling = sampler && !sampler->params().greedy();
+  if (sampling && !opts.acceptor) throw Error("internal: sampling verification needs a SpecAcceptor");
+  const uint32_t V = target.hparams().n_vocab;
+  // Greedy choice after logits row `row` (the repetition penalty, when on, is applied on the host).
+  auto greedy_pick = [&](uint32_t row, const std::vector<uint32_t>& history) {
+    return sampler && sampler->params().repeat_penalty != 1.0f
+               ? sampler->sample({target.logits(row), V}, history, history.size())
+               : target.argmax_id(row);
+  };
   SpeculativeStats stats;
   PagedKvCache& kv = target.kv();
-  uint32_t g = target.argmax_id(0);   // the target's next token after the prefilled context
+  // the target's next token after the prefilled context
+  uint32_t g = sampling ? sampler->sample({target.logits(0), V}, context, context.size()) : greedy_pick(0, context);
   while (true) {
     context.push_back(g);
     stats.tokens++;
@@ -17,18 +47,28 @@ SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& draf
     // Draft, never past the end of the context (K shrinks to 0 = plain decoding).
     const uint32_t room = target.n_ctx() - uint32_t(context.size());
     const uint32_t k_max = std::min({opts.draft_max, room, LlamaModel::kMaxBatch - 1});
-    std::vector<uint32_t> drafts = k_max ? drafter.draft(context, k_max) : std::vector<uint32_t>{};
+    std::vector<Candidates> q;
+    std::vector<uint32_t> drafts = k_max ? drafter.draft(context, k_max, sampler, &q) : std::vector<uint32_t>{};
     if (drafts.size() < opts.draft_min) drafts.clear();
     stats.drafted += drafts.size();
 
-    // Verify: one target pass over [g, d1..dK] gives the target's argmax after each of them.
+    // Verify: one target pass over [g, d1..dK] gives the target's distribution after each of them.
     std::vector<uint32_t> batch{g};
     batch.insert(batch.end(), drafts.begin(), drafts.end());
     const uint32_t base = kv.length(seq);
     target.forward(seq, batch, Logits::All);
     stats.verify_passes++;
     size_t n_ok = 0;
-    while (n_ok < drafts.size() && target.argmax_id(uint32_t(n_ok)) == drafts[n_ok]) ++n_ok;
+    uint32_t next = 0;
+    if (sampling) {
+      const auto o = verify_sampled(target, *opts.acceptor, *sampler, context, drafts, q);
+      n_ok = o.accepted;
+      next = o.next;
+    } else {   // exact match against the target's own choice
+      std::vector<uint32_t> history = context;
+      while (n_ok < drafts.size() && greedy_pick(uint32_t(n_ok), history) == drafts[n_ok]) history.push_back(drafts[n_ok++]);
+      next = greedy_pick(uint32_t(n_ok), history);   // correction (first mismatch) or bonus (all accepted)
+    }
     stats.accepted += n_ok;
     kv.truncate(seq, base + 1 + uint32_t(n_ok));   // keep g and the accepted drafts
 
@@ -37,7 +77,7 @@ SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& draf
       stats.tokens++;
       if (!emit(drafts[i]) || context.size() >= target.n_ctx()) return stats;
     }
-    g = target.argmax_id(uint32_t(n_ok));   // correction (first mismatch) or bonus (all accepted)
+    g = next;
   }
 }
 

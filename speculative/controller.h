@@ -1,13 +1,17 @@
 #pragma once
-// The speculative decoding loop (greedy verification). Per round: draft up to K tokens after the last
-// accepted token g, run the target once over [g, d1..dK], accept the longest prefix of drafts that equal
-// the target's own argmax, take the target's token after it (correction or bonus), and truncate the
-// target's paged KV back to the accepted length. Because every kernel is batch-invariant, the verify
-// pass computes bit-identical logits to plain decoding, so the output equals plain greedy decoding.
+// The speculative decoding loop. Per round: draft up to K tokens after the last accepted token g, run the
+// target once over [g, d1..dK], decide how many drafts to keep and the token after them, and truncate the
+// target's paged KV back to the accepted length.
+//   Greedy: keep the longest prefix of drafts equal to the target's own choice; the next token is the
+//           target's choice after it. Every kernel is batch-invariant, so the verify pass computes
+//           bit-identical logits to plain decoding and the output equals plain greedy decoding.
+//   Sampling: exact rejection sampling in the fused kernel (speculative/acceptance.h), so the output is
+//           distributed exactly as sampling the target alone.
 #include <functional>
 #include <span>
 #include <vector>
 
+#include "speculative/acceptance.h"
 #include "speculative/drafter.h"
 
 namespace vkspec {
@@ -15,6 +19,8 @@ namespace vkspec {
 struct SpeculativeOptions {
   uint32_t draft_max = 5;   // K
   uint32_t draft_min = 0;   // rounds with fewer drafted tokens decode plainly
+  const Sampler* sampler = nullptr;   // null or greedy: greedy verification
+  SpecAcceptor* acceptor = nullptr;   // required when sampling (n_vocab of the target, max_k >= draft_max)
 };
 
 struct SpeculativeStats {

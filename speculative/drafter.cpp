@@ -9,7 +9,9 @@ ModelDrafter::ModelDrafter(LlamaModel& draft, float p_min) : model_(draft), p_mi
 
 ModelDrafter::~ModelDrafter() { model_.kv().free_sequence(seq_); }
 
-std::vector<uint32_t> ModelDrafter::draft(std::span<const uint32_t> context, uint32_t k) {
+std::vector<uint32_t> ModelDrafter::draft(std::span<const uint32_t> context, uint32_t k, const Sampler* sampling,
+                                          std::vector<Candidates>* q) {
+  const bool sample = sampling && !sampling->params().greedy() && q;
   // Keep the cached prefix the context still agrees with; drop the rest (rejected drafts).
   size_t common = 0;
   while (common < cached_.size() && common < context.size() && cached_[common] == context[common]) ++common;
@@ -22,15 +24,29 @@ std::vector<uint32_t> ModelDrafter::draft(std::span<const uint32_t> context, uin
   model_.forward(seq_, context.subspan(common), Logits::Last);
   cached_.assign(context.begin(), context.end());
   const uint32_t V = model_.hparams().n_vocab;
+  std::vector<uint32_t> history(context.begin(), context.end());
   for (uint32_t i = 0; i < k; ++i) {
-    const uint32_t tok = model_.argmax_id(0);
-    if (p_min_ > 0) {   // top probability of the draft's distribution
+    uint32_t tok = model_.argmax_id(0);
+    if (sample) {
+      // q_i after the target's transforms; the draw uses its own stream so it is independent of the
+      // target's accept/resample numbers at the same position.
+      Candidates c = sampling->distribution({model_.logits(0), V}, history);
+      const double u = counter_uniform(sampling->params().seed ^ 0xD1B54A32D192ED03ull, history.size());
+      double cum = 0;
+      tok = c.ids.back();
+      for (size_t j = 0; j < c.ids.size(); ++j)
+        if (u < (cum += c.probs[j])) { tok = c.ids[j]; break; }
+      const double top = c.probs.front();   // candidates are sorted by logit: the first is the mode
+      if (p_min_ > 0 && top < p_min_ && !out.empty()) break;
+      q->push_back(std::move(c));
+    } else if (p_min_ > 0) {   // top probability of the draft's distribution
       const float* l = model_.logits(0);
       double z = 0;
       for (uint32_t v = 0; v < V; ++v) z += std::exp(double(l[v] - l[tok]));
       if (1.0 / z < p_min_ && !out.empty()) break;
     }
     out.push_back(tok);
+    history.push_back(tok);
     if (i + 1 == k) break;
     model_.forward(seq_, std::span<const uint32_t>(&out.back(), 1), Logits::Last);
     cached_.push_back(tok);
@@ -38,7 +54,8 @@ std::vector<uint32_t> ModelDrafter::draft(std::span<const uint32_t> context, uin
   return out;
 }
 
-std::vector<uint32_t> NgramDrafter::draft(std::span<const uint32_t> context, uint32_t k) {
+std::vector<uint32_t> NgramDrafter::draft(std::span<const uint32_t> context, uint32_t k, const Sampler*,
+                                          std::vector<Candidates>*) {
   const size_t len = context.size();
   for (uint32_t n = std::min<uint32_t>(max_n_, uint32_t(len ? len - 1 : 0)); n >= min_n_ && n > 0; --n) {
     auto suffix = context.subspan(len - n);

@@ -1,7 +1,8 @@
 #pragma once
 // Drafters propose up to K next tokens for the target to verify in one pass.
-//   ModelDrafter: a small draft model sharing the target's vocabulary, greedy, with its own paged KV
-//                 kept in step with the accepted context (filled lazily: the first call prefills the prompt).
+//   ModelDrafter: a small draft model sharing the target's vocabulary, with its own paged KV kept in step
+//                 with the accepted context (filled lazily: the first call prefills the prompt). Greedy, or
+//                 sampling from its distribution after the target's sampling transforms.
 //   NgramDrafter: prompt lookup: the longest recent n-gram that occurred earlier in the context proposes
 //                 the tokens that followed it (zero model cost).
 #include <cstdint>
@@ -11,6 +12,7 @@
 
 #include "loader/tokenizer.h"
 #include "runtime/model.h"
+#include "runtime/sampler.h"
 
 namespace vkspec {
 
@@ -18,8 +20,11 @@ class Drafter {
  public:
   virtual ~Drafter() = default;
   virtual const char* name() const = 0;
-  // Up to `k` tokens likely to follow `context` (which ends with the last accepted token).
-  virtual std::vector<uint32_t> draft(std::span<const uint32_t> context, uint32_t k) = 0;
+  // Up to `k` tokens likely to follow `context` (which ends with the last accepted token). With a
+  // non-greedy `sampling`, drafts are drawn at random and `q` receives the distribution each was drawn from
+  // (left empty by drafters whose proposals are deterministic: q is then one-hot at the drafted token).
+  virtual std::vector<uint32_t> draft(std::span<const uint32_t> context, uint32_t k, const Sampler* sampling = nullptr,
+                                      std::vector<Candidates>* q = nullptr) = 0;
 };
 
 class ModelDrafter : public Drafter {
@@ -28,7 +33,8 @@ class ModelDrafter : public Drafter {
   ModelDrafter(LlamaModel& draft, float p_min);
   ~ModelDrafter() override;
   const char* name() const override { return "draft-model"; }
-  std::vector<uint32_t> draft(std::span<const uint32_t> context, uint32_t k) override;
+  std::vector<uint32_t> draft(std::span<const uint32_t> context, uint32_t k, const Sampler* sampling = nullptr,
+                              std::vector<Candidates>* q = nullptr) override;
 
  private:
   LlamaModel& model_;
@@ -41,7 +47,8 @@ class NgramDrafter : public Drafter {
  public:
   explicit NgramDrafter(uint32_t max_n = 4, uint32_t min_n = 1) : max_n_(max_n), min_n_(min_n) {}
   const char* name() const override { return "ngram"; }
-  std::vector<uint32_t> draft(std::span<const uint32_t> context, uint32_t k) override;
+  std::vector<uint32_t> draft(std::span<const uint32_t> context, uint32_t k, const Sampler* = nullptr,
+                              std::vector<Candidates>* = nullptr) override;
 
  private:
   uint32_t max_n_, min_n_;

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "tests/vk_test_env.h"
 
@@ -74,6 +75,24 @@ TEST(Cli, RunJsonReproducesReferenceAndSeededSamplingRepeats) {
        c = nlohmann::json::parse(run_cli(sampled + "12").out);
   EXPECT_EQ(a["ids"], b["ids"]);
   EXPECT_NE(a["ids"], c["ids"]);
+
+  // --samples 3 from seed 11: one JSON line per completion, the k-th equal to a single run with seed 11+k,
+  // with and without speculation (sampling verification through the fused kernel).
+  for (std::string extra : {"", " --draft ngram"}) {
+    auto many = run_cli(sampled + "11 --samples 3" + extra);
+    ASSERT_EQ(many.code, 0) << many.err;
+    std::istringstream lines(many.out);
+    std::string line;
+    std::vector<nlohmann::json> js;
+    while (std::getline(lines, line)) js.push_back(nlohmann::json::parse(line));
+    ASSERT_EQ(js.size(), 3u);
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(js[k]["seed"], 11 + k);
+      EXPECT_EQ(js[k]["ids"], nlohmann::json::parse(run_cli(sampled + std::to_string(11 + k) + extra).out)["ids"]);
+    }
+    if (extra.empty()) EXPECT_EQ(js[0]["ids"], a["ids"]);
+    else EXPECT_TRUE(js[0].contains("speculative"));
+  }
 }
 
 TEST(Cli, StreamsTextAndTokenizes) {
