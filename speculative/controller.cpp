@@ -30,10 +30,9 @@ SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& draf
   if (sampling && !opts.acceptor) throw Error("internal: sampling verification needs a SpecAcceptor");
   const uint32_t V = target.hparams().n_vocab;
   // Greedy choice after logits row `row` (the repetition penalty, when on, is applied on the host).
+  const bool penalized = sampler && sampler->params().repeat_penalty != 1.0f;
   auto greedy_pick = [&](uint32_t row, const std::vector<uint32_t>& history) {
-    return sampler && sampler->params().repeat_penalty != 1.0f
-               ? sampler->sample({target.logits(row), V}, history, history.size())
-               : target.argmax_id(row);
+    return penalized ? sampler->sample({target.logits(row), V}, history, history.size()) : target.argmax_id(row);
   };
   SpeculativeStats stats;
   PagedKvCache& kv = target.kv();
@@ -65,8 +64,12 @@ SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& draf
       n_ok = o.accepted;
       next = o.next;
     } else {   // exact match against the target's own choice
-      std::vector<uint32_t> history = context;
-      while (n_ok < drafts.size() && greedy_pick(uint32_t(n_ok), history) == drafts[n_ok]) history.push_back(drafts[n_ok++]);
+      std::vector<uint32_t> history;   // the penalty's context, grown draft by draft; unused without a penalty
+      if (penalized) history = context;
+      while (n_ok < drafts.size() && greedy_pick(uint32_t(n_ok), history) == drafts[n_ok]) {
+        if (penalized) history.push_back(drafts[n_ok]);
+        ++n_ok;
+      }
       next = greedy_pick(uint32_t(n_ok), history);   // correction (first mismatch) or bonus (all accepted)
     }
     stats.accepted += n_ok;

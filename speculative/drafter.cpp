@@ -24,7 +24,8 @@ std::vector<uint32_t> ModelDrafter::draft(std::span<const uint32_t> context, uin
   model_.forward(seq_, context.subspan(common), Logits::Last);
   cached_.assign(context.begin(), context.end());
   const uint32_t V = model_.hparams().n_vocab;
-  std::vector<uint32_t> history(context.begin(), context.end());
+  std::vector<uint32_t> history;   // sampling only: the transforms' context, growing draft by draft
+  if (sample) history.assign(context.begin(), context.end());
   for (uint32_t i = 0; i < k; ++i) {
     uint32_t tok = model_.argmax_id(0);
     if (sample) {
@@ -46,7 +47,7 @@ std::vector<uint32_t> ModelDrafter::draft(std::span<const uint32_t> context, uin
       if (1.0 / z < p_min_ && !out.empty()) break;
     }
     out.push_back(tok);
-    history.push_back(tok);
+    if (sample) history.push_back(tok);
     if (i + 1 == k) break;
     model_.forward(seq_, std::span<const uint32_t>(&out.back(), 1), Logits::Last);
     cached_.push_back(tok);
