@@ -27,8 +27,16 @@ struct RunOptions {
   bool speculative() const { return !draft_model.empty() || !draft.empty(); }
 };
 
+struct BenchOptions {
+  int prompt_tokens = 128;   // -p
+  int reps = 3;
+  std::string peer_dir;                // --peer: ../shared/tools/peer with node_modules installed
+  std::string peer_backend = "false";  // peer.mjs --gpu: false (CPU, one thread) or vulkan
+};
+
 int cmd_devices(bool json);
 int cmd_run(const RunOptions& o);
+int cmd_bench(const RunOptions& o, const BenchOptions& b);
 int cmd_tokenize(const RunOptions& o);
 
 // The prompt text exactly as given (-p or -f), with C escapes processed only when --escape is set.

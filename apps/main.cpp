@@ -1,4 +1,4 @@
-// vkspec command line: devices | run | tokenize.
+// vkspec command line: devices | run | bench | tokenize.
 #include <cstdio>
 #include <exception>
 #include <algorithm>
@@ -60,6 +60,27 @@ int main(int argc, char** argv) {
   run->add_option("--draft-min", o.draft_min, "Rounds drafting fewer tokens decode plainly");
   run->add_option("--draft-p-min", o.draft_p_min, "Stop drafting when the draft's top probability is below this");
 
+  vkspec::cli::BenchOptions bo;
+  auto* bench = app.add_subcommand("bench", "Measure prefill and decode speed, plain and speculative (JSON with --json)");
+  bench->add_option("-m,--model", o.model, "GGUF model file")->required();
+  bench->add_option("-p,--n-prompt", bo.prompt_tokens, "Prompt tokens (the prompt text repeated or cut to this length)");
+  bench->add_option("-n,--n-gen", o.n_predict, "Tokens to generate");
+  bench->add_option("-r,--reps", bo.reps, "Repetitions (medians are reported)");
+  bench->add_option("-f,--file", o.prompt_file, "Prompt text (default: a built-in Python snippet)");
+  bench->add_flag("--json", o.json, "Print JSON");
+  bench->add_option("--temp", o.temp, "Temperature (default 0: greedy, and speculation must give plain's tokens)");
+  bench->add_option("-s,--seed", o.seed, "RNG seed when sampling");
+  bench->add_option("-c,--ctx", o.ctx, "Context size");
+  bench->add_option("--device", o.device, "Vulkan device index");
+  bench->add_option("--model-draft", o.draft_model, "Draft model (also -md)");
+  bench->add_option("--draft", o.draft, "ngram: prompt-lookup drafting")->check(CLI::IsMember({"ngram"}));
+  bench->add_option("--draft-max", o.draft_max, "Tokens drafted per round (K)");
+  bench->add_option("--draft-min", o.draft_min, "Rounds drafting fewer tokens decode plainly");
+  bench->add_option("--draft-p-min", o.draft_p_min, "Stop drafting when the draft's top probability is below this");
+  bench->add_option("--peer", bo.peer_dir, "llama.cpp peer harness folder (peer.mjs, npm-installed) to measure alongside");
+  bench->add_option("--peer-backend", bo.peer_backend, "Peer backend: false (CPU, one thread) or vulkan")
+      ->check(CLI::IsMember({"false", "vulkan"}));
+
   auto* tokenize = app.add_subcommand("tokenize", "Print the token ids of a text");
   tokenize->add_option("-m,--model", o.model, "GGUF model or vocabulary file")->required();
   add_prompt_options(tokenize, o);
@@ -84,6 +105,11 @@ int main(int argc, char** argv) {
     if ((*run || *tokenize) && run->count("-p") + run->count("-f") + tokenize->count("-p") + tokenize->count("-f") == 0)
       throw vkspec::Error("give a prompt with -p TEXT or -f FILE");
     if (*run) return vkspec::cli::cmd_run(o);
+    if (*bench) {
+      if (!bench->count("--temp")) o.temp = 0.0f;
+      if (!bench->count("-n")) o.n_predict = 128;
+      return vkspec::cli::cmd_bench(o, bo);
+    }
     if (*tokenize) return vkspec::cli::cmd_tokenize(o);
   } catch (const std::exception& e) {
     fprintf(stderr, "vkspec: error: %s\n", e.what());

@@ -1,0 +1,158 @@
+// `vkspec bench`: prefill and decode tokens/s (median of --reps) for plain decoding and, with a drafter,
+// speculative decoding of the same prompt in the same process, plus acceptance and the speedup; with
+// --peer, llama.cpp (../shared/tools/peer) on the same file and prompt ids, measured in the same run.
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/cli_common.h"
+#include "apps/engine.h"
+
+namespace vkspec::cli {
+namespace {
+
+// Default prompt: Python, which the shared draft/target pair was trained on.
+constexpr const char* kDefaultPrompt = R"(import os
+import sys
+import argparse
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description="Copy files between two directories.")
+    parser.add_argument("source", help="directory to copy from")
+    parser.add_argument("target", help="directory to copy into")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print each file")
+    return parser.parse_args(argv)
+
+
+def copy_tree(source, target, verbose=False):
+    for root, dirs, files in os.walk(source):
+        rel = os.path.relpath(root, source)
+        for name in files:
+)";
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Exactly `n` prompt tokens: the text's tokens, repeated (after BOS) when the text is shorter.
+std::vector<uint32_t> prompt_of_length(const Engine& engine, const std::string& text, uint32_t n) {
+  const std::vector<uint32_t> ids = engine.encode_prompt(text);
+  const size_t lead = int(ids.front()) == engine.tokenizer().bos() ? 1 : 0;
+  if (ids.size() == lead) throw Error("the bench prompt has no tokens");
+  std::vector<uint32_t> out(ids.begin(), ids.begin() + long(std::min<size_t>(n, ids.size())));
+  for (size_t i = lead; out.size() < n; i = i + 1 < ids.size() ? i + 1 : lead) out.push_back(ids[i]);
+  return out;
+}
+
+struct Series {
+  std::vector<double> prefill, decode;
+  SpeculativeStats spec;
+  nlohmann::json summary() const {
+    return {{"prefill_tok_s", median(prefill)}, {"decode_tok_s", median(decode)}, {"decode_runs", decode}};
+  }
+};
+
+// llama.cpp through the peer harness on the same prompt ids; its JSON, or null with a warning.
+nlohmann::json run_peer(const BenchOptions& b, const RunOptions& o, const std::vector<uint32_t>& prompt) {
+  std::string ids;
+  for (uint32_t id : prompt) {
+    if (!ids.empty()) ids += ',';
+    ids += std::to_string(id);
+  }
+  const std::string cmd = "node '" + b.peer_dir + "/peer.mjs' --model '" + o.model + "' --gpu " + b.peer_backend +
+                          " --threads 1 --no-bos --prompt-ids " + ids + " --n " + std::to_string(o.n_predict) +
+                          " --runs " + std::to_string(b.reps) + " --temp 0 --ignore-eos --no-text 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) throw Error("cannot start node for --peer");
+  std::string out;
+  char buf[4096];
+  for (size_t r; (r = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, r);
+  const int rc = pclose(p);
+  auto j = nlohmann::json::parse(out, nullptr, false);
+  if (rc != 0 || j.is_discarded() || !j.contains("median"))
+    throw Error("the llama.cpp peer failed (exit " + std::to_string(rc) + "); run `" + cmd + "` to see why");
+  return j;
+}
+
+}  // namespace
+
+int cmd_bench(const RunOptions& o, const BenchOptions& b) {
+  if (b.prompt_tokens < 1 || o.n_predict < 2 || b.reps < 1)
+    throw Error("bench needs -p >= 1, -n >= 2 and --reps >= 1");
+  Engine engine(o);
+  const std::string text = o.prompt_file.empty() ? std::string(kDefaultPrompt) : read_prompt(o);
+  const std::vector<uint32_t> prompt = prompt_of_length(engine, text, uint32_t(b.prompt_tokens));
+  if (prompt.size() + size_t(o.n_predict) + 1 > engine.model().n_ctx())
+    throw Error("-p + -n exceed the context of " + std::to_string(engine.model().n_ctx()) + " (use --ctx)");
+  SamplingParams sp;
+  sp.temperature = o.temp;
+  sp.top_k = o.top_k;
+  sp.top_p = o.top_p;
+  sp.min_p = o.min_p;
+  sp.seed = o.seed >= 0 ? uint64_t(o.seed) : 1;
+  const bool spec = engine.drafter() != nullptr;
+
+  // Warm-up (pipeline compilation, first-touch of memory), then plain and speculative runs interleaved so
+  // that drift in the machine's speed affects both alike.
+  engine.generate(prompt, sp, 4, true, false);
+  if (spec) engine.generate(prompt, sp, 4, true, true);
+  Series plain, specd;
+  bool identical = true;
+  for (int r = 0; r < b.reps; ++r) {
+    const Completion a = engine.generate(prompt, sp, o.n_predict, true, false);
+    plain.prefill.push_back(double(prompt.size()) / a.prefill_s);
+    plain.decode.push_back(a.decode_tok_s());
+    if (!spec) continue;
+    const Completion s = engine.generate(prompt, sp, o.n_predict, true, true);
+    specd.prefill.push_back(double(prompt.size()) / s.prefill_s);
+    specd.decode.push_back(s.decode_tok_s());
+    specd.spec.drafted += s.spec.drafted;
+    specd.spec.accepted += s.spec.accepted;
+    specd.spec.tokens += s.spec.tokens;
+    specd.spec.verify_passes += s.spec.verify_passes;
+    identical = identical && s.ids == a.ids;
+  }
+  nlohmann::json j = {{"model", o.model}, {"device", engine.facts().name}, {"prompt_tokens", prompt.size()},
+                      {"gen_tokens", o.n_predict}, {"reps", b.reps}, {"temp", sp.temperature},
+                      {"plain", plain.summary()}};
+  if (spec) {
+    j["draft_model"] = o.draft_model;
+    j["speculative"] = specd.summary();
+    j["speculative"].update(speculative_json(*engine.drafter(), o, specd.spec));
+    j["speedup"] = median(specd.decode) / median(plain.decode);
+    if (sp.greedy()) j["greedy_identical"] = identical;
+  }
+  if (!b.peer_dir.empty()) {
+    const nlohmann::json peer = run_peer(b, o, prompt);
+    const double peer_decode = peer["median"].value("decode_tok_s", 0.0);
+    j["llama_cpp"] = {{"backend", peer.value("backend", "")}, {"release", peer.value("llama_cpp_release", "")},
+                      {"prefill_tok_s", peer["median"].value("prompt_tok_s", 0.0)}, {"decode_tok_s", peer_decode},
+                      {"same_prompt_ids", peer.value("prompt_ids", nlohmann::json()) == nlohmann::json(prompt)}};
+    if (peer_decode > 0) j["plain_vs_llama_cpp"] = median(plain.decode) / peer_decode;
+  }
+  if (o.json) {
+    printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  printf("%s on %s, %zu prompt tokens, %d generated, median of %d\n", o.model.c_str(), engine.facts().name.c_str(),
+         prompt.size(), o.n_predict, b.reps);
+  printf("  plain        prefill %8.1f tok/s   decode %8.1f tok/s\n", median(plain.prefill), median(plain.decode));
+  if (spec)
+    printf("  speculative  prefill %8.1f tok/s   decode %8.1f tok/s   (%s, K=%d, acceptance %.2f, %.2f tokens/verify)"
+           "   speedup %.2fx\n",
+           median(specd.prefill), median(specd.decode), engine.drafter()->name(), o.draft_max,
+           specd.spec.acceptance_rate(), specd.spec.tokens_per_verify(), j["speedup"].get<double>());
+  if (j.contains("llama_cpp"))
+    printf("  llama.cpp    prefill %8.1f tok/s   decode %8.1f tok/s   (%s)   vkspec plain / llama.cpp %.2fx\n",
+           j["llama_cpp"]["prefill_tok_s"].get<double>(), j["llama_cpp"]["decode_tok_s"].get<double>(),
+           b.peer_backend.c_str(), j.value("plain_vs_llama_cpp", 0.0));
+  return 0;
+}
+
+}  // namespace vkspec::cli

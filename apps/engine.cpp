@@ -1,0 +1,113 @@
+#include "apps/engine.h"
+
+#include <cstdio>
+
+namespace vkspec::cli {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void progress_bar(uint64_t done, uint64_t total) {
+  static int last = -1;
+  int pct = total ? int(done * 100 / total) : 100;
+  if (pct == last) return;
+  last = pct;
+  fprintf(stderr, "\rloading weights [%-40.*s] %3d%%%s", pct * 40 / 100, "########################################", pct,
+          pct == 100 ? "\n" : "");
+}
+
+}  // namespace
+
+Engine::Engine(const RunOptions& o, bool show_progress) : o_(o) {
+  if (!o.draft_model.empty() && !o.draft.empty()) throw Error("give either -md DRAFT.gguf or --draft ngram, not both");
+  if (o.draft_max < 1 || o.draft_max > int(LlamaModel::kMaxBatch - 1) || o.draft_min < 0 || o.draft_min > o.draft_max)
+    throw Error("--draft-max must be 1.." + std::to_string(LlamaModel::kMaxBatch - 1) + " and --draft-min 0..draft-max");
+  if (o.ctx < 0) throw Error("--ctx must be positive");
+  const auto t_load = std::chrono::steady_clock::now();
+  file_ = std::make_unique<GgufFile>(o.model);
+  tok_ = Tokenizer::from_gguf(*file_);
+  ctx_ = std::make_unique<Context>(ContextOptions{o.device, false});
+  pipelines_ = std::make_unique<Pipelines>(*ctx_);
+  ModelOptions mo;
+  mo.n_ctx = uint32_t(o.ctx);
+  mo.max_sequences = 1;
+  if (show_progress) mo.progress = progress_bar;
+  model_ = std::make_unique<LlamaModel>(*ctx_, *pipelines_, *file_, mo);
+  if (tok_->n_vocab() != model_->hparams().n_vocab) throw Error("tokenizer and model disagree on the vocabulary size");
+  if (!o.draft_model.empty()) {
+    draft_file_ = std::make_unique<GgufFile>(o.draft_model);
+    check_same_vocabulary(*tok_, *Tokenizer::from_gguf(*draft_file_));
+    ModelOptions dmo = mo;
+    dmo.n_ctx = model_->n_ctx();
+    draft_model_ = std::make_unique<LlamaModel>(*ctx_, *pipelines_, *draft_file_, dmo);
+    drafter_ = std::make_unique<ModelDrafter>(*draft_model_, o.draft_p_min);
+  } else if (o.draft == "ngram") {
+    drafter_ = std::make_unique<NgramDrafter>();
+  } else if (!o.draft.empty()) {
+    throw Error("unknown drafter '" + o.draft + "' (--draft ngram, or -md DRAFT.gguf)");
+  }
+  load_s_ = seconds_since(t_load);
+}
+
+Engine::~Engine() = default;
+
+std::vector<uint32_t> Engine::encode_prompt(const std::string& text) const {
+  std::vector<uint32_t> ids = tok_->encode(text, tok_->add_bos(), true);
+  if (ids.empty()) throw Error("the prompt is empty and the model adds no BOS token");
+  if (ids.size() >= model_->n_ctx())
+    throw Error("the prompt is " + std::to_string(ids.size()) + " tokens, which does not fit the context of " +
+                std::to_string(model_->n_ctx()) + " (use --ctx)");
+  return ids;
+}
+
+Completion Engine::generate(std::span<const uint32_t> prompt, const SamplingParams& sp, int n, bool ignore_eos,
+                            bool speculate, const std::function<void(uint32_t)>& on_token) {
+  if (n <= 0) throw Error("-n must be positive (got " + std::to_string(n) + ")");
+  Completion c;
+  c.speculative = speculate && drafter_;
+  if (c.speculative && !sp.greedy() && !acceptor_)
+    acceptor_ = std::make_unique<SpecAcceptor>(*ctx_, *pipelines_, model_->hparams().n_vocab, LlamaModel::kMaxBatch - 1);
+  const Sampler sampler(sp);
+  LlamaModel& m = *model_;
+  const int seq = m.kv().new_sequence();
+  std::vector<uint32_t> context(prompt.begin(), prompt.end());
+  const auto t_prefill = std::chrono::steady_clock::now();
+  m.forward(seq, context, Logits::Last);
+  c.prefill_s = seconds_since(t_prefill);
+
+  // Accepts one token; false stops generation (end of generation, n reached).
+  auto accept = [&](uint32_t next) {
+    if (!ignore_eos && tok_->is_eog(next)) return false;
+    c.ids.push_back(next);
+    if (on_token) on_token(next);
+    return c.ids.size() < size_t(n);
+  };
+  const auto t_decode = std::chrono::steady_clock::now();
+  if (c.speculative) {
+    const SpeculativeOptions so{uint32_t(o_.draft_max), uint32_t(o_.draft_min), &sampler, acceptor_.get()};
+    c.spec = generate_speculative(m, seq, *drafter_, context, so, accept);
+  } else {
+    const bool device_argmax = sp.greedy() && sp.repeat_penalty == 1.0f;
+    while (true) {
+      const uint32_t next = device_argmax ? m.argmax_id(0)
+                                          : sampler.sample({m.logits(0), m.hparams().n_vocab}, context, context.size());
+      if (!accept(next)) break;
+      context.push_back(next);
+      if (context.size() >= m.n_ctx()) break;
+      m.forward(seq, std::span<const uint32_t>(&next, 1), Logits::Last);
+    }
+  }
+  c.decode_s = seconds_since(t_decode);
+  m.kv().free_sequence(seq);
+  return c;
+}
+
+nlohmann::json speculative_json(const Drafter& drafter, const RunOptions& o, const SpeculativeStats& s) {
+  return {{"drafter", drafter.name()}, {"draft_max", o.draft_max}, {"drafted", s.drafted}, {"accepted", s.accepted},
+          {"acceptance_rate", s.acceptance_rate()}, {"tokens_per_verify", s.tokens_per_verify()},
+          {"verify_passes", s.verify_passes}};
+}
+
+}  // namespace vkspec::cli

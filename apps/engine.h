@@ -1,0 +1,65 @@
+#pragma once
+// What `run` and `bench` (and later the server) share: a target model, its tokenizer and an optional
+// drafter loaded once, and one completion at a time on a fresh KV sequence.
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/cli_common.h"
+#include "loader/tokenizer.h"
+#include "runtime/model.h"
+#include "runtime/sampler.h"
+#include "speculative/controller.h"
+
+namespace vkspec::cli {
+
+struct Completion {
+  std::vector<uint32_t> ids;   // generated tokens (EOG excluded)
+  double prefill_s = 0, decode_s = 0;
+  bool speculative = false;
+  SpeculativeStats spec;
+  // Decode tokens/s: every token after the first costs one forward pass (or a share of a verify pass).
+  double decode_tok_s() const { return ids.size() > 1 && decode_s > 0 ? double(ids.size() - 1) / decode_s : 0.0; }
+};
+
+class Engine {
+ public:
+  // Loads -m (and -md or --draft ngram) from `o`; checks the draft shares the target's vocabulary.
+  explicit Engine(const RunOptions& o, bool show_progress = false);
+  ~Engine();
+
+  const Tokenizer& tokenizer() const { return *tok_; }
+  LlamaModel& model() { return *model_; }
+  Drafter* drafter() { return drafter_.get(); }
+  const DeviceFacts& facts() const { return ctx_->facts(); }
+  double load_s() const { return load_s_; }
+
+  // The prompt's token ids (BOS added when the model wants it); throws when it is empty or too long.
+  std::vector<uint32_t> encode_prompt(const std::string& text) const;
+
+  // Generates up to `n` tokens after `prompt` with `sp`, speculatively when `speculate` and a drafter is
+  // loaded. `on_token` sees each token as it is accepted.
+  Completion generate(std::span<const uint32_t> prompt, const SamplingParams& sp, int n, bool ignore_eos,
+                      bool speculate, const std::function<void(uint32_t)>& on_token = {});
+
+ private:
+  RunOptions o_;
+  std::unique_ptr<GgufFile> file_, draft_file_;
+  std::unique_ptr<Tokenizer> tok_;
+  std::unique_ptr<Context> ctx_;
+  std::unique_ptr<Pipelines> pipelines_;
+  std::unique_ptr<LlamaModel> model_, draft_model_;
+  std::unique_ptr<Drafter> drafter_;
+  std::unique_ptr<SpecAcceptor> acceptor_;   // created on the first sampled speculative completion
+  double load_s_ = 0;
+};
+
+// "speculative":{"drafter", "draft_max", "drafted", "accepted", "acceptance_rate", "tokens_per_verify", ...}
+nlohmann::json speculative_json(const Drafter& drafter, const RunOptions& o, const SpeculativeStats& s);
+
+}  // namespace vkspec::cli
