@@ -53,6 +53,9 @@ class Kernels {
   // out[t] = causal GQA attention of q[t] (position pos0+t) over cached keys 0..pos0+t.
   void attention(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& out, const PagedKvView& kv,
                  uint32_t pos0, uint32_t n);
+  // Which shader attention() records: attention_rows (texel reads, G = n_heads/n_kv_heads <= 4 query heads
+  // per workgroup) for the row-per-lane family when q, the pools and the table are texel-readable.
+  const char* attention_shader(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const;
   void softmax(Recorder& r, const Slice& logits, const Slice& probs, uint32_t n, uint32_t cols, float temperature);
   void argmax(Recorder& r, const Slice& logits, const Slice& ids, uint32_t n, uint32_t cols);
 

@@ -23,7 +23,7 @@ struct Pipeline {
 class Pipelines {
  public:
   static constexpr uint32_t kPushConstantBytes = 128;   // the minimum every Vulkan device guarantees
-  static constexpr uint32_t kTexelBindings = 3;
+  static constexpr uint32_t kTexelBindings = 4;
   enum class Layout { PushConstants, Texels };
 
   explicit Pipelines(Context& ctx);

@@ -1,8 +1,8 @@
 #version 460
-// Row-per-lane matmul for CPU devices (lavapipe): y[t][r] (+)= sum_k W[r][k] * x[t][k], one weight row per
-// lane, TT tokens per workgroup. Weights and x are read through uniform texel buffers of 16-byte texels
-// because llvmpipe compiles texelFetch into one vector gather, while storage-buffer / device-address loads
-// become a scalar loop with a branch per lane. Same modes as matmul.comp (accumulate, fused SwiGLU).
+// Row-per-lane matmul for CPU devices (lavapipe): y[t][r] (+)= sum_k W[r][k] * x[t][k], RPL weight rows per
+// lane (each x texel is fetched once for all of them), TT tokens per workgroup. Weights and x are read
+// through uniform texel buffers of 16-byte texels because llvmpipe compiles texelFetch into one vector
+// gather, while storage-buffer / device-address loads become a scalar loop with a branch per lane. Same modes as matmul.comp (accumulate, fused SwiGLU).
 //
 // Layout per row: K/EPT texels (EPT = elements per texel: f32 4, f16/bf16 8, q8_0 16); q8_0 scales are a
 // float plane of K/32 per row. x rows are x_stride floats (x_stride % 4 == 0), 4 floats per texel.
@@ -21,7 +21,8 @@ const uint WTYPE = WT_BF16, EPT = 8;
 const uint WTYPE = WT_Q8_0, EPT = 16;
 #endif
 
-layout(constant_id = 1) const uint TT = 1;   // tokens per workgroup: 1..8
+layout(constant_id = 1) const uint TT = 1;    // tokens per workgroup: 1..8
+layout(constant_id = 2) const uint RPL = 1;   // rows per lane: 1, 2 or 4 (x is fetched once for all of them)
 
 layout(set = 0, binding = 0) uniform usamplerBuffer W;    // block holding W (and its scales)
 layout(set = 0, binding = 1) uniform usamplerBuffer W2;   // block holding W2 (MODE_SWIGLU only)
@@ -38,65 +39,105 @@ layout(push_constant) uniform PC {
 
 vec4 xv(uint t4) { return uintBitsToFloat(texelFetch(X, int(pc.x + t4))); }
 
-// sum over one texel of weights (EPT elements starting at element e of the row) times x[tok][e..]
-float dot_texel(uvec4 u, float scale, uint xt) {
-  if (WTYPE == WT_F32) return dot(uintBitsToFloat(u), xv(xt));
-  if (WTYPE == WT_F16 || WTYPE == WT_BF16) {
-    const vec4 a = WTYPE == WT_F16 ? vec4(unpackHalf2x16(u.x), unpackHalf2x16(u.y)) : vec4(bf16x2(u.x), bf16x2(u.y));
-    const vec4 b = WTYPE == WT_F16 ? vec4(unpackHalf2x16(u.z), unpackHalf2x16(u.w)) : vec4(bf16x2(u.z), bf16x2(u.w));
-    return dot(a, xv(xt)) + dot(b, xv(xt + 1u));
+// One texel of a weight row, decoded: EPT weights as up to four vec4s, and the q8_0 block scale.
+struct Wt { vec4 a, b, c, d; float s; };
+
+Wt load_texel(usamplerBuffer tex, uint base, uint scales, uint row, uint i, uint kt) {
+  const uvec4 u = texelFetch(tex, int(base + row * kt + i));
+  Wt w;
+  w.s = 1.0;
+  w.b = w.c = w.d = vec4(0.0);
+  if (WTYPE == WT_F32) {
+    w.a = uintBitsToFloat(u);
+  } else if (WTYPE == WT_F16) {
+    w.a = vec4(unpackHalf2x16(u.x), unpackHalf2x16(u.y));
+    w.b = vec4(unpackHalf2x16(u.z), unpackHalf2x16(u.w));
+  } else if (WTYPE == WT_BF16) {
+    w.a = vec4(bf16x2(u.x), bf16x2(u.y));
+    w.b = vec4(bf16x2(u.z), bf16x2(u.w));
+  } else {
+    w.a = q8x4(u.x); w.b = q8x4(u.y); w.c = q8x4(u.z); w.d = q8x4(u.w);
+    const uint blk = row * (pc.K / 32u) + i / 2u;   // two 16-quant texels per 32-quant block
+    w.s = uintBitsToFloat(texelFetch(tex, int(scales + blk / 4u))[blk % 4u]);
   }
-  return (dot(q8x4(u.x), xv(xt)) + dot(q8x4(u.y), xv(xt + 1u)) + dot(q8x4(u.z), xv(xt + 2u)) +
-          dot(q8x4(u.w), xv(xt + 3u))) * scale;
+  return w;
 }
 
-float scale_of(usamplerBuffer s, uint base, uint block) {
-  return uintBitsToFloat(texelFetch(s, int(base + block / 4u))[block % 4u]);
+// sum over one texel of weights times the matching x values x0..x3 (EPT/4 of them are used)
+float dot_texel(Wt w, vec4 x0, vec4 x1, vec4 x2, vec4 x3) {
+  if (WTYPE == WT_F32) return dot(w.a, x0);
+  if (WTYPE == WT_F16 || WTYPE == WT_BF16) return dot(w.a, x0) + dot(w.b, x1);
+  return (dot(w.a, x0) + dot(w.b, x1) + dot(w.c, x2) + dot(w.d, x3)) * w.s;
 }
+
+float pick(vec4 lo, vec4 hi, uint t) { return t < 4u ? lo[t] : hi[t - 4u]; }
 
 void main() {
-  const uint row = gl_GlobalInvocationID.x;
+  const uint row0 = gl_GlobalInvocationID.x * RPL;
   const uint t0 = gl_WorkGroupID.y * TT;
-  const bool in_range = row < pc.M;
-  const uint r = in_range ? row : 0u;
   const bool swiglu = (pc.mode & MODE_SWIGLU) != 0u;
   const uint kt = pc.K / EPT, xs4 = pc.x_stride / 4u;
+  // rows past M repeat the last row (their results are dropped)
+  const uint r0 = min(row0, pc.M - 1u), r1 = min(row0 + 1u, pc.M - 1u);
+  const uint r2 = min(row0 + 2u, pc.M - 1u), r3 = min(row0 + 3u, pc.M - 1u);
 
-  // Accumulators for up to 8 tokens live in vec4s, not float[TT]: llvmpipe puts indexed arrays in
-  // scratch memory, which made every += a per-lane memory round trip (4x slower overall).
-  precise vec4 acc_lo = vec4(0.0), acc_hi = vec4(0.0), acc2_lo = vec4(0.0), acc2_hi = vec4(0.0);
+  // Accumulators (row j, tokens 0-3 / 4-7) live in vec4s, not float[TT]: llvmpipe puts indexed arrays
+  // in scratch memory, which made every += a per-lane memory round trip (4x slower overall).
+  precise vec4 a0l = vec4(0.0), a0h = vec4(0.0), a1l = vec4(0.0), a1h = vec4(0.0);
+  precise vec4 a2l = vec4(0.0), a2h = vec4(0.0), a3l = vec4(0.0), a3h = vec4(0.0);
+  precise vec4 g0l = vec4(0.0), g0h = vec4(0.0), g1l = vec4(0.0), g1h = vec4(0.0);   // SwiGLU's up rows
+  precise vec4 g2l = vec4(0.0), g2h = vec4(0.0), g3l = vec4(0.0), g3h = vec4(0.0);
   const uint last = (pc.n - 1u) * xs4;   // tokens past n repeat the last one (their results are dropped)
   const uint x0 = min(t0 * xs4, last);
+  const Wt zero = Wt(vec4(0.0), vec4(0.0), vec4(0.0), vec4(0.0), 1.0);
   for (uint i = 0; i < kt; ++i) {
-    const uvec4 a = texelFetch(W, int(pc.w + r * kt + i));
-    uvec4 b = uvec4(0);
-    if (swiglu) b = texelFetch(W2, int(pc.w2 + r * kt + i));
-    float sa = 1.0, sb = 1.0;
-    if (WTYPE == WT_Q8_0) {
-      const uint blk = r * (pc.K / 32u) + i / 2u;   // two 16-quant texels per 32-quant block
-      sa = scale_of(W, pc.w_scales, blk);
-      if (swiglu) sb = scale_of(W2, pc.w2_scales, blk);
+    const Wt w0 = load_texel(W, pc.w, pc.w_scales, r0, i, kt);
+    const Wt w1 = RPL > 1u ? load_texel(W, pc.w, pc.w_scales, r1, i, kt) : zero;
+    const Wt w2 = RPL > 2u ? load_texel(W, pc.w, pc.w_scales, r2, i, kt) : zero;
+    const Wt w3 = RPL > 2u ? load_texel(W, pc.w, pc.w_scales, r3, i, kt) : zero;
+    Wt u0 = zero, u1 = zero, u2 = zero, u3 = zero;
+    if (swiglu) {
+      u0 = load_texel(W2, pc.w2, pc.w2_scales, r0, i, kt);
+      if (RPL > 1u) u1 = load_texel(W2, pc.w2, pc.w2_scales, r1, i, kt);
+      if (RPL > 2u) u2 = load_texel(W2, pc.w2, pc.w2_scales, r2, i, kt);
+      if (RPL > 2u) u3 = load_texel(W2, pc.w2, pc.w2_scales, r3, i, kt);
     }
     const uint xi = i * (EPT / 4u);
-#define TOKEN(t, acc, acc2, c)                                   \
-    if (TT > t) {                                                \
-      const uint xt = min(x0 + t * xs4, last) + xi;              \
-      acc.c += dot_texel(a, sa, xt);                             \
-      if (swiglu) acc2.c += dot_texel(b, sb, xt);                \
+#define ROW(w, u, acc, acc2, c)                                          \
+    acc.c += dot_texel(w, xa, xb, xc, xd);                               \
+    if (swiglu) acc2.c += dot_texel(u, xa, xb, xc, xd);
+#define TOKEN(t, h, c)                                                   \
+    if (TT > t) {                                                        \
+      const uint xt = min(x0 + t * xs4, last) + xi;                      \
+      const vec4 xa = xv(xt);                                            \
+      const vec4 xb = EPT > 4u ? xv(xt + 1u) : vec4(0.0);                \
+      const vec4 xc = EPT > 8u ? xv(xt + 2u) : vec4(0.0);                \
+      const vec4 xd = EPT > 8u ? xv(xt + 3u) : vec4(0.0);                \
+      ROW(w0, u0, a0##h, g0##h, c)                                       \
+      if (RPL > 1u) { ROW(w1, u1, a1##h, g1##h, c) }                     \
+      if (RPL > 2u) { ROW(w2, u2, a2##h, g2##h, c) ROW(w3, u3, a3##h, g3##h, c) } \
     }
-    TOKEN(0, acc_lo, acc2_lo, x) TOKEN(1, acc_lo, acc2_lo, y) TOKEN(2, acc_lo, acc2_lo, z) TOKEN(3, acc_lo, acc2_lo, w)
-    TOKEN(4, acc_hi, acc2_hi, x) TOKEN(5, acc_hi, acc2_hi, y) TOKEN(6, acc_hi, acc2_hi, z) TOKEN(7, acc_hi, acc2_hi, w)
+    TOKEN(0, l, x) TOKEN(1, l, y) TOKEN(2, l, z) TOKEN(3, l, w)
+    TOKEN(4, h, x) TOKEN(5, h, y) TOKEN(6, h, z) TOKEN(7, h, w)
 #undef TOKEN
+#undef ROW
   }
 
-  for (uint t = 0; t < TT; ++t) {
-    const uint tok = t0 + t;
-    if (in_range && tok < pc.n) {
-      const uint o = tok * pc.y_stride + row;
-      float v = t < 4u ? acc_lo[t] : acc_hi[t - 4u];
-      if (swiglu) v = v / (1.0 + exp(-v)) * (t < 4u ? acc2_lo[t] : acc2_hi[t - 4u]);
-      if ((pc.mode & MODE_ACCUMULATE) != 0u) v += Floats(pc.y).v[o];
-      Floats(pc.y).v[o] = v;
+  for (uint j = 0; j < RPL; ++j) {
+    const uint row = row0 + j;
+    const vec4 lo = j == 0u ? a0l : j == 1u ? a1l : j == 2u ? a2l : a3l;
+    const vec4 hi = j == 0u ? a0h : j == 1u ? a1h : j == 2u ? a2h : a3h;
+    const vec4 glo = j == 0u ? g0l : j == 1u ? g1l : j == 2u ? g2l : g3l;
+    const vec4 ghi = j == 0u ? g0h : j == 1u ? g1h : j == 2u ? g2h : g3h;
+    for (uint t = 0; t < TT; ++t) {
+      const uint tok = t0 + t;
+      if (row < pc.M && tok < pc.n) {
+        const uint o = tok * pc.y_stride + row;
+        float v = pick(lo, hi, t);
+        if (swiglu) v = v / (1.0 + exp(-v)) * pick(glo, ghi, t);
+        if ((pc.mode & MODE_ACCUMULATE) != 0u) v += Floats(pc.y).v[o];
+        Floats(pc.y).v[o] = v;
+      }
     }
   }
 }

@@ -1,0 +1,122 @@
+#version 460
+// Causal grouped-query attention for CPU devices (lavapipe): q and the paged KV cache are read through
+// uniform texel buffers (one vector gather each, see matmul_rows.comp). One workgroup per (kv head, token)
+// serves the G query heads that share the kv head, so every K and V texel is fetched once for all of them.
+// Keys are visited in chunks of C with an online softmax:
+//   scores: lane i computes q_g . k_j for keys j = c0+i, c0+i+WG, ... (one K row per lane, texel by texel);
+//   values: lane i owns output texel i (dims 4i..4i+3) and adds p_gj * V_j over the chunk in key order.
+// A token's result depends only on its position and the cache contents: identical for a decode step and
+// for any row of a verify batch.
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+
+layout(constant_id = 1) const uint BLOCK_SIZE = 16;
+layout(constant_id = 2) const uint G = 1;   // query heads per kv head: 1..4
+const uint C = 64;                          // keys per chunk
+
+layout(set = 0, binding = 0) uniform usamplerBuffer Q;    // block holding q [n][n_heads*head_dim] (rotated)
+layout(set = 0, binding = 1) uniform usamplerBuffer KP;   // block holding the K pool
+layout(set = 0, binding = 2) uniform usamplerBuffer VP;   // block holding the V pool
+layout(set = 0, binding = 3) uniform usamplerBuffer BT;   // block holding the block table
+
+layout(push_constant) uniform PC {
+  uvec2 out_;                                 // [n][n_heads*head_dim] f32
+  uint q, k_pool, v_pool, block_table;        // texel offsets of the slices in their blocks
+  uint pos0, n_heads, n_kv_heads, head_dim;
+  float scale;                                // 1/sqrt(head_dim)
+} pc;
+
+shared float p_s[4 * C];   // [g][key in chunk]: scores, then probabilities
+shared vec4 red4[8];
+
+vec4 wg_max4(vec4 v) {
+  v = subgroupMax(v);
+  if (gl_NumSubgroups == 1) return v;
+  barrier();
+  if (subgroupElect()) red4[gl_SubgroupID] = v;
+  barrier();
+  vec4 m = red4[0];
+  for (uint i = 1; i < gl_NumSubgroups; ++i) m = max(m, red4[i]);
+  barrier();
+  return m;
+}
+
+vec4 wg_sum4(vec4 v) {
+  v = subgroupAdd(v);
+  if (gl_NumSubgroups == 1) return v;
+  barrier();
+  if (subgroupElect()) red4[gl_SubgroupID] = v;
+  barrier();
+  vec4 s = vec4(0.0);
+  for (uint i = 0; i < gl_NumSubgroups; ++i) s += red4[i];
+  barrier();
+  return s;
+}
+
+// texel index (within a pool, in rows of head_dim/4 texels) of position pos, kv head kvh
+uint kv_row(uint pos, uint kvh) {
+  const uint lb = pos / BLOCK_SIZE;
+  const uint block = texelFetch(BT, int(pc.block_table + lb / 4u))[lb % 4u];
+  return (block * BLOCK_SIZE + pos % BLOCK_SIZE) * pc.n_kv_heads + kvh;
+}
+
+vec4 qv(uint t, uint head, uint d4) {
+  return uintBitsToFloat(texelFetch(Q, int(pc.q + (t * pc.n_heads + head) * (pc.head_dim / 4u) + d4)));
+}
+
+void main() {
+  const uint kvh = gl_WorkGroupID.x, t = gl_WorkGroupID.y, lane = gl_LocalInvocationID.x;
+  const uint hd4 = pc.head_dim / 4u, h0 = kvh * G;
+  const uint len = pc.pos0 + t + 1u;   // causal: keys 0 .. pos
+  vec4 m = vec4(-1.0 / 0.0), l = vec4(0.0);   // running max and sum per query head g (component g)
+  vec4 acc0 = vec4(0.0), acc1 = vec4(0.0), acc2 = vec4(0.0), acc3 = vec4(0.0);
+
+  for (uint c0 = 0; c0 < len; c0 += C) {
+    const uint cn = min(C, len - c0);
+    vec4 smax = vec4(-1.0 / 0.0);
+    for (uint jj = lane; jj < cn; jj += WG) {
+      const uint kb = pc.k_pool + kv_row(c0 + jj, kvh) * hd4;
+      vec4 s = vec4(0.0);
+      for (uint d4 = 0; d4 < hd4; ++d4) {
+        const vec4 k4 = uintBitsToFloat(texelFetch(KP, int(kb + d4)));
+        s.x += dot(qv(t, h0, d4), k4);
+        if (G > 1u) s.y += dot(qv(t, h0 + 1u, d4), k4);
+        if (G > 2u) s.z += dot(qv(t, h0 + 2u, d4), k4);
+        if (G > 3u) s.w += dot(qv(t, h0 + 3u, d4), k4);
+      }
+      s *= pc.scale;
+      for (uint g = 0; g < G; ++g) p_s[g * C + jj] = s[g];
+      smax = max(smax, s);
+    }
+    const vec4 m_new = max(m, wg_max4(smax));
+    const vec4 corr = exp(m - m_new);
+    vec4 psum = vec4(0.0);
+    for (uint jj = lane; jj < cn; jj += WG)
+      for (uint g = 0; g < G; ++g) {
+        const float p = exp(p_s[g * C + jj] - m_new[g]);
+        p_s[g * C + jj] = p;
+        psum[g] += p;
+      }
+    barrier();   // every lane's probabilities are in p_s
+    l = l * corr + wg_sum4(psum);
+    m = m_new;
+    if (lane < hd4) {
+      acc0 *= corr.x; acc1 *= corr.y; acc2 *= corr.z; acc3 *= corr.w;
+      for (uint jj = 0; jj < cn; ++jj) {
+        const vec4 v4 = uintBitsToFloat(texelFetch(VP, int(pc.v_pool + kv_row(c0 + jj, kvh) * hd4 + lane)));
+        acc0 += p_s[jj] * v4;
+        if (G > 1u) acc1 += p_s[C + jj] * v4;
+        if (G > 2u) acc2 += p_s[2u * C + jj] * v4;
+        if (G > 3u) acc3 += p_s[3u * C + jj] * v4;
+      }
+    }
+    barrier();   // p_s is rewritten by the next chunk
+  }
+  if (lane < hd4) {
+    const uint o = (t * pc.n_heads + h0) * hd4 + lane;   // in vec4s
+    Vec4s(pc.out_).v[o] = acc0 / l.x;
+    if (G > 1u) Vec4s(pc.out_).v[o + hd4] = acc1 / l.y;
+    if (G > 2u) Vec4s(pc.out_).v[o + 2u * hd4] = acc2 / l.z;
+    if (G > 3u) Vec4s(pc.out_).v[o + 3u * hd4] = acc3 / l.w;
+  }
+}
