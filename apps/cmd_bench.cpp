@@ -124,7 +124,7 @@ int cmd_bench(const RunOptions& o, const BenchOptions& b) {
   if (spec) {
     j["draft_model"] = o.draft_model;
     j["speculative"] = specd.summary();
-    j["speculative"].update(speculative_json(*engine.drafter(), o, specd.spec));
+    j["speculative"].update(engine.speculative_json(specd.spec));
     j["speedup"] = median(specd.decode) / median(plain.decode);
     if (sp.greedy()) j["greedy_identical"] = identical;
   }

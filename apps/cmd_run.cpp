@@ -22,7 +22,7 @@ nlohmann::json completion_json(Engine& engine, const RunOptions& o, const std::v
       {"timings", {{"load_s", engine.load_s()}, {"prefill_s", c.prefill_s},
                    {"prefill_tok_s", double(prompt.size()) / c.prefill_s}, {"decode_s", c.decode_s},
                    {"decode_tok_s", c.decode_tok_s()}}}};
-  if (c.speculative) j["speculative"] = speculative_json(*engine.drafter(), o, c.spec);
+  if (c.speculative) j["speculative"] = engine.speculative_json(c.spec);
   return j;
 }
 

@@ -36,6 +36,9 @@ class Engine {
   const Tokenizer& tokenizer() const { return *tok_; }
   LlamaModel& model() { return *model_; }
   Drafter* drafter() { return drafter_.get(); }
+  bool adaptive_k() const;   // --draft-policy, with auto resolved
+  // "speculative":{"drafter", "draft_max", ..., "drafted", "accepted", "acceptance_rate", "tokens_per_verify"}
+  nlohmann::json speculative_json(const SpeculativeStats& s) const;
   const DeviceFacts& facts() const { return ctx_->facts(); }
   double load_s() const { return load_s_; }
 
@@ -58,8 +61,5 @@ class Engine {
   std::unique_ptr<SpecAcceptor> acceptor_;   // created on the first sampled speculative completion
   double load_s_ = 0;
 };
-
-// "speculative":{"drafter", "draft_max", "drafted", "accepted", "acceptance_rate", "tokens_per_verify", ...}
-nlohmann::json speculative_json(const Drafter& drafter, const RunOptions& o, const SpeculativeStats& s);
 
 }  // namespace vkspec::cli

@@ -28,6 +28,17 @@ void add_prompt_options(CLI::App* c, vkspec::cli::RunOptions& o) {
   c->add_flag("--escape", o.escape, "Process escapes (\\n, \\t, ...) in the prompt");
   c->add_flag("--json", o.json, "Print JSON");
 }
+void add_draft_options(CLI::App* c, vkspec::cli::RunOptions& o) {
+  c->add_option("--model-draft", o.draft_model, "Draft model for speculative decoding (also -md)");
+  c->add_option("--draft", o.draft, "Drafter without a model: ngram (prompt lookup)")->check(CLI::IsMember({"ngram"}));
+  c->add_option("--draft-max", o.draft_max, "Tokens drafted per round (K, the most when adaptive)");
+  c->add_option("--draft-min", o.draft_min, "Rounds drafting fewer tokens decode plainly");
+  c->add_option("--draft-p-min", o.draft_p_min, "Stop drafting when the draft's top probability is below this");
+  c->add_option("--draft-policy", o.draft_policy,
+                "fixed: always K; adaptive: grow K after full acceptance, shrink after a miss; auto (default): "
+                "adaptive for a draft model, fixed for n-gram")
+      ->check(CLI::IsMember({"fixed", "adaptive", "auto"}));
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -54,11 +65,7 @@ int main(int argc, char** argv) {
   run->add_option("-c,--ctx", o.ctx, "Context size (0 = model's, capped at 4096)");
   run->add_option("--device", o.device, "Vulkan device index (see `vkspec devices`)");
   run->add_flag("--ignore-eos", o.ignore_eos, "Do not stop at end-of-generation tokens");
-  run->add_option("--model-draft", o.draft_model, "Draft model for speculative decoding (also -md)");
-  run->add_option("--draft", o.draft, "Drafter without a model: ngram (prompt lookup)")->check(CLI::IsMember({"ngram"}));
-  run->add_option("--draft-max", o.draft_max, "Tokens drafted per round (K)");
-  run->add_option("--draft-min", o.draft_min, "Rounds drafting fewer tokens decode plainly");
-  run->add_option("--draft-p-min", o.draft_p_min, "Stop drafting when the draft's top probability is below this");
+  add_draft_options(run, o);
 
   vkspec::cli::BenchOptions bo;
   auto* bench = app.add_subcommand("bench", "Measure prefill and decode speed, plain and speculative (JSON with --json)");
@@ -72,11 +79,7 @@ int main(int argc, char** argv) {
   bench->add_option("-s,--seed", o.seed, "RNG seed when sampling");
   bench->add_option("-c,--ctx", o.ctx, "Context size");
   bench->add_option("--device", o.device, "Vulkan device index");
-  bench->add_option("--model-draft", o.draft_model, "Draft model (also -md)");
-  bench->add_option("--draft", o.draft, "ngram: prompt-lookup drafting")->check(CLI::IsMember({"ngram"}));
-  bench->add_option("--draft-max", o.draft_max, "Tokens drafted per round (K)");
-  bench->add_option("--draft-min", o.draft_min, "Rounds drafting fewer tokens decode plainly");
-  bench->add_option("--draft-p-min", o.draft_p_min, "Stop drafting when the draft's top probability is below this");
+  add_draft_options(bench, o);
   bench->add_option("--peer", bo.peer_dir, "llama.cpp peer harness folder (peer.mjs, npm-installed) to measure alongside");
   bench->add_option("--peer-backend", bo.peer_backend, "Peer backend: false (CPU, one thread) or vulkan")
       ->check(CLI::IsMember({"false", "vulkan"}));

@@ -37,6 +37,7 @@ SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& draf
   SpeculativeStats stats;
   PagedKvCache& kv = target.kv();
   // the target's next token after the prefilled context
+  uint32_t k = opts.draft_max;   // drafts asked for this round
   uint32_t g = sampling ? sampler->sample({target.logits(0), V}, context, context.size()) : greedy_pick(0, context);
   while (true) {
     context.push_back(g);
@@ -45,7 +46,7 @@ SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& draf
 
     // Draft, never past the end of the context (K shrinks to 0 = plain decoding).
     const uint32_t room = target.n_ctx() - uint32_t(context.size());
-    const uint32_t k_max = std::min({opts.draft_max, room, LlamaModel::kMaxBatch - 1});
+    const uint32_t k_max = std::min({k, room, LlamaModel::kMaxBatch - 1});
     std::vector<Candidates> q;
     std::vector<uint32_t> drafts = k_max ? drafter.draft(context, k_max, sampler, &q) : std::vector<uint32_t>{};
     if (drafts.size() < opts.draft_min) drafts.clear();
@@ -73,6 +74,7 @@ SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& draf
       next = greedy_pick(uint32_t(n_ok), history);   // correction (first mismatch) or bonus (all accepted)
     }
     stats.accepted += n_ok;
+    if (opts.adaptive) k = n_ok == drafts.size() ? std::min(opts.draft_max, k + 2) : std::max(1u, k - 1);
     kv.truncate(seq, base + 1 + uint32_t(n_ok));   // keep g and the accepted drafts
 
     for (size_t i = 0; i < n_ok; ++i) {

@@ -1,6 +1,7 @@
 // The vkspec binary end to end: output formats, reproducibility, and bad input -> one-line error + non-zero exit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <fstream>
@@ -92,6 +93,45 @@ TEST(Cli, RunJsonReproducesReferenceAndSeededSamplingRepeats) {
     }
     if (extra.empty()) EXPECT_EQ(js[0]["ids"], a["ids"]);
     else EXPECT_TRUE(js[0].contains("speculative"));
+  }
+}
+
+// bench: medians of the runs it reports, greedy speculation identical to plain, and a draft model that is the
+// target itself accepts every draft (K + 1 tokens per verify pass, the bonus token included).
+TEST(Cli, BenchReportsMediansAcceptanceAndSpeedup) {
+  auto r = run_cli("bench " + kStories + " -md " + shared_path("models/stories260K.gguf") +
+                   " -p 40 -n 33 -r 3 --draft-max 4 --draft-policy fixed --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["prompt_tokens"], 40);
+  EXPECT_EQ(j["reps"], 3);
+  auto median_of = [](const nlohmann::json& runs) {
+    auto v = runs.get<std::vector<double>>();
+    EXPECT_EQ(v.size(), 3u);
+    std::sort(v.begin(), v.end());
+    return v[1];
+  };
+  const double plain = j["plain"]["decode_tok_s"], spec = j["speculative"]["decode_tok_s"];
+  EXPECT_EQ(plain, median_of(j["plain"]["decode_runs"]));
+  EXPECT_EQ(spec, median_of(j["speculative"]["decode_runs"]));
+  EXPECT_GT(plain, 0);
+  EXPECT_DOUBLE_EQ(j["speedup"].get<double>(), spec / plain);
+  EXPECT_EQ(j["greedy_identical"], true);
+  EXPECT_EQ(j["speculative"]["acceptance_rate"], 1.0);
+  EXPECT_EQ(j["speculative"]["draft_policy"], "fixed");
+  // 33 tokens: the first from the prefill, then 32 from verify passes of 5 (4 drafts + bonus), 3 rounds x 3 reps
+  EXPECT_DOUBLE_EQ(j["speculative"]["tokens_per_verify"].get<double>(), 33.0 / 7.0);
+
+  auto t = run_cli("bench " + kStories + " --draft ngram -p 16 -n 8 -r 1");
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("plain"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("speculative"), std::string::npos) << t.out;
+  for (auto args : {"bench " + kStories + " -p 0", "bench " + kStories + " -p 5000 -n 8", "bench " + kStories + " -r 0",
+                    "bench " + kStories + " --draft-policy sometimes", std::string("bench -m /nonexistent.gguf")}) {
+    auto b = run_cli(args);
+    EXPECT_NE(b.code, 0) << args;
+    EXPECT_NE(b.code, 128) << "crashed: " << args;
+    EXPECT_FALSE(b.err.empty()) << args;
   }
 }
 

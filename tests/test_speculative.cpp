@@ -27,11 +27,13 @@ std::vector<uint32_t> plain_greedy(LlamaModel& m, const std::vector<uint32_t>& p
 }
 
 std::vector<uint32_t> speculative_greedy(LlamaModel& m, Drafter& d, const std::vector<uint32_t>& prompt, size_t n,
-                                         uint32_t k, SpeculativeStats* stats = nullptr) {
+                                         uint32_t k, SpeculativeStats* stats = nullptr, bool adaptive = false) {
   const int seq = m.kv().new_sequence();
   m.forward(seq, prompt, Logits::Last);
   std::vector<uint32_t> context = prompt, out;
-  auto s = generate_speculative(m, seq, d, context, {k, 0}, [&](uint32_t t) {
+  SpeculativeOptions opts{k, 0};
+  opts.adaptive = adaptive;
+  auto s = generate_speculative(m, seq, d, context, opts, [&](uint32_t t) {
     out.push_back(t);
     return out.size() < n;
   });
@@ -85,6 +87,11 @@ TEST_F(SpeculativeTest, GreedyParityBitForBitForEveryDrafterAndK) {
         accepted += s.accepted;
         EXPECT_EQ(speculative_greedy(target, ng, prompt, p.n, k), want) << "ngram '" << prompt_text << "' K=" << k;
       }
+      // the CLI's defaults: adaptive K up to 5, draft stops below top probability 0.5
+      ModelDrafter md(draft, 0.5f);
+      NgramDrafter ng;
+      EXPECT_EQ(speculative_greedy(target, md, prompt, p.n, 5, nullptr, true), want) << "adaptive '" << prompt_text << "'";
+      EXPECT_EQ(speculative_greedy(target, ng, prompt, p.n, 5, nullptr, true), want) << "adaptive ngram '" << prompt_text << "'";
     }
     EXPECT_GT(accepted, 0u) << "the draft never agreed: the verify path was not exercised";
     EXPECT_EQ(target.kv().free_blocks(), free0) << "KV blocks leaked";
