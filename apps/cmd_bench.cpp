@@ -73,7 +73,7 @@ nlohmann::json run_peer(const BenchOptions& b, const RunOptions& o, const std::v
   std::string out;
   char buf[4096];
   for (size_t r; (r = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, r);
-  const int rc = pclose(p);
+  const int rc = pclose(p);   // ids are kept: bench compares llama.cpp's greedy tokens with its own
   auto j = nlohmann::json::parse(out, nullptr, false);
   if (rc != 0 || j.is_discarded() || !j.contains("median"))
     throw Error("the llama.cpp peer failed (exit " + std::to_string(rc) + "); run `" + cmd + "` to see why");
@@ -104,10 +104,12 @@ int cmd_bench(const RunOptions& o, const BenchOptions& b) {
   if (spec) engine.generate(prompt, sp, 4, true, true);
   Series plain, specd;
   bool identical = true;
+  std::vector<uint32_t> plain_ids;
   for (int r = 0; r < b.reps; ++r) {
     const Completion a = engine.generate(prompt, sp, o.n_predict, true, false);
     plain.prefill.push_back(double(prompt.size()) / a.prefill_s);
     plain.decode.push_back(a.decode_tok_s());
+    plain_ids = a.ids;
     if (!spec) continue;
     const Completion s = engine.generate(prompt, sp, o.n_predict, true, true);
     specd.prefill.push_back(double(prompt.size()) / s.prefill_s);
@@ -131,7 +133,12 @@ int cmd_bench(const RunOptions& o, const BenchOptions& b) {
   if (!b.peer_dir.empty()) {
     const nlohmann::json peer = run_peer(b, o, prompt);
     const double peer_decode = peer["median"].value("decode_tok_s", 0.0);
-    j["llama_cpp"] = {{"backend", peer.value("backend", "")}, {"release", peer.value("llama_cpp_release", "")},
+    // how many leading greedy tokens agree with ours (f16 files drift after some 60-100 tokens)
+    size_t agree = 0;
+    const auto peer_ids = peer.value("ids", std::vector<uint32_t>{});
+    while (agree < peer_ids.size() && agree < plain_ids.size() && peer_ids[agree] == plain_ids[agree]) ++agree;
+    j["llama_cpp"] = {{"backend", peer.value("backend", "")}, {"release", peer.value("llama_cpp_release", nlohmann::json())},
+                      {"threads", peer.value("threads", 0)}, {"same_leading_ids", agree},
                       {"prefill_tok_s", peer["median"].value("prompt_tok_s", 0.0)}, {"decode_tok_s", peer_decode},
                       {"same_prompt_ids", peer.value("prompt_ids", nlohmann::json()) == nlohmann::json(prompt)}};
     if (peer_decode > 0) j["plain_vs_llama_cpp"] = median(plain.decode) / peer_decode;
