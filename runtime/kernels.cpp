@@ -39,18 +39,20 @@ struct RmsnormPC {
 };
 struct RopeKvPC {
   uint64_t q, k, v, rope, k_pool, v_pool, block_table;
-  uint32_t pos0, n_heads, n_kv_heads, head_dim, n_rot;
+  uint32_t pos0, n_heads, n_kv_heads, head_dim, n_rot, q_stride, kv_stride;
 };
 struct AttentionPC {
   uint64_t q, out, k_pool, v_pool, block_table;
   uint32_t pos0, n_heads, n_kv_heads, head_dim;
   float scale;
+  uint32_t q_stride;
 };
 struct AttentionRowsPC {   // attention_rows: texel offsets for q, the pools and the block table
   uint64_t out;
   uint32_t q, k_pool, v_pool, block_table;
   uint32_t pos0, n_heads, n_kv_heads, head_dim;
   float scale;
+  uint32_t q_stride;
 };
 struct SoftmaxPC {
   uint64_t logits, probs;
@@ -158,13 +160,14 @@ void Kernels::matmul_swiglu(Recorder& r, const DeviceMatrix& gate, const DeviceM
 void Kernels::rope_store_kv(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& k, const Slice& v,
                             const Slice& rope_table, const PagedKvView& kv, uint32_t pos0, uint32_t n) {
   RopeKvPC pc{q.address, k.address, v.address, rope_table.address, kv.k_pool.address, kv.v_pool.address,
-              kv.block_table.address, pos0, s.n_heads, s.n_kv_heads, s.head_dim, s.n_rot};
+              kv.block_table.address, pos0, s.n_heads, s.n_kv_heads, s.head_dim, s.n_rot, s.q_row(), s.kv_row()};
   r.dispatch(pipelines_.get("rope_store_kv", {64, kv.block_size}), &pc, sizeof pc, n);
 }
 
 const char* Kernels::attention_shader(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const {
   auto texel_ok = [](const Slice& sl) { return sl.texels && sl.offset % 16 == 0; };
-  const bool rows = family_ == KernelFamily::RowPerLane && s.head_dim % 4 == 0 && s.n_heads / s.n_kv_heads <= 4 &&
+  const bool rows = family_ == KernelFamily::RowPerLane && s.head_dim % 4 == 0 && s.q_row() % 4 == 0 &&
+                    s.n_heads / s.n_kv_heads <= 4 &&
                     texel_ok(q) && texel_ok(kv.k_pool) && texel_ok(kv.v_pool) && texel_ok(kv.block_table);
   return rows ? "attention_rows" : "attention";
 }
@@ -176,7 +179,7 @@ void Kernels::attention(Recorder& r, const AttentionShape& s, const Slice& q, co
   const uint32_t group = s.n_heads / s.n_kv_heads;
   if (strcmp(attention_shader(s, q, kv), "attention_rows") == 0) {
     AttentionRowsPC pc{out.address, texel_offset(q), texel_offset(kv.k_pool), texel_offset(kv.v_pool),
-                       texel_offset(kv.block_table), pos0, s.n_heads, s.n_kv_heads, s.head_dim, scale};
+                       texel_offset(kv.block_table), pos0, s.n_heads, s.n_kv_heads, s.head_dim, scale, s.q_row()};
     const VkBufferView views[Pipelines::kTexelBindings] = {q.texels, kv.k_pool.texels, kv.v_pool.texels,
                                                            kv.block_table.texels};
     const uint32_t wg = std::max(ctx_.facts().subgroup_size, s.head_dim / 4);   // one output texel per lane
@@ -185,7 +188,7 @@ void Kernels::attention(Recorder& r, const AttentionShape& s, const Slice& q, co
     return;
   }
   AttentionPC pc{q.address, out.address, kv.k_pool.address, kv.v_pool.address, kv.block_table.address,
-                 pos0, s.n_heads, s.n_kv_heads, s.head_dim, scale};
+                 pos0, s.n_heads, s.n_kv_heads, s.head_dim, scale, s.q_row()};
   const uint32_t wg = family_ == KernelFamily::RowPerLane ? 32 : 64;
   r.dispatch(pipelines_.get("attention", {wg, kv.block_size}), &pc, sizeof pc, s.n_heads, n);
 }

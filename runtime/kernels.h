@@ -25,6 +25,11 @@ struct PagedKvView {        // one layer of one sequence's KV cache, as the kern
 
 struct AttentionShape {
   uint32_t n_heads = 0, n_kv_heads = 0, head_dim = 0, n_rot = 0;
+  // floats from one token's q (k, v) row to the next; 0 = packed (n_heads*head_dim, n_kv_heads*head_dim).
+  // The model keeps q, k and v side by side in one [n][q_dim + 2*kv_dim] buffer (one fused projection).
+  uint32_t q_stride = 0, kv_stride = 0;
+  uint32_t q_row() const { return q_stride ? q_stride : n_heads * head_dim; }
+  uint32_t kv_row() const { return kv_stride ? kv_stride : n_kv_heads * head_dim; }
 };
 
 class Kernels {

@@ -37,9 +37,39 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
   token_embd_ = matrix(t.token_embd);
   output_norm_ = vec(t.output_norm);
   output_ = hp_.tied_embeddings ? token_embd_ : matrix(t.output);
-  for (const auto& L : t.layers)
-    layers_.push_back({vec(L.attn_norm), matrix(L.wq), matrix(L.wk), matrix(L.wv), matrix(L.wo), vec(L.ffn_norm),
-                       matrix(L.w_gate), matrix(L.w_up), matrix(L.w_down)});
+  // Rows of several same-typed matrices with the same width, stacked into one matrix.
+  auto stacked = [&](std::initializer_list<const GgufTensor*> parts) {
+    std::vector<uint8_t> bytes;
+    uint32_t rows = 0;
+    for (const GgufTensor* g : parts) {
+      bytes.insert(bytes.end(), g->data, g->data + g->bytes);
+      rows += uint32_t(g->dims[1]);
+    }
+    const GgufTensor* first = *parts.begin();
+    DeviceMatrix m = upload_matrix(*weights_arena_, up, weight_dtype(*first), rows, uint32_t(first->dims[0]),
+                                   bytes.data(), first->name.c_str());
+    for (const GgufTensor* g : parts)
+      if (opts.progress) opts.progress(done += g->bytes, total);
+    return m;
+  };
+  for (const auto& L : t.layers) {
+    LayerWeights w;
+    w.attn_norm = vec(L.attn_norm);
+    w.fused_qkv = L.wq->type == L.wk->type && L.wk->type == L.wv->type;   // shapes were checked on load
+    if (w.fused_qkv) {
+      w.wqkv = stacked({L.wq, L.wk, L.wv});
+    } else {
+      w.wq = matrix(L.wq);
+      w.wk = matrix(L.wk);
+      w.wv = matrix(L.wv);
+    }
+    w.wo = matrix(L.wo);
+    w.ffn_norm = vec(L.ffn_norm);
+    w.w_gate = matrix(L.w_gate);
+    w.w_up = matrix(L.w_up);
+    w.w_down = matrix(L.w_down);
+    layers_.push_back(w);
+  }
   up.flush();
   if (opts.progress) opts.progress(total, total);
 
@@ -47,9 +77,7 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
   const uint64_t B = kMaxBatch, q_dim = uint64_t(hp_.n_heads) * hp_.head_dim, kv_dim = uint64_t(hp_.n_kv_heads) * hp_.head_dim;
   x_ = act_arena_->alloc(B * hp_.dim * 4, "activations");
   xn_ = act_arena_->alloc(B * hp_.dim * 4, "activations");
-  q_ = act_arena_->alloc(B * q_dim * 4, "activations");
-  k_ = act_arena_->alloc(B * kv_dim * 4, "activations");
-  v_ = act_arena_->alloc(B * kv_dim * 4, "activations");
+  qkv_ = act_arena_->alloc(B * (q_dim + 2 * kv_dim) * 4, "activations");
   att_ = act_arena_->alloc(B * q_dim * 4, "activations");
   hb_ = act_arena_->alloc(B * hp_.ffn_dim * 4, "activations");
   tokens_ = upload_arena_->alloc(B * 4, "token ids");
@@ -91,7 +119,11 @@ void LlamaModel::forward_chunk(int seq, std::span<const uint32_t> tokens, Logits
       rope[(t * hp_.n_rot / 2 + i) * 2 + 1] = float(std::sin(theta));
     }
 
-  const AttentionShape shape{hp_.n_heads, hp_.n_kv_heads, hp_.head_dim, hp_.n_rot};
+  const uint32_t q_dim = hp_.n_heads * hp_.head_dim, kv_dim = hp_.n_kv_heads * hp_.head_dim;
+  const uint32_t qkv_w = q_dim + 2 * kv_dim;   // one token's q, k, v side by side
+  const AttentionShape shape{hp_.n_heads, hp_.n_kv_heads, hp_.head_dim, hp_.n_rot, qkv_w, qkv_w};
+  const Slice q_rows = qkv_, k_rows = qkv_.sub(q_dim * 4ull, qkv_.size - q_dim * 4ull),
+              v_rows = qkv_.sub((q_dim + kv_dim) * 4ull, qkv_.size - (q_dim + kv_dim) * 4ull);
   Kernels& k = *kernels_;
   Recorder& r = *rec_;
   r.begin();
@@ -102,13 +134,17 @@ void LlamaModel::forward_chunk(int seq, std::span<const uint32_t> tokens, Logits
     const PagedKvView kv = kv_->view(l, seq);
     k.rmsnorm(r, x_, L.attn_norm, xn_, n, hp_.dim, hp_.rms_eps);             // xn = rmsnorm(x) * attn_norm
     r.barrier();
-    k.matmul(r, L.wq, xn_, q_, n, false);                                    // q = Wq xn
-    k.matmul(r, L.wk, xn_, k_, n, false);                                    // k = Wk xn
-    k.matmul(r, L.wv, xn_, v_, n, false);                                    // v = Wv xn
+    if (L.fused_qkv) {
+      k.matmul(r, L.wqkv, xn_, qkv_, n, false, 0, qkv_w);                    // [q k v] = [Wq; Wk; Wv] xn
+    } else {
+      k.matmul(r, L.wq, xn_, q_rows, n, false, 0, qkv_w);                    // q = Wq xn
+      k.matmul(r, L.wk, xn_, k_rows, n, false, 0, qkv_w);                    // k = Wk xn
+      k.matmul(r, L.wv, xn_, v_rows, n, false, 0, qkv_w);                    // v = Wv xn
+    }
     r.barrier();
-    k.rope_store_kv(r, shape, q_, k_, v_, rope_, kv, pos0, n);               // rope(q, k); cache <- k, v
+    k.rope_store_kv(r, shape, q_rows, k_rows, v_rows, rope_, kv, pos0, n);   // rope(q, k); cache <- k, v
     r.barrier();
-    k.attention(r, shape, q_, att_, kv, pos0, n);                            // att = softmax(q K^T / sqrt(hd)) V
+    k.attention(r, shape, q_rows, att_, kv, pos0, n);                        // att = softmax(q K^T / sqrt(hd)) V
     r.barrier();
     k.matmul(r, L.wo, att_, x_, n, /*accumulate=*/true);                     // x += Wo att
     r.barrier();

@@ -21,7 +21,11 @@ struct ModelOptions {
 
 struct LayerWeights {
   Slice attn_norm;                 // [dim] f32
-  DeviceMatrix wq, wk, wv, wo;     // [n_heads*hd][dim], [n_kv*hd][dim] x2, [dim][n_heads*hd]
+  // wq [n_heads*hd][dim], wk and wv [n_kv*hd][dim] stacked into one [q_dim + 2*kv_dim][dim] matrix (one
+  // dispatch instead of three); files whose three projections differ in type keep them apart (fused = false).
+  bool fused_qkv = false;
+  DeviceMatrix wqkv, wq, wk, wv;
+  DeviceMatrix wo;                 // [dim][n_heads*hd]
   Slice ffn_norm;                  // [dim] f32
   DeviceMatrix w_gate, w_up;       // [ffn][dim]
   DeviceMatrix w_down;             // [dim][ffn]
@@ -65,7 +69,7 @@ class LlamaModel {
   std::vector<LayerWeights> layers_;
 
   // Activations for kMaxBatch tokens, allocated once.
-  Slice x_, xn_, q_, k_, v_, att_, hb_;
+  Slice x_, xn_, qkv_, att_, hb_;   // qkv_: [n][q_dim + 2*kv_dim], each token's q, k, v side by side
   // Per-pass inputs (host-visible) and outputs (host-readable).
   Slice tokens_, rope_;
   Slice logits_, ids_;

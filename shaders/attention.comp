@@ -10,11 +10,12 @@
 const uint MAX_HEAD_DIM = 256;
 
 layout(push_constant) uniform PC {
-  uvec2 q;                  // [n][n_heads*head_dim] (already rotated)
+  uvec2 q;                  // [n][q_stride] (already rotated)
   uvec2 out_;               // [n][n_heads*head_dim]
   uvec2 k_pool, v_pool, block_table;
   uint pos0, n_heads, n_kv_heads, head_dim;
   float scale;              // 1/sqrt(head_dim)
+  uint q_stride;            // floats between consecutive tokens' q rows
 } pc;
 
 shared float q_s[MAX_HEAD_DIM];
@@ -23,7 +24,8 @@ shared float p_s[1024];
 void main() {
   const uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, lane = gl_LocalInvocationID.x;
   const uint kvh = h / (pc.n_heads / pc.n_kv_heads);
-  const uint q_base = (t * pc.n_heads + h) * pc.head_dim;
+  const uint q_base = t * pc.q_stride + h * pc.head_dim;
+  const uint o_base = (t * pc.n_heads + h) * pc.head_dim;
   const uint len = pc.pos0 + t + 1u;   // causal: keys 0 .. pos
 
   for (uint d = lane; d < pc.head_dim; d += WG) q_s[d] = Floats(pc.q).v[q_base + d];
@@ -63,6 +65,6 @@ void main() {
   }
   for (uint i = 0; i < DPL; ++i) {
     const uint d = lane + i * WG;
-    if (d < pc.head_dim) Floats(pc.out_).v[q_base + d] = acc[i] / l;
+    if (d < pc.head_dim) Floats(pc.out_).v[o_base + d] = acc[i] / l;
   }
 }

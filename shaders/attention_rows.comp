@@ -14,7 +14,7 @@ layout(constant_id = 1) const uint BLOCK_SIZE = 16;
 layout(constant_id = 2) const uint G = 1;   // query heads per kv head: 1..4
 const uint C = 64;                          // keys per chunk
 
-layout(set = 0, binding = 0) uniform usamplerBuffer Q;    // block holding q [n][n_heads*head_dim] (rotated)
+layout(set = 0, binding = 0) uniform usamplerBuffer Q;    // block holding q [n][q_stride] (rotated)
 layout(set = 0, binding = 1) uniform usamplerBuffer KP;   // block holding the K pool
 layout(set = 0, binding = 2) uniform usamplerBuffer VP;   // block holding the V pool
 layout(set = 0, binding = 3) uniform usamplerBuffer BT;   // block holding the block table
@@ -24,6 +24,7 @@ layout(push_constant) uniform PC {
   uint q, k_pool, v_pool, block_table;        // texel offsets of the slices in their blocks
   uint pos0, n_heads, n_kv_heads, head_dim;
   float scale;                                // 1/sqrt(head_dim)
+  uint q_stride;                              // floats between consecutive tokens' q rows (multiple of 4)
 } pc;
 
 shared float p_s[4 * C];   // [g][key in chunk]: scores, then probabilities
@@ -61,7 +62,7 @@ uint kv_row(uint pos, uint kvh) {
 }
 
 vec4 qv(uint t, uint head, uint d4) {
-  return uintBitsToFloat(texelFetch(Q, int(pc.q + (t * pc.n_heads + head) * (pc.head_dim / 4u) + d4)));
+  return uintBitsToFloat(texelFetch(Q, int(pc.q + (t * pc.q_stride + head * pc.head_dim) / 4u + d4)));
 }
 
 void main() {

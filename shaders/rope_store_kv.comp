@@ -8,10 +8,11 @@
 #include "paged_kv.glsl"
 
 layout(push_constant) uniform PC {
-  uvec2 q, k, v;            // q: [n][n_heads*head_dim], k/v: [n][n_kv_heads*head_dim] (q, k rotated in place)
+  uvec2 q, k, v;            // q: [n][q_stride], k/v: [n][kv_stride] (q, k rotated in place)
   uvec2 rope;               // [n][n_rot/2] vec2(cos, sin)
   uvec2 k_pool, v_pool, block_table;
   uint pos0, n_heads, n_kv_heads, head_dim, n_rot;
+  uint q_stride, kv_stride; // floats between consecutive tokens' rows
 } pc;
 
 void rotate(uvec2 buf, uint base, uint i, vec2 cs) {
@@ -22,20 +23,20 @@ void rotate(uvec2 buf, uint base, uint i, vec2 cs) {
 
 void main() {
   const uint t = gl_WorkGroupID.x, half_rot = pc.n_rot / 2u;
-  const uint q_dim = pc.n_heads * pc.head_dim, kv_dim = pc.n_kv_heads * pc.head_dim;
+  const uint kv_dim = pc.n_kv_heads * pc.head_dim;
   for (uint j = gl_LocalInvocationID.x; j < pc.n_heads * half_rot; j += WG) {
     const uint h = j / half_rot, i = j % half_rot;
-    rotate(pc.q, t * q_dim + h * pc.head_dim, i, Vec2s(pc.rope).v[t * half_rot + i]);
+    rotate(pc.q, t * pc.q_stride + h * pc.head_dim, i, Vec2s(pc.rope).v[t * half_rot + i]);
   }
   for (uint j = gl_LocalInvocationID.x; j < pc.n_kv_heads * half_rot; j += WG) {
     const uint h = j / half_rot, i = j % half_rot;
-    rotate(pc.k, t * kv_dim + h * pc.head_dim, i, Vec2s(pc.rope).v[t * half_rot + i]);
+    rotate(pc.k, t * pc.kv_stride + h * pc.head_dim, i, Vec2s(pc.rope).v[t * half_rot + i]);
   }
   barrier();   // k of this token is rotated by this workgroup before it is copied
   for (uint j = gl_LocalInvocationID.x; j < kv_dim; j += WG) {
     const uint h = j / pc.head_dim, d = j % pc.head_dim;
     const uint dst = kv_index(pc.block_table, pc.pos0 + t, h, pc.n_kv_heads, pc.head_dim) + d;
-    Floats(pc.k_pool).v[dst] = Floats(pc.k).v[t * kv_dim + j];
-    Floats(pc.v_pool).v[dst] = Floats(pc.v).v[t * kv_dim + j];
+    Floats(pc.k_pool).v[dst] = Floats(pc.k).v[t * pc.kv_stride + j];
+    Floats(pc.v_pool).v[dst] = Floats(pc.v).v[t * pc.kv_stride + j];
   }
 }

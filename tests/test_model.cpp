@@ -18,6 +18,8 @@ namespace {
 
 // A small Llama with the features the shared models lack: GQA 4:1, tied embeddings, rope base 500000
 // with Llama 3 frequency factors (rope_freqs.weight), rope dim < head dim, odd vocabulary.
+// type: ggml type of the matrices; kMixed = f32 with f16 attn_v (q/k/v of different types are not stacked).
+constexpr uint32_t kMixed = 1000;
 std::string write_synthetic_model(uint32_t type = 0, bool llama3_keys = false) {
   const uint32_t dim = 128, heads = 8, kv = 2, hd = 16, ffn = 96, vocab = 97, layers = 2, n_rot = 12;
   GgufWriter w;
@@ -39,12 +41,13 @@ std::string write_synthetic_model(uint32_t type = 0, bool llama3_keys = false) {
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.f, 0.5f);
   auto add = [&](const std::string& name, uint32_t rows, uint32_t cols, bool norm = false) {
+    const uint32_t type_here = type != kMixed ? type : name.find("attn_v") != std::string::npos ? 1 : 0;
     std::vector<float> v(size_t(rows) * cols);
     for (auto& x : v) x = norm ? 1.f + 0.1f * nd(rng) : nd(rng) / std::sqrt(float(cols));
-    if (norm || type == 0) return w.tensor(name, rows == 1 ? std::vector<uint64_t>{cols} : std::vector<uint64_t>{cols, rows}, 0, v.data(), v.size() * 4);
+    if (norm || type_here == 0) return w.tensor(name, rows == 1 ? std::vector<uint64_t>{cols} : std::vector<uint64_t>{cols, rows}, 0, v.data(), v.size() * 4);
     std::vector<uint16_t> h(v.size());
-    for (size_t i = 0; i < v.size(); ++i) h[i] = type == 1 ? float_to_half(v[i]) : float_to_bf16(v[i]);
-    w.tensor(name, {cols, rows}, type, h.data(), h.size() * 2);
+    for (size_t i = 0; i < v.size(); ++i) h[i] = type_here == 1 ? float_to_half(v[i]) : float_to_bf16(v[i]);
+    w.tensor(name, {cols, rows}, type_here, h.data(), h.size() * 2);
   };
   add("token_embd.weight", vocab, dim);
   add("output_norm.weight", 1, dim, true);
@@ -97,7 +100,7 @@ TEST_F(ModelTest, RopeScalingFromTensorAndFromLlama3Keys) {
 }
 
 TEST_F(ModelTest, LogitsMatchCpuReferenceOnSyntheticModel) {
-  for (uint32_t type : {0u, 1u, 30u}) {
+  for (uint32_t type : {0u, 1u, 30u, kMixed}) {
     SCOPED_TRACE("weight type " + std::to_string(type));
     GgufFile f(write_synthetic_model(type));
     LlamaModel model(gpu().ctx, gpu().pipelines, f);
