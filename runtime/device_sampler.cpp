@@ -1,0 +1,67 @@
+#include "runtime/device_sampler.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace vkspec {
+
+namespace {
+struct SampleRowsPC {   // mirrors the push-constant block of shaders/sample_rows.comp
+  uint64_t logits, probs, draws, hist;
+  uint32_t seed_lo, seed_hi, V, h_ctx, last_n;
+  float penalty, temperature, top_p, min_p;
+  uint32_t top_k, position, stream, draw;
+};
+}  // namespace
+
+DeviceSampler::DeviceSampler(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_rows,
+                             uint32_t max_history)
+    : pipelines_(pipelines), n_vocab_(n_vocab), max_rows_(max_rows), max_history_(max_history) {
+  device_ = std::make_unique<Arena>(ctx, MemoryKind::Device, VkDeviceSize(n_vocab) * 4 + 4096);
+  upload_ = std::make_unique<Arena>(ctx, MemoryKind::Upload, VkDeviceSize(max_history) * 4 + 4096);
+  readback_ = std::make_unique<Arena>(ctx, MemoryKind::Readback, VkDeviceSize(max_rows) * 8 + 256);
+  scratch_probs_ = device_->alloc(VkDeviceSize(n_vocab) * 4, "sampling probabilities");
+  history_ = upload_->alloc(VkDeviceSize(max_history) * 4, "sampling history");
+  draws_ = readback_->alloc(VkDeviceSize(max_rows) * 8, "sampled tokens");
+  if (!history_.mapped || !draws_.mapped) throw Error("internal: sampling buffers are not mapped");
+  rec_ = std::make_unique<Recorder>(ctx, false);
+}
+
+DeviceSampler::~DeviceSampler() = default;
+
+void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Slice& logits, const Slice& probs,
+                           uint32_t rows, std::span<const uint32_t> context, std::span<const uint32_t> extra,
+                           uint64_t position, bool draw, uint32_t stream) {
+  if (!supports(p, n_vocab_) || rows == 0 || rows > max_rows_ || extra.size() + 1 < rows)
+    throw Error("internal: DeviceSampler::record out of range");
+  // The penalty's window: the context's last repeat_last_n tokens (all of it for -1), then `extra`.
+  const bool penalty = p.repeat_penalty != 1.0f && p.repeat_last_n != 0;
+  const size_t window = !penalty ? 0 : p.repeat_last_n < 0 ? context.size()
+                                                           : std::min(context.size(), size_t(p.repeat_last_n));
+  if (window + extra.size() > max_history_) throw Error("internal: sampling history longer than planned");
+  uint32_t* h = history_.host<uint32_t>();
+  std::copy(context.end() - long(window), context.end(), h);
+  std::copy(extra.begin(), extra.end(), h + window);
+  const uint32_t last_n = !penalty ? 0u : p.repeat_last_n < 0 ? 0xffffffffu : uint32_t(p.repeat_last_n);
+  SampleRowsPC pc{logits.address, probs.address, draws_.address, history_.address, uint32_t(p.seed),
+                  uint32_t(p.seed >> 32), n_vocab_, uint32_t(window), last_n, p.repeat_penalty, p.temperature,
+                  p.top_p, p.min_p, uint32_t(p.top_k), uint32_t(position), stream, draw ? 1u : 0u};
+  r.dispatch(pipelines_.get("sample_rows", {64}), &pc, sizeof pc, rows);
+}
+
+DeviceSampler::Draw DeviceSampler::drawn(uint32_t row) const {
+  const uint32_t* d = draws_.host<uint32_t>() + 2 * size_t(row);
+  float top;
+  std::memcpy(&top, d + 1, 4);
+  return {d[0], top};
+}
+
+uint32_t DeviceSampler::sample(const SamplingParams& p, const Slice& logits_row, std::span<const uint32_t> context,
+                               uint64_t position) {
+  rec_->begin();
+  record(*rec_, p, logits_row, scratch_probs_, 1, context, {}, position, true, kStreamPlain);
+  rec_->submit_and_wait();
+  return drawn(0).token;
+}
+
+}  // namespace vkspec
