@@ -67,8 +67,12 @@ Completion Engine::generate(std::span<const uint32_t> prompt, const SamplingPara
   if (n <= 0) throw Error("-n must be positive (got " + std::to_string(n) + ")");
   Completion c;
   c.speculative = speculate && drafter_;
+  const uint32_t V = model_->hparams().n_vocab, max_history = model_->n_ctx() + LlamaModel::kMaxBatch;
   if (c.speculative && !sp.greedy() && !acceptor_)
-    acceptor_ = std::make_unique<SpecAcceptor>(*ctx_, *pipelines_, model_->hparams().n_vocab, LlamaModel::kMaxBatch - 1);
+    acceptor_ = std::make_unique<SpecAcceptor>(*ctx_, *pipelines_, V, LlamaModel::kMaxBatch - 1, 1, max_history);
+  const bool device_sampling = DeviceSampler::supports(sp, V);   // else the host Sampler, for every step
+  if (!c.speculative && device_sampling && !device_sampler_)
+    device_sampler_ = std::make_unique<DeviceSampler>(*ctx_, *pipelines_, V, 1, max_history);
   const Sampler sampler(sp);
   LlamaModel& m = *model_;
   const int seq = m.kv().new_sequence();
@@ -92,8 +96,10 @@ Completion Engine::generate(std::span<const uint32_t> prompt, const SamplingPara
   } else {
     const bool device_argmax = sp.greedy() && sp.repeat_penalty == 1.0f;
     while (true) {
-      const uint32_t next = device_argmax ? m.argmax_id(0)
-                                          : sampler.sample({m.logits(0), m.hparams().n_vocab}, context, context.size());
+      const uint32_t next = device_argmax    ? m.argmax_id(0)
+                            : device_sampling ? device_sampler_->sample(sp, m.logits_rows().sub(0, V * 4ull), context,
+                                                                        context.size())
+                                              : sampler.sample({m.logits(0), V}, context, context.size());
       if (!accept(next)) break;
       context.push_back(next);
       if (context.size() >= m.n_ctx()) break;

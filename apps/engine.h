@@ -58,7 +58,8 @@ class Engine {
   std::unique_ptr<Pipelines> pipelines_;
   std::unique_ptr<LlamaModel> model_, draft_model_;
   std::unique_ptr<Drafter> drafter_;
-  std::unique_ptr<SpecAcceptor> acceptor_;   // created on the first sampled speculative completion
+  std::unique_ptr<SpecAcceptor> acceptor_;        // created on the first sampled speculative completion
+  std::unique_ptr<DeviceSampler> device_sampler_; // created on the first plain completion it supports
   double load_s_ = 0;
 };
 

@@ -51,6 +51,7 @@ class LlamaModel {
   void forward(int seq, std::span<const uint32_t> tokens, Logits want);
   const float* logits(uint32_t row) const { return logits_.host<float>() + size_t(row) * hp_.n_vocab; }
   uint32_t argmax_id(uint32_t row) const { return ids_.host<uint32_t>()[row]; }
+  const Slice& logits_rows() const { return logits_; }   // [kMaxBatch][n_vocab], for device-side sampling
 
  private:
   void forward_chunk(int seq, std::span<const uint32_t> tokens, Logits want);

@@ -11,7 +11,8 @@ struct AcceptPC {   // mirrors the push-constant block of shaders/spec_accept.co
 };
 }  // namespace
 
-SpecAcceptor::SpecAcceptor(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_k, uint32_t max_trials)
+SpecAcceptor::SpecAcceptor(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_k, uint32_t max_trials,
+                           uint32_t max_history)
     : ctx_(ctx), pipelines_(pipelines), n_vocab_(n_vocab), max_k_(max_k), max_trials_(max_trials) {
   const VkDeviceSize row = VkDeviceSize(n_vocab) * 4;
   upload_ = std::make_unique<Arena>(ctx, MemoryKind::Upload, row * (2 * max_k + 1) + VkDeviceSize(max_trials) * max_k * 4 + 4096);
@@ -22,6 +23,7 @@ SpecAcceptor::SpecAcceptor(Context& ctx, Pipelines& pipelines, uint32_t n_vocab,
   result_ = readback_->alloc(VkDeviceSize(max_trials) * 8, "speculative result");
   if (!p_.mapped || !tokens_.mapped || !result_.mapped) throw Error("internal: speculative buffers are not mapped");
   rec_ = std::make_unique<Recorder>(ctx, false);
+  sampler_ = std::make_unique<DeviceSampler>(ctx, pipelines, n_vocab, max_k + 1, max_history + max_k);
 }
 
 SpecAcceptor::~SpecAcceptor() = default;
@@ -36,18 +38,48 @@ void SpecAcceptor::set_row(float* row, const Candidates& c, uint32_t token) {
   for (size_t i = 0; i < c.ids.size(); ++i) row[c.ids[i]] = c.probs[i];
 }
 
-std::vector<SpecAcceptor::Outcome> SpecAcceptor::run(uint32_t k, uint64_t seed, uint32_t position, uint32_t trials) {
-  if (k > max_k_ || trials == 0 || trials > max_trials_) throw Error("internal: SpecAcceptor::run out of range");
+void SpecAcceptor::record_accept(uint32_t k, uint64_t seed, uint32_t position, uint32_t trials) {
+  if (k > max_k_ || trials == 0 || trials > max_trials_) throw Error("internal: SpecAcceptor out of range");
   AcceptPC pc{p_.address, q_.address, tokens_.address, result_.address, uint32_t(seed), uint32_t(seed >> 32),
               k, n_vocab_, position, max_k_, trials};
-  rec_->begin();
   const uint32_t gx = std::min(trials, 32768u);
   rec_->dispatch(pipelines_.get("spec_accept", {64}), &pc, sizeof pc, gx, (trials + gx - 1) / gx);
+}
+
+std::vector<SpecAcceptor::Outcome> SpecAcceptor::run(uint32_t k, uint64_t seed, uint32_t position, uint32_t trials) {
+  rec_->begin();
+  record_accept(k, seed, position, trials);
   rec_->submit_and_wait();
   std::vector<Outcome> out(trials);
   const uint32_t* r = result_.host<uint32_t>();
   for (uint32_t j = 0; j < trials; ++j) out[j] = {r[2 * j], r[2 * j + 1]};
   return out;
+}
+
+DeviceSampler::Draw SpecAcceptor::draw_draft(uint32_t i, const SamplingParams& p, const Slice& draft_logits,
+                                             std::span<const uint32_t> history) {
+  if (i >= max_k_) throw Error("internal: draft row out of range");
+  const VkDeviceSize row = VkDeviceSize(n_vocab_) * 4;
+  rec_->begin();
+  sampler_->record(*rec_, p, draft_logits.sub(0, row), q_.sub(i * row, row), 1, history, {}, history.size(), true,
+                   DeviceSampler::kStreamDraft);
+  rec_->submit_and_wait();
+  return sampler_->drawn(0);
+}
+
+SpecAcceptor::Outcome SpecAcceptor::verify(const SamplingParams& p, const Slice& target_logits,
+                                           std::span<const uint32_t> context, std::span<const uint32_t> drafts) {
+  const uint32_t k = uint32_t(drafts.size());
+  if (k > max_k_) throw Error("internal: SpecAcceptor::verify out of range");
+  std::copy(drafts.begin(), drafts.end(), tokens());
+  const VkDeviceSize rows = VkDeviceSize(k + 1) * n_vocab_ * 4;
+  rec_->begin();
+  sampler_->record(*rec_, p, target_logits.sub(0, rows), p_.sub(0, rows), k + 1, context, drafts, 0, false, 0);
+  rec_->barrier();
+  record_accept(k, p.seed, uint32_t(context.size()), 1);
+  rec_->submit_and_wait();
+  const uint32_t* r = result_.host<uint32_t>();
+  return {r[0], r[1]};
 }
 
 }  // namespace vkspec

@@ -1,11 +1,18 @@
 #pragma once
 // Host side of the fused accept/reject kernel (shaders/spec_accept.comp): dense p and q rows in
-// host-visible device memory, one dispatch, and two integers read back per trial.
-// Invariant: rows written through p_row()/q_row() are probability vectors over the whole vocabulary.
+// device memory, one dispatch, and two integers read back per trial.
+// Two ways to fill the rows:
+//   device transforms (DeviceSampler::supports): draw_draft() turns the draft's logits into q_i and draws
+//     t_i on the device; verify() turns the target's verify logits into p_0..p_k and runs the accept kernel
+//     in the same submission. Only drawn tokens and {accepted, next} come back.
+//   host transforms (top-k off or above DeviceSampler::kMaxTopK): set_row() writes rows the host computed,
+//     then run().
+// Invariant: rows are probability vectors over the whole vocabulary.
 #include <memory>
 #include <span>
 #include <vector>
 
+#include "runtime/device_sampler.h"
 #include "runtime/kernels.h"
 #include "runtime/sampler.h"
 
@@ -13,7 +20,9 @@ namespace vkspec {
 
 class SpecAcceptor {
  public:
-  SpecAcceptor(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_k, uint32_t max_trials = 1);
+  // max_history: the longest context (plus drafts) the device transforms will see.
+  SpecAcceptor(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_k, uint32_t max_trials = 1,
+               uint32_t max_history = 8192);
   ~SpecAcceptor();
 
   uint32_t n_vocab() const { return n_vocab_; }
@@ -27,13 +36,26 @@ class SpecAcceptor {
   // Runs the kernel for `trials` independent trials (seed + j for trial j) sharing the same p and q.
   std::vector<Outcome> run(uint32_t k, uint64_t seed, uint32_t position, uint32_t trials = 1);
 
+  // Device transforms. The draft's distribution after `history` (its logits row `draft_logits`) becomes
+  // q row i and t_i is drawn from it (counter position history.size(), the draft's own stream).
+  DeviceSampler::Draw draw_draft(uint32_t i, const SamplingParams& p, const Slice& draft_logits,
+                                 std::span<const uint32_t> history);
+  // p_0..p_k from the target's logits rows after `context` and each draft, then accept/reject with the
+  // q rows already in place and tokens() = drafts; position = context.size().
+  Outcome verify(const SamplingParams& p, const Slice& target_logits, std::span<const uint32_t> context,
+                 std::span<const uint32_t> drafts);
+  DeviceSampler& device_sampler() { return *sampler_; }
+
  private:
   Context& ctx_;
   Pipelines& pipelines_;
   uint32_t n_vocab_, max_k_, max_trials_;
   std::unique_ptr<Arena> upload_, readback_;
   std::unique_ptr<Recorder> rec_;
+  std::unique_ptr<DeviceSampler> sampler_;
   Slice p_, q_, tokens_, result_;
+
+  void record_accept(uint32_t k, uint64_t seed, uint32_t position, uint32_t trials);
 };
 
 }  // namespace vkspec

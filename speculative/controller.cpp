@@ -6,11 +6,17 @@ namespace vkspec {
 
 namespace {
 // Sampling verification: the target's distributions p_0..p_k (transforms applied with the context growing
-// draft by draft), the draft's q_i, and the accept/reject chain in the fused kernel.
-SpecAcceptor::Outcome verify_sampled(LlamaModel& target, SpecAcceptor& acceptor, const Sampler& sampler,
-                                     const std::vector<uint32_t>& context, const std::vector<uint32_t>& drafts,
-                                     const std::vector<Candidates>& q) {
+// draft by draft), the draft's q_i, and the accept/reject chain in the fused kernel. With device transforms
+// the rows never leave the device; otherwise the host computes them (top-k off or above the device's cap).
+SpecAcceptor::Outcome verify_sampled(LlamaModel& target, SpecAcceptor& acceptor, const Sampler& sampler, bool on_device,
+                                     bool q_written, const std::vector<uint32_t>& context,
+                                     const std::vector<uint32_t>& drafts, const std::vector<Candidates>& q) {
   const uint32_t k = uint32_t(drafts.size()), V = target.hparams().n_vocab;
+  if (on_device) {
+    if (!q_written)   // deterministic drafts: q is one-hot at each draft
+      for (uint32_t i = 0; i < k; ++i) acceptor.set_row(acceptor.q_row(i), Candidates{}, drafts[i]);
+    return acceptor.verify(sampler.params(), target.logits_rows(), context, drafts);
+  }
   std::vector<uint32_t> history = context;
   for (uint32_t i = 0; i <= k; ++i) {
     acceptor.set_row(acceptor.p_row(i), sampler.distribution({target.logits(i), V}, history));
@@ -36,9 +42,13 @@ SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& draf
   };
   SpeculativeStats stats;
   PagedKvCache& kv = target.kv();
-  // the target's next token after the prefilled context
   uint32_t k = opts.draft_max;   // drafts asked for this round
-  uint32_t g = sampling ? sampler->sample({target.logits(0), V}, context, context.size()) : greedy_pick(0, context);
+  const bool on_device = sampling && DeviceSampler::supports(sampler->params(), V);
+  // the target's next token after the prefilled context (drawn exactly as plain sampling draws it)
+  uint32_t g = on_device  ? opts.acceptor->device_sampler().sample(sampler->params(), target.logits_rows().sub(0, V * 4ull),
+                                                                   context, context.size())
+               : sampling ? sampler->sample({target.logits(0), V}, context, context.size())
+                          : greedy_pick(0, context);
   while (true) {
     context.push_back(g);
     stats.tokens++;
@@ -48,7 +58,8 @@ SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& draf
     const uint32_t room = target.n_ctx() - uint32_t(context.size());
     const uint32_t k_max = std::min({k, room, LlamaModel::kMaxBatch - 1});
     std::vector<Candidates> q;
-    std::vector<uint32_t> drafts = k_max ? drafter.draft(context, k_max, sampler, &q) : std::vector<uint32_t>{};
+    const DraftSampling how{sampler, on_device ? opts.acceptor : nullptr, on_device ? nullptr : &q};
+    std::vector<uint32_t> drafts = k_max ? drafter.draft(context, k_max, how) : std::vector<uint32_t>{};
     if (drafts.size() < opts.draft_min) drafts.clear();
     stats.drafted += drafts.size();
 
@@ -61,7 +72,7 @@ SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& draf
     size_t n_ok = 0;
     uint32_t next = 0;
     if (sampling) {
-      const auto o = verify_sampled(target, *opts.acceptor, *sampler, context, drafts, q);
+      const auto o = verify_sampled(target, *opts.acceptor, *sampler, on_device, drafter.samples(), context, drafts, q);
       n_ok = o.accepted;
       next = o.next;
     } else {   // exact match against the target's own choice

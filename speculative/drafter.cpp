@@ -9,9 +9,8 @@ ModelDrafter::ModelDrafter(LlamaModel& draft, float p_min) : model_(draft), p_mi
 
 ModelDrafter::~ModelDrafter() { model_.kv().free_sequence(seq_); }
 
-std::vector<uint32_t> ModelDrafter::draft(std::span<const uint32_t> context, uint32_t k, const Sampler* sampling,
-                                          std::vector<Candidates>* q) {
-  const bool sample = sampling && !sampling->params().greedy() && q;
+std::vector<uint32_t> ModelDrafter::draft(std::span<const uint32_t> context, uint32_t k, const DraftSampling& s) {
+  const bool sample = s.sampler && !s.sampler->params().greedy() && (s.device || s.q);
   // Keep the cached prefix the context still agrees with; drop the rest (rejected drafts).
   size_t common = 0;
   while (common < cached_.size() && common < context.size() && cached_[common] == context[common]) ++common;
@@ -28,18 +27,22 @@ std::vector<uint32_t> ModelDrafter::draft(std::span<const uint32_t> context, uin
   if (sample) history.assign(context.begin(), context.end());
   for (uint32_t i = 0; i < k; ++i) {
     uint32_t tok = model_.argmax_id(0);
-    if (sample) {
+    if (sample && s.device) {   // q_i and the draw stay on the device
+      const DeviceSampler::Draw d = s.device->draw_draft(i, s.sampler->params(), model_.logits_rows(), history);
+      if (p_min_ > 0 && d.top_prob < p_min_ && !out.empty()) break;
+      tok = d.token;
+    } else if (sample) {
       // q_i after the target's transforms; the draw uses its own stream so it is independent of the
       // target's accept/resample numbers at the same position.
-      Candidates c = sampling->distribution({model_.logits(0), V}, history);
-      const double u = counter_uniform(sampling->params().seed ^ 0xD1B54A32D192ED03ull, history.size());
+      Candidates c = s.sampler->distribution({model_.logits(0), V}, history);
+      const double u = counter_uniform(s.sampler->params().seed ^ 0xD1B54A32D192ED03ull, history.size());
       double cum = 0;
       tok = c.ids.back();
       for (size_t j = 0; j < c.ids.size(); ++j)
         if (u < (cum += c.probs[j])) { tok = c.ids[j]; break; }
       const double top = c.probs.front();   // candidates are sorted by logit: the first is the mode
       if (p_min_ > 0 && top < p_min_ && !out.empty()) break;
-      q->push_back(std::move(c));
+      s.q->push_back(std::move(c));
     } else if (p_min_ > 0) {   // top probability of the draft's distribution
       const float* l = model_.logits(0);
       double z = 0;
@@ -55,8 +58,7 @@ std::vector<uint32_t> ModelDrafter::draft(std::span<const uint32_t> context, uin
   return out;
 }
 
-std::vector<uint32_t> NgramDrafter::draft(std::span<const uint32_t> context, uint32_t k, const Sampler*,
-                                          std::vector<Candidates>*) {
+std::vector<uint32_t> NgramDrafter::draft(std::span<const uint32_t> context, uint32_t k, const DraftSampling&) {
   const size_t len = context.size();
   for (uint32_t n = std::min<uint32_t>(max_n_, uint32_t(len ? len - 1 : 0)); n >= min_n_ && n > 0; --n) {
     auto suffix = context.subspan(len - n);

@@ -2,7 +2,8 @@
 // Drafters propose up to K next tokens for the target to verify in one pass.
 //   ModelDrafter: a small draft model sharing the target's vocabulary, with its own paged KV kept in step
 //                 with the accepted context (filled lazily: the first call prefills the prompt). Greedy, or
-//                 sampling from its distribution after the target's sampling transforms.
+//                 sampling from its distribution after the target's sampling transforms (on the device
+//                 when DeviceSampler supports them).
 //   NgramDrafter: prompt lookup: the longest recent n-gram that occurred earlier in the context proposes
 //                 the tokens that followed it (zero model cost).
 #include <cstdint>
@@ -13,18 +14,26 @@
 #include "loader/tokenizer.h"
 #include "runtime/model.h"
 #include "runtime/sampler.h"
+#include "speculative/acceptance.h"
 
 namespace vkspec {
+
+// How a drafter samples (and where the distributions its drafts were drawn from go).
+struct DraftSampling {
+  const Sampler* sampler = nullptr;        // null or greedy: greedy drafts
+  SpecAcceptor* device = nullptr;          // device transforms: q_i is left in the acceptor's q row i
+  std::vector<Candidates>* q = nullptr;    // host transforms: q_i is appended here
+};
 
 class Drafter {
  public:
   virtual ~Drafter() = default;
   virtual const char* name() const = 0;
-  // Up to `k` tokens likely to follow `context` (which ends with the last accepted token). With a
-  // non-greedy `sampling`, drafts are drawn at random and `q` receives the distribution each was drawn from
-  // (left empty by drafters whose proposals are deterministic: q is then one-hot at the drafted token).
-  virtual std::vector<uint32_t> draft(std::span<const uint32_t> context, uint32_t k, const Sampler* sampling = nullptr,
-                                      std::vector<Candidates>* q = nullptr) = 0;
+  // True when drafts are drawn from a distribution q (written where `s` says); false when proposals are
+  // deterministic (q is then one-hot at the drafted token, and the caller writes it).
+  virtual bool samples() const = 0;
+  // Up to `k` tokens likely to follow `context` (which ends with the last accepted token).
+  virtual std::vector<uint32_t> draft(std::span<const uint32_t> context, uint32_t k, const DraftSampling& s = {}) = 0;
 };
 
 class ModelDrafter : public Drafter {
@@ -33,8 +42,8 @@ class ModelDrafter : public Drafter {
   ModelDrafter(LlamaModel& draft, float p_min);
   ~ModelDrafter() override;
   const char* name() const override { return "draft-model"; }
-  std::vector<uint32_t> draft(std::span<const uint32_t> context, uint32_t k, const Sampler* sampling = nullptr,
-                              std::vector<Candidates>* q = nullptr) override;
+  bool samples() const override { return true; }
+  std::vector<uint32_t> draft(std::span<const uint32_t> context, uint32_t k, const DraftSampling& s = {}) override;
 
  private:
   LlamaModel& model_;
@@ -47,8 +56,8 @@ class NgramDrafter : public Drafter {
  public:
   explicit NgramDrafter(uint32_t max_n = 4, uint32_t min_n = 1) : max_n_(max_n), min_n_(min_n) {}
   const char* name() const override { return "ngram"; }
-  std::vector<uint32_t> draft(std::span<const uint32_t> context, uint32_t k, const Sampler* = nullptr,
-                              std::vector<Candidates>* = nullptr) override;
+  bool samples() const override { return false; }
+  std::vector<uint32_t> draft(std::span<const uint32_t> context, uint32_t k, const DraftSampling& = {}) override;
 
  private:
   uint32_t max_n_, min_n_;

@@ -94,6 +94,23 @@ TEST(Cli, RunJsonReproducesReferenceAndSeededSamplingRepeats) {
     if (extra.empty()) EXPECT_EQ(js[0]["ids"], a["ids"]);
     else EXPECT_TRUE(js[0].contains("speculative"));
   }
+  // The same with top-k 40, which samples on the device (DeviceSampler), plain and with a draft model.
+  const std::string device = "run " + kStories + " -p 'Lily' -n 16 --temp 0.9 --top-k 40 --ignore-eos --json --seed ";
+  for (std::string extra : {std::string(""), " -md " + shared_path("models/stories260K.gguf")}) {
+    auto many = run_cli(device + "21 --samples 2" + extra);
+    ASSERT_EQ(many.code, 0) << many.err;
+    std::istringstream lines(many.out);
+    std::string line;
+    for (int k = 0; std::getline(lines, line); ++k) {
+      auto single = nlohmann::json::parse(run_cli(device + std::to_string(21 + k) + extra).out);
+      EXPECT_EQ(nlohmann::json::parse(line)["ids"], single["ids"]) << extra << " sample " << k;
+      EXPECT_EQ(single["ids"].size(), 16u);
+      // a draft that is the target itself gives q == p bit for bit (batch-invariant kernels): all accepted
+      if (!extra.empty()) {
+        EXPECT_EQ(single["speculative"]["acceptance_rate"], 1.0);
+      }
+    }
+  }
 }
 
 // bench: medians of the runs it reports, greedy speculation identical to plain, and a draft model that is the

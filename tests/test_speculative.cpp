@@ -159,7 +159,9 @@ int expect_same_distribution(const std::map<uint32_t, int>& a, const std::map<ui
 
 // End to end: the first three tokens sampled with speculation are distributed as without it, over 2000
 // seeds, at T = 0.8 (top-k 40, top-p 0.95) and T = 1.0 (top-p 0.9) with the draft model, and at T = 0.8
-// with n-gram drafts (one-hot proposals). About 2 minutes on lavapipe: every pass is dispatch-bound.
+// with n-gram drafts (one-hot proposals). The plain side is the host Sampler, an independent reference: the
+// top-k 40 setting runs speculation with the device transforms, the top-k-off setting with the host ones.
+// About 2 minutes on lavapipe: every pass is dispatch-bound.
 TEST_F(SpeculativeTest, SampledTokensHaveTheTargetsDistribution) {
   GgufFile tf(shared_path("models/stories260K.gguf")), df(write_truncated_stories());
   ModelOptions mo;
