@@ -98,8 +98,8 @@ TEST_F(SpeculativeTest, GreedyParityBitForBitForEveryDrafterAndK) {
   }
 }
 
-// After many verify rounds with drafts accepted and rejected, the target's cache holds exactly what a
-// fresh prefill of the accepted sequence writes: next-token logits from both are bit-identical.
+// After many verify rounds with drafts accepted and rejected, both caches hold exactly what a fresh prefill
+// of the accepted sequence writes (next-token logits from both are bit-identical), and no block leaks.
 TEST_F(SpeculativeTest, KvAfterRoundsEqualsFreshPrefill) {
   GgufFile tf(shared_path("models/stories260K.gguf")), df(write_truncated_stories());
   ModelOptions mo;
@@ -117,6 +117,15 @@ TEST_F(SpeculativeTest, KvAfterRoundsEqualsFreshPrefill) {
     auto s = generate_speculative(target, seq, md, context, {5, 0}, [&](uint32_t) { return ++emitted < 57; });
     EXPECT_GT(s.verify_passes, 5u);
     EXPECT_LT(s.accepted, s.drafted);   // some rejections happened
+    // The draft's cache after as many truncations: its logits after the accepted sequence (the drafter
+    // keeps the cached prefix and runs the rest) equal a fresh prefill's, bit for bit.
+    md.draft(context, 1);
+    const uint32_t Vd = draft.hparams().n_vocab;
+    std::vector<float> d(draft.logits(0), draft.logits(0) + Vd);
+    const int fresh_d = draft.kv().new_sequence();
+    draft.forward(fresh_d, context, Logits::Last);
+    for (uint32_t v = 0; v < Vd; ++v) ASSERT_EQ(draft.logits(0)[v], d[v]) << "draft KV differs from a fresh prefill";
+    draft.kv().free_sequence(fresh_d);
   }
   EXPECT_EQ(draft.kv().free_blocks(), free_d);   // the drafter released its sequence
   ASSERT_EQ(target.kv().length(seq), context.size() - 1);   // the last emitted token is not in the cache yet
