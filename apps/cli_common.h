@@ -24,7 +24,7 @@ struct RunOptions {
   std::string draft;         // "ngram" for prompt-lookup drafting
   int draft_max = 5, draft_min = 0;
   float draft_p_min = 0.0f;
-  std::string draft_policy = "auto";   // fixed | adaptive | auto (adaptive for a draft model, fixed for n-gram)
+  std::string draft_policy = "adaptive";   // fixed (always K) | adaptive (speculative/draft_policy.h)
   bool speculative() const { return !draft_model.empty() || !draft.empty(); }
 };
 

@@ -40,9 +40,11 @@ double median(std::vector<double> v) {
   return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Exactly `n` prompt tokens: the text's tokens, repeated (after BOS) when the text is shorter.
+// Exactly `n` prompt tokens: the text's tokens, repeated (after BOS) when the text is shorter; n = 0: the
+// text's tokens as they are.
 std::vector<uint32_t> prompt_of_length(const Engine& engine, const std::string& text, uint32_t n) {
   const std::vector<uint32_t> ids = engine.encode_prompt(text);
+  if (n == 0) return ids;
   const size_t lead = int(ids.front()) == engine.tokenizer().bos() ? 1 : 0;
   if (ids.size() == lead) throw Error("the bench prompt has no tokens");
   std::vector<uint32_t> out(ids.begin(), ids.begin() + long(std::min<size_t>(n, ids.size())));
@@ -83,8 +85,8 @@ nlohmann::json run_peer(const BenchOptions& b, const RunOptions& o, const std::v
 }  // namespace
 
 int cmd_bench(const RunOptions& o, const BenchOptions& b) {
-  if (b.prompt_tokens < 1 || o.n_predict < 2 || b.reps < 1)
-    throw Error("bench needs -p >= 1, -n >= 2 and --reps >= 1");
+  if (b.prompt_tokens < 0 || o.n_predict < 2 || b.reps < 1)
+    throw Error("bench needs -p >= 0 (0: the prompt text as it is), -n >= 2 and --reps >= 1");
   Engine engine(o);
   const std::string text = o.prompt_file.empty() ? std::string(kDefaultPrompt) : read_prompt(o);
   const std::vector<uint32_t> prompt = prompt_of_length(engine, text, uint32_t(b.prompt_tokens));

@@ -36,7 +36,7 @@ class Engine {
   const Tokenizer& tokenizer() const { return *tok_; }
   LlamaModel& model() { return *model_; }
   Drafter* drafter() { return drafter_.get(); }
-  bool adaptive_k() const;   // --draft-policy, with auto resolved
+  bool adaptive_k() const;   // --draft-policy adaptive
   // "speculative":{"drafter", "draft_max", ..., "drafted", "accepted", "acceptance_rate", "tokens_per_verify"}
   nlohmann::json speculative_json(const SpeculativeStats& s) const;
   const DeviceFacts& facts() const { return ctx_->facts(); }

@@ -35,9 +35,8 @@ void add_draft_options(CLI::App* c, vkspec::cli::RunOptions& o) {
   c->add_option("--draft-min", o.draft_min, "Rounds drafting fewer tokens decode plainly");
   c->add_option("--draft-p-min", o.draft_p_min, "Stop drafting when the draft's top probability is below this");
   c->add_option("--draft-policy", o.draft_policy,
-                "fixed: always K; adaptive: grow K after full acceptance, shrink after a miss; auto (default): "
-                "adaptive for a draft model, fixed for n-gram")
-      ->check(CLI::IsMember({"fixed", "adaptive", "auto"}));
+                "adaptive (default): K in 0..draft-max from the measured acceptance and costs; fixed: always K")
+      ->check(CLI::IsMember({"fixed", "adaptive"}));
 }
 }  // namespace
 
@@ -70,7 +69,7 @@ int main(int argc, char** argv) {
   vkspec::cli::BenchOptions bo;
   auto* bench = app.add_subcommand("bench", "Measure prefill and decode speed, plain and speculative (JSON with --json)");
   bench->add_option("-m,--model", o.model, "GGUF model file")->required();
-  bench->add_option("-p,--n-prompt", bo.prompt_tokens, "Prompt tokens (the prompt text repeated or cut to this length)");
+  bench->add_option("-p,--n-prompt", bo.prompt_tokens, "Prompt tokens (the prompt text repeated or cut to this length; 0: as it is)");
   bench->add_option("-n,--n-gen", o.n_predict, "Tokens to generate");
   bench->add_option("-r,--reps", bo.reps, "Repetitions (medians are reported)");
   bench->add_option("-f,--file", o.prompt_file, "Prompt text (default: a built-in Python snippet)");

@@ -1,6 +1,9 @@
 #include "speculative/controller.h"
 
 #include <algorithm>
+#include <chrono>
+
+#include "speculative/draft_policy.h"
 
 namespace vkspec {
 
@@ -42,7 +45,9 @@ SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& draf
   };
   SpeculativeStats stats;
   PagedKvCache& kv = target.kv();
-  uint32_t k = opts.draft_max;   // drafts asked for this round
+  DraftPolicy policy(opts.draft_max, opts.adaptive);
+  using clock = std::chrono::steady_clock;
+  auto seconds = [](clock::time_point a, clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
   const bool on_device = sampling && DeviceSampler::supports(sampler->params(), V);
   // the target's next token after the prefilled context (drawn exactly as plain sampling draws it)
   uint32_t g = on_device  ? opts.acceptor->device_sampler().sample(sampler->params(), target.logits_rows().sub(0, V * 4ull),
@@ -56,7 +61,8 @@ SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& draf
 
     // Draft, never past the end of the context (K shrinks to 0 = plain decoding).
     const uint32_t room = target.n_ctx() - uint32_t(context.size());
-    const uint32_t k_max = std::min({k, room, LlamaModel::kMaxBatch - 1});
+    const uint32_t k_max = std::min({policy.next_k(), room, LlamaModel::kMaxBatch - 1});
+    const auto t0 = clock::now();
     std::vector<Candidates> q;
     const DraftSampling how{sampler, on_device ? opts.acceptor : nullptr, on_device ? nullptr : &q};
     std::vector<uint32_t> drafts = k_max ? drafter.draft(context, k_max, how) : std::vector<uint32_t>{};
@@ -66,6 +72,7 @@ SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& draf
     // Verify: one target pass over [g, d1..dK] gives the target's distribution after each of them.
     std::vector<uint32_t> batch{g};
     batch.insert(batch.end(), drafts.begin(), drafts.end());
+    const auto t1 = clock::now();
     const uint32_t base = kv.length(seq);
     target.forward(seq, batch, Logits::All);
     stats.verify_passes++;
@@ -85,7 +92,7 @@ SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& draf
       next = greedy_pick(uint32_t(n_ok), history);   // correction (first mismatch) or bonus (all accepted)
     }
     stats.accepted += n_ok;
-    if (opts.adaptive) k = n_ok == drafts.size() ? std::min(opts.draft_max, k + 2) : std::max(1u, k - 1);
+    policy.observe(uint32_t(drafts.size()), uint32_t(n_ok), seconds(t0, t1), seconds(t1, clock::now()));
     kv.truncate(seq, base + 1 + uint32_t(n_ok));   // keep g and the accepted drafts
 
     for (size_t i = 0; i < n_ok; ++i) {

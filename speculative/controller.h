@@ -21,8 +21,8 @@ struct SpeculativeOptions {
   uint32_t draft_min = 0;   // rounds with fewer drafted tokens decode plainly
   const Sampler* sampler = nullptr;   // null or greedy: greedy verification
   SpecAcceptor* acceptor = nullptr;   // required when sampling (n_vocab of the target, max_k >= draft_max)
-  // Adaptive K: after a round whose drafts were all accepted K grows by 2 (up to draft_max), after a
-  // rejection it shrinks by 1 (down to 1), so a drafter that keeps missing costs one draft per pass.
+  // Adaptive K (speculative/draft_policy.h): the K in 0..draft_max with the best expected tokens per second
+  // from the measured acceptance, draft cost and verify cost; otherwise always draft_max.
   bool adaptive = false;
 };
 

@@ -143,7 +143,7 @@ TEST(Cli, BenchReportsMediansAcceptanceAndSpeedup) {
   ASSERT_EQ(t.code, 0) << t.err;
   EXPECT_NE(t.out.find("plain"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("speculative"), std::string::npos) << t.out;
-  for (auto args : {"bench " + kStories + " -p 0", "bench " + kStories + " -p 5000 -n 8", "bench " + kStories + " -r 0",
+  for (auto args : {"bench " + kStories + " -p -1", "bench " + kStories + " -p 5000 -n 8", "bench " + kStories + " -r 0",
                     "bench " + kStories + " --draft-policy sometimes", std::string("bench -m /nonexistent.gguf")}) {
     auto b = run_cli(args);
     EXPECT_NE(b.code, 0) << args;

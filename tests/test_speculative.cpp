@@ -7,6 +7,7 @@
 #include <map>
 
 #include "speculative/controller.h"
+#include "speculative/draft_policy.h"
 #include "tests/gguf_writer.h"
 #include "tests/vk_test_env.h"
 
@@ -230,6 +231,46 @@ TEST_F(SpeculativeTest, SampledTokensHaveTheTargetsDistribution) {
   }
   EXPECT_GE(widest, 5) << "every compared position was (nearly) deterministic: the test would have no power";
   target.kv().free_sequence(seq);
+}
+
+// The adaptive policy against its model: E(K) / (K t_draft + t_verify(K+1)) with measured inputs.
+TEST(Speculative, DraftPolicyPicksTheFastestKAndProbesAfterPlainRounds) {
+  DraftPolicy fixed(5, false);
+  fixed.observe(5, 0, 0.01, 0.01);
+  EXPECT_EQ(fixed.next_k(), 5u);
+
+  DraftPolicy good(5, true);
+  EXPECT_EQ(good.next_k(), 5u);   // nothing measured yet
+  for (int i = 0; i < 30; ++i) {
+    good.observe(0, 0, 0.0, 0.010);                          // a plain pass: 10 ms
+    good.observe(5, 5, 5 * 0.001, 0.012 + (i % 2) * 1e-9);   // drafts 1 ms each, all accepted; 6-token pass 12 ms
+  }
+  EXPECT_GT(good.alpha(), 0.9);
+  EXPECT_EQ(good.next_k(), 5u);
+
+  // Drafts as costly as target passes and rarely accepted: plain decoding wins, then a probe every
+  // kProbeEvery plain rounds.
+  DraftPolicy bad(5, true);
+  for (int i = 0; i < 30; ++i) bad.observe(2, 0, 2 * 0.010, 0.011);
+  bad.observe(0, 0, 0.0, 0.010);
+  EXPECT_LT(bad.alpha(), 0.2);
+  EXPECT_EQ(bad.next_k(), 0u);
+  for (uint32_t i = 1; i < DraftPolicy::kProbeEvery; ++i) bad.observe(0, 0, 0.0, 0.010);
+  EXPECT_EQ(bad.next_k(), 1u);
+  bad.observe(1, 0, 0.010, 0.0105);
+  EXPECT_EQ(bad.next_k(), 0u);
+
+  // Middle ground, checked against the formula: alpha 0.6, drafts 2 ms, pass 10 ms + 1 ms per extra token.
+  DraftPolicy mid(8, true);
+  for (uint32_t n = 1; n <= 9; ++n) mid.observe(n - 1, 0, 0.002 * (n - 1), 0.010 + 0.001 * (n - 1));
+  double best_rate = 0;
+  uint32_t want = 0;
+  const double a = mid.alpha();
+  for (uint32_t k = 0; k <= 8; ++k) {
+    const double rate = (1 - std::pow(a, k + 1)) / (1 - a) / (k * 0.002 + 0.010 + 0.001 * k);
+    if (rate > best_rate) best_rate = rate, want = k;
+  }
+  EXPECT_EQ(mid.next_k(), want) << "alpha " << a;
 }
 
 TEST(Speculative, NgramDrafterProposesWhatFollowedTheLongestMatch) {

@@ -1,0 +1,38 @@
+#pragma once
+// How many tokens to draft next round (--draft-policy adaptive), from what earlier rounds measured, so
+// that speculation does not fall behind plain decoding when the drafter keeps missing.
+// Model: each draft is accepted with probability alpha independently, so a round of K drafts yields
+// E(K) = (1 - alpha^(K+1)) / (1 - alpha) tokens and costs K * t_draft + t_verify(K + 1); the next K
+// maximizes E(K) / cost(K) over 0..draft_max, K = 0 being a plain decoding pass.
+// Estimates are exponential moving averages over rounds; verify costs for pass sizes not yet seen are
+// interpolated between seen ones. After kProbeEvery plain rounds one draft is tried again, so a drafter
+// that starts agreeing again is noticed.
+#include <array>
+#include <cstdint>
+
+namespace vkspec {
+
+class DraftPolicy {
+ public:
+  static constexpr uint32_t kMaxPass = 16;     // the largest verify pass (LlamaModel::kMaxBatch)
+  static constexpr uint32_t kProbeEvery = 8;
+
+  DraftPolicy(uint32_t draft_max, bool adaptive) : max_(draft_max), adaptive_(adaptive) { t_pass_.fill(-1.0); }
+  uint32_t next_k() const;
+  // One round: `drafted` tokens proposed in draft_s seconds, `accepted` of them kept, and the target's
+  // pass over drafted + 1 tokens (verify and accept) took pass_s seconds.
+  void observe(uint32_t drafted, uint32_t accepted, double draft_s, double pass_s);
+  double alpha() const { return accepted_ / (accepted_ + rejected_); }
+
+ private:
+  double pass_cost(uint32_t n) const;   // seconds for a target pass over n tokens (-1: nothing measured)
+
+  uint32_t max_;
+  bool adaptive_;
+  double accepted_ = 3.0, rejected_ = 1.0;   // decayed counts of accepted drafts and rejections (prior 0.75)
+  double t_draft_ = -1.0;                    // seconds per drafted token
+  std::array<double, kMaxPass + 1> t_pass_;  // seconds per target pass of n tokens
+  uint32_t plain_rounds_ = 0;
+};
+
+}  // namespace vkspec
