@@ -21,8 +21,9 @@ struct SpeculativeOptions {
   uint32_t draft_min = 0;   // rounds with fewer drafted tokens decode plainly
   const Sampler* sampler = nullptr;   // null or greedy: greedy verification
   SpecAcceptor* acceptor = nullptr;   // required when sampling (n_vocab of the target, max_k >= draft_max)
-  // Adaptive K (speculative/draft_policy.h): the K in 0..draft_max with the best expected tokens per second
-  // from the measured acceptance, draft cost and verify cost; otherwise always draft_max.
+  // Adaptive K (speculative/draft_policy.h): greedy runs take the K in 0..draft_max with the best expected
+  // tokens per second from the measured acceptance, draft and verify costs; sampled runs adapt K to the
+  // acceptance alone (reproducible per seed). Otherwise always draft_max.
   bool adaptive = false;
 };
 

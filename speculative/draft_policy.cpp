@@ -21,6 +21,7 @@ double DraftPolicy::pass_cost(uint32_t n) const {
 }
 
 uint32_t DraftPolicy::next_k() const {
+  if (adaptive_ && timing_free_) return k_;
   if (!adaptive_ || t_draft_ < 0 || pass_cost(1) < 0) return max_;   // fixed, or nothing measured yet
   if (plain_rounds_ >= kProbeEvery) return 1;
   const double a = std::min(alpha(), 0.999);
@@ -38,6 +39,7 @@ void DraftPolicy::observe(uint32_t drafted, uint32_t accepted, double draft_s, d
   if (drafted + 1 <= kMaxPass) t_pass_[drafted + 1] = ema(t_pass_[drafted + 1], pass_s);
   plain_rounds_ = drafted == 0 ? plain_rounds_ + 1 : 0;
   if (drafted == 0) return;
+  k_ = accepted == drafted ? std::min(max_, k_ + 2) : std::max(1u, k_ - 1);
   t_draft_ = ema(t_draft_, draft_s / drafted);
   accepted_ = kDecay * accepted_ + accepted;
   rejected_ = kDecay * rejected_ + (accepted < drafted ? 1.0 : 0.0);

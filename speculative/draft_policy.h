@@ -7,6 +7,10 @@
 // Estimates are exponential moving averages over rounds; verify costs for pass sizes not yet seen are
 // interpolated between seen ones. After kProbeEvery plain rounds one draft is tried again, so a drafter
 // that starts agreeing again is noticed.
+// Sampled runs must not depend on timings: where a verify round ends decides which counter-based random
+// numbers are used, so a seed reproduces its output only if the K sequence is a function of the seed.
+// There (timing_free) K follows the acceptance alone: +2 after a round whose drafts were all accepted,
+// -1 (down to 1) after a rejection.
 #include <array>
 #include <cstdint>
 
@@ -17,7 +21,10 @@ class DraftPolicy {
   static constexpr uint32_t kMaxPass = 16;     // the largest verify pass (LlamaModel::kMaxBatch)
   static constexpr uint32_t kProbeEvery = 8;
 
-  DraftPolicy(uint32_t draft_max, bool adaptive) : max_(draft_max), adaptive_(adaptive) { t_pass_.fill(-1.0); }
+  DraftPolicy(uint32_t draft_max, bool adaptive, bool timing_free = false)
+      : max_(draft_max), adaptive_(adaptive), timing_free_(timing_free), k_(draft_max) {
+    t_pass_.fill(-1.0);
+  }
   uint32_t next_k() const;
   // One round: `drafted` tokens proposed in draft_s seconds, `accepted` of them kept, and the target's
   // pass over drafted + 1 tokens (verify and accept) took pass_s seconds.
@@ -28,7 +35,8 @@ class DraftPolicy {
   double pass_cost(uint32_t n) const;   // seconds for a target pass over n tokens (-1: nothing measured)
 
   uint32_t max_;
-  bool adaptive_;
+  bool adaptive_, timing_free_;
+  uint32_t k_;                               // timing_free: the current K
   double accepted_ = 3.0, rejected_ = 1.0;   // decayed counts of accepted drafts and rejections (prior 0.75)
   double t_draft_ = -1.0;                    // seconds per drafted token
   std::array<double, kMaxPass + 1> t_pass_;  // seconds per target pass of n tokens

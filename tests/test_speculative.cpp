@@ -271,6 +271,16 @@ TEST(Speculative, DraftPolicyPicksTheFastestKAndProbesAfterPlainRounds) {
     if (rate > best_rate) best_rate = rate, want = k;
   }
   EXPECT_EQ(mid.next_k(), want) << "alpha " << a;
+
+  // timing-free (sampled runs): K from the acceptance alone, whatever the timings say
+  DraftPolicy tf(6, true, true);
+  EXPECT_EQ(tf.next_k(), 6u);
+  tf.observe(6, 2, 1.0, 0.001);
+  EXPECT_EQ(tf.next_k(), 5u);
+  tf.observe(5, 5, 1.0, 0.001);
+  EXPECT_EQ(tf.next_k(), 6u);
+  for (int i = 0; i < 10; ++i) tf.observe(tf.next_k(), 0, 1.0, 0.001);
+  EXPECT_EQ(tf.next_k(), 1u);
 }
 
 TEST(Speculative, NgramDrafterProposesWhatFollowedTheLongestMatch) {
