@@ -11,7 +11,10 @@ struct SampleRowsPC {   // mirrors the push-constant block of shaders/sample_row
   uint32_t seed_lo, seed_hi, V, h_ctx, last_n;
   float penalty, temperature, top_p, min_p;
   uint32_t top_k, position, stream, draw;
+  uint64_t q, tokens, result, counter;   // fused verify
+  uint32_t K, accept;
 };
+static_assert(sizeof(SampleRowsPC) == 128, "sample_rows push constants: the 128 bytes every device has");
 }  // namespace
 
 DeviceSampler::DeviceSampler(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_rows,
@@ -31,7 +34,7 @@ DeviceSampler::~DeviceSampler() = default;
 
 void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Slice& logits, const Slice& probs,
                            uint32_t rows, std::span<const uint32_t> context, std::span<const uint32_t> extra,
-                           uint64_t position, bool draw, uint32_t stream) {
+                           uint64_t position, bool draw, uint32_t stream, const FusedAccept* accept) {
   if (!supports(p, n_vocab_) || rows == 0 || rows > max_rows_ || extra.size() + 1 < rows)
     throw Error("internal: DeviceSampler::record out of range");
   // The penalty's window: the context's last repeat_last_n tokens (all of it for -1), then `extra`.
@@ -45,7 +48,10 @@ void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Slice& lo
   const uint32_t last_n = !penalty ? 0u : p.repeat_last_n < 0 ? 0xffffffffu : uint32_t(p.repeat_last_n);
   SampleRowsPC pc{logits.address, probs.address, draws_.address, history_.address, uint32_t(p.seed),
                   uint32_t(p.seed >> 32), n_vocab_, uint32_t(window), last_n, p.repeat_penalty, p.temperature,
-                  p.top_p, p.min_p, uint32_t(p.top_k), uint32_t(position), stream, draw ? 1u : 0u};
+                  p.top_p, p.min_p, uint32_t(p.top_k), uint32_t(position), stream, draw ? 1u : 0u,
+                  accept ? accept->q.address : 0, accept ? accept->tokens.address : 0,
+                  accept ? accept->result.address : 0, accept ? accept->counter.address : 0,
+                  accept ? accept->k : 0, accept ? 1u : 0u};
   r.dispatch(pipelines_.get("sample_rows", {64}), &pc, sizeof pc, rows);
 }
 

@@ -28,9 +28,14 @@ class DeviceSampler {
   // Records the transforms of `rows` logits rows ([rows][n_vocab], penalized in place) into `probs`.
   // Row r's history is `context` followed by extra[0..r) (the drafts before it). With `draw`, row r's
   // token is drawn at counter position + r in `stream`; read it with drawn(r) after the submission.
+  // Fused verify: the rows are p_0..p_k, and the last workgroup runs the accept/resample chain of
+  // speculative sampling (shaders/accept.glsl) with the draft's q rows and drafts, at counter `position`
+  // (the sequence position of the first draft), writing {accepted, next} to `result`. `counter` is a zeroed
+  // uint the kernel leaves zeroed.
+  struct FusedAccept { Slice q, tokens, result, counter; uint32_t k; };
   void record(Recorder& r, const SamplingParams& p, const Slice& logits, const Slice& probs, uint32_t rows,
               std::span<const uint32_t> context, std::span<const uint32_t> extra, uint64_t position, bool draw,
-              uint32_t stream);
+              uint32_t stream, const FusedAccept* accept = nullptr);
   struct Draw { uint32_t token; float top_prob; };
   Draw drawn(uint32_t row) const;
 

@@ -11,6 +11,10 @@
 // Row r's penalty window is hist[max(0, h_ctx + r - last_n) .. h_ctx + r): the host uploads the tail of
 // the context (h_ctx tokens) followed by the drafts, so the window grows draft by draft.
 // The penalty is applied to the logits row in place.
+// Fused verify (accept != 0): the rows are the target's p_0..p_K; each workgroup publishes its row and counts
+// itself done on `counter`; the last one runs the accept/resample chain (accept.glsl) over all rows and the
+// draft's q rows, writes {accepted, next} and resets the counter. Rows go through coherent references so
+// the last workgroup sees the others' writes.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "rng.glsl"
@@ -26,7 +30,20 @@ layout(push_constant) uniform PC {
   uint V, h_ctx, last_n;   // last_n = 0: no penalty window
   float penalty, temperature, top_p, min_p;
   uint top_k, position, stream, draw;
+  uvec2 q, tokens, result, counter;   // fused verify only: draft rows [K][V], drafts [K], {accepted, next}, uint
+  uint K, accept;
 } pc;
+
+layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer CoherentFloats { float v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer CoherentUints { uint v[]; };
+
+float p_at(uint row, uint v) { return CoherentFloats(pc.probs).v[row * pc.V + v]; }
+float q_at(uint row, uint v) { return Floats(pc.q).v[row * pc.V + v]; }
+uint draft_at(uint i) { return Uints(pc.tokens).v[i]; }
+#define accept_V pc.V
+#include "accept.glsl"
+
+shared bool last_done;
 
 shared uint digit_count[256];
 shared uint lane_ties[256];
@@ -150,10 +167,11 @@ void main() {
   barrier();
 
   // 6. dense row: zeros, then the kept probabilities
-  for (uint v = lo; v < hi; ++v) Floats(pc.probs).v[base + v] = 0.0;
+  for (uint v = lo; v < hi; ++v) CoherentFloats(pc.probs).v[base + v] = 0.0;
   memoryBarrierBuffer();
   barrier();
-  for (uint r = lane; r < n; r += WG) if (cand_p[r] > 0.0) Floats(pc.probs).v[base + cand_id[order[r]]] = cand_p[r];
+  for (uint r = lane; r < n; r += WG)
+    if (cand_p[r] > 0.0) CoherentFloats(pc.probs).v[base + cand_id[order[r]]] = cand_p[r];
 
   // 7. draw by inverse CDF in rank order (the host Sampler's order)
   if (pc.draw != 0u && lane == 0u) {
@@ -167,5 +185,20 @@ void main() {
     }
     Uints(pc.draws).v[2u * row] = pick;
     Uints(pc.draws).v[2u * row + 1u] = floatBitsToUint(cand_p[0]);
+  }
+
+  // 8. fused verify: the last workgroup to finish its row runs accept/reject over all of them
+  if (pc.accept == 0u) return;
+  memoryBarrierBuffer();   // this row's writes are visible device-wide before it counts as done
+  barrier();
+  if (lane == 0u) last_done = atomicAdd(CoherentUints(pc.counter).v[0], 1u) == gl_NumWorkGroups.x - 1u;
+  barrier();
+  if (!last_done) return;   // uniform per workgroup
+  memoryBarrierBuffer();
+  const uvec2 r = accept_chain(pc.K, pc.seed, pc.position);
+  if (lane == 0u) {
+    Uints(pc.result).v[0] = r.x;
+    Uints(pc.result).v[1] = r.y;
+    CoherentUints(pc.counter).v[0] = 0u;   // ready for the next verify
   }
 }

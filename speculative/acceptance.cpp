@@ -15,11 +15,12 @@ SpecAcceptor::SpecAcceptor(Context& ctx, Pipelines& pipelines, uint32_t n_vocab,
                            uint32_t max_history)
     : ctx_(ctx), pipelines_(pipelines), n_vocab_(n_vocab), max_k_(max_k), max_trials_(max_trials) {
   const VkDeviceSize row = VkDeviceSize(n_vocab) * 4;
-  upload_ = std::make_unique<Arena>(ctx, MemoryKind::Upload, row * (2 * max_k + 1) + VkDeviceSize(max_trials) * max_k * 4 + 4096);
+  upload_ = std::make_unique<Arena>(ctx, MemoryKind::Upload, row * (2 * max_k + 1) + VkDeviceSize(max_trials) * max_k * 4 + 8192);
   readback_ = std::make_unique<Arena>(ctx, MemoryKind::Readback, VkDeviceSize(max_trials) * 8 + 256);
   p_ = upload_->alloc(row * (max_k + 1), "speculative p rows");
   q_ = upload_->alloc(row * std::max(max_k, 1u), "speculative q rows");
   tokens_ = upload_->alloc(VkDeviceSize(max_trials) * std::max(max_k, 1u) * 4, "speculative tokens");
+  counter_ = upload_->alloc(4, "fused verify counter");
   result_ = readback_->alloc(VkDeviceSize(max_trials) * 8, "speculative result");
   if (!p_.mapped || !tokens_.mapped || !result_.mapped) throw Error("internal: speculative buffers are not mapped");
   rec_ = std::make_unique<Recorder>(ctx, false);
@@ -73,10 +74,11 @@ SpecAcceptor::Outcome SpecAcceptor::verify(const SamplingParams& p, const Slice&
   if (k > max_k_) throw Error("internal: SpecAcceptor::verify out of range");
   std::copy(drafts.begin(), drafts.end(), tokens());
   const VkDeviceSize rows = VkDeviceSize(k + 1) * n_vocab_ * 4;
+  counter_.host<uint32_t>()[0] = 0;   // the kernel leaves it zeroed; set anyway in case a submission failed
+  const DeviceSampler::FusedAccept fused{q_, tokens_, result_, counter_, k};
   rec_->begin();
-  sampler_->record(*rec_, p, target_logits.sub(0, rows), p_.sub(0, rows), k + 1, context, drafts, 0, false, 0);
-  rec_->barrier();
-  record_accept(k, p.seed, uint32_t(context.size()), 1);
+  sampler_->record(*rec_, p, target_logits.sub(0, rows), p_.sub(0, rows), k + 1, context, drafts, context.size(),
+                   false, 0, &fused);
   rec_->submit_and_wait();
   const uint32_t* r = result_.host<uint32_t>();
   return {r[0], r[1]};

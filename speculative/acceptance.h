@@ -3,8 +3,8 @@
 // device memory, one dispatch, and two integers read back per trial.
 // Two ways to fill the rows:
 //   device transforms (DeviceSampler::supports): draw_draft() turns the draft's logits into q_i and draws
-//     t_i on the device; verify() turns the target's verify logits into p_0..p_k and runs the accept kernel
-//     in the same submission. Only drawn tokens and {accepted, next} come back.
+//     t_i on the device; verify() is one fused dispatch: p_0..p_k from the target's verify logits, then
+//     the accept/resample chain in the last workgroup. Only drawn tokens and {accepted, next} come back.
 //   host transforms (top-k off or above DeviceSampler::kMaxTopK): set_row() writes rows the host computed,
 //     then run().
 // Invariant: rows are probability vectors over the whole vocabulary.
@@ -53,7 +53,7 @@ class SpecAcceptor {
   std::unique_ptr<Arena> upload_, readback_;
   std::unique_ptr<Recorder> rec_;
   std::unique_ptr<DeviceSampler> sampler_;
-  Slice p_, q_, tokens_, result_;
+  Slice p_, q_, tokens_, result_, counter_;
 
   void record_accept(uint32_t k, uint64_t seed, uint32_t position, uint32_t trials);
 };

@@ -81,6 +81,7 @@ TEST(Sampler, SeededDrawsAreReproducibleAndFollowTheDistribution) {
 #include <random>
 
 #include "runtime/device_sampler.h"
+#include "speculative/acceptance.h"
 #include "tests/vk_test_env.h"
 
 namespace vkspec::test {
@@ -129,6 +130,42 @@ TEST_F(DeviceSamplerTest, MatchesHostSamplerRowByRow) {
       EXPECT_NEAR(d.top_prob, want.probs.front(), 1e-5);
     }
   }
+}
+
+// The fused verify (p rows transformed on the device, accept chain in the last workgroup) decides exactly as
+// the stand-alone accept kernel does on the rows it left behind, for every K and many seeds.
+TEST_F(DeviceSamplerTest, FusedVerifyEqualsAcceptKernelOnItsRows) {
+  const uint32_t V = 300, max_k = 8;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 1.5f);
+  std::uniform_int_distribution<uint32_t> tok(0, V - 1);
+  SpecAcceptor acceptor(gpu().ctx, gpu().pipelines, V, max_k);
+  SamplingParams p;
+  p.top_k = 40; p.top_p = 0.95f; p.min_p = 0.0f; p.temperature = 1.0f;
+  int rejections = 0, all_accepted = 0;
+  for (uint32_t c = 0; c < 64; ++c) {
+    const uint32_t k = 1 + c % max_k;
+    std::vector<float> logits(size_t(k + 1) * V);
+    for (auto& x : logits) x = nd(rng);
+    std::vector<uint32_t> context = {1, 2, 3}, drafts(k);
+    for (uint32_t i = 0; i < k; ++i) {
+      // q: the target's own row blurred, so drafts are sometimes accepted and sometimes not
+      std::vector<float> ql(logits.begin() + long(i) * V, logits.begin() + long(i + 1) * V);
+      for (auto& x : ql) x += 0.7f * nd(rng);
+      const Candidates q = Sampler(p).distribution(ql, {});
+      acceptor.set_row(acceptor.q_row(i), q);
+      drafts[i] = q.ids[tok(rng) % q.ids.size()];
+    }
+    p.seed = 100 + c;
+    const SpecAcceptor::Outcome fused = acceptor.verify(p, upload(logits), context, drafts);
+    const SpecAcceptor::Outcome alone = acceptor.run(k, p.seed, uint32_t(context.size()))[0];
+    ASSERT_EQ(fused.accepted, alone.accepted) << "case " << c;
+    ASSERT_EQ(fused.next, alone.next) << "case " << c;
+    rejections += fused.accepted < k;
+    all_accepted += fused.accepted == k;
+  }
+  EXPECT_GT(rejections, 0);
+  EXPECT_GT(all_accepted, 0);
 }
 
 // Draws over many positions follow the row's distribution (chi-square, significance ~1e-6).
