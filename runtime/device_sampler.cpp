@@ -1,6 +1,7 @@
 #include "runtime/device_sampler.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 namespace vkspec {
@@ -27,10 +28,12 @@ DeviceSampler::DeviceSampler(Context& ctx, Pipelines& pipelines, uint32_t n_voca
   history_ = upload_->alloc(VkDeviceSize(max_history) * 4, "sampling history");
   draws_ = readback_->alloc(VkDeviceSize(max_rows) * 8, "sampled tokens");
   if (!history_.mapped || !draws_.mapped) throw Error("internal: sampling buffers are not mapped");
-  rec_ = std::make_unique<Recorder>(ctx, false);
+  rec_ = std::make_unique<Recorder>(ctx, profiling_requested());
 }
 
-DeviceSampler::~DeviceSampler() = default;
+DeviceSampler::~DeviceSampler() {
+  if (rec_->profiling()) fprintf(stderr, "plain sampling %s", rec_->profile_report().c_str());
+}
 
 void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Slice& logits, const Slice& probs,
                            uint32_t rows, std::span<const uint32_t> context, std::span<const uint32_t> extra,

@@ -16,11 +16,12 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
   upload_arena_ = std::make_unique<Arena>(ctx, MemoryKind::Upload, 4ull << 20);
   readback_arena_ = std::make_unique<Arena>(ctx, MemoryKind::Readback, 16ull << 20);
   kernels_ = std::make_unique<Kernels>(ctx, pipelines, opts.kernels);
-  rec_ = std::make_unique<Recorder>(ctx, getenv("VKSPEC_PROFILE") && std::string(getenv("VKSPEC_PROFILE")) == "1");
+  rec_ = std::make_unique<Recorder>(ctx, profiling_requested());
 
   // ---- weights: streamed to the device ----
   uint64_t total = 0, done = 0;
   for (const auto& g : file.tensors()) total += g.bytes;
+  weight_bytes_ = total;
   Uploader up(ctx);
   auto matrix = [&](const GgufTensor* g) {
     DeviceMatrix m = upload_matrix(*weights_arena_, up, weight_dtype(*g), uint32_t(g->dims[1]), uint32_t(g->dims[0]),
@@ -92,7 +93,8 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
 }
 
 LlamaModel::~LlamaModel() {
-  if (rec_ && rec_->profiling()) fprintf(stderr, "%s", rec_->profile_report().c_str());
+  if (rec_ && rec_->profiling())
+    fprintf(stderr, "model (dim %u, %u layers) %s", hp_.dim, hp_.n_layers, rec_->profile_report().c_str());
 }
 
 void LlamaModel::forward(int seq, std::span<const uint32_t> tokens, Logits want) {

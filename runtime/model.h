@@ -43,6 +43,7 @@ class LlamaModel {
   const LlamaHParams& hparams() const { return hp_; }
   PagedKvCache& kv() { return *kv_; }
   uint32_t n_ctx() const { return n_ctx_; }
+  uint64_t weight_bytes() const { return weight_bytes_; }   // what one decode step reads, near enough
   Recorder& recorder() { return *rec_; }
 
   // Runs `tokens` at positions kv().length(seq) .. +n, appending their K/V, in chunks of kMaxBatch.
@@ -59,6 +60,7 @@ class LlamaModel {
   Context& ctx_;
   LlamaHParams hp_;
   uint32_t n_ctx_;
+  uint64_t weight_bytes_ = 0;
   std::unique_ptr<Arena> weights_arena_, act_arena_, upload_arena_, readback_arena_;
   std::unique_ptr<Kernels> kernels_;
   std::unique_ptr<Recorder> rec_;

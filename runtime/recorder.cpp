@@ -6,6 +6,11 @@
 
 namespace vkspec {
 
+bool profiling_requested() {
+  const char* e = getenv("VKSPEC_PROFILE");
+  return e && std::string(e) == "1";
+}
+
 Recorder::Recorder(Context& ctx, bool profile) : ctx_(ctx) {
   VkCommandPoolCreateInfo pi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
   pi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;

@@ -11,6 +11,10 @@
 
 namespace vkspec {
 
+// True when VKSPEC_PROFILE=1: recorders are then created with profiling on and print their report when
+// destroyed (profile_report()).
+bool profiling_requested();
+
 class Recorder {
  public:
   Recorder(Context& ctx, bool profile);

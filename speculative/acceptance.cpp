@@ -1,6 +1,7 @@
 #include "speculative/acceptance.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace vkspec {
 
@@ -23,11 +24,13 @@ SpecAcceptor::SpecAcceptor(Context& ctx, Pipelines& pipelines, uint32_t n_vocab,
   counter_ = upload_->alloc(4, "fused verify counter");
   result_ = readback_->alloc(VkDeviceSize(max_trials) * 8, "speculative result");
   if (!p_.mapped || !tokens_.mapped || !result_.mapped) throw Error("internal: speculative buffers are not mapped");
-  rec_ = std::make_unique<Recorder>(ctx, false);
+  rec_ = std::make_unique<Recorder>(ctx, profiling_requested());
   sampler_ = std::make_unique<DeviceSampler>(ctx, pipelines, n_vocab, max_k + 1, max_history + max_k);
 }
 
-SpecAcceptor::~SpecAcceptor() = default;
+SpecAcceptor::~SpecAcceptor() {
+  if (rec_->profiling()) fprintf(stderr, "speculative sampling %s", rec_->profile_report().c_str());
+}
 
 float* SpecAcceptor::p_row(uint32_t i) { return p_.host<float>() + size_t(i) * n_vocab_; }
 float* SpecAcceptor::q_row(uint32_t i) { return q_.host<float>() + size_t(i) * n_vocab_; }

@@ -45,7 +45,8 @@ SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& draf
   };
   SpeculativeStats stats;
   PagedKvCache& kv = target.kv();
-  DraftPolicy policy(opts.draft_max, opts.adaptive, /*timing_free=*/sampling);   // sampled runs stay reproducible
+  // sampled runs stay reproducible: K from the acceptance and modeled costs, not timings
+  DraftPolicy policy(opts.draft_max, opts.adaptive, /*timing_free=*/sampling, drafter.relative_cost(target));
   using clock = std::chrono::steady_clock;
   auto seconds = [](clock::time_point a, clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
   const bool on_device = sampling && DeviceSampler::supports(sampler->params(), V);

@@ -22,8 +22,8 @@ struct SpeculativeOptions {
   const Sampler* sampler = nullptr;   // null or greedy: greedy verification
   SpecAcceptor* acceptor = nullptr;   // required when sampling (n_vocab of the target, max_k >= draft_max)
   // Adaptive K (speculative/draft_policy.h): greedy runs take the K in 0..draft_max with the best expected
-  // tokens per second from the measured acceptance, draft and verify costs; sampled runs adapt K to the
-  // acceptance alone (reproducible per seed). Otherwise always draft_max.
+  // tokens per second from the measured acceptance, draft and verify costs; sampled runs use modeled costs
+  // (weight bytes) so that a seed reproduces its output. Otherwise always draft_max.
   bool adaptive = false;
 };
 

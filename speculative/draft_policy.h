@@ -9,8 +9,9 @@
 // that starts agreeing again is noticed.
 // Sampled runs must not depend on timings: where a verify round ends decides which counter-based random
 // numbers are used, so a seed reproduces its output only if the K sequence is a function of the seed.
-// There (timing_free) K follows the acceptance alone: +2 after a round whose drafts were all accepted,
-// -1 (down to 1) after a rejection.
+// There (timing_free) the costs are fixed instead of measured: a draft costs `draft_cost` target steps
+// (weight bytes, decoding being memory-bound) and a verify pass of n tokens 1 + kVerifyGrowth * (n - 1)
+// steps (lavapipe measured 0.07-0.1 for the pycode target).
 #include <array>
 #include <cstdint>
 
@@ -21,8 +22,10 @@ class DraftPolicy {
   static constexpr uint32_t kMaxPass = 16;     // the largest verify pass (LlamaModel::kMaxBatch)
   static constexpr uint32_t kProbeEvery = 8;
 
-  DraftPolicy(uint32_t draft_max, bool adaptive, bool timing_free = false)
-      : max_(draft_max), adaptive_(adaptive), timing_free_(timing_free), k_(draft_max) {
+  static constexpr double kVerifyGrowth = 0.1;
+
+  DraftPolicy(uint32_t draft_max, bool adaptive, bool timing_free = false, double draft_cost = 0.0)
+      : max_(draft_max), adaptive_(adaptive), timing_free_(timing_free), draft_cost_(draft_cost) {
     t_pass_.fill(-1.0);
   }
   uint32_t next_k() const;
@@ -33,10 +36,12 @@ class DraftPolicy {
 
  private:
   double pass_cost(uint32_t n) const;   // seconds for a target pass over n tokens (-1: nothing measured)
+  uint32_t best_k(double t_draft, double (DraftPolicy::*pass)(uint32_t) const) const;
+  double modeled_pass(uint32_t n) const { return 1.0 + kVerifyGrowth * (n - 1); }
 
   uint32_t max_;
   bool adaptive_, timing_free_;
-  uint32_t k_;                               // timing_free: the current K
+  double draft_cost_;                        // timing_free: a draft in target decoding steps
   double accepted_ = 3.0, rejected_ = 1.0;   // decayed counts of accepted drafts and rejections (prior 0.75)
   double t_draft_ = -1.0;                    // seconds per drafted token
   std::array<double, kMaxPass + 1> t_pass_;  // seconds per target pass of n tokens

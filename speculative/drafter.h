@@ -32,6 +32,8 @@ class Drafter {
   // True when drafts are drawn from a distribution q (written where `s` says); false when proposals are
   // deterministic (q is then one-hot at the drafted token, and the caller writes it).
   virtual bool samples() const = 0;
+  // The cost of one draft relative to a decoding step of `target` (used where timings must not steer K).
+  virtual double relative_cost(const LlamaModel& target) const = 0;
   // Up to `k` tokens likely to follow `context` (which ends with the last accepted token).
   virtual std::vector<uint32_t> draft(std::span<const uint32_t> context, uint32_t k, const DraftSampling& s = {}) = 0;
 };
@@ -43,6 +45,10 @@ class ModelDrafter : public Drafter {
   ~ModelDrafter() override;
   const char* name() const override { return "draft-model"; }
   bool samples() const override { return true; }
+  // decoding is memory-bound: a step costs about the bytes of weights it reads
+  double relative_cost(const LlamaModel& target) const override {
+    return double(model_.weight_bytes()) / double(target.weight_bytes());
+  }
   std::vector<uint32_t> draft(std::span<const uint32_t> context, uint32_t k, const DraftSampling& s = {}) override;
 
  private:
@@ -57,6 +63,7 @@ class NgramDrafter : public Drafter {
   explicit NgramDrafter(uint32_t max_n = 4, uint32_t min_n = 1) : max_n_(max_n), min_n_(min_n) {}
   const char* name() const override { return "ngram"; }
   bool samples() const override { return false; }
+  double relative_cost(const LlamaModel&) const override { return 0.0; }
   std::vector<uint32_t> draft(std::span<const uint32_t> context, uint32_t k, const DraftSampling& = {}) override;
 
  private:
