@@ -60,7 +60,7 @@ struct Series {
   }
 };
 
-// llama.cpp through the peer harness on the same prompt ids; its JSON, or null with a warning.
+// llama.cpp through the peer harness on the same prompt ids (greedy); its JSON. Throws when it fails.
 nlohmann::json run_peer(const BenchOptions& b, const RunOptions& o, const std::vector<uint32_t>& prompt) {
   std::string ids;
   for (uint32_t id : prompt) {
@@ -92,11 +92,7 @@ int cmd_bench(const RunOptions& o, const BenchOptions& b) {
   const std::vector<uint32_t> prompt = prompt_of_length(engine, text, uint32_t(b.prompt_tokens));
   if (prompt.size() + size_t(o.n_predict) + 1 > engine.model().n_ctx())
     throw Error("-p + -n exceed the context of " + std::to_string(engine.model().n_ctx()) + " (use --ctx)");
-  SamplingParams sp;
-  sp.temperature = o.temp;
-  sp.top_k = o.top_k;
-  sp.top_p = o.top_p;
-  sp.min_p = o.min_p;
+  SamplingParams sp = sampling_params(o);
   sp.seed = o.seed >= 0 ? uint64_t(o.seed) : 1;
   const bool spec = engine.drafter() != nullptr;
 
@@ -116,10 +112,7 @@ int cmd_bench(const RunOptions& o, const BenchOptions& b) {
     const Completion s = engine.generate(prompt, sp, o.n_predict, true, true);
     specd.prefill.push_back(double(prompt.size()) / s.prefill_s);
     specd.decode.push_back(s.decode_tok_s());
-    specd.spec.drafted += s.spec.drafted;
-    specd.spec.accepted += s.spec.accepted;
-    specd.spec.tokens += s.spec.tokens;
-    specd.spec.verify_passes += s.spec.verify_passes;
+    specd.spec += s.spec;
     identical = identical && s.ids == a.ids;
   }
   nlohmann::json j = {{"model", o.model}, {"device", engine.facts().name}, {"prompt_tokens", prompt.size()},

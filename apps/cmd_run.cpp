@@ -72,13 +72,7 @@ int cmd_run(const RunOptions& o) {
   Engine engine(o, isatty(STDERR_FILENO) && !o.json);
   const Tokenizer& tok = engine.tokenizer();
   const std::vector<uint32_t> prompt = engine.encode_prompt(read_prompt(o));
-  SamplingParams sp;
-  sp.temperature = o.temp;
-  sp.top_k = o.top_k;
-  sp.top_p = o.top_p;
-  sp.min_p = o.min_p;
-  sp.repeat_penalty = o.repeat_penalty;
-  sp.repeat_last_n = o.repeat_last_n;
+  SamplingParams sp = sampling_params(o);
   const uint64_t base_seed = o.seed >= 0 ? uint64_t(o.seed) : std::random_device{}();
 
   // --samples N: independent completions with seeds S, S+1, ..., the models loaded once.
@@ -100,7 +94,7 @@ int cmd_run(const RunOptions& o) {
       printf("%s\n", completion_json(engine, o, prompt, c, text, sp.seed).dump(-1, ' ', false,
                                                                             nlohmann::json::error_handler_t::replace).c_str());
     else
-      fprintf(stderr, "\nvkspec: %zu prompt tokens in %.3f s (%.1f tok/s), %zu generated in %.3f s (%.1f tok/s) on %s\n",
+      printf("\n"), fprintf(stderr, "vkspec: %zu prompt tokens in %.3f s (%.1f tok/s), %zu generated in %.3f s (%.1f tok/s) on %s\n",
               prompt.size(), c.prefill_s, double(prompt.size()) / c.prefill_s, c.ids.size(), c.decode_s,
               c.decode_tok_s(), engine.facts().name.c_str());
     fflush(stdout);

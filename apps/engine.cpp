@@ -1,5 +1,6 @@
 #include "apps/engine.h"
 
+#include <chrono>
 #include <cstdio>
 
 namespace vkspec::cli {
@@ -19,6 +20,17 @@ void progress_bar(uint64_t done, uint64_t total) {
 }
 
 }  // namespace
+
+SamplingParams sampling_params(const RunOptions& o) {
+  SamplingParams sp;
+  sp.temperature = o.temp;
+  sp.top_k = o.top_k;
+  sp.top_p = o.top_p;
+  sp.min_p = o.min_p;
+  sp.repeat_penalty = o.repeat_penalty;
+  sp.repeat_last_n = o.repeat_last_n;
+  return sp;
+}
 
 Engine::Engine(const RunOptions& o, bool show_progress) : o_(o) {
   if (!o.draft_model.empty() && !o.draft.empty()) throw Error("give either -md DRAFT.gguf or --draft ngram, not both");
@@ -76,6 +88,11 @@ Completion Engine::generate(std::span<const uint32_t> prompt, const SamplingPara
   const Sampler sampler(sp);
   LlamaModel& m = *model_;
   const int seq = m.kv().new_sequence();
+  struct Release {   // the sequence goes back to the pool however generation ends
+    PagedKvCache& kv;
+    int seq;
+    ~Release() { kv.free_sequence(seq); }
+  } release{m.kv(), seq};
   std::vector<uint32_t> context(prompt.begin(), prompt.end());
   const auto t_prefill = std::chrono::steady_clock::now();
   m.forward(seq, context, Logits::Last);
@@ -107,7 +124,6 @@ Completion Engine::generate(std::span<const uint32_t> prompt, const SamplingPara
     }
   }
   c.decode_s = seconds_since(t_decode);
-  m.kv().free_sequence(seq);
   return c;
 }
 

@@ -1,7 +1,6 @@
 #pragma once
 // What `run` and `bench` (and later the server) share: a target model, its tokenizer and an optional
 // drafter loaded once, and one completion at a time on a fresh KV sequence.
-#include <chrono>
 #include <functional>
 #include <memory>
 #include <span>
@@ -26,6 +25,9 @@ struct Completion {
   // Decode tokens/s: every token after the first costs one forward pass (or a share of a verify pass).
   double decode_tok_s() const { return ids.size() > 1 && decode_s > 0 ? double(ids.size() - 1) / decode_s : 0.0; }
 };
+
+// The sampling flags of `o` (the seed is left to the caller).
+SamplingParams sampling_params(const RunOptions& o);
 
 class Engine {
  public:

@@ -97,13 +97,16 @@ void Kernels::rmsnorm(Recorder& r, const Slice& x, const Slice& w, const Slice& 
   r.dispatch(pipelines_.get("rmsnorm", {64}), &pc, sizeof pc, n);
 }
 
-// Texel path (row per lane on devices that read through texel buffers): every operand must sit in a
-// texel view at a 16-byte offset and rows must be whole texels; otherwise the device-address kernel.
+// A slice the texel kernels can read: inside its block's texel view, at a 16-byte offset that a 32-bit
+// texel index reaches.
+static bool texel_readable(const Slice& s) { return s.texels && s.offset % 16 == 0 && s.offset / 16 < UINT32_MAX; }
+
+// Texel path (row per lane on devices that read through texel buffers): every operand must be texel-readable
+// and rows must be whole texels; otherwise the device-address kernel.
 static bool texel_path(KernelFamily fam, const DeviceMatrix& w, const DeviceMatrix* w2, const Slice& x,
                        uint32_t x_stride) {
-  return fam == KernelFamily::RowPerLane && w.data.texels && x.texels && (!w2 || w2->data.texels) &&
-         w.cols % kElemsPerTexel[uint32_t(w.type)] == 0 && x_stride % 4 == 0 && x.offset % 16 == 0 &&
-         w.data.offset / 16 < UINT32_MAX && x.offset / 16 < UINT32_MAX;
+  return fam == KernelFamily::RowPerLane && texel_readable(w.data) && texel_readable(x) &&
+         (!w2 || texel_readable(w2->data)) && w.cols % kElemsPerTexel[uint32_t(w.type)] == 0 && x_stride % 4 == 0;
 }
 
 const char* Kernels::matmul_shader(const DeviceMatrix& w, const Slice& x, uint32_t x_stride) const {
@@ -164,12 +167,14 @@ void Kernels::rope_store_kv(Recorder& r, const AttentionShape& s, const Slice& q
   r.dispatch(pipelines_.get("rope_store_kv", {64, kv.block_size}), &pc, sizeof pc, n);
 }
 
+bool Kernels::attention_texels(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const {
+  return family_ == KernelFamily::RowPerLane && s.head_dim % 4 == 0 && s.q_row() % 4 == 0 &&
+         s.n_heads / s.n_kv_heads <= 4 && texel_readable(q) && texel_readable(kv.k_pool) &&
+         texel_readable(kv.v_pool) && texel_readable(kv.block_table);
+}
+
 const char* Kernels::attention_shader(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const {
-  auto texel_ok = [](const Slice& sl) { return sl.texels && sl.offset % 16 == 0; };
-  const bool rows = family_ == KernelFamily::RowPerLane && s.head_dim % 4 == 0 && s.q_row() % 4 == 0 &&
-                    s.n_heads / s.n_kv_heads <= 4 &&
-                    texel_ok(q) && texel_ok(kv.k_pool) && texel_ok(kv.v_pool) && texel_ok(kv.block_table);
-  return rows ? "attention_rows" : "attention";
+  return attention_texels(s, q, kv) ? "attention_rows" : "attention";
 }
 
 void Kernels::attention(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& out,
@@ -177,7 +182,7 @@ void Kernels::attention(Recorder& r, const AttentionShape& s, const Slice& q, co
   if (s.head_dim > 256) throw Error("head_dim > 256 is not supported");
   const float scale = float(1.0 / std::sqrt(double(s.head_dim)));
   const uint32_t group = s.n_heads / s.n_kv_heads;
-  if (strcmp(attention_shader(s, q, kv), "attention_rows") == 0) {
+  if (attention_texels(s, q, kv)) {
     AttentionRowsPC pc{out.address, texel_offset(q), texel_offset(kv.k_pool), texel_offset(kv.v_pool),
                        texel_offset(kv.block_table), pos0, s.n_heads, s.n_kv_heads, s.head_dim, scale, s.q_row()};
     const VkBufferView views[Pipelines::kTexelBindings] = {q.texels, kv.k_pool.texels, kv.v_pool.texels,

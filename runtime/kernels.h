@@ -65,6 +65,8 @@ class Kernels {
   void argmax(Recorder& r, const Slice& logits, const Slice& ids, uint32_t n, uint32_t cols);
 
  private:
+  bool attention_texels(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const;
+
   Context& ctx_;
   Pipelines& pipelines_;
   KernelFamily family_;

@@ -31,6 +31,10 @@ struct SpeculativeStats {
   uint64_t drafted = 0, accepted = 0, verify_passes = 0, tokens = 0;
   double acceptance_rate() const { return drafted ? double(accepted) / double(drafted) : 0.0; }
   double tokens_per_verify() const { return verify_passes ? double(tokens) / double(verify_passes) : 0.0; }
+  SpeculativeStats& operator+=(const SpeculativeStats& o) {
+    drafted += o.drafted, accepted += o.accepted, verify_passes += o.verify_passes, tokens += o.tokens;
+    return *this;
+  }
 };
 
 // Generates after `context` (already prefilled in `seq`, its last token's logits current in the target).

@@ -156,6 +156,8 @@ TEST(Cli, StreamsTextAndTokenizes) {
   auto r = run_cli("run " + kStories + " -p 'Once upon a time' -n 8 --temp 0");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out.rfind(", there was a little girl", 0), 0u) << r.out;
+  ASSERT_FALSE(r.out.empty());
+  EXPECT_EQ(r.out.back(), '\n') << "streamed text ends with a newline on stdout";
   auto t = run_cli("tokenize -m " + shared_path("tokenizer-tests/ggml-vocab-llama-bpe.gguf") + " -p 'Hello world' --json");
   ASSERT_EQ(t.code, 0) << t.err;
   EXPECT_EQ(nlohmann::json::parse(t.out), nlohmann::json::parse("[128000, 9906, 1917]"));
