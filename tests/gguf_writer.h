@@ -46,8 +46,13 @@ class GgufWriter {
   }
   // dims ne0 first; type: 0 f32, 1 f16, 8 q8_0, 30 bf16
   void tensor(const std::string& name, std::vector<uint64_t> dims, uint32_t type, const void* data, size_t bytes) {
-    Tensor t{name, dims, type, std::vector<uint8_t>(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + bytes)};
+    Tensor t{name, dims, type, std::vector<uint8_t>(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + bytes), 0};
     tensors_.push_back(std::move(t));
+  }
+  // A tensor whose `bytes` of data the caller writes itself after bytes(), in declaration order, each
+  // padded to 32 bytes (for files too large to hold in memory). Declare tensors with data first.
+  void tensor_header(const std::string& name, std::vector<uint64_t> dims, uint32_t type, size_t bytes) {
+    tensors_.push_back(Tensor{name, dims, type, {}, bytes});
   }
   std::vector<uint8_t> bytes() const {
     std::vector<uint8_t> out;
@@ -69,10 +74,11 @@ class GgufWriter {
       app(t.dims.data(), 8 * nd);
       app(&t.type, 4);
       app(&offset, 8);
-      offset += (t.data.size() + 31) / 32 * 32;
+      offset += (t.size() + 31) / 32 * 32;
     }
     out.resize((out.size() + 31) / 32 * 32, 0);
     for (auto& t : tensors_) {
+      if (t.header_only_bytes) continue;
       app(t.data.data(), t.data.size());
       out.resize((out.size() + 31) / 32 * 32, 0);
     }
@@ -84,7 +90,11 @@ class GgufWriter {
   }
 
  private:
-  struct Tensor { std::string name; std::vector<uint64_t> dims; uint32_t type; std::vector<uint8_t> data; };
+  struct Tensor {
+    std::string name; std::vector<uint64_t> dims; uint32_t type; std::vector<uint8_t> data;
+    size_t header_only_bytes = 0;   // > 0: data written by the caller (tensor_header)
+    size_t size() const { return header_only_bytes ? header_only_bytes : data.size(); }
+  };
   template <class T> void put(T v) { kv_.insert(kv_.end(), reinterpret_cast<uint8_t*>(&v), reinterpret_cast<uint8_t*>(&v) + sizeof v); }
   void put_str(const std::string& s) { put(uint64_t(s.size())); kv_.insert(kv_.end(), s.begin(), s.end()); }
   void key(const std::string& k, uint32_t type) { put_str(k); put(type); }

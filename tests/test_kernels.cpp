@@ -318,10 +318,9 @@ INSTANTIATE_TEST_SUITE_P(Families, KernelTest, ::testing::Values(KernelFamily::R
                          [](const auto& info) { return info.param == KernelFamily::RowPerLane ? "RowPerLane" : "Subgroup"; });
 
 // A weight matrix bigger than lavapipe's 128 MiB maxStorageBufferRange goes through a matmul (buffer
-// device addresses have no range limit).
+// device addresses have no range limit). On a GPU with a larger range it is an ordinary large matmul.
 TEST_F(VkTest, MatmulOverTensorLargerThan128MiB) {
   const uint32_t M = 34000, K = 1024;   // 139 MB of f32
-  ASSERT_GT(uint64_t(M) * K * 4, gpu().ctx.facts().max_storage_buffer_range);
   std::vector<float> w(size_t(M) * K);
   for (size_t i = 0; i < w.size(); ++i) w[i] = float((i * 2654435761u) % 1000) / 1000.f - 0.5f;
   auto x = random_floats(K, 4);

@@ -1,0 +1,122 @@
+// vkspec-shape: writes a random-weight Llama at a real shape with a real vocabulary, for benchmarks and
+// parity runs where no checkpoint can be downloaded.
+//   vkspec-shape OUT.gguf VOCAB.gguf 1b|3b f32|f16|q8_0 [SEED]
+// VOCAB.gguf supplies the tokenizer metadata (e.g. ../shared/tokenizer-tests/ggml-vocab-llama-bpe.gguf, the
+// Llama 3 vocabulary); the hyperparameters are Llama-3.2-1B's / 3B's (tied embeddings, rope theta 500000 with
+// Llama 3 scaling). Weights ~ N(0, 1/cols) so activations stay O(1) through the layers; norms ~ 1.
+// Tensor data is streamed to the file (a 3B f16 model is 6 GB), never held whole in memory.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "loader/gguf.h"
+#include "runtime/quant.h"
+#include "tests/gguf_writer.h"
+
+using namespace vkspec;
+
+namespace {
+
+struct Shape { uint32_t dim, layers, heads, kv_heads, ffn; };
+struct Planned { std::string name; uint32_t rows, cols; bool norm; };
+
+uint32_t type_code(const std::string& t) {
+  if (t == "f32") return 0;
+  if (t == "f16") return 1;
+  if (t == "q8_0") return 8;
+  throw std::runtime_error("type must be f32, f16 or q8_0");
+}
+
+std::vector<uint8_t> encode(const std::vector<float>& v, uint32_t type) {
+  std::vector<uint8_t> out(gguf_tensor_bytes(type, v.size()));
+  if (type == 0) memcpy(out.data(), v.data(), out.size());
+  else if (type == 1) for (size_t i = 0; i < v.size(); ++i) reinterpret_cast<uint16_t*>(out.data())[i] = float_to_half(v[i]);
+  else quantize_q8_0(v.data(), v.size(), out.data());
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  if (argc < 5) {
+    fprintf(stderr, "usage: vkspec-shape OUT.gguf VOCAB.gguf 1b|3b f32|f16|q8_0 [SEED]\n");
+    return 2;
+  }
+  const std::string shape_name = argv[3];
+  if (shape_name != "1b" && shape_name != "3b") throw std::runtime_error("shape must be 1b or 3b");
+  const Shape s = shape_name == "1b" ? Shape{2048, 16, 32, 8, 8192} : Shape{3072, 28, 24, 8, 8192};
+  const uint32_t type = type_code(argv[4]);
+  const uint32_t seed = argc > 5 ? uint32_t(std::stoul(argv[5])) : 1;
+  GgufFile vocab(argv[2]);
+  const uint32_t n_vocab = uint32_t(vocab.metadata().at("tokenizer.ggml.tokens").strings.size());
+  const uint32_t hd = s.dim / s.heads;
+
+  test::GgufWriter w;
+  w.copy_metadata(vocab, [](const std::string& k) { return k.rfind("tokenizer.", 0) != 0; });
+  w.str("general.architecture", "llama");
+  w.str("general.name", "random Llama-3.2-" + shape_name + " shape");
+  w.u32("llama.embedding_length", s.dim);
+  w.u32("llama.block_count", s.layers);
+  w.u32("llama.attention.head_count", s.heads);
+  w.u32("llama.attention.head_count_kv", s.kv_heads);
+  w.u32("llama.feed_forward_length", s.ffn);
+  w.u32("llama.context_length", 131072);
+  w.u32("llama.rope.dimension_count", hd);
+  w.f32("llama.rope.freq_base", 500000.f);
+  w.f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.u32("general.file_type", type == 0 ? 0 : type == 1 ? 1 : 7);
+
+  // Llama 3 RoPE scaling as Meta's checkpoints converted by llama.cpp carry it: a rope_freqs.weight tensor of
+  // per-frequency divisors (factor 32, low/high frequency factors 1/4, original context 8192).
+  std::vector<float> rope_factors(hd / 2);
+  for (uint32_t i = 0; i < hd / 2; ++i) {
+    const double freq = std::pow(500000.0, -2.0 * i / hd), wavelen = 2 * M_PI / freq;
+    const double factor = 32, low = 1, high = 4, orig = 8192;
+    if (wavelen < orig / high) rope_factors[i] = 1.f;
+    else if (wavelen > orig / low) rope_factors[i] = float(factor);
+    else {
+      const double smooth = (orig / wavelen - low) / (high - low);
+      rope_factors[i] = float(1 / ((1 - smooth) / factor + smooth));
+    }
+  }
+  w.tensor("rope_freqs.weight", {hd / 2}, 0, rope_factors.data(), rope_factors.size() * 4);
+  std::vector<Planned> plan = {{"token_embd.weight", n_vocab, s.dim, false}, {"output_norm.weight", 1, s.dim, true}};
+  for (uint32_t l = 0; l < s.layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    plan.push_back({p + "attn_norm.weight", 1, s.dim, true});
+    plan.push_back({p + "attn_q.weight", s.heads * hd, s.dim, false});
+    plan.push_back({p + "attn_k.weight", s.kv_heads * hd, s.dim, false});
+    plan.push_back({p + "attn_v.weight", s.kv_heads * hd, s.dim, false});
+    plan.push_back({p + "attn_output.weight", s.dim, s.heads * hd, false});
+    plan.push_back({p + "ffn_norm.weight", 1, s.dim, true});
+    plan.push_back({p + "ffn_gate.weight", s.ffn, s.dim, false});
+    plan.push_back({p + "ffn_up.weight", s.ffn, s.dim, false});
+    plan.push_back({p + "ffn_down.weight", s.dim, s.ffn, false});
+  }
+  // Header with every tensor's offset first (the writer lays tensors out in order, 32-byte aligned), then
+  // the data, one tensor at a time.
+  for (const Planned& t : plan)
+    w.tensor_header(t.name, t.rows == 1 ? std::vector<uint64_t>{t.cols} : std::vector<uint64_t>{t.cols, t.rows},
+                    t.norm ? 0 : type, gguf_tensor_bytes(t.norm ? 0 : type, uint64_t(t.rows) * t.cols));
+  FILE* out = fopen(argv[1], "wb");
+  if (!out) throw std::runtime_error(std::string("cannot create ") + argv[1]);
+  std::vector<uint8_t> head = w.bytes();
+  fwrite(head.data(), 1, head.size(), out);
+  std::mt19937 rng(seed);
+  for (const Planned& t : plan) {
+    std::normal_distribution<float> nd(t.norm ? 1.f : 0.f, t.norm ? 0.1f : 1.f / std::sqrt(float(t.cols)));
+    std::vector<float> v(size_t(t.rows) * t.cols);
+    for (auto& x : v) x = nd(rng);
+    std::vector<uint8_t> bytes = encode(v, t.norm ? 0 : type);
+    bytes.resize((bytes.size() + 31) / 32 * 32, 0);
+    if (fwrite(bytes.data(), 1, bytes.size(), out) != bytes.size()) throw std::runtime_error("write failed");
+  }
+  if (fclose(out) != 0) throw std::runtime_error("write failed");
+  return 0;
+} catch (const std::exception& e) {
+  fprintf(stderr, "vkspec-shape: %s\n", e.what());
+  return 1;
+}
