@@ -55,8 +55,18 @@ std::vector<uint32_t> prompt_of_length(const Engine& engine, const std::string& 
 struct Series {
   std::vector<double> prefill, decode;
   SpeculativeStats spec;
+  uint64_t decode_tokens = 0, submissions = 0, dispatches = 0;   // after the first token, summed over runs
+  void add(const Completion& c, size_t prompt_tokens) {
+    prefill.push_back(double(prompt_tokens) / c.prefill_s);
+    decode.push_back(c.decode_tok_s());
+    decode_tokens += c.ids.size() > 1 ? c.ids.size() - 1 : 0;
+    submissions += c.decode_submissions;
+    dispatches += c.decode_dispatches;
+  }
   nlohmann::json summary() const {
-    return {{"prefill_tok_s", median(prefill)}, {"decode_tok_s", median(decode)}, {"decode_runs", decode}};
+    const double n = double(decode_tokens ? decode_tokens : 1);
+    return {{"prefill_tok_s", median(prefill)}, {"decode_tok_s", median(decode)}, {"decode_runs", decode},
+            {"waits_per_token", double(submissions) / n}, {"dispatches_per_token", double(dispatches) / n}};
   }
 };
 
@@ -105,13 +115,11 @@ int cmd_bench(const RunOptions& o, const BenchOptions& b) {
   std::vector<uint32_t> plain_ids;
   for (int r = 0; r < b.reps; ++r) {
     const Completion a = engine.generate(prompt, sp, o.n_predict, true, false);
-    plain.prefill.push_back(double(prompt.size()) / a.prefill_s);
-    plain.decode.push_back(a.decode_tok_s());
+    plain.add(a, prompt.size());
     plain_ids = a.ids;
     if (!spec) continue;
     const Completion s = engine.generate(prompt, sp, o.n_predict, true, true);
-    specd.prefill.push_back(double(prompt.size()) / s.prefill_s);
-    specd.decode.push_back(s.decode_tok_s());
+    specd.add(s, prompt.size());
     specd.spec += s.spec;
     identical = identical && s.ids == a.ids;
   }
@@ -144,7 +152,9 @@ int cmd_bench(const RunOptions& o, const BenchOptions& b) {
   }
   printf("%s on %s, %zu prompt tokens, %d generated, median of %d\n", o.model.c_str(), engine.facts().name.c_str(),
          prompt.size(), o.n_predict, b.reps);
-  printf("  plain        prefill %8.1f tok/s   decode %8.1f tok/s\n", median(plain.prefill), median(plain.decode));
+  printf("  plain        prefill %8.1f tok/s   decode %8.1f tok/s   (%.2f waits, %.1f dispatches per token)\n",
+         median(plain.prefill), median(plain.decode), plain.summary()["waits_per_token"].get<double>(),
+         plain.summary()["dispatches_per_token"].get<double>());
   if (spec)
     printf("  speculative  prefill %8.1f tok/s   decode %8.1f tok/s   (%s, K=%d, acceptance %.2f, %.2f tokens/verify)"
            "   speedup %.2fx\n",

@@ -63,7 +63,9 @@ Engine::Engine(const RunOptions& o, bool show_progress) : o_(o) {
   load_s_ = seconds_since(t_load);
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  if (rec_ && rec_->profiling()) fprintf(stderr, "decoding steps %s", rec_->profile_report().c_str());
+}
 
 std::vector<uint32_t> Engine::encode_prompt(const std::string& text) const {
   std::vector<uint32_t> ids = tok_->encode(text, tok_->add_bos(), true);
@@ -79,14 +81,15 @@ Completion Engine::generate(std::span<const uint32_t> prompt, const SamplingPara
   if (n <= 0) throw Error("-n must be positive (got " + std::to_string(n) + ")");
   Completion c;
   c.speculative = speculate && drafter_;
-  const uint32_t V = model_->hparams().n_vocab, max_history = model_->n_ctx() + LlamaModel::kMaxBatch;
+  LlamaModel& m = *model_;
+  const uint32_t V = m.hparams().n_vocab, max_history = m.n_ctx() + LlamaModel::kMaxBatch;
+  if (!chooser_) chooser_ = std::make_unique<TokenChooser>(*ctx_, *pipelines_, V, max_history);
+  if (!rec_) rec_ = std::make_unique<Recorder>(*ctx_, profiling_requested());
   if (c.speculative && !sp.greedy() && !acceptor_)
     acceptor_ = std::make_unique<SpecAcceptor>(*ctx_, *pipelines_, V, LlamaModel::kMaxBatch - 1, 1, max_history);
-  const bool device_sampling = DeviceSampler::supports(sp, V);   // else the host Sampler, for every step
-  if (!c.speculative && device_sampling && !device_sampler_)
-    device_sampler_ = std::make_unique<DeviceSampler>(*ctx_, *pipelines_, V, 1, max_history);
-  const Sampler sampler(sp);
-  LlamaModel& m = *model_;
+  TokenChooser& chooser = *chooser_;
+  Recorder& rec = *rec_;
+  chooser.start(sp);
   const int seq = m.kv().new_sequence();
   struct Release {   // the sequence goes back to the pool however generation ends
     PagedKvCache& kv;
@@ -94,36 +97,34 @@ Completion Engine::generate(std::span<const uint32_t> prompt, const SamplingPara
     ~Release() { kv.free_sequence(seq); }
   } release{m.kv(), seq};
   std::vector<uint32_t> context(prompt.begin(), prompt.end());
+
+  // The prompt and the choice of the first token: one submission.
   const auto t_prefill = std::chrono::steady_clock::now();
-  m.forward(seq, context, Logits::Last);
+  uint32_t next = decode_step(m, seq, chooser, rec, m.write_tokens(context), uint32_t(context.size()), context);
   c.prefill_s = seconds_since(t_prefill);
 
   // Accepts one token; false stops generation (end of generation, n reached).
-  auto accept = [&](uint32_t next) {
-    if (!ignore_eos && tok_->is_eog(next)) return false;
-    c.ids.push_back(next);
-    if (on_token) on_token(next);
+  auto accept = [&](uint32_t t) {
+    if (!ignore_eos && tok_->is_eog(t)) return false;
+    c.ids.push_back(t);
+    if (on_token) on_token(t);
     return c.ids.size() < size_t(n);
   };
   const auto t_decode = std::chrono::steady_clock::now();
+  const uint64_t submissions0 = Recorder::total_submissions(), dispatches0 = Recorder::total_dispatches();
   if (c.speculative) {
-    const SpeculativeOptions so{uint32_t(o_.draft_max), uint32_t(o_.draft_min), &sampler, acceptor_.get(),
-                                adaptive_k()};
-    c.spec = generate_speculative(m, seq, *drafter_, context, so, accept);
+    const SpeculativeOptions so{uint32_t(o_.draft_max), uint32_t(o_.draft_min), acceptor_.get(), adaptive_k()};
+    c.spec = generate_speculative(m, seq, *drafter_, chooser, rec, context, so, accept);
   } else {
-    const bool device_argmax = sp.greedy() && sp.repeat_penalty == 1.0f;
-    while (true) {
-      const uint32_t next = device_argmax    ? m.argmax_id(0)
-                            : device_sampling ? device_sampler_->sample(sp, m.logits_rows().sub(0, V * 4ull), context,
-                                                                        context.size())
-                                              : sampler.sample({m.logits(0), V}, context, context.size());
-      if (!accept(next)) break;
+    while (accept(next)) {
       context.push_back(next);
       if (context.size() >= m.n_ctx()) break;
-      m.forward(seq, std::span<const uint32_t>(&next, 1), Logits::Last);
+      next = decode_step(m, seq, chooser, rec, chooser.input(0), 1, context);   // one submission per token
     }
   }
   c.decode_s = seconds_since(t_decode);
+  c.decode_submissions = Recorder::total_submissions() - submissions0;
+  c.decode_dispatches = Recorder::total_dispatches() - dispatches0;
   return c;
 }
 

@@ -13,6 +13,7 @@
 #include "loader/tokenizer.h"
 #include "runtime/model.h"
 #include "runtime/sampler.h"
+#include "runtime/token_choice.h"
 #include "speculative/controller.h"
 
 namespace vkspec::cli {
@@ -22,6 +23,8 @@ struct Completion {
   double prefill_s = 0, decode_s = 0;
   bool speculative = false;
   SpeculativeStats spec;
+  // Submissions (host waits) and dispatches after the first token, which the prefill's submission chooses.
+  uint64_t decode_submissions = 0, decode_dispatches = 0;
   // Decode tokens/s: every token after the first costs one forward pass (or a share of a verify pass).
   double decode_tok_s() const { return ids.size() > 1 && decode_s > 0 ? double(ids.size() - 1) / decode_s : 0.0; }
 };
@@ -60,8 +63,9 @@ class Engine {
   std::unique_ptr<Pipelines> pipelines_;
   std::unique_ptr<LlamaModel> model_, draft_model_;
   std::unique_ptr<Drafter> drafter_;
+  std::unique_ptr<Recorder> rec_;                 // every decoding step and speculative round
+  std::unique_ptr<TokenChooser> chooser_;
   std::unique_ptr<SpecAcceptor> acceptor_;        // created on the first sampled speculative completion
-  std::unique_ptr<DeviceSampler> device_sampler_; // created on the first plain completion it supports
   double load_s_ = 0;
 };
 

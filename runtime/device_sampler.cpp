@@ -12,6 +12,7 @@ struct SampleRowsPC {   // mirrors the push-constant block of shaders/sample_row
   uint32_t seed_lo, seed_hi, V, h_ctx, last_n;
   float penalty, temperature, top_p, min_p;
   uint32_t top_k, position, stream, draw;
+  float draft_p_min;   // fills what was padding before q
   uint64_t q, tokens, result, counter;   // fused verify
   uint32_t K, accept;
 };
@@ -35,11 +36,8 @@ DeviceSampler::~DeviceSampler() {
   if (rec_->profiling()) fprintf(stderr, "plain sampling %s", rec_->profile_report().c_str());
 }
 
-void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Slice& logits, const Slice& probs,
-                           uint32_t rows, std::span<const uint32_t> context, std::span<const uint32_t> extra,
-                           uint64_t position, bool draw, uint32_t stream, const FusedAccept* accept) {
-  if (!supports(p, n_vocab_) || rows == 0 || rows > max_rows_ || extra.size() + 1 < rows)
-    throw Error("internal: DeviceSampler::record out of range");
+uint32_t DeviceSampler::set_history(const SamplingParams& p, std::span<const uint32_t> context,
+                                    std::span<const uint32_t> extra) {
   // The penalty's window: the context's last repeat_last_n tokens (all of it for -1), then `extra`.
   const bool penalty = p.repeat_penalty != 1.0f && p.repeat_last_n != 0;
   const size_t window = !penalty ? 0 : p.repeat_last_n < 0 ? context.size()
@@ -48,14 +46,37 @@ void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Slice& lo
   uint32_t* h = history_.host<uint32_t>();
   std::copy(context.end() - long(window), context.end(), h);
   std::copy(extra.begin(), extra.end(), h + window);
+  window_ = uint32_t(window);
+  history_total_ = uint32_t(window + extra.size());
+  return window_;
+}
+
+void DeviceSampler::record_append_history(Recorder& r, const Slice& slots, uint32_t first, uint32_t n, uint32_t at) {
+  if (at + n > max_history_) throw Error("internal: sampling history longer than planned");
+  for (uint32_t i = 0; i < n; ++i)
+    r.copy(slots.sub(VkDeviceSize(first + i) * 8, 4), history_.sub(VkDeviceSize(at + i) * 4, 4));
+}
+
+void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Rows& j) {
+  if (!supports(p, n_vocab_) || j.rows == 0 || j.rows > max_rows_) throw Error("internal: DeviceSampler::record out of range");
+  const bool penalty = p.repeat_penalty != 1.0f && p.repeat_last_n != 0;
   const uint32_t last_n = !penalty ? 0u : p.repeat_last_n < 0 ? 0xffffffffu : uint32_t(p.repeat_last_n);
-  SampleRowsPC pc{logits.address, probs.address, draws_.address, history_.address, uint32_t(p.seed),
-                  uint32_t(p.seed >> 32), n_vocab_, uint32_t(window), last_n, p.repeat_penalty, p.temperature,
-                  p.top_p, p.min_p, uint32_t(p.top_k), uint32_t(position), stream, draw ? 1u : 0u,
-                  accept ? accept->q.address : 0, accept ? accept->tokens.address : 0,
-                  accept ? accept->result.address : 0, accept ? accept->counter.address : 0,
-                  accept ? accept->k : 0, accept ? 1u : 0u};
-  r.dispatch(pipelines_.get("sample_rows", {64}), &pc, sizeof pc, rows);
+  const FusedAccept* a = j.accept;
+  SampleRowsPC pc{j.logits.address, j.probs.address, j.draws ? j.draws->address : 0, history_.address,
+                  uint32_t(p.seed), uint32_t(p.seed >> 32), n_vocab_, j.history_len, last_n, p.repeat_penalty,
+                  p.temperature, p.top_p, p.min_p, uint32_t(p.top_k), uint32_t(j.position), j.stream,
+                  j.draws ? 1u : 0u, a ? a->draft_p_min : 0.0f, a ? a->q.address : 0, a ? a->tokens.address : 0,
+                  a ? a->result.address : 0, a ? a->counter.address : 0, a ? a->k : 0, a ? 1u : 0u};
+  r.dispatch(pipelines_.get("sample_rows", {64}), &pc, sizeof pc, j.rows);
+}
+
+void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Slice& logits, const Slice& probs,
+                           uint32_t rows, std::span<const uint32_t> context, std::span<const uint32_t> extra,
+                           uint64_t position, bool draw, uint32_t stream, const FusedAccept* accept) {
+  if (extra.size() + 1 < rows) throw Error("internal: DeviceSampler::record out of range");
+  const uint32_t window = set_history(p, context, extra);
+  Rows j{logits, probs, rows, window, position, draw ? &draws_ : nullptr, stream, accept};
+  record(r, p, j);
 }
 
 DeviceSampler::Draw DeviceSampler::drawn(uint32_t row) const {

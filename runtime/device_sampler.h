@@ -25,6 +25,27 @@ class DeviceSampler {
   DeviceSampler(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_rows, uint32_t max_history);
   ~DeviceSampler();
 
+  // The penalty's history for the next records: the context's last repeat_last_n tokens, then `extra`.
+  // Returns the number of context tokens kept (the history length before any extra token). Host-written:
+  // every record of one submission must see the same history (append device-chosen tokens with
+  // record_append_history instead).
+  uint32_t set_history(const SamplingParams& p, std::span<const uint32_t> context, std::span<const uint32_t> extra = {});
+  // Copies the tokens of token slots [first, first + n) to history positions at, at + 1, ... on the device
+  // (drafts chosen in this submission, which the penalty of later rows must see).
+  void record_append_history(Recorder& r, const Slice& slots, uint32_t first, uint32_t n, uint32_t at);
+
+  struct FusedAccept { Slice q, tokens, result, counter; uint32_t k; float draft_p_min = 0; };
+  struct Rows {
+    Slice logits, probs;            // [rows][n_vocab]: logits penalized in place; probability rows out
+    uint32_t rows = 1;
+    uint32_t history_len = 0;       // history tokens before row 0's position; row r sees history_len + r
+    uint64_t position = 0;          // counter position of row 0's draw
+    const Slice* draws = nullptr;   // token slots that row r's draw goes to ({token, top probability}); null: no draw
+    uint32_t stream = 0;
+    const FusedAccept* accept = nullptr;
+  };
+  void record(Recorder& r, const SamplingParams& p, const Rows& rows);
+
   // Records the transforms of `rows` logits rows ([rows][n_vocab], penalized in place) into `probs`.
   // Row r's history is `context` followed by extra[0..r) (the drafts before it). With `draw`, row r's
   // token is drawn at counter position + r in `stream`; read it with drawn(r) after the submission.
@@ -32,7 +53,7 @@ class DeviceSampler {
   // speculative sampling (shaders/accept.glsl) with the draft's q rows and drafts, at counter `position`
   // (the sequence position of the first draft), writing {accepted, next} to `result`. `counter` is a zeroed
   // uint the kernel leaves zeroed.
-  struct FusedAccept { Slice q, tokens, result, counter; uint32_t k; };
+  // Convenience: set_history(context, extra) and record, drawing into this sampler's own slots (drawn()).
   void record(Recorder& r, const SamplingParams& p, const Slice& logits, const Slice& probs, uint32_t rows,
               std::span<const uint32_t> context, std::span<const uint32_t> extra, uint64_t position, bool draw,
               uint32_t stream, const FusedAccept* accept = nullptr);
@@ -49,6 +70,7 @@ class DeviceSampler {
   std::unique_ptr<Arena> device_, upload_, readback_;
   std::unique_ptr<Recorder> rec_;
   Slice history_, draws_, scratch_probs_;
+  uint32_t window_ = 0, history_total_ = 0;   // from set_history
 };
 
 }  // namespace vkspec

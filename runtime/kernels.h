@@ -23,6 +23,13 @@ struct PagedKvView {        // one layer of one sequence's KV cache, as the kern
   uint32_t block_size = 16;
 };
 
+// Token ids an embedding reads: `ids` holds them `stride` uints apart (1: host-written prompt tokens;
+// 2: token slots, the {token, aux} pairs that argmax and the sampler write; runtime/token_choice.h).
+struct TokenInput {
+  Slice ids;
+  uint32_t stride = 1;
+};
+
 struct AttentionShape {
   uint32_t n_heads = 0, n_kv_heads = 0, head_dim = 0, n_rot = 0;
   // floats from one token's q (k, v) row to the next; 0 = packed (n_heads*head_dim, n_kv_heads*head_dim).
@@ -41,7 +48,7 @@ class Kernels {
   KernelFamily family() const { return family_; }
 
   // x[t] = table[tokens[t]] (f32 out), t < n.
-  void embed(Recorder& r, const DeviceMatrix& table, const Slice& tokens, const Slice& x, uint32_t n);
+  void embed(Recorder& r, const DeviceMatrix& table, const TokenInput& tokens, const Slice& x, uint32_t n);
   // out[t] = x[t] * rsqrt(mean(x[t]^2) + eps) * w.
   void rmsnorm(Recorder& r, const Slice& x, const Slice& w, const Slice& out, uint32_t n, uint32_t dim, float eps);
   // y[t] = W x[t] (accumulate: y[t] += W x[t]). x: [n][x_stride], y: [n][y_stride].
@@ -62,7 +69,8 @@ class Kernels {
   // per workgroup) for the row-per-lane family when q, the pools and the table are texel-readable.
   const char* attention_shader(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const;
   void softmax(Recorder& r, const Slice& logits, const Slice& probs, uint32_t n, uint32_t cols, float temperature);
-  void argmax(Recorder& r, const Slice& logits, const Slice& ids, uint32_t n, uint32_t cols);
+  // slots[t] = {argmax of row t (lowest id among ties), its softmax probability when top_prob else 0}.
+  void argmax(Recorder& r, const Slice& logits, const Slice& slots, uint32_t n, uint32_t cols, bool top_prob = false);
 
  private:
   bool attention_texels(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const;

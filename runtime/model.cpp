@@ -81,10 +81,20 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
   qkv_ = act_arena_->alloc(B * (q_dim + 2 * kv_dim) * 4, "activations");
   att_ = act_arena_->alloc(B * q_dim * 4, "activations");
   hb_ = act_arena_->alloc(B * hp_.ffn_dim * 4, "activations");
-  tokens_ = upload_arena_->alloc(B * 4, "token ids");
-  rope_ = upload_arena_->alloc(B * hp_.n_rot / 2 * 8, "rope table");
+  tokens_ = upload_arena_->alloc(uint64_t(n_ctx_) * 4, "token ids");
   logits_ = readback_arena_->alloc(B * hp_.n_vocab * 4, "logits");
-  ids_ = readback_arena_->alloc(B * 4, "argmax ids");
+  ids_ = readback_arena_->alloc(B * 8, "argmax token slots");
+  // RoPE (cos, sin) of every position, so that passes recorded together need no per-pass host table.
+  std::vector<float> rope(size_t(n_ctx_) * hp_.n_rot);
+  for (uint32_t pos = 0; pos < n_ctx_; ++pos)
+    for (uint32_t i = 0; i < hp_.n_rot / 2; ++i) {
+      const double theta = double(pos) * hp_.rope_inv_freq[i];
+      rope[(size_t(pos) * hp_.n_rot / 2 + i) * 2] = float(std::cos(theta));
+      rope[(size_t(pos) * hp_.n_rot / 2 + i) * 2 + 1] = float(std::sin(theta));
+    }
+  rope_ = act_arena_->alloc(rope.size() * 4, "rope table");
+  up.upload(rope_, rope.data(), rope.size() * 4);
+  up.flush();
 
   const uint32_t bs = opts.kv_block_size;
   const uint32_t blocks_per_seq = (n_ctx_ + bs - 1) / bs;
@@ -93,33 +103,44 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
 }
 
 LlamaModel::~LlamaModel() {
-  if (rec_ && rec_->profiling())
+  if (rec_ && rec_->profiling() && !rec_->profile().empty())
     fprintf(stderr, "model (dim %u, %u layers) %s", hp_.dim, hp_.n_layers, rec_->profile_report().c_str());
 }
 
-void LlamaModel::forward(int seq, std::span<const uint32_t> tokens, Logits want) {
-  if (want == Logits::All && tokens.size() > kMaxBatch) throw Error("internal: Logits::All needs n <= kMaxBatch");
+TokenInput LlamaModel::write_tokens(std::span<const uint32_t> tokens) {
+  if (tokens.size() > n_ctx_) throw Error("internal: more input tokens than the context holds");
   for (uint32_t id : tokens)
     if (id >= hp_.n_vocab) throw Error("token id " + std::to_string(id) + " is outside the vocabulary");
-  for (size_t i = 0; i < tokens.size(); i += kMaxBatch) {
-    const size_t n = std::min<size_t>(kMaxBatch, tokens.size() - i);
-    const bool last = i + n == tokens.size();
-    forward_chunk(seq, tokens.subspan(i, n), last ? want : Logits::None);
+  std::copy(tokens.begin(), tokens.end(), tokens_.host<uint32_t>());
+  return {tokens_, 1};
+}
+
+void LlamaModel::forward(int seq, std::span<const uint32_t> tokens, Logits want) {
+  const TokenInput in = write_tokens(tokens);
+  rec_->begin();
+  record_forward(*rec_, seq, in, uint32_t(tokens.size()), want);
+  if (want != Logits::None) {
+    rec_->barrier();
+    kernels_->argmax(*rec_, logits_, ids_, want == Logits::All ? uint32_t(tokens.size()) : 1, hp_.n_vocab);
+  }
+  rec_->submit_and_wait();
+}
+
+void LlamaModel::record_forward(Recorder& r, int seq, const TokenInput& in, uint32_t n, Logits want) {
+  if (want == Logits::All && n > kMaxBatch) throw Error("internal: Logits::All needs n <= kMaxBatch");
+  for (uint32_t i = 0; i < n; i += kMaxBatch) {
+    const uint32_t chunk = std::min(kMaxBatch, n - i);
+    const TokenInput part{in.ids.sub(VkDeviceSize(i) * in.stride * 4, VkDeviceSize(chunk) * in.stride * 4), in.stride};
+    record_chunk(r, seq, part, chunk, i + chunk == n ? want : Logits::None);
+    r.barrier();   // the next chunk (or pass) reuses the activations
   }
 }
 
 // One chunk of n <= kMaxBatch tokens; reads top to bottom like llama2.c's forward().
-void LlamaModel::forward_chunk(int seq, std::span<const uint32_t> tokens, Logits want) {
-  const uint32_t n = uint32_t(tokens.size()), pos0 = kv_->length(seq);
+void LlamaModel::record_chunk(Recorder& r, int seq, const TokenInput& in, uint32_t n, Logits want) {
+  const uint32_t pos0 = kv_->length(seq);
   kv_->grow(seq, pos0 + n);
-  std::copy(tokens.begin(), tokens.end(), tokens_.host<uint32_t>());
-  float* rope = rope_.host<float>();
-  for (uint32_t t = 0; t < n; ++t)
-    for (uint32_t i = 0; i < hp_.n_rot / 2; ++i) {
-      const double theta = double(pos0 + t) * hp_.rope_inv_freq[i];
-      rope[(t * hp_.n_rot / 2 + i) * 2] = float(std::cos(theta));
-      rope[(t * hp_.n_rot / 2 + i) * 2 + 1] = float(std::sin(theta));
-    }
+  const Slice rope = rope_.sub(VkDeviceSize(pos0) * hp_.n_rot / 2 * 8, VkDeviceSize(n) * hp_.n_rot / 2 * 8);
 
   const uint32_t q_dim = hp_.n_heads * hp_.head_dim, kv_dim = hp_.n_kv_heads * hp_.head_dim;
   const uint32_t qkv_w = q_dim + 2 * kv_dim;   // one token's q, k, v side by side
@@ -127,9 +148,7 @@ void LlamaModel::forward_chunk(int seq, std::span<const uint32_t> tokens, Logits
   const Slice q_rows = qkv_, k_rows = qkv_.sub(q_dim * 4ull, qkv_.size - q_dim * 4ull),
               v_rows = qkv_.sub((q_dim + kv_dim) * 4ull, qkv_.size - (q_dim + kv_dim) * 4ull);
   Kernels& k = *kernels_;
-  Recorder& r = *rec_;
-  r.begin();
-  k.embed(r, token_embd_, tokens_, x_, n);                                   // x = token_embd[tokens]
+  k.embed(r, token_embd_, in, x_, n);                                        // x = token_embd[tokens]
   r.barrier();
   for (uint32_t l = 0; l < hp_.n_layers; ++l) {
     const LayerWeights& L = layers_[l];
@@ -144,7 +163,7 @@ void LlamaModel::forward_chunk(int seq, std::span<const uint32_t> tokens, Logits
       k.matmul(r, L.wv, xn_, v_rows, n, false, 0, qkv_w);                    // v = Wv xn
     }
     r.barrier();
-    k.rope_store_kv(r, shape, q_rows, k_rows, v_rows, rope_, kv, pos0, n);   // rope(q, k); cache <- k, v
+    k.rope_store_kv(r, shape, q_rows, k_rows, v_rows, rope, kv, pos0, n);    // rope(q, k); cache <- k, v
     r.barrier();
     k.attention(r, shape, q_rows, att_, kv, pos0, n);                        // att = softmax(q K^T / sqrt(hd)) V
     r.barrier();
@@ -163,10 +182,7 @@ void LlamaModel::forward_chunk(int seq, std::span<const uint32_t> tokens, Logits
     k.rmsnorm(r, x_rows, output_norm_, xn_, rows, hp_.dim, hp_.rms_eps);     // xn = rmsnorm(x) * output_norm
     r.barrier();
     k.matmul(r, output_, xn_, logits_, rows, false);                         // logits = Wout xn
-    r.barrier();
-    k.argmax(r, logits_, ids_, rows, hp_.n_vocab);
   }
-  r.submit_and_wait();
 }
 
 }  // namespace vkspec

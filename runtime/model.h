@@ -1,6 +1,9 @@
 #pragma once
-// A Llama model resident on one Vulkan device, and its forward pass: n tokens (1 = decode, up to
-// kMaxBatch = verify/prefill chunk) recorded into one command buffer, submitted once, waited on once.
+// A Llama model resident on one Vulkan device, and its forward pass. record_forward() records n tokens
+// (1 = decode, up to kMaxBatch = verify; longer prefills in chunks of kMaxBatch) into the caller's command
+// buffer without submitting: a decode step or a speculative round records the forward passes and token
+// choices of both models into one submission (apps/engine.cpp, speculative/controller.cpp). forward() is the
+// self-contained form (own recorder, argmax, one submission, one wait) the tests use.
 #include <functional>
 #include <memory>
 #include <span>
@@ -44,18 +47,25 @@ class LlamaModel {
   PagedKvCache& kv() { return *kv_; }
   uint32_t n_ctx() const { return n_ctx_; }
   uint64_t weight_bytes() const { return weight_bytes_; }   // what one decode step reads, near enough
-  Recorder& recorder() { return *rec_; }
+  Kernels& kernels() { return *kernels_; }
 
-  // Runs `tokens` at positions kv().length(seq) .. +n, appending their K/V, in chunks of kMaxBatch.
-  // Logits::Last leaves the last token's logits in logits(0); Logits::All leaves row i for token i
-  // (n <= kMaxBatch). argmax_ids(i) holds the argmax of row i whenever logits were computed.
+  // Records the pass over n tokens read from `in` at positions kv().length(seq) .. +n (growing the KV
+  // first, so block tables are final before submission), appending their K/V. Logits::Last leaves the
+  // last token's logits in logits_rows() row 0; Logits::All leaves row i for token i (n <= kMaxBatch).
+  void record_forward(Recorder& r, int seq, const TokenInput& in, uint32_t n, Logits want);
+  // Host tokens for record_forward: copied into the model's input buffer (one region per submission).
+  TokenInput write_tokens(std::span<const uint32_t> tokens);
+
+  // Self-contained: record_forward of `tokens`, then argmax of the logits rows; one submission and wait.
+  // argmax_id(i) is the argmax of row i whenever logits were computed.
   void forward(int seq, std::span<const uint32_t> tokens, Logits want);
   const float* logits(uint32_t row) const { return logits_.host<float>() + size_t(row) * hp_.n_vocab; }
-  uint32_t argmax_id(uint32_t row) const { return ids_.host<uint32_t>()[row]; }
+  uint32_t argmax_id(uint32_t row) const { return ids_.host<uint32_t>()[2 * row]; }
   const Slice& logits_rows() const { return logits_; }   // [kMaxBatch][n_vocab], for device-side sampling
+  const Recorder& recorder() const { return *rec_; }
 
  private:
-  void forward_chunk(int seq, std::span<const uint32_t> tokens, Logits want);
+  void record_chunk(Recorder& r, int seq, const TokenInput& in, uint32_t n, Logits want);
 
   Context& ctx_;
   LlamaHParams hp_;
@@ -73,9 +83,9 @@ class LlamaModel {
 
   // Activations for kMaxBatch tokens, allocated once.
   Slice x_, xn_, qkv_, att_, hb_;   // qkv_: [n][q_dim + 2*kv_dim], each token's q, k, v side by side
-  // Per-pass inputs (host-visible) and outputs (host-readable).
-  Slice tokens_, rope_;
-  Slice logits_, ids_;
+  Slice rope_;            // [n_ctx][n_rot/2] (cos, sin), computed in double at load (device-resident)
+  Slice tokens_;          // [n_ctx] uint: host-written input tokens (prompts, n-gram drafts)
+  Slice logits_, ids_;    // [kMaxBatch][n_vocab] logits; [kMaxBatch] token slots of forward()'s argmax
 };
 
 }  // namespace vkspec

@@ -23,6 +23,12 @@ Recorder::Recorder(Context& ctx, bool profile) : ctx_(ctx) {
   vk_check(vk::vkAllocateCommandBuffers(ctx.device(), &ai, &cmd_), "vkAllocateCommandBuffers");
   VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
   vk_check(vk::vkCreateFence(ctx.device(), &fi, nullptr, &fence_), "vkCreateFence");
+  if (ctx.facts().timestamps) {
+    VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+    qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    qi.queryCount = kMaxMarks;
+    vk_check(vk::vkCreateQueryPool(ctx.device(), &qi, nullptr, &marks_pool_), "vkCreateQueryPool");
+  }
   if (profile && ctx.facts().timestamps) {
     VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
     qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
@@ -33,6 +39,7 @@ Recorder::Recorder(Context& ctx, bool profile) : ctx_(ctx) {
 
 Recorder::~Recorder() {
   if (query_pool_) vk::vkDestroyQueryPool(ctx_.device(), query_pool_, nullptr);
+  if (marks_pool_) vk::vkDestroyQueryPool(ctx_.device(), marks_pool_, nullptr);
   vk::vkDestroyFence(ctx_.device(), fence_, nullptr);
   vk::vkDestroyCommandPool(ctx_.device(), pool_, nullptr);
 }
@@ -45,6 +52,19 @@ void Recorder::begin() {
   queries_used_ = 0;
   query_labels_.clear();
   if (query_pool_) vk::vkCmdResetQueryPool(cmd_, query_pool_, 0, kMaxQueries);
+  marks_used_ = 0;
+  if (marks_pool_) vk::vkCmdResetQueryPool(cmd_, marks_pool_, 0, kMaxMarks);
+}
+
+uint32_t Recorder::mark() {
+  if (!marks_pool_ || marks_used_ == kMaxMarks) return kMaxMarks;
+  vk::vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, marks_pool_, marks_used_);
+  return marks_used_++;
+}
+
+double Recorder::seconds_between(uint32_t a, uint32_t b) const {
+  if (a >= marks_used_ || b >= marks_used_) return -1.0;
+  return double(mark_ticks_[b] - mark_ticks_[a]) * ctx_.facts().timestamp_period_ns * 1e-9;
 }
 
 void Recorder::dispatch(const Pipeline& p, const void* push, uint32_t push_size, uint32_t gx, uint32_t gy,
@@ -56,6 +76,7 @@ void Recorder::dispatch(const Pipeline& p, const void* push, uint32_t push_size,
   vk::vkCmdBindPipeline(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
   vk::vkCmdPushConstants(cmd_, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_size, push);
   vk::vkCmdDispatch(cmd_, gx, gy, gz);
+  dispatches_++;
   if (timed) {
     vk::vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, query_pool_, queries_used_++);
     query_labels_.push_back(p.name);
@@ -104,8 +125,13 @@ void Recorder::submit_and_wait() {
   si.commandBufferCount = 1;
   si.pCommandBuffers = &cmd_;
   vk_check(vk::vkQueueSubmit(ctx_.queue(), 1, &si, fence_), "vkQueueSubmit");
+  submissions_++;
   vk_check(vk::vkWaitForFences(ctx_.device(), 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
   vk_check(vk::vkResetFences(ctx_.device(), 1, &fence_), "vkResetFences");
+  if (marks_used_ > 0)
+    vk_check(vk::vkGetQueryPoolResults(ctx_.device(), marks_pool_, 0, marks_used_, sizeof mark_ticks_, mark_ticks_, 8,
+                                       VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+             "vkGetQueryPoolResults");
   if (query_pool_ && queries_used_ > 0) {
     std::vector<uint64_t> ts(queries_used_);
     vk_check(vk::vkGetQueryPoolResults(ctx_.device(), query_pool_, 0, queries_used_, ts.size() * 8, ts.data(), 8,

@@ -1,7 +1,11 @@
 #pragma once
-// Records a whole forward pass into one command buffer and submits it once; the host waits once per
-// pass. barrier() separates dependent kernels (compute writes -> compute/transfer reads). With
-// VKSPEC_PROFILE=1 each dispatch is bracketed by timestamps and per-kernel times are accumulated.
+// One command buffer, recorded by its owner (a decode step, a speculative round, an upload) and submitted
+// once; the host waits once per submission. barrier() separates dependent kernels (compute writes ->
+// compute/transfer reads). With VKSPEC_PROFILE=1 each dispatch is bracketed by timestamps and per-kernel
+// times are accumulated. mark() timestamps the boundaries between parts of a submission (the draft steps
+// and the verify pass of a round), for the adaptive draft policy.
+// Process-wide counters of submissions and dispatches let tests and `bench` check "one submission per step".
+#include <atomic>
 #include <map>
 #include <string>
 #include <vector>
@@ -32,6 +36,15 @@ class Recorder {
   void copy(const Slice& src, const Slice& dst);
   void submit_and_wait();
 
+  // Timestamp after everything recorded so far; its index. seconds_between(a, b) after the wait: the time
+  // from mark a to mark b, or -1 when the device has no timestamps.
+  uint32_t mark();
+  bool can_mark() const { return marks_pool_ != VK_NULL_HANDLE; }
+  double seconds_between(uint32_t a, uint32_t b) const;
+
+  static uint64_t total_submissions() { return submissions_.load(); }
+  static uint64_t total_dispatches() { return dispatches_.load(); }
+
   bool profiling() const { return query_pool_ != VK_NULL_HANDLE; }
   struct KernelTime { double total_ms = 0; uint64_t calls = 0; };
   const std::map<std::string, KernelTime>& profile() const { return profile_; }
@@ -47,6 +60,11 @@ class Recorder {
   uint32_t queries_used_ = 0;
   std::vector<std::string> query_labels_;   // one per dispatch (queries 2i, 2i+1)
   std::map<std::string, KernelTime> profile_;
+  static constexpr uint32_t kMaxMarks = 8;
+  VkQueryPool marks_pool_ = VK_NULL_HANDLE;
+  uint32_t marks_used_ = 0;
+  uint64_t mark_ticks_[kMaxMarks] = {};
+  static inline std::atomic<uint64_t> submissions_{0}, dispatches_{0};
 };
 
 }  // namespace vkspec

@@ -1,16 +1,20 @@
 #version 460
-// ids[t] = argmax(logits[t]); ties go to the lowest index (as llama.cpp's greedy sampler). One workgroup per row.
+// slots[t] = {argmax(logits[t]), top probability}: ties go to the lowest index (as llama.cpp's greedy
+// sampler); the top probability 1 / sum(exp(l - max)) only when want_top_prob (speculative drafts with
+// --draft-p-min), else 0. Output in the token-slot layout ({token, aux} pairs) that the next step's
+// embedding reads. One workgroup per row.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
 layout(push_constant) uniform PC {
   uvec2 logits;   // [n][cols]
-  uvec2 ids;      // [n] uint
-  uint cols;
+  uvec2 slots;    // [n][2] uint
+  uint cols, want_top_prob;
 } pc;
 
-shared float best_v[1024];
-shared uint best_i[1024];
+shared float best_v[WG];
+shared uint best_i[WG];
+shared float part_z[WG];
 
 void main() {
   const uint base = gl_WorkGroupID.x * pc.cols, lane = gl_LocalInvocationID.x;
@@ -31,5 +35,21 @@ void main() {
     }
     barrier();
   }
-  if (lane == 0u) Uints(pc.ids).v[gl_WorkGroupID.x] = best_i[0] == 0xffffffffu ? 0u : best_i[0];
+  float top_prob = 0.0;
+  if (pc.want_top_prob != 0u) {
+    const float m = best_v[0];
+    float z = 0.0;
+    for (uint i = lane; i < pc.cols; i += WG) z += exp(Floats(pc.logits).v[base + i] - m);
+    part_z[lane] = z;
+    barrier();
+    for (uint stride = WG / 2u; stride > 0u; stride /= 2u) {
+      if (lane < stride) part_z[lane] += part_z[lane + stride];
+      barrier();
+    }
+    top_prob = 1.0 / part_z[0];
+  }
+  if (lane == 0u) {
+    Uints(pc.slots).v[2u * gl_WorkGroupID.x] = best_i[0] == 0xffffffffu ? 0u : best_i[0];
+    Uints(pc.slots).v[2u * gl_WorkGroupID.x + 1u] = floatBitsToUint(top_prob);
+  }
 }

@@ -1,5 +1,6 @@
 #version 460
-// x[t][:] = table[tokens[t]][:] as f32. One workgroup per token; the table may be any weight type.
+// x[t][:] = table[tokens[t * stride]][:] as f32. One workgroup per token; the table may be any weight type.
+// stride 2 reads the token slots ({token, aux} pairs) that argmax and the sampler write (runtime/token_choice.h).
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "weights.glsl"
@@ -8,14 +9,14 @@ layout(constant_id = 1) const uint WTYPE = WT_F32;
 
 layout(push_constant) uniform PC {
   uvec2 table, table_scales;  // [vocab][dim]
-  uvec2 tokens;               // [n] uint
+  uvec2 tokens;               // [n][stride] uint
   uvec2 x;                    // [n][dim] f32
-  uint dim, n, vocab;
+  uint dim, n, vocab, stride;
 } pc;
 
 void main() {
   const uint t = gl_WorkGroupID.x;
-  const uint id = min(Uints(pc.tokens).v[t], pc.vocab - 1u);   // ids are validated on the host
+  const uint id = min(Uints(pc.tokens).v[t * pc.stride], pc.vocab - 1u);   // ids are validated on the host
   for (uint d = gl_LocalInvocationID.x; d < pc.dim; d += WG)
     Floats(pc.x).v[t * pc.dim + d] = load_w1(WTYPE, pc.table, pc.table_scales, id * pc.dim + d);
 }

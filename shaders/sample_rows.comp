@@ -11,6 +11,7 @@
 // Row r's penalty window is hist[max(0, h_ctx + r - last_n) .. h_ctx + r): the host uploads the tail of
 // the context (h_ctx tokens) followed by the drafts, so the window grows draft by draft.
 // The penalty is applied to the logits row in place.
+// Draws go to `draws` as token slots ({token, top probability} pairs), which the next step's embedding reads.
 // Fused verify (accept != 0): the rows are the target's p_0..p_K; each workgroup publishes its row and counts
 // itself done on `counter`; the last one runs the accept/resample chain (accept.glsl) over all rows and the
 // draft's q rows, writes {accepted, next} and resets the counter. Rows go through coherent references so
@@ -30,8 +31,10 @@ layout(push_constant) uniform PC {
   uint V, h_ctx, last_n;   // last_n = 0: no penalty window
   float penalty, temperature, top_p, min_p;
   uint top_k, position, stream, draw;
-  uvec2 q, tokens, result, counter;   // fused verify only: draft rows [K][V], drafts [K], {accepted, next}, uint
+  float draft_p_min;   // fused verify: drafts from the first i >= 1 whose top probability is below it are ignored
+  uvec2 q, tokens, result, counter;   // fused verify only: draft rows [K][V], drafts [K][2], {accepted, next}, uint
   uint K, accept;
+
 } pc;
 
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer CoherentFloats { float v[]; };
@@ -39,7 +42,8 @@ layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer Coh
 
 float p_at(uint row, uint v) { return CoherentFloats(pc.probs).v[row * pc.V + v]; }
 float q_at(uint row, uint v) { return Floats(pc.q).v[row * pc.V + v]; }
-uint draft_at(uint i) { return Uints(pc.tokens).v[i]; }
+// Drafts in the token-slot layout ({token, top probability} pairs) the draft steps wrote.
+uint draft_at(uint i) { return Uints(pc.tokens).v[2u * i]; }
 #define accept_V pc.V
 #include "accept.glsl"
 
@@ -195,7 +199,12 @@ void main() {
   barrier();
   if (!last_done) return;   // uniform per workgroup
   memoryBarrierBuffer();
-  const uvec2 r = accept_chain(pc.K, pc.seed, pc.position);
+  // --draft-p-min on the device: the draft ran all K steps, but a draft after one it was unsure of is not
+  // verified (the host applies the same rule to its count of drafts: SpeculativeRound::drafts_kept).
+  uint k = pc.K;
+  for (uint i = 1u; i < pc.K && pc.draft_p_min > 0.0; ++i)
+    if (uintBitsToFloat(Uints(pc.tokens).v[2u * i + 1u]) < pc.draft_p_min) { k = i; break; }
+  const uvec2 r = accept_chain(k, pc.seed, pc.position);
   if (lane == 0u) {
     Uints(pc.result).v[0] = r.x;
     Uints(pc.result).v[1] = r.y;

@@ -22,6 +22,7 @@ SpecAcceptor::SpecAcceptor(Context& ctx, Pipelines& pipelines, uint32_t n_vocab,
   q_ = upload_->alloc(row * std::max(max_k, 1u), "speculative q rows");
   tokens_ = upload_->alloc(VkDeviceSize(max_trials) * std::max(max_k, 1u) * 4, "speculative tokens");
   counter_ = upload_->alloc(4, "fused verify counter");
+  draft_slots_ = upload_->alloc(VkDeviceSize(std::max(max_k, 1u)) * 8, "host drafts as token slots");
   result_ = readback_->alloc(VkDeviceSize(max_trials) * 8, "speculative result");
   if (!p_.mapped || !tokens_.mapped || !result_.mapped) throw Error("internal: speculative buffers are not mapped");
   rec_ = std::make_unique<Recorder>(ctx, profiling_requested());
@@ -60,31 +61,40 @@ std::vector<SpecAcceptor::Outcome> SpecAcceptor::run(uint32_t k, uint64_t seed, 
   return out;
 }
 
-DeviceSampler::Draw SpecAcceptor::draw_draft(uint32_t i, const SamplingParams& p, const Slice& draft_logits,
-                                             std::span<const uint32_t> history) {
-  if (i >= max_k_) throw Error("internal: draft row out of range");
-  const VkDeviceSize row = VkDeviceSize(n_vocab_) * 4;
-  rec_->begin();
-  sampler_->record(*rec_, p, draft_logits.sub(0, row), q_.sub(i * row, row), 1, history, {}, history.size(), true,
-                   DeviceSampler::kStreamDraft);
-  rec_->submit_and_wait();
-  return sampler_->drawn(0);
+void SpecAcceptor::record_verify(Recorder& r, const SamplingParams& p, const Slice& target_logits,
+                                 std::span<const uint32_t> context, const Slice& draft_slots, uint32_t k,
+                                 float draft_p_min) {
+  if (k > max_k_) throw Error("internal: SpecAcceptor::record_verify out of range");
+  const VkDeviceSize rows = VkDeviceSize(k + 1) * n_vocab_ * 4;
+  counter_.host<uint32_t>()[0] = 0;   // the kernel leaves it zeroed; set anyway in case a submission failed
+  const uint32_t window = sampler_->set_history(p, context);
+  if (p.repeat_penalty != 1.0f && p.repeat_last_n != 0 && k > 0) {
+    sampler_->record_append_history(r, draft_slots, 0, k, window);
+    r.barrier();
+  }
+  const DeviceSampler::FusedAccept fused{q_, draft_slots, result_, counter_, k, draft_p_min};
+  DeviceSampler::Rows j{target_logits.sub(0, rows), p_.sub(0, rows), k + 1, window, context.size(), nullptr, 0, &fused};
+  sampler_->record(r, p, j);
+}
+
+SpecAcceptor::Outcome SpecAcceptor::result() const {
+  const uint32_t* res = result_.host<uint32_t>();
+  return {res[0], res[1]};
 }
 
 SpecAcceptor::Outcome SpecAcceptor::verify(const SamplingParams& p, const Slice& target_logits,
                                            std::span<const uint32_t> context, std::span<const uint32_t> drafts) {
   const uint32_t k = uint32_t(drafts.size());
   if (k > max_k_) throw Error("internal: SpecAcceptor::verify out of range");
-  std::copy(drafts.begin(), drafts.end(), tokens());
-  const VkDeviceSize rows = VkDeviceSize(k + 1) * n_vocab_ * 4;
-  counter_.host<uint32_t>()[0] = 0;   // the kernel leaves it zeroed; set anyway in case a submission failed
-  const DeviceSampler::FusedAccept fused{q_, tokens_, result_, counter_, k};
+  std::copy(drafts.begin(), drafts.end(), tokens());   // also what run() would verify
+  for (uint32_t i = 0; i < k; ++i) {
+    draft_slots_.host<uint32_t>()[2 * i] = drafts[i];
+    draft_slots_.host<uint32_t>()[2 * i + 1] = 0;
+  }
   rec_->begin();
-  sampler_->record(*rec_, p, target_logits.sub(0, rows), p_.sub(0, rows), k + 1, context, drafts, context.size(),
-                   false, 0, &fused);
+  record_verify(*rec_, p, target_logits, context, draft_slots_, k);
   rec_->submit_and_wait();
-  const uint32_t* r = result_.host<uint32_t>();
-  return {r[0], r[1]};
+  return result();
 }
 
 }  // namespace vkspec

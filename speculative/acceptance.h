@@ -2,9 +2,10 @@
 // Host side of the fused accept/reject kernel (shaders/spec_accept.comp): dense p and q rows in
 // device memory, one dispatch, and two integers read back per trial.
 // Two ways to fill the rows:
-//   device transforms (DeviceSampler::supports): draw_draft() turns the draft's logits into q_i and draws
-//     t_i on the device; verify() is one fused dispatch: p_0..p_k from the target's verify logits, then
-//     the accept/resample chain in the last workgroup. Only drawn tokens and {accepted, next} come back.
+//   device transforms (ChoiceMode::Device): the draft's steps write q_i into q_rows() row i as they draw
+//     (TokenChooser::record_choice); record_verify() is one fused dispatch in the round's command buffer:
+//     p_0..p_k from the target's verify logits, then the accept/resample chain in the last workgroup.
+//     Only the drafts (token slots) and {accepted, next} come back.
 //   host transforms (top-k off or above DeviceSampler::kMaxTopK): set_row() writes rows the host computed,
 //     then run().
 // Invariant: rows are probability vectors over the whole vocabulary.
@@ -36,12 +37,16 @@ class SpecAcceptor {
   // Runs the kernel for `trials` independent trials (seed + j for trial j) sharing the same p and q.
   std::vector<Outcome> run(uint32_t k, uint64_t seed, uint32_t position, uint32_t trials = 1);
 
-  // Device transforms. The draft's distribution after `history` (its logits row `draft_logits`) becomes
-  // q row i and t_i is drawn from it (counter position history.size(), the draft's own stream).
-  DeviceSampler::Draw draw_draft(uint32_t i, const SamplingParams& p, const Slice& draft_logits,
-                                 std::span<const uint32_t> history);
-  // p_0..p_k from the target's logits rows after `context` and each draft, then accept/reject with the
-  // q rows already in place and tokens() = drafts; position = context.size().
+  // Device transforms. q rows [max_k][n_vocab], which the draft's steps fill.
+  Slice q_rows() const { return q_; }
+  // Records the fused verify: p_0..p_k from the target's logits rows after `context` and each draft, then
+  // accept/reject with the q rows in place; the drafts are token slots ({token, top probability} pairs, as
+  // the draft steps wrote them) and their penalty history is copied from there on the device. Drafts after
+  // the first i >= 1 whose top probability is below draft_p_min are not verified. Position = context.size().
+  void record_verify(Recorder& r, const SamplingParams& p, const Slice& target_logits, std::span<const uint32_t> context,
+                     const Slice& draft_slots, uint32_t k, float draft_p_min = 0.0f);
+  Outcome result() const;   // of the last record_verify, after its submission
+  // Self-contained form with host drafts: record_verify, one submission.
   Outcome verify(const SamplingParams& p, const Slice& target_logits, std::span<const uint32_t> context,
                  std::span<const uint32_t> drafts);
   DeviceSampler& device_sampler() { return *sampler_; }
@@ -53,7 +58,7 @@ class SpecAcceptor {
   std::unique_ptr<Arena> upload_, readback_;
   std::unique_ptr<Recorder> rec_;
   std::unique_ptr<DeviceSampler> sampler_;
-  Slice p_, q_, tokens_, result_, counter_;
+  Slice p_, q_, tokens_, result_, counter_, draft_slots_;
 
   void record_accept(uint32_t k, uint64_t seed, uint32_t position, uint32_t trials);
 };

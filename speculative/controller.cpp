@@ -1,107 +1,119 @@
 #include "speculative/controller.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "speculative/draft_policy.h"
 
 namespace vkspec {
 
 namespace {
-// Sampling verification: the target's distributions p_0..p_k (transforms applied with the context growing
-// draft by draft), the draft's q_i, and the accept/reject chain in the fused kernel. With device transforms
-// the rows never leave the device; otherwise the host computes them (top-k off or above the device's cap).
-SpecAcceptor::Outcome verify_sampled(LlamaModel& target, SpecAcceptor& acceptor, const Sampler& sampler, bool on_device,
-                                     bool q_written, const std::vector<uint32_t>& context,
-                                     const std::vector<uint32_t>& drafts, const std::vector<Candidates>& q) {
+struct Verdict {
+  uint32_t accepted = 0, next = 0;
+};
+
+// Greedy: the longest prefix of drafts equal to the target's own choices (verify slots), and the target's
+// choice after it (the correction at the first mismatch, or the bonus token when all are kept).
+Verdict verify_greedy(const TokenChooser& ch, std::span<const uint32_t> drafts) {
+  Verdict v;
+  while (v.accepted < drafts.size() && ch.token(TokenChooser::kVerifySlot + v.accepted) == drafts[v.accepted])
+    ++v.accepted;
+  v.next = ch.token(TokenChooser::kVerifySlot + v.accepted);
+  return v;
+}
+
+// ChoiceMode::Host (sampling with top-k off or above the device's cap): p_0..p_k on the host from the
+// logits read back, q rows already written (one-hot for deterministic drafts), then the accept kernel.
+Verdict verify_on_host(const LlamaModel& target, const TokenChooser& ch, SpecAcceptor& acceptor, bool q_written,
+                       std::span<const uint32_t> context, std::span<const uint32_t> drafts) {
   const uint32_t k = uint32_t(drafts.size()), V = target.hparams().n_vocab;
-  if (on_device) {
-    if (!q_written)   // deterministic drafts: q is one-hot at each draft
-      for (uint32_t i = 0; i < k; ++i) acceptor.set_row(acceptor.q_row(i), Candidates{}, drafts[i]);
-    return acceptor.verify(sampler.params(), target.logits_rows(), context, drafts);
-  }
-  std::vector<uint32_t> history = context;
+  std::vector<uint32_t> history(context.begin(), context.end());
   for (uint32_t i = 0; i <= k; ++i) {
-    acceptor.set_row(acceptor.p_row(i), sampler.distribution({target.logits(i), V}, history));
+    acceptor.set_row(acceptor.p_row(i), ch.host_sampler().distribution({target.logits(i), V}, history));
     if (i == k) break;
-    acceptor.set_row(acceptor.q_row(i), q.empty() ? Candidates{} : q[i], drafts[i]);   // empty: one-hot
+    if (!q_written) acceptor.set_row(acceptor.q_row(i), Candidates{}, drafts[i]);
     acceptor.tokens()[i] = drafts[i];
     history.push_back(drafts[i]);
   }
-  return acceptor.run(k, sampler.params().seed, uint32_t(context.size()))[0];
+  const SpecAcceptor::Outcome o = acceptor.run(k, ch.params().seed, uint32_t(context.size()))[0];
+  return {o.accepted, o.next};
 }
 }  // namespace
 
-SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& drafter, std::vector<uint32_t>& context,
-                                      const SpeculativeOptions& opts, const std::function<bool(uint32_t)>& emit) {
-  const Sampler* sampler = opts.sampler;
-  const bool sampling = sampler && !sampler->params().greedy();
-  if (sampling && !opts.acceptor) throw Error("internal: sampling verification needs a SpecAcceptor");
+SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& drafter, TokenChooser& chooser,
+                                      Recorder& rec, std::vector<uint32_t>& context, const SpeculativeOptions& opts,
+                                      const std::function<bool(uint32_t)>& emit) {
+  const bool sampling = !chooser.greedy();
+  SpecAcceptor* acceptor = opts.acceptor;
+  if (sampling && !acceptor) throw Error("internal: sampling verification needs a SpecAcceptor");
+  const ChoiceMode mode = chooser.mode();
   const uint32_t V = target.hparams().n_vocab;
-  // Greedy choice after logits row `row` (the repetition penalty, when on, is applied on the host).
-  const bool penalized = sampler && sampler->params().repeat_penalty != 1.0f;
-  auto greedy_pick = [&](uint32_t row, const std::vector<uint32_t>& history) {
-    return penalized ? sampler->sample({target.logits(row), V}, history, history.size()) : target.argmax_id(row);
-  };
-  SpeculativeStats stats;
-  PagedKvCache& kv = target.kv();
   // sampled runs stay reproducible: K from the acceptance and modeled costs, not timings
-  DraftPolicy policy(opts.draft_max, opts.adaptive, /*timing_free=*/sampling, drafter.relative_cost(target));
-  using clock = std::chrono::steady_clock;
-  auto seconds = [](clock::time_point a, clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
-  const bool on_device = sampling && DeviceSampler::supports(sampler->params(), V);
-  // the target's next token after the prefilled context (drawn exactly as plain sampling draws it)
-  uint32_t g = on_device  ? opts.acceptor->device_sampler().sample(sampler->params(), target.logits_rows().sub(0, V * 4ull),
-                                                                   context, context.size())
-               : sampling ? sampler->sample({target.logits(0), V}, context, context.size())
-                          : greedy_pick(0, context);
+  DraftPolicy policy(opts.draft_max, opts.adaptive, /*timing_free=*/sampling || !rec.can_mark(),
+                     drafter.relative_cost(target));
+  PagedKvCache& kv = target.kv();
+  SpeculativeStats stats;
+  uint32_t g = chooser.token(0);   // the target's choice after the prefilled context
   while (true) {
     context.push_back(g);
     stats.tokens++;
     if (!emit(g) || context.size() >= target.n_ctx()) return stats;
 
-    // Draft, never past the end of the context (K shrinks to 0 = plain decoding).
+    // K is chosen before recording; never past the end of the context (K = 0: a plain decoding pass).
     const uint32_t room = target.n_ctx() - uint32_t(context.size());
-    const uint32_t k_max = std::min({policy.next_k(), room, LlamaModel::kMaxBatch - 1});
-    const auto t0 = clock::now();
-    std::vector<Candidates> q;
-    const DraftSampling how{sampler, on_device ? opts.acceptor : nullptr, on_device ? nullptr : &q};
-    std::vector<uint32_t> drafts = k_max ? drafter.draft(context, k_max, how) : std::vector<uint32_t>{};
-    if (drafts.size() < opts.draft_min) drafts.clear();
-    stats.drafted += drafts.size();
+    uint32_t k_max = std::min({policy.next_k(), room, LlamaModel::kMaxBatch - 1});
+    if (k_max < opts.draft_min) k_max = 0;
+    rec.begin();
+    chooser.set_token(0, g);
+    const uint32_t history_len = mode == ChoiceMode::Device ? chooser.set_history(context) : 0;
+    const uint32_t m_draft = rec.mark();
+    DraftRound round{rec, chooser, acceptor, history_len};
+    uint32_t k = k_max ? drafter.draft(context, k_max, round) : 0;
+    if (k < opts.draft_min) k = 0;   // a short n-gram proposal: decode plainly
+    if (sampling && !drafter.samples())   // deterministic drafts: q is one-hot at each draft
+      for (uint32_t i = 0; i < k; ++i) acceptor->set_row(acceptor->q_row(i), Candidates{}, chooser.token(i + 1));
 
     // Verify: one target pass over [g, d1..dK] gives the target's distribution after each of them.
-    std::vector<uint32_t> batch{g};
-    batch.insert(batch.end(), drafts.begin(), drafts.end());
-    const auto t1 = clock::now();
+    const uint32_t m_verify = rec.mark();
     const uint32_t base = kv.length(seq);
-    target.forward(seq, batch, Logits::All);
-    stats.verify_passes++;
-    size_t n_ok = 0;
-    uint32_t next = 0;
-    if (sampling) {
-      const auto o = verify_sampled(target, *opts.acceptor, *sampler, on_device, drafter.samples(), context, drafts, q);
-      n_ok = o.accepted;
-      next = o.next;
-    } else {   // exact match against the target's own choice
-      std::vector<uint32_t> history;   // the penalty's context, grown draft by draft; unused without a penalty
-      if (penalized) history = context;
-      while (n_ok < drafts.size() && greedy_pick(uint32_t(n_ok), history) == drafts[n_ok]) {
-        if (penalized) history.push_back(drafts[n_ok]);
-        ++n_ok;
-      }
-      next = greedy_pick(uint32_t(n_ok), history);   // correction (first mismatch) or bonus (all accepted)
+    target.record_forward(rec, seq, chooser.input(0), k + 1, Logits::All);
+    if (mode == ChoiceMode::Device && sampling) {
+      acceptor->record_verify(rec, chooser.device_params(), target.logits_rows(), context,
+                              chooser.slots().sub(8, VkDeviceSize(k) * 8 + 8), k, drafter.p_min());
+    } else if (mode != ChoiceMode::Host) {   // greedy: the target's own choice after each row
+      chooser.record_append_history(rec, 1, k, history_len);
+      chooser.record_choice(rec, target.kernels(), target.logits_rows(), k + 1, TokenChooser::kVerifySlot,
+                            history_len, context.size(), DeviceSampler::kStreamPlain);
     }
-    stats.accepted += n_ok;
-    policy.observe(uint32_t(drafts.size()), uint32_t(n_ok), seconds(t0, t1), seconds(t1, clock::now()));
-    kv.truncate(seq, base + 1 + uint32_t(n_ok));   // keep g and the accepted drafts
+    const uint32_t m_end = rec.mark();
+    rec.submit_and_wait();   // the round's one wait (ChoiceMode::Host: also one per draft step)
+    stats.verify_passes++;
 
-    for (size_t i = 0; i < n_ok; ++i) {
+    std::vector<uint32_t> drafts(k);
+    for (uint32_t i = 0; i < k; ++i) drafts[i] = chooser.token(i + 1);
+    drafter.round_done(drafts);
+    const uint32_t kept = mode == ChoiceMode::Host ? k : keep_drafts(chooser, k, drafter.p_min());
+    const std::span<const uint32_t> verified(drafts.data(), kept);
+    Verdict v;
+    if (!sampling) {
+      v = verify_greedy(chooser, verified);
+    } else if (mode == ChoiceMode::Device) {
+      const SpecAcceptor::Outcome o = acceptor->result();
+      v = {o.accepted, o.next};
+    } else {
+      v = verify_on_host(target, chooser, *acceptor, drafter.samples(), context, verified);
+    }
+    if (v.accepted > kept || v.next >= V) throw Error("internal: verification returned an impossible outcome");
+    stats.drafted += kept;
+    stats.accepted += v.accepted;
+    policy.observe(kept, v.accepted, rec.seconds_between(m_draft, m_verify), rec.seconds_between(m_verify, m_end));
+    kv.truncate(seq, base + 1 + v.accepted);   // keep g and the accepted drafts
+
+    for (uint32_t i = 0; i < v.accepted; ++i) {
       context.push_back(drafts[i]);
       stats.tokens++;
       if (!emit(drafts[i]) || context.size() >= target.n_ctx()) return stats;
     }
-    g = next;
+    g = v.next;
   }
 }
 

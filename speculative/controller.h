@@ -1,16 +1,21 @@
 #pragma once
-// The speculative decoding loop. Per round: draft up to K tokens after the last accepted token g, run the
-// target once over [g, d1..dK], decide how many drafts to keep and the token after them, and truncate the
-// target's paged KV back to the accepted length.
-//   Greedy: keep the longest prefix of drafts equal to the target's own choice; the next token is the
-//           target's choice after it. Every kernel is batch-invariant, so the verify pass computes
-//           bit-identical logits to plain decoding and the output equals plain greedy decoding.
+// The speculative decoding loop. Per round, recorded into one command buffer and submitted once:
+//   the drafter's K steps (a draft model chooses each draft on the device into token slot i + 1, which its
+//   next step embeds; n-gram drafts are written by the host into the same slots), the target's verify pass
+//   over slots [g, d1..dK], and the verification:
+//   Greedy:   the target's own choice after each row (argmax, or the penalized argmax) into the verify slots;
+//             the host keeps the longest prefix of drafts equal to them and the target's choice after it.
+//             Every kernel is batch-invariant, so the output equals plain greedy decoding.
 //   Sampling: exact rejection sampling in the fused kernel (speculative/acceptance.h), so the output is
-//           distributed exactly as sampling the target alone.
+//             distributed exactly as sampling the target alone.
+// The host reads {drafts, choices or accepted/next} once per round and truncates the target's KV.
+// ChoiceMode::Host (top-k off or above the device's cap) keeps the same structure with a wait after each
+// draft step and a host-side verification.
 #include <functional>
 #include <span>
 #include <vector>
 
+#include "runtime/token_choice.h"
 #include "speculative/acceptance.h"
 #include "speculative/drafter.h"
 
@@ -19,11 +24,11 @@ namespace vkspec {
 struct SpeculativeOptions {
   uint32_t draft_max = 5;   // K
   uint32_t draft_min = 0;   // rounds with fewer drafted tokens decode plainly
-  const Sampler* sampler = nullptr;   // null or greedy: greedy verification
   SpecAcceptor* acceptor = nullptr;   // required when sampling (n_vocab of the target, max_k >= draft_max)
   // Adaptive K (speculative/draft_policy.h): greedy runs take the K in 0..draft_max with the best expected
-  // tokens per second from the measured acceptance, draft and verify costs; sampled runs use modeled costs
-  // (weight bytes) so that a seed reproduces its output. Otherwise always draft_max.
+  // tokens per second from the measured acceptance, draft and verify costs (GPU timestamps around the
+  // round's parts); sampled runs use modeled costs (weight bytes) so that a seed reproduces its output.
+  // Otherwise always draft_max.
   bool adaptive = false;
 };
 
@@ -37,9 +42,11 @@ struct SpeculativeStats {
   }
 };
 
-// Generates after `context` (already prefilled in `seq`, its last token's logits current in the target).
-// `emit` receives each accepted token in order and returns false to stop (EOS, n reached).
-SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& drafter, std::vector<uint32_t>& context,
-                                      const SpeculativeOptions& opts, const std::function<bool(uint32_t)>& emit);
+// Generates after `context`, which is prefilled in `seq`; the target's choice after it is in the chooser's
+// slot 0 (TokenChooser::start and a prefill with record_choice into slot 0). `emit` receives each accepted
+// token in order and returns false to stop (EOS, n reached). `rec` is the caller's recorder.
+SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& drafter, TokenChooser& chooser,
+                                      Recorder& rec, std::vector<uint32_t>& context, const SpeculativeOptions& opts,
+                                      const std::function<bool(uint32_t)>& emit);
 
 }  // namespace vkspec

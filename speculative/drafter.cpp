@@ -9,56 +9,83 @@ ModelDrafter::ModelDrafter(LlamaModel& draft, float p_min) : model_(draft), p_mi
 
 ModelDrafter::~ModelDrafter() { model_.kv().free_sequence(seq_); }
 
-std::vector<uint32_t> ModelDrafter::draft(std::span<const uint32_t> context, uint32_t k, const DraftSampling& s) {
-  const bool sample = s.sampler && !s.sampler->params().greedy() && (s.device || s.q);
+uint32_t keep_drafts(const TokenChooser& chooser, uint32_t k, float p_min) {
+  if (p_min <= 0.0f) return k;
+  for (uint32_t i = 1; i < k; ++i)
+    if (chooser.top_prob(i + 1) < p_min) return i;
+  return k;
+}
+
+uint32_t ModelDrafter::draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) {
+  TokenChooser& ch = round.chooser;
+  const bool sampling = !ch.greedy(), on_host = ch.mode() == ChoiceMode::Host;
   // Keep the cached prefix the context still agrees with; drop the rest (rejected drafts).
   size_t common = 0;
   while (common < cached_.size() && common < context.size() && cached_[common] == context[common]) ++common;
   if (common == context.size()) --common;   // the last context token must be run to get its logits
   model_.kv().truncate(seq_, uint32_t(common));
   cached_.resize(common);
+  pending_ = 0;
   k = std::min<uint32_t>(k, model_.n_ctx() - uint32_t(context.size()));
-  std::vector<uint32_t> out;
-  if (k == 0) return out;
-  model_.forward(seq_, context.subspan(common), Logits::Last);
-  cached_.assign(context.begin(), context.end());
-  const uint32_t V = model_.hparams().n_vocab;
-  std::vector<uint32_t> history;   // sampling only: the transforms' context, growing draft by draft
-  if (sample) history.assign(context.begin(), context.end());
+  if (k == 0) return 0;
+  const VkDeviceSize row = VkDeviceSize(model_.hparams().n_vocab) * 4;
+  std::vector<uint32_t> history;   // Host mode: the transforms' context, growing draft by draft
+  if (on_host) history.assign(context.begin(), context.end());
+  // Step i runs the draft over its input (step 0: the context it has not seen; then draft i, slot i) and
+  // chooses draft i + 1 into slot i + 1.
+  TokenInput in = model_.write_tokens(context.subspan(common));
+  uint32_t n_in = uint32_t(context.size() - common);
+  bool stopped = false;
   for (uint32_t i = 0; i < k; ++i) {
-    uint32_t tok = model_.argmax_id(0);
-    if (sample && s.device) {   // q_i and the draw stay on the device
-      const DeviceSampler::Draw d = s.device->draw_draft(i, s.sampler->params(), model_.logits_rows(), history);
-      if (p_min_ > 0 && d.top_prob < p_min_ && !out.empty()) break;
-      tok = d.token;
-    } else if (sample) {
-      // q_i after the target's transforms; the draw uses its own stream so it is independent of the
-      // target's accept/resample numbers at the same position.
-      Candidates c = s.sampler->distribution({model_.logits(0), V}, history);
-      const double u = counter_uniform(s.sampler->params().seed ^ 0xD1B54A32D192ED03ull, history.size());
-      double cum = 0;
-      tok = c.ids.back();
-      for (size_t j = 0; j < c.ids.size(); ++j)
-        if (u < (cum += c.probs[j])) { tok = c.ids[j]; break; }
-      const double top = c.probs.front();   // candidates are sorted by logit: the first is the mode
-      if (p_min_ > 0 && top < p_min_ && !out.empty()) break;
-      s.q->push_back(std::move(c));
-    } else if (p_min_ > 0) {   // top probability of the draft's distribution
-      const float* l = model_.logits(0);
-      double z = 0;
-      for (uint32_t v = 0; v < V; ++v) z += std::exp(double(l[v] - l[tok]));
-      if (1.0 / z < p_min_ && !out.empty()) break;
+    model_.record_forward(round.rec, seq_, in, n_in, Logits::Last);
+    if (on_host) {
+      if (!draft_on_host(i, round, history)) { k = i, stopped = true; break; }
+    } else {
+      if (i > 0) ch.record_append_history(round.rec, i, 1, round.history_len + i - 1);
+      const Slice q = sampling ? round.acceptor->q_rows().sub(i * row, row) : Slice{};
+      ch.record_choice(round.rec, model_.kernels(), model_.logits_rows(), 1, i + 1, round.history_len + i,
+                       context.size() + i, DeviceSampler::kStreamDraft, sampling ? &q : nullptr, p_min_ > 0);
     }
-    out.push_back(tok);
-    if (sample) history.push_back(tok);
-    if (i + 1 == k) break;
-    model_.forward(seq_, std::span<const uint32_t>(&out.back(), 1), Logits::Last);
-    cached_.push_back(tok);
+    in = ch.input(i + 1);   // the last draft needs no step of its own: k steps for k drafts
+    n_in = 1;
   }
-  return out;
+  cached_.assign(context.begin(), context.end());
+  pending_ = stopped ? k : k - 1;   // drafts whose K/V the steps appended
+  return k;
 }
 
-std::vector<uint32_t> NgramDrafter::draft(std::span<const uint32_t> context, uint32_t k, const DraftSampling&) {
+void ModelDrafter::round_done(std::span<const uint32_t> drafts) {
+  cached_.insert(cached_.end(), drafts.begin(), drafts.begin() + std::min<size_t>(pending_, drafts.size()));
+  pending_ = 0;
+}
+
+bool ModelDrafter::draft_on_host(uint32_t i, DraftRound& round, std::vector<uint32_t>& history) {
+  round.rec.submit_and_wait();   // Host mode: the draft's logits come back before each choice
+  round.rec.begin();
+  const Sampler& s = round.chooser.host_sampler();
+  const uint32_t V = model_.hparams().n_vocab;
+  // q_i after the target's transforms; the draw uses its own stream so it is independent of the target's
+  // accept/resample numbers at the same position.
+  Candidates c = s.distribution({model_.logits(0), V}, history);
+  const double u = counter_uniform(s.params().seed ^ 0xD1B54A32D192ED03ull, history.size());
+  double cum = 0;
+  uint32_t tok = c.ids.back();
+  for (size_t j = 0; j < c.ids.size(); ++j)
+    if (u < (cum += c.probs[j])) { tok = c.ids[j]; break; }
+  if (p_min_ > 0 && c.probs.front() < p_min_ && i > 0) return false;   // candidates sorted: the first is the mode
+  round.acceptor->set_row(round.acceptor->q_row(i), c);
+  round.chooser.set_token(i + 1, tok);
+  history.push_back(tok);
+  return true;
+}
+
+uint32_t NgramDrafter::draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) {
+  const std::vector<uint32_t> drafts = propose(context, k);
+  for (size_t i = 0; i < drafts.size(); ++i) round.chooser.set_token(uint32_t(i + 1), drafts[i]);
+  return uint32_t(drafts.size());
+}
+
+std::vector<uint32_t> NgramDrafter::propose(std::span<const uint32_t> context, uint32_t k) const {
   const size_t len = context.size();
   for (uint32_t n = std::min<uint32_t>(max_n_, uint32_t(len ? len - 1 : 0)); n >= min_n_ && n > 0; --n) {
     auto suffix = context.subspan(len - n);

@@ -1,11 +1,14 @@
 #pragma once
-// Drafters propose up to K next tokens for the target to verify in one pass.
+// Drafters propose up to K next tokens for the target to verify in one pass. Drafts go to token slots
+// 1..K of the round's TokenChooser, which the target's verify pass embeds directly.
 //   ModelDrafter: a small draft model sharing the target's vocabulary, with its own paged KV kept in step
-//                 with the accepted context (filled lazily: the first call prefills the prompt). Greedy, or
-//                 sampling from its distribution after the target's sampling transforms (on the device
-//                 when DeviceSampler supports them).
+//                 with the accepted context (filled lazily: the first call prefills the prompt). Its K steps
+//                 are recorded into the round's command buffer: each chooses its draft on the device (argmax,
+//                 or a draw from its distribution after the target's sampling transforms, left in the
+//                 acceptor's q row) into the slot the next step embeds. --draft-p-min is applied on the
+//                 device to what is verified (SpecAcceptor::record_verify, keep_drafts).
 //   NgramDrafter: prompt lookup: the longest recent n-gram that occurred earlier in the context proposes
-//                 the tokens that followed it (zero model cost).
+//                 the tokens that followed it (zero model cost); written into the slots by the host.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -13,17 +16,22 @@
 
 #include "loader/tokenizer.h"
 #include "runtime/model.h"
-#include "runtime/sampler.h"
+#include "runtime/token_choice.h"
 #include "speculative/acceptance.h"
 
 namespace vkspec {
 
-// How a drafter samples (and where the distributions its drafts were drawn from go).
-struct DraftSampling {
-  const Sampler* sampler = nullptr;        // null or greedy: greedy drafts
-  SpecAcceptor* device = nullptr;          // device transforms: q_i is left in the acceptor's q row i
-  std::vector<Candidates>* q = nullptr;    // host transforms: q_i is appended here
+// What one round's drafting records into and writes to.
+struct DraftRound {
+  Recorder& rec;                       // the round's command buffer (begun)
+  TokenChooser& chooser;               // mode, sampling parameters, token slots (drafts go to 1..K)
+  SpecAcceptor* acceptor = nullptr;    // sampling: q_i goes to its q row i
+  uint32_t history_len = 0;            // Device mode: the penalty history after the context (set_history)
 };
+
+// How many of `k` drafts in slots 1..k are verified under --draft-p-min: all up to the first i >= 1 whose
+// top probability (slot aux) is below p_min. The device applies the same rule in the fused verify.
+uint32_t keep_drafts(const TokenChooser& chooser, uint32_t k, float p_min);
 
 class Drafter {
  public:
@@ -34,8 +42,12 @@ class Drafter {
   virtual bool samples() const = 0;
   // The cost of one draft relative to a decoding step of `target` (used where timings must not steer K).
   virtual double relative_cost(const LlamaModel& target) const = 0;
-  // Up to `k` tokens likely to follow `context` (which ends with the last accepted token).
-  virtual std::vector<uint32_t> draft(std::span<const uint32_t> context, uint32_t k, const DraftSampling& s = {}) = 0;
+  // Puts up to `k` tokens likely to follow `context` (which ends with the last accepted token g, in slot 0)
+  // into slots 1..: recorded steps or host writes. Returns how many slots it filled.
+  virtual uint32_t draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) = 0;
+  // After the round's submission: the drafts it produced (all of them, verified or not).
+  virtual void round_done(std::span<const uint32_t> drafts) { (void)drafts; }
+  virtual float p_min() const { return 0.0f; }
 };
 
 class ModelDrafter : public Drafter {
@@ -49,13 +61,19 @@ class ModelDrafter : public Drafter {
   double relative_cost(const LlamaModel& target) const override {
     return double(model_.weight_bytes()) / double(target.weight_bytes());
   }
-  std::vector<uint32_t> draft(std::span<const uint32_t> context, uint32_t k, const DraftSampling& s = {}) override;
+  uint32_t draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) override;
+  void round_done(std::span<const uint32_t> drafts) override;
+  float p_min() const override { return p_min_; }
 
  private:
+  // ChoiceMode::Host: the host Sampler's draw of draft i after a wait; false when --draft-p-min stops it.
+  bool draft_on_host(uint32_t i, DraftRound& round, std::vector<uint32_t>& history);
+
   LlamaModel& model_;
   float p_min_;
   int seq_;
   std::vector<uint32_t> cached_;   // tokens whose K/V are in the draft's cache, in order
+  uint32_t pending_ = 0;           // drafts of the last round whose K/V went in (round_done appends them)
 };
 
 class NgramDrafter : public Drafter {
@@ -64,7 +82,9 @@ class NgramDrafter : public Drafter {
   const char* name() const override { return "ngram"; }
   bool samples() const override { return false; }
   double relative_cost(const LlamaModel&) const override { return 0.0; }
-  std::vector<uint32_t> draft(std::span<const uint32_t> context, uint32_t k, const DraftSampling& = {}) override;
+  uint32_t draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) override;
+  // The proposal itself (host only).
+  std::vector<uint32_t> propose(std::span<const uint32_t> context, uint32_t k) const;
 
  private:
   uint32_t max_n_, min_n_;

@@ -169,12 +169,21 @@ TEST_P(KernelTest, EmbedGathersRowsOfEveryType) {
     auto ref = dequantize(type, table.size(), bytes.data());
     DeviceMatrix m = upload_matrix(*arena_, gpu().uploader, type, vocab, dim, bytes.data(), "emb");
     gpu().uploader.flush();
-    Slice ts = upload(ids), xs = zeros<float>(ids.size() * dim);
+    // the same ids as host-written tokens (stride 1) and as token slots ({token, aux} pairs, stride 2)
+    std::vector<uint32_t> slots;
+    for (uint32_t id : ids) slots.insert(slots.end(), {id, 0xdeadbeefu});
+    Slice ts = upload(ids), ss = upload(slots), xs = zeros<float>(ids.size() * dim), xss = zeros<float>(ids.size() * dim);
     Kernels k = kernels();
-    run([&](Recorder& r) { k.embed(r, m, ts, xs, uint32_t(ids.size())); });
-    auto x = download<float>(xs, ids.size() * dim);
+    run([&](Recorder& r) {
+      k.embed(r, m, TokenInput{ts, 1}, xs, uint32_t(ids.size()));
+      k.embed(r, m, TokenInput{ss, 2}, xss, uint32_t(ids.size()));
+    });
+    auto x = download<float>(xs, ids.size() * dim), xslots = download<float>(xss, ids.size() * dim);
     for (size_t t = 0; t < ids.size(); ++t)
-      for (uint32_t d = 0; d < dim; ++d) ASSERT_EQ(x[t * dim + d], ref[ids[t] * dim + d]) << dtype_name(type);
+      for (uint32_t d = 0; d < dim; ++d) {
+        ASSERT_EQ(x[t * dim + d], ref[ids[t] * dim + d]) << dtype_name(type);
+        ASSERT_EQ(xslots[t * dim + d], ref[ids[t] * dim + d]) << dtype_name(type);
+      }
   }
 }
 
@@ -206,20 +215,28 @@ TEST_P(KernelTest, SoftmaxAndArgmaxMatchReference) {
     const uint32_t n = 3;
     auto logits = random_floats(n * cols, cols, -8.f, 8.f);
     if (cols > 7) logits[cols + 5] = logits[cols + 200] = 100.f;   // a tie: lowest index wins
-    Slice ls = upload(logits), ps = zeros<float>(n * cols), ids = zeros<uint32_t>(n);
+    Slice ls = upload(logits), ps = zeros<float>(n * cols), ids = zeros<uint32_t>(2 * n), ids_p = zeros<uint32_t>(2 * n);
     Kernels k = kernels();
     run([&](Recorder& r) {
       k.softmax(r, ls, ps, n, cols, 0.7f);
       k.argmax(r, ls, ids, n, cols);
+      k.argmax(r, ls, ids_p, n, cols, /*top_prob=*/true);
     });
     auto p = download<float>(ps, n * cols);
-    auto am = download<uint32_t>(ids, n);
+    auto am = download<uint32_t>(ids, 2 * n), am_p = download<uint32_t>(ids_p, 2 * n);
     for (uint32_t t = 0; t < n; ++t) {
       const float* l = &logits[t * cols];
       double m = *std::max_element(l, l + cols), z = 0;
       for (uint32_t i = 0; i < cols; ++i) z += std::exp((l[i] - m) / 0.7);
       for (uint32_t i = 0; i < cols; ++i) ASSERT_NEAR(p[t * cols + i], std::exp((l[i] - m) / 0.7) / z, 1e-6);
-      ASSERT_EQ(am[t], uint32_t(std::max_element(l, l + cols) - l));
+      ASSERT_EQ(am[2 * t], uint32_t(std::max_element(l, l + cols) - l));   // token slots: {id, top probability}
+      ASSERT_EQ(am[2 * t + 1], 0u);
+      ASSERT_EQ(am_p[2 * t], am[2 * t]);
+      double z1 = 0;
+      for (uint32_t i = 0; i < cols; ++i) z1 += std::exp(double(l[i]) - m);
+      float top;
+      std::memcpy(&top, &am_p[2 * t + 1], 4);
+      ASSERT_NEAR(top, 1.0 / z1, 1e-6);
     }
   }
 }

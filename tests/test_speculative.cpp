@@ -27,14 +27,35 @@ std::vector<uint32_t> plain_greedy(LlamaModel& m, const std::vector<uint32_t>& p
   return out;
 }
 
+// What a decoding request holds besides the models: the token chooser and the recorder of its steps.
+struct Session {
+  TokenChooser chooser;
+  Recorder rec;
+  Session(uint32_t n_vocab, const SamplingParams& p = greedy_params())
+      : chooser(gpu().ctx, gpu().pipelines, n_vocab, 4096), rec(gpu().ctx, false) {
+    chooser.start(p);
+  }
+  static SamplingParams greedy_params() {
+    SamplingParams p;
+    p.temperature = 0.0f;
+    return p;
+  }
+  // The prompt in one submission, its next token chosen into slot 0 (what generate_speculative expects).
+  void prefill(LlamaModel& m, int seq, std::span<const uint32_t> tokens, std::span<const uint32_t> context) {
+    decode_step(m, seq, chooser, rec, m.write_tokens(tokens), uint32_t(tokens.size()), context);
+  }
+};
+
 std::vector<uint32_t> speculative_greedy(LlamaModel& m, Drafter& d, const std::vector<uint32_t>& prompt, size_t n,
-                                         uint32_t k, SpeculativeStats* stats = nullptr, bool adaptive = false) {
+                                         uint32_t k, SpeculativeStats* stats = nullptr, bool adaptive = false,
+                                         const SamplingParams& p = Session::greedy_params()) {
   const int seq = m.kv().new_sequence();
-  m.forward(seq, prompt, Logits::Last);
+  Session session(m.hparams().n_vocab, p);
+  session.prefill(m, seq, prompt, prompt);
   std::vector<uint32_t> context = prompt, out;
   SpeculativeOptions opts{k, 0};
   opts.adaptive = adaptive;
-  auto s = generate_speculative(m, seq, d, context, opts, [&](uint32_t t) {
+  auto s = generate_speculative(m, seq, d, session.chooser, session.rec, context, opts, [&](uint32_t t) {
     out.push_back(t);
     return out.size() < n;
   });
@@ -110,17 +131,22 @@ TEST_F(SpeculativeTest, KvAfterRoundsEqualsFreshPrefill) {
   const uint32_t free_t = target.kv().free_blocks(), free_d = draft.kv().free_blocks();
   std::vector<uint32_t> prompt = {1, 403, 407, 261, 378};
   const int seq = target.kv().new_sequence();
-  target.forward(seq, prompt, Logits::Last);
+  Session session(target.hparams().n_vocab);
+  session.prefill(target, seq, prompt, prompt);
   std::vector<uint32_t> context = prompt;
   size_t emitted = 0;
   {
     ModelDrafter md(draft, 0.0f);
-    auto s = generate_speculative(target, seq, md, context, {5, 0}, [&](uint32_t) { return ++emitted < 57; });
+    auto s = generate_speculative(target, seq, md, session.chooser, session.rec, context, {5, 0},
+                                  [&](uint32_t) { return ++emitted < 57; });
     EXPECT_GT(s.verify_passes, 5u);
     EXPECT_LT(s.accepted, s.drafted);   // some rejections happened
     // The draft's cache after as many truncations: its logits after the accepted sequence (the drafter
     // keeps the cached prefix and runs the rest) equal a fresh prefill's, bit for bit.
-    md.draft(context, 1);
+    session.rec.begin();
+    DraftRound round{session.rec, session.chooser};
+    md.draft(context, 1, round);
+    session.rec.submit_and_wait();
     const uint32_t Vd = draft.hparams().n_vocab;
     std::vector<float> d(draft.logits(0), draft.logits(0) + Vd);
     const int fresh_d = draft.kv().new_sequence();
@@ -179,6 +205,8 @@ TEST_F(SpeculativeTest, SampledTokensHaveTheTargetsDistribution) {
   LlamaModel target(gpu().ctx, gpu().pipelines, tf, mo), draft(gpu().ctx, gpu().pipelines, df, mo);
   const uint32_t V = target.hparams().n_vocab;
   SpecAcceptor acceptor(gpu().ctx, gpu().pipelines, V, 8);
+  TokenChooser chooser(gpu().ctx, gpu().pipelines, V, 4096);
+  Recorder rec(gpu().ctx, false);
   const std::vector<uint32_t> prompt = {1, 385, 328, 432, 317};   // "One day, Lily": an open continuation
   const int seq = target.kv().new_sequence();
   target.forward(seq, prompt, Logits::Last);
@@ -199,9 +227,10 @@ TEST_F(SpeculativeTest, SampledTokensHaveTheTargetsDistribution) {
       sp.min_p = 0.0f;
       sp.seed = 1000 + uint64_t(s);
       Sampler sampler(sp);
-      auto restart = [&] {   // back to the prompt: re-run its last token for fresh logits
+      chooser.start(sp);
+      auto restart = [&] {   // back to the prompt: re-run its last token, choosing the first token as run does
         target.kv().truncate(seq, uint32_t(prompt.size() - 1));
-        target.forward(seq, std::span<const uint32_t>(&last, 1), Logits::Last);
+        decode_step(target, seq, chooser, rec, target.write_tokens(std::span<const uint32_t>(&last, 1)), 1, prompt);
       };
       target.kv().truncate(seq, uint32_t(prompt.size()));
       std::vector<uint32_t> ctx = prompt;
@@ -217,7 +246,7 @@ TEST_F(SpeculativeTest, SampledTokensHaveTheTargetsDistribution) {
         restart();
         std::vector<uint32_t> context = prompt;
         int i = 0;
-        generate_speculative(target, seq, *drafter, context, {2, 0, &sampler, &acceptor}, [&](uint32_t t) {
+        generate_speculative(target, seq, *drafter, chooser, rec, context, {2, 0, &acceptor}, [&](uint32_t t) {
           (*counts)[i][t]++;
           return ++i < n_tokens;
         });
@@ -287,9 +316,9 @@ TEST(Speculative, DraftPolicyPicksTheFastestKAndProbesAfterPlainRounds) {
 TEST(Speculative, NgramDrafterProposesWhatFollowedTheLongestMatch) {
   NgramDrafter ng;
   std::vector<uint32_t> ctx = {5, 6, 7, 8, 9, 1, 2, 5, 6, 7};
-  EXPECT_EQ(ng.draft(ctx, 3), (std::vector<uint32_t>{8, 9, 1}));
+  EXPECT_EQ(ng.propose(ctx, 3), (std::vector<uint32_t>{8, 9, 1}));
   std::vector<uint32_t> none = {1, 2, 3, 4};
-  EXPECT_TRUE(ng.draft(none, 3).empty());
+  EXPECT_TRUE(ng.propose(none, 3).empty());
 }
 
 TEST(Speculative, RefusesDraftWithAnotherVocabulary) {

@@ -1,0 +1,98 @@
+#include "runtime/token_choice.h"
+
+#include <cstring>
+
+namespace vkspec {
+
+namespace {
+// Greedy with a repetition penalty is the argmax of the penalized row: the sampling kernel at top-k 1
+// (ties by lower id, as argmax), whose draw is then certain.
+SamplingParams device_form(const SamplingParams& p) {
+  if (!p.greedy()) return p;
+  SamplingParams d = p;
+  d.temperature = 1.0f;
+  d.top_k = 1;
+  d.top_p = 1.0f;
+  d.min_p = 0.0f;
+  return d;
+}
+}  // namespace
+
+ChoiceMode choice_mode(const SamplingParams& p, uint32_t n_vocab) {
+  const bool penalty = p.repeat_penalty != 1.0f && p.repeat_last_n != 0;
+  if (p.greedy() && !penalty) return ChoiceMode::Argmax;
+  return DeviceSampler::supports(device_form(p), n_vocab) ? ChoiceMode::Device : ChoiceMode::Host;
+}
+
+TokenChooser::TokenChooser(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_history)
+    : n_vocab_(n_vocab) {
+  slots_arena_ = std::make_unique<Arena>(ctx, MemoryKind::Readback, 4096);
+  scratch_arena_ = std::make_unique<Arena>(ctx, MemoryKind::Device, VkDeviceSize(kSlots) * n_vocab * 4 + 4096);
+  slots_ = slots_arena_->alloc(2 * kSlots * 8, "token slots");
+  scratch_probs_ = scratch_arena_->alloc(VkDeviceSize(kSlots) * n_vocab * 4, "sampling probabilities");
+  if (!slots_.mapped) throw Error("internal: token slots are not host-visible");
+  std::memset(slots_.mapped, 0, slots_.size);
+  sampler_ = std::make_unique<DeviceSampler>(ctx, pipelines, n_vocab, kSlots, max_history + kSlots);
+}
+
+void TokenChooser::start(const SamplingParams& p) {
+  p_ = p;
+  device_p_ = device_form(p);
+  host_ = Sampler(p);
+  mode_ = choice_mode(p, n_vocab_);
+}
+
+float TokenChooser::top_prob(uint32_t slot) const {
+  float f;
+  std::memcpy(&f, slots_.host<uint32_t>() + 2 * slot + 1, 4);
+  return f;
+}
+
+void TokenChooser::set_token(uint32_t slot, uint32_t token) {
+  if (token >= n_vocab_) throw Error("internal: token outside the vocabulary");
+  slots_.host<uint32_t>()[2 * slot] = token;
+  slots_.host<uint32_t>()[2 * slot + 1] = 0;
+}
+
+void TokenChooser::record_append_history(Recorder& r, uint32_t first, uint32_t n, uint32_t at) {
+  if (mode_ != ChoiceMode::Device || !penalized() || n == 0) return;
+  sampler_->record_append_history(r, slots_, first, n, at);
+  r.barrier();
+}
+
+void TokenChooser::record_choice(Recorder& r, Kernels& k, const Slice& logits, uint32_t rows, uint32_t out_slot,
+                                 uint32_t history_len, uint64_t position, uint32_t stream, const Slice* probs,
+                                 bool top_prob) {
+  if (out_slot + rows > 2 * kSlots || rows > kSlots) throw Error("internal: record_choice out of range");
+  const Slice out = slots_.sub(VkDeviceSize(out_slot) * 8, VkDeviceSize(rows) * 8);
+  const Slice rows_logits = logits.sub(0, VkDeviceSize(rows) * n_vocab_ * 4);
+  if (mode_ == ChoiceMode::Argmax) {
+    k.argmax(r, rows_logits, out, rows, n_vocab_, top_prob);
+  } else if (mode_ == ChoiceMode::Device) {
+    DeviceSampler::Rows j{rows_logits, probs ? *probs : scratch_probs_, rows, history_len, position, &out, stream};
+    sampler_->record(r, device_p_, j);
+  }
+  r.barrier();
+}
+
+uint32_t TokenChooser::choose_on_host(std::span<const float> logits, std::span<const uint32_t> history,
+                                      uint64_t position, uint32_t slot) {
+  const uint32_t t = host_.sample(logits, history, position);
+  set_token(slot, t);
+  return t;
+}
+
+uint32_t decode_step(LlamaModel& m, int seq, TokenChooser& chooser, Recorder& rec, const TokenInput& in, uint32_t n,
+                     std::span<const uint32_t> context) {
+  rec.begin();
+  m.record_forward(rec, seq, in, n, Logits::Last);
+  const uint32_t history_len = chooser.mode() == ChoiceMode::Device ? chooser.set_history(context) : 0;
+  chooser.record_choice(rec, m.kernels(), m.logits_rows(), 1, 0, history_len, context.size(),
+                        DeviceSampler::kStreamPlain);
+  rec.submit_and_wait();
+  if (chooser.mode() == ChoiceMode::Host)
+    chooser.choose_on_host({m.logits(0), m.hparams().n_vocab}, context, context.size(), 0);
+  return chooser.token(0);
+}
+
+}  // namespace vkspec

@@ -1,0 +1,84 @@
+#pragma once
+// How the next token is chosen after a logits row, decided in one place (choice_mode) for plain decoding
+// (apps/engine.cpp) and speculation (speculative/), and where chosen tokens go: token slots, a small
+// host-visible buffer of {token, aux} pairs that the next forward pass's embedding reads directly
+// (TokenInput stride 2). A decode step is therefore forward -> choice -> slot, one submission, and the host
+// only reads the slot back; a speculative round chains draft steps through slots 1..K the same way.
+//
+// Slots [0, kSlots): step inputs (slot 0: the last accepted token g; slots 1..K: drafts).
+// Slots [kSlots, 2 kSlots): the target's own choices after each row of a verify pass.
+#include <memory>
+#include <span>
+
+#include "runtime/device_sampler.h"
+#include "runtime/model.h"
+
+namespace vkspec {
+
+enum class ChoiceMode {
+  Argmax,   // greedy without a repetition penalty: argmax.comp
+  Device,   // sampling, or greedy with a penalty (sample_rows.comp at top-k 1): the transforms on the device
+  Host,     // top-k off or above DeviceSampler::kMaxTopK: the host Sampler on logits read back after a wait
+};
+ChoiceMode choice_mode(const SamplingParams& p, uint32_t n_vocab);
+
+class TokenChooser {
+ public:
+  static constexpr uint32_t kSlots = LlamaModel::kMaxBatch + 1;
+  static constexpr uint32_t kVerifySlot = kSlots;   // first of the verify choices
+
+  // max_history: the longest context (plus drafts) the penalty will see.
+  TokenChooser(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_history);
+
+  void start(const SamplingParams& p);   // a new request: decides the mode
+  ChoiceMode mode() const { return mode_; }
+  bool greedy() const { return p_.greedy(); }
+  const SamplingParams& params() const { return p_; }
+  // What the device kernels run with: greedy with a penalty becomes top-k 1 at temperature 1.
+  const SamplingParams& device_params() const { return device_p_; }
+
+  const Slice& slots() const { return slots_; }
+  TokenInput input(uint32_t first) const { return {slots_.sub(VkDeviceSize(first) * 8, slots_.size - first * 8ull), 2}; }
+  uint32_t token(uint32_t slot) const { return slots_.host<uint32_t>()[2 * slot]; }
+  float top_prob(uint32_t slot) const;
+  void set_token(uint32_t slot, uint32_t token);   // host-written, before the submission that reads it
+
+  // The penalty history of this submission's choices: the context, written by the host (Device mode).
+  // Returns the history length of a choice made right after the context.
+  uint32_t set_history(std::span<const uint32_t> context) { return sampler_->set_history(device_p_, context); }
+  // Appends the tokens of slots [first, first + n) to the history at `at`, on the device (Device mode with
+  // a penalty: drafts chosen earlier in the same submission).
+  void record_append_history(Recorder& r, uint32_t first, uint32_t n, uint32_t at);
+  bool penalized() const { return p_.repeat_penalty != 1.0f && p_.repeat_last_n != 0; }
+
+  // Records the choice after each of `rows` logits rows into slots out_slot, out_slot + 1, ... (Argmax or
+  // Device mode; Host mode records nothing). Row r's penalty sees history_len + r tokens; its draw uses
+  // counter position + r in `stream`. probs: where the dense distributions go ([rows][n_vocab]; null:
+  // scratch). top_prob: argmax also computes the top probability (for --draft-p-min).
+  void record_choice(Recorder& r, Kernels& k, const Slice& logits, uint32_t rows, uint32_t out_slot,
+                     uint32_t history_len, uint64_t position, uint32_t stream, const Slice* probs = nullptr,
+                     bool top_prob = false);
+  // Host mode, after the submission: the host Sampler's choice, written to `slot`.
+  uint32_t choose_on_host(std::span<const float> logits, std::span<const uint32_t> history, uint64_t position,
+                          uint32_t slot);
+  const Sampler& host_sampler() const { return host_; }
+  DeviceSampler& device_sampler() { return *sampler_; }
+
+ private:
+  uint32_t n_vocab_;
+  SamplingParams p_, device_p_;
+  Sampler host_{SamplingParams{}};
+  ChoiceMode mode_ = ChoiceMode::Argmax;
+  std::unique_ptr<Arena> slots_arena_, scratch_arena_;
+  std::unique_ptr<DeviceSampler> sampler_;
+  Slice slots_, scratch_probs_;
+};
+
+// One decoding step in one submission: the forward pass over `in` (n tokens at the end of `seq`), then the
+// choice of the token after them into slot 0, which the next step embeds (chooser.input(0)). `context`
+// is everything before the chosen token (the penalty's history; its size is the draw's counter position).
+// Returns the chosen token (ChoiceMode::Host: chosen on the host after the wait).
+uint32_t decode_step(LlamaModel& m, int seq, TokenChooser& chooser, Recorder& rec, const TokenInput& in, uint32_t n,
+                     std::span<const uint32_t> context);
+
+}  // namespace vkspec
