@@ -24,7 +24,7 @@ int cmd_devices(bool json) {
         {"max_storage_buffer_range", f.max_storage_buffer_range},
         {"max_compute_shared_memory", f.max_shared_memory},
         {"max_memory_allocation_size", f.max_allocation_size},
-        {"timestamps", f.timestamps}, {"device_local_bytes", f.device_local_bytes},
+        {"timestamps", f.timestamps}, {"memory_model", f.discrete_memory ? "discrete" : "mapped"}, {"device_local_bytes", f.device_local_bytes},
         {"kernel_family", f.prefers_row_per_lane() ? "row-per-lane" : "subgroup"}};
     out.push_back(d);
   }

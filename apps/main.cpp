@@ -33,7 +33,7 @@ void add_draft_options(CLI::App* c, vkspec::cli::RunOptions& o) {
   c->add_option("--draft", o.draft, "Drafter without a model: ngram (prompt lookup)")->check(CLI::IsMember({"ngram"}));
   c->add_option("--draft-max", o.draft_max, "Tokens drafted per round (K, the most when adaptive)");
   c->add_option("--draft-min", o.draft_min, "Rounds drafting fewer tokens decode plainly");
-  c->add_option("--draft-p-min", o.draft_p_min, "Stop drafting when the draft's top probability is below this");
+  c->add_option("--draft-p-min", o.draft_p_min, "Verify no draft after one whose top probability is below this (0: off)");
   c->add_option("--draft-policy", o.draft_policy,
                 "adaptive (default): K in 0..draft-max from the measured acceptance and costs; fixed: always K")
       ->check(CLI::IsMember({"fixed", "adaptive"}));

@@ -83,6 +83,8 @@ DeviceFacts probe(VkPhysicalDevice pd, uint32_t index) {
   std::vector<VkExtensionProperties> exts(n_ext);
   vk::vkEnumerateDeviceExtensionProperties(pd, nullptr, &n_ext, exts.data());
   for (auto& e : exts) f.push_descriptor |= strcmp(e.extensionName, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME) == 0;
+  const char* memory_model = getenv("VKSPEC_MEMORY");
+  f.discrete_memory = memory_model && std::string(memory_model) == "discrete";
   f.timestamps = p.limits.timestampComputeAndGraphics && p.limits.timestampPeriod > 0;
   f.timestamp_period_ns = p.limits.timestampPeriod;
 

@@ -38,6 +38,10 @@ struct DeviceFacts {
   bool timestamps = false;
   float timestamp_period_ns = 0.f;
   uint64_t device_local_bytes = 0;
+  // The memory model of a discrete GPU: device-local memory is never mapped, even where the driver offers
+  // host-visible device memory (lavapipe, ReBAR); weights and inputs reach it through staging copies.
+  // VKSPEC_MEMORY=discrete turns it on anywhere, so that CI exercises the GPU path on lavapipe.
+  bool discrete_memory = false;
 
   const char* type_name() const;
   // Kernel family: "row per lane" on CPU devices (each lane is a SIMD lane of the host, so strided

@@ -33,7 +33,8 @@ DeviceSampler::DeviceSampler(Context& ctx, Pipelines& pipelines, uint32_t n_voca
 }
 
 DeviceSampler::~DeviceSampler() {
-  if (rec_->profiling()) fprintf(stderr, "plain sampling %s", rec_->profile_report().c_str());
+  if (rec_->profiling() && !rec_->profile().empty())
+    fprintf(stderr, "sampling %s", rec_->profile_report().c_str());
 }
 
 uint32_t DeviceSampler::set_history(const SamplingParams& p, std::span<const uint32_t> context,

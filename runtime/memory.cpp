@@ -19,13 +19,17 @@ Slice Slice::sub(VkDeviceSize off, VkDeviceSize len) const {
 
 namespace {
 uint32_t pick_memory_type(const VkPhysicalDeviceMemoryProperties& mp, uint32_t allowed, MemoryKind kind,
-                          VkMemoryPropertyFlags* flags_out) {
+                          bool discrete, VkMemoryPropertyFlags* flags_out) {
   // Ordered preferences per kind; the first memory type matching one of them wins.
   std::vector<VkMemoryPropertyFlags> prefs;
   const auto DL = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, HV = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT,
              HC = VK_MEMORY_PROPERTY_HOST_COHERENT_BIT, CA = VK_MEMORY_PROPERTY_HOST_CACHED_BIT;
   switch (kind) {
-    case MemoryKind::Device: prefs = {DL | HV | HC, DL}; break;   // host-visible device memory = no staging
+    // host-visible device memory = no staging, except under the discrete model (never mapped)
+    case MemoryKind::Device:
+      if (discrete) prefs = {DL};
+      else prefs = {DL | HV | HC, DL};
+      break;
     case MemoryKind::Upload: prefs = {DL | HV | HC, HV | HC}; break;
     case MemoryKind::Readback: prefs = {HV | HC | CA, HV | HC}; break;
   }
@@ -66,7 +70,8 @@ Arena::Block& Arena::new_block(VkDeviceSize min_size, const char* what) {
   VkMemoryRequirements req;
   vk::vkGetBufferMemoryRequirements(ctx_.device(), b.buffer, &req);
   VkMemoryPropertyFlags flags = 0;
-  uint32_t type = pick_memory_type(ctx_.memory_properties(), req.memoryTypeBits, kind_, &flags);
+  const bool discrete = ctx_.facts().discrete_memory && kind_ == MemoryKind::Device;
+  uint32_t type = pick_memory_type(ctx_.memory_properties(), req.memoryTypeBits, kind_, discrete, &flags);
   VkMemoryAllocateFlagsInfo fi{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO};
   fi.flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT;
   VkMemoryAllocateInfo ai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
@@ -79,7 +84,7 @@ Arena::Block& Arena::new_block(VkDeviceSize min_size, const char* what) {
     vk_check(r, (std::string("allocating ") + std::to_string(b.size >> 20) + " MiB for " + what).c_str());
   }
   vk_check(vk::vkBindBufferMemory(ctx_.device(), b.buffer, b.memory, 0), "vkBindBufferMemory");
-  if (flags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) {
+  if ((flags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) && !discrete) {
     void* p = nullptr;
     vk_check(vk::vkMapMemory(ctx_.device(), b.memory, 0, VK_WHOLE_SIZE, 0, &p), "vkMapMemory");
     b.mapped = static_cast<uint8_t*>(p);

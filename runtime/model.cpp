@@ -82,7 +82,8 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
   att_ = act_arena_->alloc(B * q_dim * 4, "activations");
   hb_ = act_arena_->alloc(B * hp_.ffn_dim * 4, "activations");
   tokens_ = upload_arena_->alloc(uint64_t(n_ctx_) * 4, "token ids");
-  logits_ = readback_arena_->alloc(B * hp_.n_vocab * 4, "logits");
+  logits_ = act_arena_->alloc(B * hp_.n_vocab * 4, "logits");
+  logits_host_ = readback_arena_->alloc(B * hp_.n_vocab * 4, "logits read back");
   ids_ = readback_arena_->alloc(B * 8, "argmax token slots");
   // RoPE (cos, sin) of every position, so that passes recorded together need no per-pass host table.
   std::vector<float> rope(size_t(n_ctx_) * hp_.n_rot);
@@ -120,10 +121,16 @@ void LlamaModel::forward(int seq, std::span<const uint32_t> tokens, Logits want)
   rec_->begin();
   record_forward(*rec_, seq, in, uint32_t(tokens.size()), want);
   if (want != Logits::None) {
-    rec_->barrier();
-    kernels_->argmax(*rec_, logits_, ids_, want == Logits::All ? uint32_t(tokens.size()) : 1, hp_.n_vocab);
+    const uint32_t rows = want == Logits::All ? uint32_t(tokens.size()) : 1;
+    kernels_->argmax(*rec_, logits_, ids_, rows, hp_.n_vocab);
+    record_logits_readback(*rec_, rows);
   }
   rec_->submit_and_wait();
+}
+
+void LlamaModel::record_logits_readback(Recorder& r, uint32_t rows) {
+  const VkDeviceSize bytes = VkDeviceSize(rows) * hp_.n_vocab * 4;
+  r.copy(logits_.sub(0, bytes), logits_host_.sub(0, bytes));
 }
 
 void LlamaModel::record_forward(Recorder& r, int seq, const TokenInput& in, uint32_t n, Logits want) {

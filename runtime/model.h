@@ -56,10 +56,14 @@ class LlamaModel {
   // Host tokens for record_forward: copied into the model's input buffer (one region per submission).
   TokenInput write_tokens(std::span<const uint32_t> tokens);
 
-  // Self-contained: record_forward of `tokens`, then argmax of the logits rows; one submission and wait.
-  // argmax_id(i) is the argmax of row i whenever logits were computed.
+  // Logits live in device memory; this copies rows 0..rows-1 to the host mirror that logits(row) reads
+  // (host-side sampling, tests).
+  void record_logits_readback(Recorder& r, uint32_t rows);
+
+  // Self-contained: record_forward of `tokens`, then argmax of the logits rows and their readback; one
+  // submission and wait. argmax_id(i) is the argmax of row i whenever logits were computed.
   void forward(int seq, std::span<const uint32_t> tokens, Logits want);
-  const float* logits(uint32_t row) const { return logits_.host<float>() + size_t(row) * hp_.n_vocab; }
+  const float* logits(uint32_t row) const { return logits_host_.host<float>() + size_t(row) * hp_.n_vocab; }
   uint32_t argmax_id(uint32_t row) const { return ids_.host<uint32_t>()[2 * row]; }
   const Slice& logits_rows() const { return logits_; }   // [kMaxBatch][n_vocab], for device-side sampling
   const Recorder& recorder() const { return *rec_; }
@@ -85,7 +89,8 @@ class LlamaModel {
   Slice x_, xn_, qkv_, att_, hb_;   // qkv_: [n][q_dim + 2*kv_dim], each token's q, k, v side by side
   Slice rope_;            // [n_ctx][n_rot/2] (cos, sin), computed in double at load (device-resident)
   Slice tokens_;          // [n_ctx] uint: host-written input tokens (prompts, n-gram drafts)
-  Slice logits_, ids_;    // [kMaxBatch][n_vocab] logits; [kMaxBatch] token slots of forward()'s argmax
+  Slice logits_, ids_;    // [kMaxBatch][n_vocab] logits (device); [kMaxBatch] token slots of forward()'s argmax
+  Slice logits_host_;     // [kMaxBatch][n_vocab] host-readable mirror (record_logits_readback)
 };
 
 }  // namespace vkspec

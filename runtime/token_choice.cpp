@@ -89,6 +89,7 @@ uint32_t decode_step(LlamaModel& m, int seq, TokenChooser& chooser, Recorder& re
   const uint32_t history_len = chooser.mode() == ChoiceMode::Device ? chooser.set_history(context) : 0;
   chooser.record_choice(rec, m.kernels(), m.logits_rows(), 1, 0, history_len, context.size(),
                         DeviceSampler::kStreamPlain);
+  if (chooser.mode() == ChoiceMode::Host) m.record_logits_readback(rec, 1);
   rec.submit_and_wait();
   if (chooser.mode() == ChoiceMode::Host)
     chooser.choose_on_host({m.logits(0), m.hparams().n_vocab}, context, context.size(), 0);

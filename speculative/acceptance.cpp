@@ -30,7 +30,7 @@ SpecAcceptor::SpecAcceptor(Context& ctx, Pipelines& pipelines, uint32_t n_vocab,
 }
 
 SpecAcceptor::~SpecAcceptor() {
-  if (rec_->profiling()) fprintf(stderr, "speculative sampling %s", rec_->profile_report().c_str());
+  if (rec_->profiling() && !rec_->profile().empty()) fprintf(stderr, "speculative sampling %s", rec_->profile_report().c_str());
 }
 
 float* SpecAcceptor::p_row(uint32_t i) { return p_.host<float>() + size_t(i) * n_vocab_; }

@@ -84,6 +84,7 @@ SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& draf
       chooser.record_choice(rec, target.kernels(), target.logits_rows(), k + 1, TokenChooser::kVerifySlot,
                             history_len, context.size(), DeviceSampler::kStreamPlain);
     }
+    if (mode == ChoiceMode::Host) target.record_logits_readback(rec, k + 1);
     const uint32_t m_end = rec.mark();
     rec.submit_and_wait();   // the round's one wait (ChoiceMode::Host: also one per draft step)
     stats.verify_passes++;

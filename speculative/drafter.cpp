@@ -60,6 +60,7 @@ void ModelDrafter::round_done(std::span<const uint32_t> drafts) {
 }
 
 bool ModelDrafter::draft_on_host(uint32_t i, DraftRound& round, std::vector<uint32_t>& history) {
+  model_.record_logits_readback(round.rec, 1);
   round.rec.submit_and_wait();   // Host mode: the draft's logits come back before each choice
   round.rec.begin();
   const Sampler& s = round.chooser.host_sampler();

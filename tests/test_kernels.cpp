@@ -2,6 +2,7 @@
 // batch invariance (a token computed alone == the same token as one row of an n-token batch).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "runtime/quant.h"
@@ -333,6 +334,21 @@ TEST_P(KernelTest, RopeAndPagedAttentionMatchReferenceAndAreBatchInvariant) {
 
 INSTANTIATE_TEST_SUITE_P(Families, KernelTest, ::testing::Values(KernelFamily::RowPerLane, KernelFamily::Subgroup),
                          [](const auto& info) { return info.param == KernelFamily::RowPerLane ? "RowPerLane" : "Subgroup"; });
+
+// VKSPEC_MEMORY=discrete (CI's second run of the suite): device-local memory is never mapped, so every
+// upload and readback above went through staging copies, as on a discrete GPU.
+TEST_F(VkTest, DiscreteMemoryModelNeverMapsDeviceMemory) {
+  const char* env = getenv("VKSPEC_MEMORY");
+  const bool discrete = env && std::string(env) == "discrete";
+  EXPECT_EQ(gpu().ctx.facts().discrete_memory, discrete);
+  Arena device(gpu().ctx, MemoryKind::Device, 1 << 20);
+  const Slice s = device.alloc(4096, "probe");
+  if (discrete) {
+    EXPECT_EQ(s.mapped, nullptr);
+  }
+  const std::vector<float> v = random_floats(1024, 3);
+  EXPECT_EQ(download<float>(upload(v), v.size()), v);
+}
 
 // A weight matrix bigger than lavapipe's 128 MiB maxStorageBufferRange goes through a matmul (buffer
 // device addresses have no range limit). On a GPU with a larger range it is an ordinary large matmul.

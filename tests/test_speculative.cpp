@@ -109,7 +109,7 @@ TEST_F(SpeculativeTest, GreedyParityBitForBitForEveryDrafterAndK) {
         accepted += s.accepted;
         EXPECT_EQ(speculative_greedy(target, ng, prompt, p.n, k), want) << "ngram '" << prompt_text << "' K=" << k;
       }
-      // the CLI's defaults: adaptive K up to 5, draft stops below top probability 0.5
+      // adaptive K up to 5 (the CLI default) with --draft-p-min 0.5
       ModelDrafter md(draft, 0.5f);
       NgramDrafter ng;
       EXPECT_EQ(speculative_greedy(target, md, prompt, p.n, 5, nullptr, true), want) << "adaptive '" << prompt_text << "'";
@@ -146,6 +146,7 @@ TEST_F(SpeculativeTest, KvAfterRoundsEqualsFreshPrefill) {
     session.rec.begin();
     DraftRound round{session.rec, session.chooser};
     md.draft(context, 1, round);
+    draft.record_logits_readback(session.rec, 1);
     session.rec.submit_and_wait();
     const uint32_t Vd = draft.hparams().n_vocab;
     std::vector<float> d(draft.logits(0), draft.logits(0) + Vd);
@@ -165,6 +166,52 @@ TEST_F(SpeculativeTest, KvAfterRoundsEqualsFreshPrefill) {
   target.kv().free_sequence(seq);
   target.kv().free_sequence(fresh);
   EXPECT_EQ(target.kv().free_blocks(), free_t);
+}
+
+// The shape of a step: a plain decoding step is one submission (one host wait), and so is a speculative
+// round with a draft model or n-gram drafts, for greedy, penalized greedy and device sampling, with and
+// without --draft-p-min. Counted process-wide, so a stray submission by any component would show.
+TEST_F(SpeculativeTest, OneSubmissionPerStepAndPerRound) {
+  GgufFile tf(shared_path("models/stories260K.gguf")), df(write_truncated_stories());
+  ModelOptions mo;
+  mo.max_sequences = 3;
+  LlamaModel target(gpu().ctx, gpu().pipelines, tf, mo), draft(gpu().ctx, gpu().pipelines, df, mo);
+  const uint32_t V = target.hparams().n_vocab;
+  SpecAcceptor acceptor(gpu().ctx, gpu().pipelines, V, LlamaModel::kMaxBatch - 1);
+  const std::vector<uint32_t> prompt = {1, 403, 407, 261, 378};
+  SamplingParams greedy = Session::greedy_params(), penalized = greedy, sampled;
+  penalized.repeat_penalty = 1.3f;
+  sampled.seed = 5;
+  for (const SamplingParams& p : {greedy, penalized, sampled}) {
+    Session session(V, p);
+    ASSERT_NE(session.chooser.mode(), ChoiceMode::Host);
+    const int seq = target.kv().new_sequence();
+    std::vector<uint32_t> context = prompt;
+    uint64_t before = Recorder::total_submissions();
+    session.prefill(target, seq, prompt, context);
+    EXPECT_EQ(Recorder::total_submissions() - before, 1u) << "prefill and the first choice";
+    before = Recorder::total_submissions();
+    for (int i = 0; i < 10; ++i) {
+      context.push_back(session.chooser.token(0));
+      decode_step(target, seq, session.chooser, session.rec, session.chooser.input(0), 1, context);
+    }
+    EXPECT_EQ(Recorder::total_submissions() - before, 10u) << "plain steps, temperature " << p.temperature;
+    ModelDrafter md(draft, 0.0f), md_pmin(draft, 0.5f);
+    NgramDrafter ng;
+    for (Drafter* d : std::initializer_list<Drafter*>{&md, &md_pmin, &ng}) {
+      size_t emitted = 0;
+      before = Recorder::total_submissions();
+      const SpeculativeStats st = generate_speculative(target, seq, *d, session.chooser, session.rec, context,
+                                                       {5, 0, &acceptor}, [&](uint32_t) { return ++emitted < 20; });
+      EXPECT_GT(st.verify_passes, 1u);
+      EXPECT_EQ(Recorder::total_submissions() - before, st.verify_passes)
+          << d->name() << " p_min " << d->p_min() << ", temperature " << p.temperature;
+      // the last emitted token is not in the cache yet: run it, its successor chosen into slot 0
+      const uint32_t last = context.back();
+      session.prefill(target, seq, std::span<const uint32_t>(&last, 1), context);
+    }
+    target.kv().free_sequence(seq);
+  }
 }
 
 // Two-sample chi-square (homogeneity) of token counts from two samplers; categories whose combined count is
