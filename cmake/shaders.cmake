@@ -5,7 +5,7 @@
 function(vkspec_shader name source)
   set(spv ${CMAKE_BINARY_DIR}/shaders/${name}.spv)
   set(cpp ${CMAKE_BINARY_DIR}/shaders/${name}.spv.cpp)
-  file(GLOB includes ${CMAKE_SOURCE_DIR}/shaders/*.glsl)
+  file(GLOB includes ${CMAKE_SOURCE_DIR}/shaders/*.glsl ${CMAKE_SOURCE_DIR}/shaders/*.h)
   add_custom_command(
     OUTPUT ${spv}
     COMMAND ${GLSLC} --target-env=vulkan1.2 -O -fshader-stage=compute ${ARGN}

@@ -1,13 +1,14 @@
 #pragma once
-// The sampling transforms on the device (shaders/sample_rows.comp): logits rows become dense probability
-// rows that stay in device memory, and optionally one token is drawn per row; only the drawn tokens come
-// back. Semantics are the host Sampler's (penalty -> top-k -> top-p -> min-p -> temperature, ties by lower
-// id), which the tests use as the reference. The device path takes top-k in 1..kMaxTopK, which covers the
-// usual configurations; with top-k off or larger, callers keep the host Sampler for every step of a run,
-// so plain and speculative sampling always share one implementation.
+// The sampling transforms on the device (shaders/sample_rows.comp), the only sampling implementation that
+// generation uses: logits rows become dense probability rows that stay in device memory, and optionally
+// one token is drawn per row into token slots. Semantics are the host Sampler's (penalty -> top-k -> top-p
+// -> min-p -> temperature, ties by lower id), which the tests use as the reference, for every setting:
+// top-k in 1..kMaxTopK ranks its candidates in shared memory, top-k off or larger takes the general path
+// (rank-prefix cuts found by radix selection on mass). Draws use shaders/rng.h (runtime/rng.h mirrors it).
 #include <span>
 
 #include "runtime/kernels.h"
+#include "runtime/rng.h"
 #include "runtime/sampler.h"
 
 namespace vkspec {
@@ -15,11 +16,9 @@ namespace vkspec {
 class DeviceSampler {
  public:
   static constexpr uint32_t kMaxTopK = 256;
-  // RNG streams of the counter-based generator (shaders/spec_accept.comp uses 1 and 2).
-  static constexpr uint32_t kStreamPlain = 3, kStreamDraft = 4;
-  static bool supports(const SamplingParams& p, uint32_t n_vocab) {
-    return !p.greedy() && p.top_k >= 1 && uint32_t(p.top_k) <= kMaxTopK && uint32_t(p.top_k) < n_vocab;
-  }
+  // RNG streams of the counter-based generator (shaders/rng.h).
+  static constexpr uint32_t kStreamPlain = rng::STREAM_PLAIN, kStreamDraft = rng::STREAM_DRAFT;
+  static bool supports(const SamplingParams& p, uint32_t n_vocab) { return !p.greedy() && n_vocab > 0; }
 
   // max_rows: rows per record(); max_history: the longest context + extra tokens ever passed.
   DeviceSampler(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_rows, uint32_t max_history);

@@ -1,21 +1,13 @@
 #include "runtime/sampler.h"
 
+#include "runtime/rng.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <unordered_set>
 
 namespace vkspec {
-
-double counter_uniform(uint64_t seed, uint64_t counter) {
-  uint64_t z = seed * 0x9E3779B97F4A7C15ull + counter + 0x632BE59BD9B4E019ull;
-  for (int i = 0; i < 2; ++i) {   // two rounds of splitmix64's finalizer
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-  }
-  return double(z >> 11) * 0x1.0p-53;
-}
 
 uint32_t argmax(std::span<const float> logits) {
   return uint32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -81,10 +73,11 @@ Candidates Sampler::distribution(std::span<const float> logits, std::span<const 
   return c;
 }
 
-uint32_t Sampler::sample(std::span<const float> logits, std::span<const uint32_t> history, uint64_t position) const {
+uint32_t Sampler::sample(std::span<const float> logits, std::span<const uint32_t> history, uint64_t position,
+                         uint32_t stream) const {
   if (p_.greedy()) return argmax(penalized(p_, logits, history));
   Candidates c = distribution(logits, history);
-  double u = counter_uniform(p_.seed, position), cum = 0;
+  double u = counter_uniform(p_.seed, uint32_t(position), stream), cum = 0;
   for (size_t i = 0; i < c.ids.size(); ++i) {
     cum += c.probs[i];
     if (u < cum) return c.ids[i];

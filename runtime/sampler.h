@@ -1,7 +1,8 @@
 #pragma once
 // Host-side sampling over one row of logits, in llama.cpp's default order: repetition penalty ->
-// top-k -> top-p -> min-p -> temperature -> draw. Random numbers come from a counter-based generator
-// keyed by (seed, position), so the same seed gives the same tokens however the work is batched.
+// top-k -> top-p -> min-p -> temperature -> draw: the reference the device sampler (sample_rows.comp) is
+// tested against. Draws use the device's counter-based generator (runtime/rng.h) at stream `plain`, so a
+// seed gives the reference the device's random numbers.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -19,8 +20,6 @@ struct SamplingParams {
   bool greedy() const { return temperature <= 0.f; }
 };
 
-// Uniform double in [0, 1) from (seed, counter): splitmix64 of the pair.
-double counter_uniform(uint64_t seed, uint64_t counter);
 
 struct Candidates {
   std::vector<uint32_t> ids;
@@ -35,8 +34,10 @@ class Sampler {
   // The distribution the next token is drawn from, after every transform. `history` is the context
   // (prompt + generated) the repetition penalty looks at.
   Candidates distribution(std::span<const float> logits, std::span<const uint32_t> history) const;
-  // Draws the token at sequence position `position` (greedy: argmax of the logits).
-  uint32_t sample(std::span<const float> logits, std::span<const uint32_t> history, uint64_t position) const;
+  // Draws the token at sequence position `position` (greedy: argmax of the logits) with the uniform
+  // counter_uniform(seed, position, stream), by inverse CDF in rank order.
+  uint32_t sample(std::span<const float> logits, std::span<const uint32_t> history, uint64_t position,
+                  uint32_t stream = 3 /* rng::STREAM_PLAIN */) const;
 
  private:
   SamplingParams p_;

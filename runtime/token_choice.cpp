@@ -21,7 +21,8 @@ SamplingParams device_form(const SamplingParams& p) {
 ChoiceMode choice_mode(const SamplingParams& p, uint32_t n_vocab) {
   const bool penalty = p.repeat_penalty != 1.0f && p.repeat_last_n != 0;
   if (p.greedy() && !penalty) return ChoiceMode::Argmax;
-  return DeviceSampler::supports(device_form(p), n_vocab) ? ChoiceMode::Device : ChoiceMode::Host;
+  if (!DeviceSampler::supports(device_form(p), n_vocab)) throw Error("internal: sampling parameters the device cannot run");
+  return ChoiceMode::Device;
 }
 
 TokenChooser::TokenChooser(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_history)
@@ -38,7 +39,6 @@ TokenChooser::TokenChooser(Context& ctx, Pipelines& pipelines, uint32_t n_vocab,
 void TokenChooser::start(const SamplingParams& p) {
   p_ = p;
   device_p_ = device_form(p);
-  host_ = Sampler(p);
   mode_ = choice_mode(p, n_vocab_);
 }
 
@@ -68,18 +68,11 @@ void TokenChooser::record_choice(Recorder& r, Kernels& k, const Slice& logits, u
   const Slice rows_logits = logits.sub(0, VkDeviceSize(rows) * n_vocab_ * 4);
   if (mode_ == ChoiceMode::Argmax) {
     k.argmax(r, rows_logits, out, rows, n_vocab_, top_prob);
-  } else if (mode_ == ChoiceMode::Device) {
+  } else {
     DeviceSampler::Rows j{rows_logits, probs ? *probs : scratch_probs_, rows, history_len, position, &out, stream};
     sampler_->record(r, device_p_, j);
   }
   r.barrier();
-}
-
-uint32_t TokenChooser::choose_on_host(std::span<const float> logits, std::span<const uint32_t> history,
-                                      uint64_t position, uint32_t slot) {
-  const uint32_t t = host_.sample(logits, history, position);
-  set_token(slot, t);
-  return t;
 }
 
 uint32_t decode_step(LlamaModel& m, int seq, TokenChooser& chooser, Recorder& rec, const TokenInput& in, uint32_t n,
@@ -89,10 +82,7 @@ uint32_t decode_step(LlamaModel& m, int seq, TokenChooser& chooser, Recorder& re
   const uint32_t history_len = chooser.mode() == ChoiceMode::Device ? chooser.set_history(context) : 0;
   chooser.record_choice(rec, m.kernels(), m.logits_rows(), 1, 0, history_len, context.size(),
                         DeviceSampler::kStreamPlain);
-  if (chooser.mode() == ChoiceMode::Host) m.record_logits_readback(rec, 1);
   rec.submit_and_wait();
-  if (chooser.mode() == ChoiceMode::Host)
-    chooser.choose_on_host({m.logits(0), m.hparams().n_vocab}, context, context.size(), 0);
   return chooser.token(0);
 }
 

@@ -17,8 +17,8 @@ namespace vkspec {
 
 enum class ChoiceMode {
   Argmax,   // greedy without a repetition penalty: argmax.comp
-  Device,   // sampling, or greedy with a penalty (sample_rows.comp at top-k 1): the transforms on the device
-  Host,     // top-k off or above DeviceSampler::kMaxTopK: the host Sampler on logits read back after a wait
+  Device,   // sampling (any top-k/top-p/min-p/temperature/penalty), or greedy with a penalty (top-k 1):
+            // sample_rows.comp. The host Sampler is only the tests' reference.
 };
 ChoiceMode choice_mode(const SamplingParams& p, uint32_t n_vocab);
 
@@ -51,23 +51,17 @@ class TokenChooser {
   void record_append_history(Recorder& r, uint32_t first, uint32_t n, uint32_t at);
   bool penalized() const { return p_.repeat_penalty != 1.0f && p_.repeat_last_n != 0; }
 
-  // Records the choice after each of `rows` logits rows into slots out_slot, out_slot + 1, ... (Argmax or
-  // Device mode; Host mode records nothing). Row r's penalty sees history_len + r tokens; its draw uses
+  // Records the choice after each of `rows` logits rows into slots out_slot, out_slot + 1, ... Row r's penalty sees history_len + r tokens; its draw uses
   // counter position + r in `stream`. probs: where the dense distributions go ([rows][n_vocab]; null:
   // scratch). top_prob: argmax also computes the top probability (for --draft-p-min).
   void record_choice(Recorder& r, Kernels& k, const Slice& logits, uint32_t rows, uint32_t out_slot,
                      uint32_t history_len, uint64_t position, uint32_t stream, const Slice* probs = nullptr,
                      bool top_prob = false);
-  // Host mode, after the submission: the host Sampler's choice, written to `slot`.
-  uint32_t choose_on_host(std::span<const float> logits, std::span<const uint32_t> history, uint64_t position,
-                          uint32_t slot);
-  const Sampler& host_sampler() const { return host_; }
   DeviceSampler& device_sampler() { return *sampler_; }
 
  private:
   uint32_t n_vocab_;
   SamplingParams p_, device_p_;
-  Sampler host_{SamplingParams{}};
   ChoiceMode mode_ = ChoiceMode::Argmax;
   std::unique_ptr<Arena> slots_arena_, scratch_arena_;
   std::unique_ptr<DeviceSampler> sampler_;
@@ -77,7 +71,7 @@ class TokenChooser {
 // One decoding step in one submission: the forward pass over `in` (n tokens at the end of `seq`), then the
 // choice of the token after them into slot 0, which the next step embeds (chooser.input(0)). `context`
 // is everything before the chosen token (the penalty's history; its size is the draw's counter position).
-// Returns the chosen token (ChoiceMode::Host: chosen on the host after the wait).
+// Returns the chosen token.
 uint32_t decode_step(LlamaModel& m, int seq, TokenChooser& chooser, Recorder& rec, const TokenInput& in, uint32_t n,
                      std::span<const uint32_t> context);
 

@@ -2,7 +2,6 @@
 // trials) and sample_rows.comp (rows transformed on the device, the last workgroup runs it).
 // The includer defines, before including: float p_at(uint row, uint v), float q_at(uint row, uint v),
 // uint draft_at(uint i), and the vocabulary size `accept_V`.
-const uint STREAM_ACCEPT = 1u, STREAM_DRAW = 2u;
 
 shared float lane_mass[1024];
 shared uint chosen;

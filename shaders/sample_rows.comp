@@ -6,8 +6,12 @@
 // Writes the distribution as a dense probability row (zero outside the kept set) and, when asked, draws a
 // token from it with the counter-based generator keyed by (seed, position + row, stream).
 // top-k is found by a 4-pass radix select over order-preserving 32-bit keys (8-bit digit histograms in
-// shared memory), so the kept set never needs a sort of the vocabulary; only the k <= MAX_K kept
-// candidates are ranked. The host keeps the general case (top-k off or above MAX_K).
+// shared memory), so the kept set never needs a sort of the vocabulary. With k <= MAX_K the candidates are
+// ranked in shared memory. Otherwise (top-k off or large: any kept set up to the vocabulary) every later cut
+// is a prefix of the rank order found the same way by mass instead of count: top-p is the shortest prefix
+// whose mass reaches top_p, the draw the shortest whose mass exceeds u; masses are summed per lane in a
+// fixed order (deterministic), and a prefix is (key of its last element, how many of the elements with that
+// key it takes, lowest ids first).
 // Row r's penalty window is hist[max(0, h_ctx + r - last_n) .. h_ctx + r): the host uploads the tail of
 // the context (h_ctx tokens) followed by the drafts, so the window grows draft by draft.
 // The penalty is applied to the logits row in place.
@@ -18,7 +22,7 @@
 // the last workgroup sees the others' writes.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
-#include "rng.glsl"
+#include "rng.h"
 
 const uint MAX_K = 256u;
 
@@ -63,6 +67,156 @@ uint key_of(float f) {
   return (u & 0x80000000u) != 0u ? ~u : u | 0x80000000u;
 }
 
+// ---- the general path (top-k off or above MAX_K) ----
+// A rank prefix: the elements with key > k, and the first `ties` elements (lowest ids) with key == k.
+// Each lane scans its contiguous range in id order, so an element's rank among the ties is the ties in
+// earlier lanes (tie_base) plus those before it in the lane.
+shared float digit_mass[16u * 64u];   // per lane (WG <= 64), per 4-bit digit: mass of the matching elements
+shared uint g_key, g_ties;
+shared float g_above;
+
+float logit_of_key(uint k) { return uintBitsToFloat((k & 0x80000000u) != 0u ? k & 0x7fffffffu : ~k); }
+
+// Elements with key == k in the lanes before this one.
+uint tie_base(uint k, uint base, uint lo, uint hi) {
+  uint c = 0u;
+  for (uint v = lo; v < hi; ++v) c += key_of(Floats(pc.logits).v[base + v]) == k ? 1u : 0u;
+  barrier();
+  lane_ties[gl_LocalInvocationID.x] = c;
+  barrier();
+  uint b = 0u;
+  for (uint l = 0u; l < gl_LocalInvocationID.x; ++l) b += lane_ties[l];
+  barrier();
+  return b;
+}
+
+// The shortest prefix of the set S = prefix (sk, st) with logit >= floor_l whose mass, sum of
+// exp((l - m) * s), reaches `target` (strict: exceeds it); the whole set when nothing does. Result in
+// g_key, g_ties.
+void mass_select(uint base, uint lo, uint hi, uint sk, uint st, uint s_base, float floor_l, float m, float s,
+                 float target, bool strict) {
+  const uint lane = gl_LocalInvocationID.x;
+  uint prefix = 0u, mask = 0u;
+  if (lane == 0u) g_above = 0.0;
+  for (int shift = 28; shift >= 0; shift -= 4) {
+    for (uint b = 0u; b < 16u; ++b) digit_mass[lane * 16u + b] = 0.0;
+    uint tr = s_base;
+    for (uint v = lo; v < hi; ++v) {
+      const float l = Floats(pc.logits).v[base + v];
+      const uint key = key_of(l);
+      bool in_s = key > sk;
+      if (key == sk) in_s = tr++ < st;
+      if (in_s && l >= floor_l && (key & mask) == prefix)
+        digit_mass[lane * 16u + ((key >> uint(shift)) & 15u)] += exp((l - m) * s);
+    }
+    barrier();
+    if (lane == 0u) {
+      float above = g_above;
+      uint pick = 16u, lowest = 16u;
+      for (int b = 15; b >= 0; --b) {
+        float bm = 0.0;
+        for (uint l = 0u; l < WG; ++l) bm += digit_mass[l * 16u + uint(b)];
+        if (bm <= 0.0) continue;
+        lowest = uint(b);
+        if (strict ? above + bm > target : above + bm >= target) { pick = uint(b); break; }
+        above += bm;
+      }
+      if (pick == 16u) {   // nothing reached the target (rounding): take everything down to the lowest bucket
+        pick = lowest;
+        float bm = 0.0;
+        for (uint l = 0u; l < WG; ++l) bm += digit_mass[l * 16u + pick];
+        above -= bm;
+      }
+      g_above = above;
+      g_key = prefix | (pick << uint(shift));
+    }
+    barrier();
+    prefix = g_key;
+    mask |= 15u << uint(shift);
+    barrier();
+  }
+  // prefix is the key of the last element; take as many of its ties as reach the target
+  uint avail = 0u;
+  for (uint v = lo; v < hi; ++v) avail += key_of(Floats(pc.logits).v[base + v]) == prefix ? 1u : 0u;
+  lane_ties[lane] = avail;
+  barrier();
+  if (lane == 0u) {
+    uint total = 0u;
+    for (uint l = 0u; l < WG; ++l) total += lane_ties[l];
+    if (prefix == sk) total = min(total, st);
+    const float l = logit_of_key(prefix);
+    const float e = exp((l - m) * s);
+    uint t = 1u;
+    while (t < total && (strict ? g_above + float(t) * e <= target : g_above + float(t) * e < target)) ++t;
+    g_ties = t;
+  }
+  barrier();
+}
+
+void sample_general(uint row, uint base, uint lo, uint hi, uint kth, uint ties_k) {
+  const uint lane = gl_LocalInvocationID.x;
+  // m: the largest logit; z: the mass of the top-k set at temperature 1
+  float mx = -1.0 / 0.0;
+  for (uint v = lo; v < hi; ++v) mx = max(mx, Floats(pc.logits).v[base + v]);
+  const float m = wg_max(mx);
+  const uint k_base = tie_base(kth, base, lo, hi);
+  const float no_floor = -1.0 / 0.0;
+  float z = 0.0;
+  uint tr = k_base;
+  for (uint v = lo; v < hi; ++v) {
+    const float l = Floats(pc.logits).v[base + v];
+    const uint key = key_of(l);
+    bool in_k = key > kth;
+    if (key == kth) in_k = tr++ < ties_k;
+    if (in_k) z += exp(l - m);
+  }
+  z = wg_sum(z);
+  // top-p: the shortest prefix of the top-k set whose probability reaches top_p
+  uint fk = kth, ft = ties_k;
+  if (pc.top_p < 1.0) {
+    mass_select(base, lo, hi, kth, ties_k, k_base, no_floor, m, 1.0, pc.top_p * z, false);
+    fk = g_key;
+    ft = g_ties;
+  }
+  // min-p: p_r / p_0 >= min_p, i.e. exp(l - m) >= min_p (at most 1, so the top element always stays)
+  const float floor_l = pc.min_p > 0.0 ? m + log(min(pc.min_p, 1.0)) : no_floor;
+  const uint f_base = tie_base(fk, base, lo, hi);
+  const float inv_t = 1.0 / max(pc.temperature, 1e-6);
+  float zt = 0.0;
+  tr = f_base;
+  for (uint v = lo; v < hi; ++v) {
+    const float l = Floats(pc.logits).v[base + v];
+    const uint key = key_of(l);
+    bool keep = key > fk;
+    if (key == fk) keep = tr++ < ft;
+    if (keep && l >= floor_l) zt += exp((l - m) * inv_t);
+  }
+  zt = wg_sum(zt);
+  // dense row
+  tr = f_base;
+  for (uint v = lo; v < hi; ++v) {
+    const float l = Floats(pc.logits).v[base + v];
+    const uint key = key_of(l);
+    bool keep = key > fk;
+    if (key == fk) keep = tr++ < ft;
+    CoherentFloats(pc.probs).v[base + v] = keep && l >= floor_l ? exp((l - m) * inv_t) / zt : 0.0;
+  }
+  // draw: the shortest prefix of the kept set whose mass exceeds u * zt; its last element
+  if (pc.draw != 0u) {
+    const float u = counter_uniform(pc.seed, pc.position + row, pc.stream);
+    mass_select(base, lo, hi, fk, ft, f_base, floor_l, m, inv_t, u * zt, true);
+    const uint pk = g_key, pt = g_ties;
+    // the pt-th element (by id) with key pk: pk == fk ties continue the kept set's tie order
+    const uint p_base = tie_base(pk, base, lo, hi);
+    uint r = p_base;
+    for (uint v = lo; v < hi; ++v)
+      if (key_of(Floats(pc.logits).v[base + v]) == pk && r++ == pt - 1u) {
+        Uints(pc.draws).v[2u * row] = v;
+        Uints(pc.draws).v[2u * row + 1u] = floatBitsToUint(1.0 / zt);   // the top element's probability
+      }
+  }
+}
+
 void main() {
   const uint row = gl_WorkGroupID.x, lane = gl_LocalInvocationID.x;
   const uint base = row * pc.V;
@@ -85,7 +239,8 @@ void main() {
   }
 
   // 2. top-k: the k-th largest key, one 8-bit digit per pass, most significant first
-  if (lane == 0u) { sel_prefix = 0u; sel_remaining = pc.top_k; }
+  const bool small_k = pc.top_k >= 1u && pc.top_k <= MAX_K && pc.top_k < pc.V;
+  if (lane == 0u) { sel_prefix = 0u; sel_remaining = pc.top_k >= 1u && pc.top_k < pc.V ? pc.top_k : pc.V; }
   uint mask = 0u;
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (uint b = lane; b < 256u; b += WG) digit_count[b] = 0u;
@@ -106,6 +261,9 @@ void main() {
     barrier();
   }
   const uint kth = sel_prefix, ties_to_take = sel_remaining;
+  if (!small_k) {
+    sample_general(row, base, lo, hi, kth, ties_to_take);
+  } else {
 
   // 3. collect the kept candidates: keys above the k-th, and the lowest-id ties at it
   uint ties = 0u;
@@ -190,6 +348,7 @@ void main() {
     Uints(pc.draws).v[2u * row] = pick;
     Uints(pc.draws).v[2u * row + 1u] = floatBitsToUint(cand_p[0]);
   }
+  }   // small_k
 
   // 8. fused verify: the last workgroup to finish its row runs accept/reject over all of them
   if (pc.accept == 0u) return;

@@ -12,7 +12,7 @@
 // (trial j reads row j of `tokens` and uses seed + j).
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
-#include "rng.glsl"
+#include "rng.h"
 
 layout(push_constant) uniform PC {
   uvec2 p;        // [K+1][V] f32, rows sum to 1

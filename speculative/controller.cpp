@@ -21,22 +21,6 @@ Verdict verify_greedy(const TokenChooser& ch, std::span<const uint32_t> drafts) 
   return v;
 }
 
-// ChoiceMode::Host (sampling with top-k off or above the device's cap): p_0..p_k on the host from the
-// logits read back, q rows already written (one-hot for deterministic drafts), then the accept kernel.
-Verdict verify_on_host(const LlamaModel& target, const TokenChooser& ch, SpecAcceptor& acceptor, bool q_written,
-                       std::span<const uint32_t> context, std::span<const uint32_t> drafts) {
-  const uint32_t k = uint32_t(drafts.size()), V = target.hparams().n_vocab;
-  std::vector<uint32_t> history(context.begin(), context.end());
-  for (uint32_t i = 0; i <= k; ++i) {
-    acceptor.set_row(acceptor.p_row(i), ch.host_sampler().distribution({target.logits(i), V}, history));
-    if (i == k) break;
-    if (!q_written) acceptor.set_row(acceptor.q_row(i), Candidates{}, drafts[i]);
-    acceptor.tokens()[i] = drafts[i];
-    history.push_back(drafts[i]);
-  }
-  const SpecAcceptor::Outcome o = acceptor.run(k, ch.params().seed, uint32_t(context.size()))[0];
-  return {o.accepted, o.next};
-}
 }  // namespace
 
 SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& drafter, TokenChooser& chooser,
@@ -76,32 +60,29 @@ SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& draf
     const uint32_t m_verify = rec.mark();
     const uint32_t base = kv.length(seq);
     target.record_forward(rec, seq, chooser.input(0), k + 1, Logits::All);
-    if (mode == ChoiceMode::Device && sampling) {
+    if (sampling) {
       acceptor->record_verify(rec, chooser.device_params(), target.logits_rows(), context,
                               chooser.slots().sub(8, VkDeviceSize(k) * 8 + 8), k, drafter.p_min());
-    } else if (mode != ChoiceMode::Host) {   // greedy: the target's own choice after each row
+    } else {   // greedy: the target's own choice after each row
       chooser.record_append_history(rec, 1, k, history_len);
       chooser.record_choice(rec, target.kernels(), target.logits_rows(), k + 1, TokenChooser::kVerifySlot,
                             history_len, context.size(), DeviceSampler::kStreamPlain);
     }
-    if (mode == ChoiceMode::Host) target.record_logits_readback(rec, k + 1);
     const uint32_t m_end = rec.mark();
-    rec.submit_and_wait();   // the round's one wait (ChoiceMode::Host: also one per draft step)
+    rec.submit_and_wait();   // the round's one wait
     stats.verify_passes++;
 
     std::vector<uint32_t> drafts(k);
     for (uint32_t i = 0; i < k; ++i) drafts[i] = chooser.token(i + 1);
     drafter.round_done(drafts);
-    const uint32_t kept = mode == ChoiceMode::Host ? k : keep_drafts(chooser, k, drafter.p_min());
+    const uint32_t kept = keep_drafts(chooser, k, drafter.p_min());
     const std::span<const uint32_t> verified(drafts.data(), kept);
     Verdict v;
     if (!sampling) {
       v = verify_greedy(chooser, verified);
-    } else if (mode == ChoiceMode::Device) {
+    } else {
       const SpecAcceptor::Outcome o = acceptor->result();
       v = {o.accepted, o.next};
-    } else {
-      v = verify_on_host(target, chooser, *acceptor, drafter.samples(), context, verified);
     }
     if (v.accepted > kept || v.next >= V) throw Error("internal: verification returned an impossible outcome");
     stats.drafted += kept;

@@ -9,8 +9,6 @@
 //   Sampling: exact rejection sampling in the fused kernel (speculative/acceptance.h), so the output is
 //             distributed exactly as sampling the target alone.
 // The host reads {drafts, choices or accepted/next} once per round and truncates the target's KV.
-// ChoiceMode::Host (top-k off or above the device's cap) keeps the same structure with a wait after each
-// draft step and a host-side verification.
 #include <functional>
 #include <span>
 #include <vector>

@@ -18,7 +18,7 @@ uint32_t keep_drafts(const TokenChooser& chooser, uint32_t k, float p_min) {
 
 uint32_t ModelDrafter::draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) {
   TokenChooser& ch = round.chooser;
-  const bool sampling = !ch.greedy(), on_host = ch.mode() == ChoiceMode::Host;
+  const bool sampling = !ch.greedy();
   // Keep the cached prefix the context still agrees with; drop the rest (rejected drafts).
   size_t common = 0;
   while (common < cached_.size() && common < context.size() && cached_[common] == context[common]) ++common;
@@ -29,55 +29,27 @@ uint32_t ModelDrafter::draft(std::span<const uint32_t> context, uint32_t k, Draf
   k = std::min<uint32_t>(k, model_.n_ctx() - uint32_t(context.size()));
   if (k == 0) return 0;
   const VkDeviceSize row = VkDeviceSize(model_.hparams().n_vocab) * 4;
-  std::vector<uint32_t> history;   // Host mode: the transforms' context, growing draft by draft
-  if (on_host) history.assign(context.begin(), context.end());
   // Step i runs the draft over its input (step 0: the context it has not seen; then draft i, slot i) and
-  // chooses draft i + 1 into slot i + 1.
+  // chooses draft i + 1 into slot i + 1: k steps for k drafts.
   TokenInput in = model_.write_tokens(context.subspan(common));
   uint32_t n_in = uint32_t(context.size() - common);
-  bool stopped = false;
   for (uint32_t i = 0; i < k; ++i) {
     model_.record_forward(round.rec, seq_, in, n_in, Logits::Last);
-    if (on_host) {
-      if (!draft_on_host(i, round, history)) { k = i, stopped = true; break; }
-    } else {
-      if (i > 0) ch.record_append_history(round.rec, i, 1, round.history_len + i - 1);
-      const Slice q = sampling ? round.acceptor->q_rows().sub(i * row, row) : Slice{};
-      ch.record_choice(round.rec, model_.kernels(), model_.logits_rows(), 1, i + 1, round.history_len + i,
-                       context.size() + i, DeviceSampler::kStreamDraft, sampling ? &q : nullptr, p_min_ > 0);
-    }
-    in = ch.input(i + 1);   // the last draft needs no step of its own: k steps for k drafts
+    if (i > 0) ch.record_append_history(round.rec, i, 1, round.history_len + i - 1);
+    const Slice q = sampling ? round.acceptor->q_rows().sub(i * row, row) : Slice{};
+    ch.record_choice(round.rec, model_.kernels(), model_.logits_rows(), 1, i + 1, round.history_len + i,
+                     context.size() + i, DeviceSampler::kStreamDraft, sampling ? &q : nullptr, p_min_ > 0);
+    in = ch.input(i + 1);
     n_in = 1;
   }
   cached_.assign(context.begin(), context.end());
-  pending_ = stopped ? k : k - 1;   // drafts whose K/V the steps appended
+  pending_ = k - 1;   // drafts whose K/V the steps appended (all but the last)
   return k;
 }
 
 void ModelDrafter::round_done(std::span<const uint32_t> drafts) {
   cached_.insert(cached_.end(), drafts.begin(), drafts.begin() + std::min<size_t>(pending_, drafts.size()));
   pending_ = 0;
-}
-
-bool ModelDrafter::draft_on_host(uint32_t i, DraftRound& round, std::vector<uint32_t>& history) {
-  model_.record_logits_readback(round.rec, 1);
-  round.rec.submit_and_wait();   // Host mode: the draft's logits come back before each choice
-  round.rec.begin();
-  const Sampler& s = round.chooser.host_sampler();
-  const uint32_t V = model_.hparams().n_vocab;
-  // q_i after the target's transforms; the draw uses its own stream so it is independent of the target's
-  // accept/resample numbers at the same position.
-  Candidates c = s.distribution({model_.logits(0), V}, history);
-  const double u = counter_uniform(s.params().seed ^ 0xD1B54A32D192ED03ull, history.size());
-  double cum = 0;
-  uint32_t tok = c.ids.back();
-  for (size_t j = 0; j < c.ids.size(); ++j)
-    if (u < (cum += c.probs[j])) { tok = c.ids[j]; break; }
-  if (p_min_ > 0 && c.probs.front() < p_min_ && i > 0) return false;   // candidates sorted: the first is the mode
-  round.acceptor->set_row(round.acceptor->q_row(i), c);
-  round.chooser.set_token(i + 1, tok);
-  history.push_back(tok);
-  return true;
 }
 
 uint32_t NgramDrafter::draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) {

@@ -66,9 +66,6 @@ class ModelDrafter : public Drafter {
   float p_min() const override { return p_min_; }
 
  private:
-  // ChoiceMode::Host: the host Sampler's draw of draft i after a wait; false when --draft-p-min stops it.
-  bool draft_on_host(uint32_t i, DraftRound& round, std::vector<uint32_t>& history);
-
   LlamaModel& model_;
   float p_min_;
   int seq_;

@@ -114,6 +114,24 @@ TEST(Cli, RunJsonReproducesReferenceAndSeededSamplingRepeats) {
   }
 }
 
+// One sampling implementation: a seed gives the same tokens whatever top-k, when the top-p cut lies inside
+// every top-k tried (top-k 40 and 256 take the shared-memory path of sample_rows.comp, 0, 300 and 512 the
+// general one), plain and with a draft model.
+TEST(Cli, SeedGivesTheSameTokensWhateverTheTopK) {
+  for (std::string extra : {std::string(""), " -md " + shared_path("models/stories260K.gguf")}) {
+    nlohmann::json first;
+    for (int k : {0, 40, 256, 300, 512}) {
+      auto r = run_cli("run " + kStories + " -p 'Once upon a time' -n 40 --temp 0.9 --top-p 0.8 --min-p 0 --seed 7 "
+                       "--ignore-eos --json --top-k " + std::to_string(k) + extra);
+      ASSERT_EQ(r.code, 0) << r.err;
+      const auto ids = nlohmann::json::parse(r.out)["ids"];
+      ASSERT_EQ(ids.size(), 40u);
+      if (first.is_null()) first = ids;
+      EXPECT_EQ(ids, first) << "top-k " << k << extra;
+    }
+  }
+}
+
 // bench: medians of the runs it reports, greedy speculation identical to plain, and a draft model that is the
 // target itself accepts every draft (K + 1 tokens per verify pass, the bonus token included).
 TEST(Cli, BenchReportsMediansAcceptanceAndSpeedup) {

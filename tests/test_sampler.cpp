@@ -100,8 +100,13 @@ TEST_F(DeviceSamplerTest, MatchesHostSamplerRowByRow) {
   struct Case { int top_k; float top_p, min_p, temp, penalty; int last_n; bool grid; };
   const Case cases[] = {{40, 0.95f, 0.05f, 0.8f, 1.0f, 64, false}, {1, 1.0f, 0.0f, 1.0f, 1.0f, 64, false},
                         {256, 0.9f, 0.0f, 1.5f, 1.1f, 16, false}, {40, 1.0f, 0.0f, 1.0f, 1.3f, -1, true},
-                        {7, 0.5f, 0.2f, 0.5f, 1.0f, 0, true}, {100, 0.99f, 0.01f, 1.0f, 0.9f, 8, true}};
+                        {7, 0.5f, 0.2f, 0.5f, 1.0f, 0, true}, {100, 0.99f, 0.01f, 1.0f, 0.9f, 8, true},
+                        // the general path: top-k off, above the shared-memory cap, the full vocabulary
+                        {0, 0.9f, 0.0f, 0.8f, 1.0f, 64, false}, {0, 0.95f, 0.02f, 1.2f, 1.2f, 32, true},
+                        {300, 1.0f, 0.05f, 0.7f, 1.0f, 64, false}, {1000, 1.0f, 0.0f, 1.0f, 1.0f, 64, false},
+                        {0, 0.5f, 0.0f, 1.0f, 1.0f, 64, true}, {999, 0.97f, 0.01f, 2.0f, 1.05f, -1, false}};
   DeviceSampler ds(gpu().ctx, gpu().pipelines, V, rows, 4096);
+  int exact_draws = 0;
   for (const Case& c : cases) {
     SCOPED_TRACE("top_k " + std::to_string(c.top_k) + " top_p " + std::to_string(c.top_p));
     SamplingParams p;
@@ -128,8 +133,23 @@ TEST_F(DeviceSamplerTest, MatchesHostSamplerRowByRow) {
       const auto d = ds.drawn(row);
       EXPECT_GT(dense[d.token], 0.f) << "drawn token outside the kept set";
       EXPECT_NEAR(d.top_prob, want.probs.front(), 1e-5);
+      // the draw itself: the host's inverse CDF in rank order with the mirrored uniform (unless u falls
+      // within rounding of a boundary between two candidates)
+      const double u = counter_uniform(p.seed, 100 + row, DeviceSampler::kStreamDraft);
+      double cum = 0, margin = 1.0;
+      uint32_t pick = want.ids.back();
+      for (size_t i = 0; i < want.ids.size(); ++i) {
+        cum += want.probs[i];
+        margin = std::min(margin, std::fabs(u - cum));
+        if (u < cum) { pick = want.ids[i]; break; }
+      }
+      if (margin > 1e-5) {
+        EXPECT_EQ(d.token, pick) << "row " << row << " u " << u;
+        ++exact_draws;
+      }
     }
   }
+  EXPECT_GT(exact_draws, 40) << "too few draws compared";
 }
 
 // The fused verify (p rows transformed on the device, accept chain in the last workgroup) decides exactly as

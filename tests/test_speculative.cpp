@@ -169,8 +169,8 @@ TEST_F(SpeculativeTest, KvAfterRoundsEqualsFreshPrefill) {
 }
 
 // The shape of a step: a plain decoding step is one submission (one host wait), and so is a speculative
-// round with a draft model or n-gram drafts, for greedy, penalized greedy and device sampling, with and
-// without --draft-p-min. Counted process-wide, so a stray submission by any component would show.
+// round with a draft model or n-gram drafts, for greedy, penalized greedy and sampling (top-k 40 and off),
+// with and without --draft-p-min. Counted process-wide, so a stray submission by any component would show.
 TEST_F(SpeculativeTest, OneSubmissionPerStepAndPerRound) {
   GgufFile tf(shared_path("models/stories260K.gguf")), df(write_truncated_stories());
   ModelOptions mo;
@@ -179,12 +179,13 @@ TEST_F(SpeculativeTest, OneSubmissionPerStepAndPerRound) {
   const uint32_t V = target.hparams().n_vocab;
   SpecAcceptor acceptor(gpu().ctx, gpu().pipelines, V, LlamaModel::kMaxBatch - 1);
   const std::vector<uint32_t> prompt = {1, 403, 407, 261, 378};
-  SamplingParams greedy = Session::greedy_params(), penalized = greedy, sampled;
+  SamplingParams greedy = Session::greedy_params(), penalized = greedy, sampled, top_k_off;
   penalized.repeat_penalty = 1.3f;
   sampled.seed = 5;
-  for (const SamplingParams& p : {greedy, penalized, sampled}) {
+  top_k_off.seed = 6;
+  top_k_off.top_k = 0;
+  for (const SamplingParams& p : {greedy, penalized, sampled, top_k_off}) {
     Session session(V, p);
-    ASSERT_NE(session.chooser.mode(), ChoiceMode::Host);
     const int seq = target.kv().new_sequence();
     std::vector<uint32_t> context = prompt;
     uint64_t before = Recorder::total_submissions();
@@ -242,8 +243,8 @@ int expect_same_distribution(const std::map<uint32_t, int>& a, const std::map<ui
 
 // End to end: the first three tokens sampled with speculation are distributed as without it, over 2000
 // seeds, at T = 0.8 (top-k 40, top-p 0.95) and T = 1.0 (top-p 0.9) with the draft model, and at T = 0.8
-// with n-gram drafts (one-hot proposals). The plain side is the host Sampler, an independent reference: the
-// top-k 40 setting runs speculation with the device transforms, the top-k-off setting with the host ones.
+// with n-gram drafts (one-hot proposals). The plain side is the host Sampler, an independent reference;
+// speculation runs the device transforms (top-k 40: the shared-memory path; top-k off: the general path).
 // About 2 minutes on lavapipe: every pass is dispatch-bound.
 TEST_F(SpeculativeTest, SampledTokensHaveTheTargetsDistribution) {
   GgufFile tf(shared_path("models/stories260K.gguf")), df(write_truncated_stories());
