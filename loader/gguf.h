@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/vk_loader.h"   // vkspec::Error
+#include "runtime/core.h"   // vkspec::Error (no Vulkan in loader/)
 
 namespace vkspec {
 

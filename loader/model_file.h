@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "loader/gguf.h"
-#include "runtime/tensor.h"
+#include "runtime/core.h"   // DType
 
 namespace vkspec {
 

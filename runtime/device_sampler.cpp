@@ -7,15 +7,7 @@
 namespace vkspec {
 
 namespace {
-struct SampleRowsPC {   // mirrors the push-constant block of shaders/sample_rows.comp
-  uint64_t logits, probs, draws, hist;
-  uint32_t seed_lo, seed_hi, V, h_ctx, last_n;
-  float penalty, temperature, top_p, min_p;
-  uint32_t top_k, position, stream, draw;
-  float draft_p_min;   // fills what was padding before q
-  uint64_t q, tokens, result, counter;   // fused verify
-  uint32_t K, accept;
-};
+using contract::SampleRowsPC;   // shaders/contract.h
 static_assert(sizeof(SampleRowsPC) == 128, "sample_rows push constants: the 128 bytes every device has");
 }  // namespace
 
@@ -63,8 +55,7 @@ void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Rows& j) 
   const bool penalty = p.repeat_penalty != 1.0f && p.repeat_last_n != 0;
   const uint32_t last_n = !penalty ? 0u : p.repeat_last_n < 0 ? 0xffffffffu : uint32_t(p.repeat_last_n);
   const FusedAccept* a = j.accept;
-  SampleRowsPC pc{j.logits.address, j.probs.address, j.draws ? j.draws->address : 0, history_.address,
-                  uint32_t(p.seed), uint32_t(p.seed >> 32), n_vocab_, j.history_len, last_n, p.repeat_penalty,
+  SampleRowsPC pc{j.logits.address, j.probs.address, j.draws ? j.draws->address : 0, history_.address, p.seed, n_vocab_, j.history_len, last_n, p.repeat_penalty,
                   p.temperature, p.top_p, p.min_p, uint32_t(p.top_k), uint32_t(j.position), j.stream,
                   j.draws ? 1u : 0u, a ? a->draft_p_min : 0.0f, a ? a->q.address : 0, a ? a->tokens.address : 0,
                   a ? a->result.address : 0, a ? a->counter.address : 0, a ? a->k : 0, a ? 1u : 0u};

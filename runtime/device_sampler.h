@@ -15,7 +15,7 @@ namespace vkspec {
 
 class DeviceSampler {
  public:
-  static constexpr uint32_t kMaxTopK = 256;
+  static constexpr uint32_t kMaxTopK = contract::MAX_TOP_K;   // the shared-memory path of sample_rows
   // RNG streams of the counter-based generator (shaders/rng.h).
   static constexpr uint32_t kStreamPlain = rng::STREAM_PLAIN, kStreamDraft = rng::STREAM_DRAFT;
   static bool supports(const SamplingParams& p, uint32_t n_vocab) { return !p.greedy() && n_vocab > 0; }

@@ -12,6 +12,7 @@
 
 #include "runtime/recorder.h"
 #include "runtime/tensor.h"
+#include "shaders/contract.h"
 
 namespace vkspec {
 
@@ -28,6 +29,15 @@ struct PagedKvView {        // one layer of one sequence's KV cache, as the kern
 struct TokenInput {
   Slice ids;
   uint32_t stride = 1;
+};
+
+// What a matmul multiplies: x as it is, or (norm set) rmsnorm(x) * norm computed by the matmul itself.
+struct MatmulInput {
+  MatmulInput(const Slice& x_) : x(x_) {}   // implicit: a plain input
+  MatmulInput(const Slice& x_, const Slice& norm_, float eps_) : x(x_), norm(norm_), eps(eps_) {}
+  Slice x;
+  Slice norm;        // [dim] f32 RMSNorm weight (empty: x is used as is)
+  float eps = 0.0f;
 };
 
 struct AttentionShape {
@@ -51,13 +61,18 @@ class Kernels {
   void embed(Recorder& r, const DeviceMatrix& table, const TokenInput& tokens, const Slice& x, uint32_t n);
   // out[t] = x[t] * rsqrt(mean(x[t]^2) + eps) * w.
   void rmsnorm(Recorder& r, const Slice& x, const Slice& w, const Slice& out, uint32_t n, uint32_t dim, float eps);
+  // The input of matmuls that consume rmsnorm(x) * w: the one decision of where RMSNorm runs. The subgroup
+  // family folds it into each matmul (MODE_RMSNORM: one dispatch fewer per norm); the row-per-lane family
+  // records an rmsnorm into `scratch` ([n][dim]) here and returns it.
+  MatmulInput normalized(Recorder& r, const Slice& x, const Slice& w, float eps, const Slice& scratch, uint32_t n,
+                         uint32_t dim);
   // y[t] = W x[t] (accumulate: y[t] += W x[t]). x: [n][x_stride], y: [n][y_stride].
-  void matmul(Recorder& r, const DeviceMatrix& w, const Slice& x, const Slice& y, uint32_t n, bool accumulate,
+  void matmul(Recorder& r, const DeviceMatrix& w, const MatmulInput& x, const Slice& y, uint32_t n, bool accumulate,
               uint32_t x_stride = 0, uint32_t y_stride = 0);
   // Which shader matmul() records for these operands (tests check both paths are exercised).
   const char* matmul_shader(const DeviceMatrix& w, const Slice& x, uint32_t x_stride = 0) const;
   // y[t] = silu(Wg x[t]) * (Wu x[t]).
-  void matmul_swiglu(Recorder& r, const DeviceMatrix& gate, const DeviceMatrix& up, const Slice& x,
+  void matmul_swiglu(Recorder& r, const DeviceMatrix& gate, const DeviceMatrix& up, const MatmulInput& x,
                      const Slice& y, uint32_t n);
   // Rotate q, k of tokens at positions pos0.. in place and append k, v to the paged cache.
   void rope_store_kv(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& k, const Slice& v,

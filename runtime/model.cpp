@@ -160,14 +160,13 @@ void LlamaModel::record_chunk(Recorder& r, int seq, const TokenInput& in, uint32
   for (uint32_t l = 0; l < hp_.n_layers; ++l) {
     const LayerWeights& L = layers_[l];
     const PagedKvView kv = kv_->view(l, seq);
-    k.rmsnorm(r, x_, L.attn_norm, xn_, n, hp_.dim, hp_.rms_eps);             // xn = rmsnorm(x) * attn_norm
-    r.barrier();
+    const MatmulInput xa = k.normalized(r, x_, L.attn_norm, hp_.rms_eps, xn_, n, hp_.dim);   // xn = rmsnorm(x) * attn_norm
     if (L.fused_qkv) {
-      k.matmul(r, L.wqkv, xn_, qkv_, n, false, 0, qkv_w);                    // [q k v] = [Wq; Wk; Wv] xn
+      k.matmul(r, L.wqkv, xa, qkv_, n, false, 0, qkv_w);                     // [q k v] = [Wq; Wk; Wv] xn
     } else {
-      k.matmul(r, L.wq, xn_, q_rows, n, false, 0, qkv_w);                    // q = Wq xn
-      k.matmul(r, L.wk, xn_, k_rows, n, false, 0, qkv_w);                    // k = Wk xn
-      k.matmul(r, L.wv, xn_, v_rows, n, false, 0, qkv_w);                    // v = Wv xn
+      k.matmul(r, L.wq, xa, q_rows, n, false, 0, qkv_w);                     // q = Wq xn
+      k.matmul(r, L.wk, xa, k_rows, n, false, 0, qkv_w);                     // k = Wk xn
+      k.matmul(r, L.wv, xa, v_rows, n, false, 0, qkv_w);                     // v = Wv xn
     }
     r.barrier();
     k.rope_store_kv(r, shape, q_rows, k_rows, v_rows, rope, kv, pos0, n);    // rope(q, k); cache <- k, v
@@ -176,9 +175,8 @@ void LlamaModel::record_chunk(Recorder& r, int seq, const TokenInput& in, uint32
     r.barrier();
     k.matmul(r, L.wo, att_, x_, n, /*accumulate=*/true);                     // x += Wo att
     r.barrier();
-    k.rmsnorm(r, x_, L.ffn_norm, xn_, n, hp_.dim, hp_.rms_eps);              // xn = rmsnorm(x) * ffn_norm
-    r.barrier();
-    k.matmul_swiglu(r, L.w_gate, L.w_up, xn_, hb_, n);                       // hb = silu(Wg xn) * (Wu xn)
+    const MatmulInput xf = k.normalized(r, x_, L.ffn_norm, hp_.rms_eps, xn_, n, hp_.dim);    // xn = rmsnorm(x) * ffn_norm
+    k.matmul_swiglu(r, L.w_gate, L.w_up, xf, hb_, n);                        // hb = silu(Wg xn) * (Wu xn)
     r.barrier();
     k.matmul(r, L.w_down, hb_, x_, n, /*accumulate=*/true);                  // x += Wd hb
     r.barrier();
@@ -186,9 +184,8 @@ void LlamaModel::record_chunk(Recorder& r, int seq, const TokenInput& in, uint32
   if (want != Logits::None) {
     const uint32_t first = want == Logits::Last ? n - 1 : 0, rows = n - first;
     const Slice x_rows = x_.sub(VkDeviceSize(first) * hp_.dim * 4, VkDeviceSize(rows) * hp_.dim * 4);
-    k.rmsnorm(r, x_rows, output_norm_, xn_, rows, hp_.dim, hp_.rms_eps);     // xn = rmsnorm(x) * output_norm
-    r.barrier();
-    k.matmul(r, output_, xn_, logits_, rows, false);                         // logits = Wout xn
+    const MatmulInput xo = k.normalized(r, x_rows, output_norm_, hp_.rms_eps, xn_, rows, hp_.dim);   // rmsnorm(x) * output_norm
+    k.matmul(r, output_, xo, logits_, rows, false);                          // logits = Wout xn
   }
 }
 

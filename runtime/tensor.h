@@ -4,13 +4,10 @@
 #include <string>
 #include <vector>
 
+#include "runtime/core.h"
 #include "runtime/memory.h"
 
 namespace vkspec {
-
-enum class DType : uint32_t { F32 = 0, F16 = 1, BF16 = 2, Q8_0 = 3 };   // values match shaders/weights.glsl
-
-const char* dtype_name(DType t);
 
 // A row-major [rows][cols] matrix (GGUF ne0 = cols). q8_0 is stored as an int8 plane `data` [rows][cols]
 // plus a float plane `scales` [rows][cols/32] (repacked from GGUF's 34-byte blocks at upload).

@@ -1,6 +1,7 @@
 #pragma once
 // Vulkan entry points, loaded at run time from libvulkan.so.1 so that a machine without a Vulkan
 // loader gets a clear message ("install libvulkan1 ...") instead of a dynamic-linker failure.
+#include "runtime/core.h"
 #include <vulkan/vulkan.h>
 
 #include <stdexcept>
@@ -31,10 +32,6 @@
 
 namespace vkspec {
 
-// Every failure of the runtime surfaces as this exception with a message a user can act on.
-struct Error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 const char* vk_result_name(VkResult r);
 // Throws Error("<what>: <VkResult name>"); out-of-memory results get a dedicated message.

@@ -5,12 +5,9 @@
 // embedding reads. One workgroup per row.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
+#include "contract.h"
 
-layout(push_constant) uniform PC {
-  uvec2 logits;   // [n][cols]
-  uvec2 slots;    // [n][2] uint
-  uint cols, want_top_prob;
-} pc;
+layout(push_constant) uniform PC { PC_ARGMAX } pc;   // shaders/contract.h
 
 shared float best_v[WG];
 shared uint best_i[WG];

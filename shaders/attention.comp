@@ -5,18 +5,11 @@
 // position and the cache contents: identical for a decode step and for any row of a verify batch.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
+#include "contract.h"
 #include "paged_kv.glsl"
 
-const uint MAX_HEAD_DIM = 256;
 
-layout(push_constant) uniform PC {
-  uvec2 q;                  // [n][q_stride] (already rotated)
-  uvec2 out_;               // [n][n_heads*head_dim]
-  uvec2 k_pool, v_pool, block_table;
-  uint pos0, n_heads, n_kv_heads, head_dim;
-  float scale;              // 1/sqrt(head_dim)
-  uint q_stride;            // floats between consecutive tokens' q rows
-} pc;
+layout(push_constant) uniform PC { PC_ATTENTION } pc;   // shaders/contract.h
 
 shared float q_s[MAX_HEAD_DIM];
 shared float p_s[1024];

@@ -9,6 +9,7 @@
 // for any row of a verify batch.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
+#include "contract.h"
 
 layout(constant_id = 1) const uint BLOCK_SIZE = 16;
 layout(constant_id = 2) const uint G = 1;   // query heads per kv head: 1..4
@@ -19,13 +20,7 @@ layout(set = 0, binding = 1) uniform usamplerBuffer KP;   // block holding the K
 layout(set = 0, binding = 2) uniform usamplerBuffer VP;   // block holding the V pool
 layout(set = 0, binding = 3) uniform usamplerBuffer BT;   // block holding the block table
 
-layout(push_constant) uniform PC {
-  uvec2 out_;                                 // [n][n_heads*head_dim] f32
-  uint q, k_pool, v_pool, block_table;        // texel offsets of the slices in their blocks
-  uint pos0, n_heads, n_kv_heads, head_dim;
-  float scale;                                // 1/sqrt(head_dim)
-  uint q_stride;                              // floats between consecutive tokens' q rows (multiple of 4)
-} pc;
+layout(push_constant) uniform PC { PC_ATTENTION_ROWS } pc;   // shaders/contract.h
 
 shared float p_s[4 * C];   // [g][key in chunk]: scores, then probabilities
 shared vec4 red4[8];

@@ -3,16 +3,12 @@
 // stride 2 reads the token slots ({token, aux} pairs) that argmax and the sampler write (runtime/token_choice.h).
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
+#include "contract.h"
 #include "weights.glsl"
 
 layout(constant_id = 1) const uint WTYPE = WT_F32;
 
-layout(push_constant) uniform PC {
-  uvec2 table, table_scales;  // [vocab][dim]
-  uvec2 tokens;               // [n][stride] uint
-  uvec2 x;                    // [n][dim] f32
-  uint dim, n, vocab, stride;
-} pc;
+layout(push_constant) uniform PC { PC_EMBED } pc;   // shaders/contract.h
 
 void main() {
   const uint t = gl_WorkGroupID.x;

@@ -2,12 +2,16 @@
 // y[t][r] (+)= sum_k W[r][k] * x[t][k] for rows r < M, tokens t < n (n = 1 decode, n <= 16 verify/prefill).
 // MODE_SWIGLU: W is the FFN gate, W2 the up projection; y = silu(W x) * (W2 x) (SwiGLU fused into the
 // gate/up matmul, so the hidden activation is written once). MODE_ACCUMULATE adds into y (residual).
+// MODE_RMSNORM: x is the raw residual stream and the matmul applies RMSNorm itself: the sum of squares of x
+// is reduced alongside the dot products (same lanes, same order), x is multiplied by the norm weight as it
+// is read, and the row sums are scaled by 1/sqrt(mean(x^2) + eps) at the end: one dispatch instead of two.
 //
 // Batch invariance: every y[t][r] is reduced in the same order (k ascending within a lane, lanes combined
 // by wg_sum) whatever n and TT are; `precise` stops the compiler from fusing or reordering differently in
 // the TT=1 and TT=8 variants.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
+#include "contract.h"
 #include "weights.glsl"
 
 #if defined(WTYPE_F32)
@@ -23,16 +27,8 @@ const uint WTYPE = WT_Q8_0;
 layout(constant_id = 1) const uint TT = 1;    // tokens per workgroup (1 for decode, 8 for batches)
 layout(constant_id = 2) const uint LPR = 1;   // lanes per row: 1 = row per lane (CPU devices), WG = row per workgroup (GPUs)
 
-const uint MODE_ACCUMULATE = 1u;
-const uint MODE_SWIGLU = 2u;
 
-layout(push_constant) uniform PC {
-  uvec2 w, w_scales;     // [M][K]
-  uvec2 w2, w2_scales;   // [M][K] up projection (MODE_SWIGLU only)
-  uvec2 x;               // [n][x_stride] f32
-  uvec2 y;               // [n][y_stride] f32
-  uint M, K, n, x_stride, y_stride, mode;
-} pc;
+layout(push_constant) uniform PC { PC_MATMUL } pc;   // shaders/contract.h
 
 void main() {
   const uint gid = gl_GlobalInvocationID.x;
@@ -40,12 +36,13 @@ void main() {
   const uint t0 = gl_WorkGroupID.y * TT;
   const bool in_range = row < pc.M;
   const uint r = in_range ? row : 0u;      // inactive lanes still join the reductions
-  const bool swiglu = (pc.mode & MODE_SWIGLU) != 0u;
+  const bool swiglu = (pc.mode & MODE_SWIGLU) != 0u, normed = (pc.mode & MODE_RMSNORM) != 0u;
   const bool vec4_path = (pc.K & 3u) == 0u && (pc.x_stride & 3u) == 0u;
 
   precise float acc[TT];
   precise float acc2[TT];
-  for (uint t = 0; t < TT; ++t) { acc[t] = 0.0; acc2[t] = 0.0; }
+  precise float ss[TT];   // MODE_RMSNORM: sum of x^2 per token
+  for (uint t = 0; t < TT; ++t) { acc[t] = 0.0; acc2[t] = 0.0; ss[t] = 0.0; }
 
   if (vec4_path) {
     const uint K4 = pc.K / 4u, xs4 = pc.x_stride / 4u;
@@ -55,7 +52,11 @@ void main() {
       if (swiglu) b = load_w4(WTYPE, pc.w2, pc.w2_scales, r * K4 + k4, pc.K);
       for (uint t = 0; t < TT; ++t) {
         const uint tok = min(t0 + t, pc.n - 1u);
-        const vec4 xv = Vec4s(pc.x).v[tok * xs4 + k4];
+        precise vec4 xv = Vec4s(pc.x).v[tok * xs4 + k4];
+        if (normed) {
+          ss[t] += xv.x * xv.x + xv.y * xv.y + xv.z * xv.z + xv.w * xv.w;
+          xv *= Vec4s(pc.norm).v[k4];
+        }
         acc[t] += a.x * xv.x + a.y * xv.y + a.z * xv.z + a.w * xv.w;
         if (swiglu) acc2[t] += b.x * xv.x + b.y * xv.y + b.z * xv.z + b.w * xv.w;
       }
@@ -66,7 +67,11 @@ void main() {
       const float b = swiglu ? load_w1(WTYPE, pc.w2, pc.w2_scales, r * pc.K + k) : 0.0;
       for (uint t = 0; t < TT; ++t) {
         const uint tok = min(t0 + t, pc.n - 1u);
-        const float xv = Floats(pc.x).v[tok * pc.x_stride + k];
+        precise float xv = Floats(pc.x).v[tok * pc.x_stride + k];
+        if (normed) {
+          ss[t] += xv * xv;
+          xv *= Floats(pc.norm).v[k];
+        }
         acc[t] += a * xv;
         if (swiglu) acc2[t] += b * xv;
       }
@@ -74,10 +79,16 @@ void main() {
   }
 
   for (uint t = 0; t < TT; ++t) {
-    precise float s = acc[t], s2 = acc2[t];
+    precise float s = acc[t], s2 = acc2[t], sq = ss[t];
     if (LPR > 1u) {
       s = wg_sum(s);
       if (swiglu) s2 = wg_sum(s2);
+      if (normed) sq = wg_sum(sq);
+    }
+    if (normed) {
+      const float scale = 1.0 / sqrt(sq / float(pc.K) + pc.eps);
+      s *= scale;
+      s2 *= scale;
     }
     const uint tok = t0 + t;
     if (in_range && lane == 0u && tok < pc.n) {

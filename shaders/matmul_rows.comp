@@ -9,6 +9,7 @@
 // Batch invariance: each lane reduces its row in k order, one texel at a time, whatever TT is.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
+#include "contract.h"
 #include "weights.glsl"
 
 #if defined(WTYPE_F32)
@@ -28,14 +29,8 @@ layout(set = 0, binding = 0) uniform usamplerBuffer W;    // block holding W (an
 layout(set = 0, binding = 1) uniform usamplerBuffer W2;   // block holding W2 (MODE_SWIGLU only)
 layout(set = 0, binding = 2) uniform usamplerBuffer X;    // block holding x
 
-const uint MODE_ACCUMULATE = 1u;
-const uint MODE_SWIGLU = 2u;
 
-layout(push_constant) uniform PC {
-  uvec2 y;                              // [n][y_stride] f32
-  uint w, w_scales, w2, w2_scales, x;   // texel offsets of the slices in their blocks
-  uint M, K, n, x_stride, y_stride, mode;
-} pc;
+layout(push_constant) uniform PC { PC_MATMUL_ROWS } pc;   // shaders/contract.h
 
 vec4 xv(uint t4) { return uintBitsToFloat(texelFetch(X, int(pc.x + t4))); }
 

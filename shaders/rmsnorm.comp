@@ -2,12 +2,9 @@
 // out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w. One workgroup per token; fixed reduction order.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
+#include "contract.h"
 
-layout(push_constant) uniform PC {
-  uvec2 x, w, out_;   // x, out: [n][dim] f32; w: [dim] f32
-  uint dim;
-  float eps;
-} pc;
+layout(push_constant) uniform PC { PC_RMSNORM } pc;   // shaders/contract.h
 
 void main() {
   const uint base = gl_WorkGroupID.x * pc.dim;

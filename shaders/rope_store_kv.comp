@@ -5,15 +5,10 @@
 // (with Llama 3 frequency scaling folded in), so no large-angle GPU sin/cos is involved.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
+#include "contract.h"
 #include "paged_kv.glsl"
 
-layout(push_constant) uniform PC {
-  uvec2 q, k, v;            // q: [n][q_stride], k/v: [n][kv_stride] (q, k rotated in place)
-  uvec2 rope;               // [n][n_rot/2] vec2(cos, sin)
-  uvec2 k_pool, v_pool, block_table;
-  uint pos0, n_heads, n_kv_heads, head_dim, n_rot;
-  uint q_stride, kv_stride; // floats between consecutive tokens' rows
-} pc;
+layout(push_constant) uniform PC { PC_ROPE_STORE_KV } pc;   // shaders/contract.h
 
 void rotate(uvec2 buf, uint base, uint i, vec2 cs) {
   const float a = Floats(buf).v[base + 2u * i], b = Floats(buf).v[base + 2u * i + 1u];

@@ -6,7 +6,7 @@
 // Writes the distribution as a dense probability row (zero outside the kept set) and, when asked, draws a
 // token from it with the counter-based generator keyed by (seed, position + row, stream).
 // top-k is found by a 4-pass radix select over order-preserving 32-bit keys (8-bit digit histograms in
-// shared memory), so the kept set never needs a sort of the vocabulary. With k <= MAX_K the candidates are
+// shared memory), so the kept set never needs a sort of the vocabulary. With k <= MAX_TOP_K the candidates are
 // ranked in shared memory. Otherwise (top-k off or large: any kept set up to the vocabulary) every later cut
 // is a prefix of the rank order found the same way by mass instead of count: top-p is the shortest prefix
 // whose mass reaches top_p, the draw the shortest whose mass exceeds u; masses are summed per lane in a
@@ -22,24 +22,11 @@
 // the last workgroup sees the others' writes.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
+#include "contract.h"
 #include "rng.h"
 
-const uint MAX_K = 256u;
 
-layout(push_constant) uniform PC {
-  uvec2 logits;       // [rows][V] f32 (penalized in place)
-  uvec2 probs;        // [rows][V] f32 out
-  uvec2 draws;        // [rows][2] uint out: token, bits of the top probability (when draw != 0)
-  uvec2 hist;         // uint token ids
-  uvec2 seed;
-  uint V, h_ctx, last_n;   // last_n = 0: no penalty window
-  float penalty, temperature, top_p, min_p;
-  uint top_k, position, stream, draw;
-  float draft_p_min;   // fused verify: drafts from the first i >= 1 whose top probability is below it are ignored
-  uvec2 q, tokens, result, counter;   // fused verify only: draft rows [K][V], drafts [K][2], {accepted, next}, uint
-  uint K, accept;
-
-} pc;
+layout(push_constant) uniform PC { PC_SAMPLE_ROWS } pc;   // shaders/contract.h
 
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer CoherentFloats { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer CoherentUints { uint v[]; };
@@ -56,10 +43,10 @@ shared bool last_done;
 shared uint digit_count[256];
 shared uint lane_ties[256];
 shared uint sel_prefix, sel_remaining, n_cand;
-shared uint cand_id[MAX_K];
-shared float cand_l[MAX_K];
-shared uint order[MAX_K];     // order[rank] = candidate index, by logit descending, ties by lower id
-shared float cand_p[MAX_K];   // probability of the candidate at each rank (0 = cut)
+shared uint cand_id[MAX_TOP_K];
+shared float cand_l[MAX_TOP_K];
+shared uint order[MAX_TOP_K];     // order[rank] = candidate index, by logit descending, ties by lower id
+shared float cand_p[MAX_TOP_K];   // probability of the candidate at each rank (0 = cut)
 
 // order-preserving map of a float to uint (larger float -> larger key)
 uint key_of(float f) {
@@ -67,7 +54,7 @@ uint key_of(float f) {
   return (u & 0x80000000u) != 0u ? ~u : u | 0x80000000u;
 }
 
-// ---- the general path (top-k off or above MAX_K) ----
+// ---- the general path (top-k off or above MAX_TOP_K) ----
 // A rank prefix: the elements with key > k, and the first `ties` elements (lowest ids) with key == k.
 // Each lane scans its contiguous range in id order, so an element's rank among the ties is the ties in
 // earlier lanes (tie_base) plus those before it in the lane.
@@ -239,7 +226,7 @@ void main() {
   }
 
   // 2. top-k: the k-th largest key, one 8-bit digit per pass, most significant first
-  const bool small_k = pc.top_k >= 1u && pc.top_k <= MAX_K && pc.top_k < pc.V;
+  const bool small_k = pc.top_k >= 1u && pc.top_k <= MAX_TOP_K && pc.top_k < pc.V;
   if (lane == 0u) { sel_prefix = 0u; sel_remaining = pc.top_k >= 1u && pc.top_k < pc.V ? pc.top_k : pc.V; }
   uint mask = 0u;
   for (int shift = 24; shift >= 0; shift -= 8) {

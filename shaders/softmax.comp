@@ -2,12 +2,9 @@
 // probs[t] = softmax(logits[t] / temperature). One workgroup per row; fixed reduction order.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
+#include "contract.h"
 
-layout(push_constant) uniform PC {
-  uvec2 logits, probs;   // [n][cols]
-  uint cols;
-  float inv_temperature;
-} pc;
+layout(push_constant) uniform PC { PC_SOFTMAX } pc;   // shaders/contract.h
 
 void main() {
   const uint base = gl_WorkGroupID.x * pc.cols;

@@ -12,18 +12,10 @@
 // (trial j reads row j of `tokens` and uses seed + j).
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
+#include "contract.h"
 #include "rng.h"
 
-layout(push_constant) uniform PC {
-  uvec2 p;        // [K+1][V] f32, rows sum to 1
-  uvec2 q;        // [K][V] f32, rows sum to 1
-  uvec2 tokens;   // [trials][tokens_stride] uint
-  uvec2 result;   // [trials][2] uint
-  uvec2 seed;     // 64-bit seed (lo, hi)
-  uint K, V;
-  uint position;  // sequence position of t_0 (the RNG counter)
-  uint tokens_stride, trials;
-} pc;
+layout(push_constant) uniform PC { PC_SPEC_ACCEPT } pc;   // shaders/contract.h
 
 float p_at(uint row, uint v) { return Floats(pc.p).v[row * pc.V + v]; }
 float q_at(uint row, uint v) { return Floats(pc.q).v[row * pc.V + v]; }

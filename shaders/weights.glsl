@@ -3,10 +3,7 @@
 //   q8_0 : K int8 quants (4 per uint) + K/32 float scales in a separate plane. GGUF's q8_0 block
 //          {f16 d; int8 q[32]} is repacked at upload (runtime/model.cpp) so rows are 4-byte aligned and
 //          one uint load gives four quants; value = d * q exactly as in GGUF.
-#define WT_F32 0
-#define WT_F16 1
-#define WT_BF16 2
-#define WT_Q8_0 3
+#include "contract.h"   // WT_* codes
 
 vec2 bf16x2(uint u) { return vec2(uintBitsToFloat(u << 16), uintBitsToFloat(u & 0xffff0000u)); }
 vec4 q8x4(uint u) {

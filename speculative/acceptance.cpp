@@ -6,10 +6,8 @@
 namespace vkspec {
 
 namespace {
-struct AcceptPC {   // mirrors the push-constant block of shaders/spec_accept.comp
-  uint64_t p, q, tokens, result;
-  uint32_t seed_lo, seed_hi, k, vocab, position, tokens_stride, trials;
-};
+using AcceptPC = contract::SpecAcceptPC;   // shaders/contract.h
+static_assert(sizeof(AcceptPC) <= 128, "push constants: the 128 bytes every device has");
 }  // namespace
 
 SpecAcceptor::SpecAcceptor(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_k, uint32_t max_trials,
@@ -45,8 +43,7 @@ void SpecAcceptor::set_row(float* row, const Candidates& c, uint32_t token) {
 
 void SpecAcceptor::record_accept(uint32_t k, uint64_t seed, uint32_t position, uint32_t trials) {
   if (k > max_k_ || trials == 0 || trials > max_trials_) throw Error("internal: SpecAcceptor out of range");
-  AcceptPC pc{p_.address, q_.address, tokens_.address, result_.address, uint32_t(seed), uint32_t(seed >> 32),
-              k, n_vocab_, position, max_k_, trials};
+  AcceptPC pc{p_.address, q_.address, tokens_.address, result_.address, seed, k, n_vocab_, position, max_k_, trials};
   const uint32_t gx = std::min(trials, 32768u);
   rec_->dispatch(pipelines_.get("spec_accept", {64}), &pc, sizeof pc, gx, (trials + gx - 1) / gx);
 }

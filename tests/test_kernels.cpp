@@ -125,6 +125,44 @@ TEST_P(KernelTest, MatmulSwigluMatchesReference) {
     }
 }
 
+// A matmul of rmsnorm(x) * g, wherever the family runs the norm (folded into the subgroup matmul, a
+// separate dispatch for row-per-lane): against the CPU reference, and bit for bit whatever the batch.
+TEST_P(KernelTest, NormalizedMatmulMatchesReferenceAndIsBatchInvariant) {
+  Kernels k = kernels();
+  for (DType type : {DType::F32, DType::F16, DType::Q8_0})
+    for (uint32_t K : {64u, 96u, 384u}) {
+      const uint32_t M = 67, n = 16;
+      const float eps = 1e-5f;
+      auto w = random_floats(M * K, K), x = random_floats(n * K, 6, -3.f, 3.f), g = random_floats(K, 7, 0.5f, 1.5f);
+      auto bytes = encode(type, w);
+      auto wref = dequantize(type, w.size(), bytes.data());
+      DeviceMatrix m = upload_matrix(*arena_, gpu().uploader, type, M, K, bytes.data(), "w");
+      gpu().uploader.flush();
+      Slice xs = upload(x), gs = upload(g), scratch = zeros<float>(n * K), batch = zeros<float>(n * M),
+            single = zeros<float>(n * M), scratch1 = zeros<float>(K);
+      run([&](Recorder& r) {
+        k.matmul(r, m, k.normalized(r, xs, gs, eps, scratch, n, K), batch, n, false);
+        for (uint32_t t = 0; t < n; ++t) {
+          r.barrier();   // the row-per-lane family reuses one scratch row
+          const Slice xt = xs.sub(t * K * 4, K * 4);
+          k.matmul(r, m, k.normalized(r, xt, gs, eps, scratch1, 1, K), single.sub(t * M * 4, M * 4), 1, false);
+        }
+      });
+      auto b = download<float>(batch, n * M), sg = download<float>(single, n * M);
+      for (uint32_t t = 0; t < n; ++t) {
+        double ss = 0;
+        for (uint32_t i = 0; i < K; ++i) ss += double(x[t * K + i]) * x[t * K + i];
+        const double scale = 1.0 / std::sqrt(ss / K + eps);
+        for (uint32_t r = 0; r < M; ++r) {
+          double ref = 0;
+          for (uint32_t i = 0; i < K; ++i) ref += double(wref[r * K + i]) * x[t * K + i] * scale * g[i];
+          ASSERT_NEAR(b[t * M + r], ref, 2e-5 * (1 + std::fabs(ref))) << dtype_name(type) << " K=" << K;
+          ASSERT_EQ(b[t * M + r], sg[t * M + r]) << "batch invariance " << dtype_name(type) << " K=" << K;
+        }
+      }
+    }
+}
+
 // Token t's output must not depend on n or on which other tokens share the dispatch.
 TEST_P(KernelTest, MatmulIsBatchInvariantBitForBit) {
   Kernels k = kernels();

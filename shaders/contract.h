@@ -1,0 +1,131 @@
+// The host/shader contract, defined once and included by the GLSL kernels and by C++ (runtime/kernels.cpp,
+// runtime/device_sampler.cpp, speculative/acceptance.cpp): weight-type codes, limits, mode flags, the
+// token-slot layout, and every push-constant block. A block is written once as a field list; GLSL wraps it
+// in `layout(push_constant) uniform PC { ... } pc;` and C++ in a struct, so the two layouts cannot drift
+// (natural alignment in both: 64-bit addresses on 8 bytes, 32-bit fields on 4; see the static_asserts in
+// runtime/kernels.cpp for the sizes every device accepts).
+#ifndef VKSPEC_CONTRACT_H
+#define VKSPEC_CONTRACT_H
+
+#ifdef __cplusplus
+#include <cstdint>
+namespace vkspec::contract {
+using vk_addr = uint64_t;   // a buffer device address (GLSL: uvec2, little-endian)
+using vk_uint = uint32_t;
+using vk_float = float;
+#define VKSPEC_CONST inline constexpr uint32_t
+#else
+#define vk_addr uvec2
+#define vk_uint uint
+#define vk_float float
+#define VKSPEC_CONST const uint
+#endif
+
+// Weight types (runtime DType values).
+#define WT_F32 0
+#define WT_F16 1
+#define WT_BF16 2
+#define WT_Q8_0 3
+
+VKSPEC_CONST MAX_TOP_K = 256u;        // top-k the sampler ranks in shared memory (larger: the general path)
+VKSPEC_CONST MAX_HEAD_DIM = 256u;     // attention.comp keeps one head's output dims in registers
+VKSPEC_CONST TOKEN_SLOT_UINTS = 2u;   // a token slot: {token, aux (float bits: top probability)}
+VKSPEC_CONST MODE_ACCUMULATE = 1u;    // matmul: y += W x
+VKSPEC_CONST MODE_SWIGLU = 2u;        // matmul: y = silu(W x) * (W2 x)
+VKSPEC_CONST MODE_RMSNORM = 4u;       // matmul.comp: x is rmsnorm(x) * norm, computed on the fly
+
+// ---- push-constant blocks ----
+#define PC_EMBED                                                                                        \
+  vk_addr table; vk_addr table_scales; /* [vocab][dim] */                                               \
+  vk_addr tokens;                      /* [n][stride] uint */                                           \
+  vk_addr x;                           /* [n][dim] f32 */                                               \
+  vk_uint dim; vk_uint n; vk_uint vocab; vk_uint stride;
+
+#define PC_RMSNORM                                                                                      \
+  vk_addr x; vk_addr w; vk_addr out_;  /* x, out: [n][dim] f32; w: [dim] f32 */                         \
+  vk_uint dim; vk_float eps;
+
+#define PC_MATMUL                                                                                       \
+  vk_addr w; vk_addr w_scales;         /* [M][K] */                                                     \
+  vk_addr w2; vk_addr w2_scales;       /* [M][K] up projection (MODE_SWIGLU only) */                    \
+  vk_addr x;                           /* [n][x_stride] f32 */                                          \
+  vk_addr y;                           /* [n][y_stride] f32 */                                          \
+  vk_uint M; vk_uint K; vk_uint n; vk_uint x_stride; vk_uint y_stride; vk_uint mode;                  \
+  vk_addr norm;                        /* [K] f32 (MODE_RMSNORM) */                                     \
+  vk_float eps;
+
+#define PC_MATMUL_ROWS                                                                                  \
+  vk_addr y;                           /* [n][y_stride] f32 */                                          \
+  vk_uint w; vk_uint w_scales; vk_uint w2; vk_uint w2_scales; vk_uint x; /* texel offsets in blocks */  \
+  vk_uint M; vk_uint K; vk_uint n; vk_uint x_stride; vk_uint y_stride; vk_uint mode;
+
+#define PC_ROPE_STORE_KV                                                                                \
+  vk_addr q; vk_addr k; vk_addr v;     /* q: [n][q_stride], k/v: [n][kv_stride] (q, k rotated in place) */ \
+  vk_addr rope;                        /* [n][n_rot/2] vec2(cos, sin), from position pos0 */            \
+  vk_addr k_pool; vk_addr v_pool; vk_addr block_table;                                                  \
+  vk_uint pos0; vk_uint n_heads; vk_uint n_kv_heads; vk_uint head_dim; vk_uint n_rot;                   \
+  vk_uint q_stride; vk_uint kv_stride; /* floats between consecutive tokens' rows */
+
+#define PC_ATTENTION                                                                                    \
+  vk_addr q;                           /* [n][q_stride] (already rotated) */                            \
+  vk_addr out_;                        /* [n][n_heads*head_dim] */                                      \
+  vk_addr k_pool; vk_addr v_pool; vk_addr block_table;                                                  \
+  vk_uint pos0; vk_uint n_heads; vk_uint n_kv_heads; vk_uint head_dim;                                  \
+  vk_float scale;                      /* 1/sqrt(head_dim) */                                           \
+  vk_uint q_stride;
+
+#define PC_ATTENTION_ROWS                                                                               \
+  vk_addr out_;                        /* [n][n_heads*head_dim] f32 */                                  \
+  vk_uint q; vk_uint k_pool; vk_uint v_pool; vk_uint block_table; /* texel offsets in their blocks */   \
+  vk_uint pos0; vk_uint n_heads; vk_uint n_kv_heads; vk_uint head_dim;                                  \
+  vk_float scale;                      /* 1/sqrt(head_dim) */                                           \
+  vk_uint q_stride;                    /* multiple of 4 */
+
+#define PC_SOFTMAX                                                                                      \
+  vk_addr logits; vk_addr probs;       /* [n][cols] */                                                  \
+  vk_uint cols; vk_float inv_temperature;
+
+#define PC_ARGMAX                                                                                       \
+  vk_addr logits;                      /* [n][cols] */                                                  \
+  vk_addr slots;                       /* [n] token slots */                                            \
+  vk_uint cols; vk_uint want_top_prob;
+
+#define PC_SAMPLE_ROWS                                                                                  \
+  vk_addr logits;                      /* [rows][V] f32 (penalized in place) */                         \
+  vk_addr probs;                       /* [rows][V] f32 out */                                          \
+  vk_addr draws;                       /* [rows] token slots out (when draw != 0) */                    \
+  vk_addr hist;                        /* uint token ids: the penalty's history */                      \
+  vk_addr seed;                                                                                         \
+  vk_uint V; vk_uint h_ctx; vk_uint last_n; /* last_n = 0: no penalty window */                         \
+  vk_float penalty; vk_float temperature; vk_float top_p; vk_float min_p;                               \
+  vk_uint top_k; vk_uint position; vk_uint stream; vk_uint draw;                                        \
+  vk_float draft_p_min;                /* fused verify: drafts after one below it are not verified */   \
+  vk_addr q; vk_addr tokens; vk_addr result; vk_addr counter; /* fused verify: [K][V], slots, {acc, next}, uint */ \
+  vk_uint K; vk_uint accept;
+
+#define PC_SPEC_ACCEPT                                                                                  \
+  vk_addr p;                           /* [K+1][V] f32, rows sum to 1 */                                \
+  vk_addr q;                           /* [K][V] f32, rows sum to 1 */                                  \
+  vk_addr tokens;                      /* [trials][tokens_stride] uint */                               \
+  vk_addr result;                      /* [trials][2] uint */                                           \
+  vk_addr seed;                                                                                         \
+  vk_uint K; vk_uint V;                                                                                 \
+  vk_uint position;                    /* sequence position of t_0 (the RNG counter) */                 \
+  vk_uint tokens_stride; vk_uint trials;
+
+#ifdef __cplusplus
+struct EmbedPC { PC_EMBED };
+struct RmsnormPC { PC_RMSNORM };
+struct MatmulPC { PC_MATMUL };
+struct MatmulRowsPC { PC_MATMUL_ROWS };
+struct RopeKvPC { PC_ROPE_STORE_KV };
+struct AttentionPC { PC_ATTENTION };
+struct AttentionRowsPC { PC_ATTENTION_ROWS };
+struct SoftmaxPC { PC_SOFTMAX };
+struct ArgmaxPC { PC_ARGMAX };
+struct SampleRowsPC { PC_SAMPLE_ROWS };
+struct SpecAcceptPC { PC_SPEC_ACCEPT };
+}  // namespace vkspec::contract
+#endif
+#undef VKSPEC_CONST
+#endif
