@@ -115,11 +115,12 @@ Completion Engine::generate(std::span<const uint32_t> prompt, const SamplingPara
   if (c.speculative) {
     const SpeculativeOptions so{uint32_t(o_.draft_max), uint32_t(o_.draft_min), acceptor_.get(), adaptive_k()};
     c.spec = generate_speculative(m, seq, *drafter_, chooser, rec, context, so, accept);
+    c.decode_gpu_s = c.spec.gpu_s;
   } else {
     while (accept(next)) {
       context.push_back(next);
       if (context.size() >= m.n_ctx()) break;
-      next = decode_step(m, seq, chooser, rec, chooser.input(0), 1, context);   // one submission per token
+      next = decode_step(m, seq, chooser, rec, chooser.input(0), 1, context, &c.decode_gpu_s);   // one submission per token
     }
   }
   c.decode_s = seconds_since(t_decode);

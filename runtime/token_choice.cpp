@@ -1,5 +1,6 @@
 #include "runtime/token_choice.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace vkspec {
@@ -76,13 +77,16 @@ void TokenChooser::record_choice(Recorder& r, Kernels& k, const Slice& logits, u
 }
 
 uint32_t decode_step(LlamaModel& m, int seq, TokenChooser& chooser, Recorder& rec, const TokenInput& in, uint32_t n,
-                     std::span<const uint32_t> context) {
+                     std::span<const uint32_t> context, double* gpu_s) {
   rec.begin();
+  const uint32_t m0 = rec.mark();
   m.record_forward(rec, seq, in, n, Logits::Last);
   const uint32_t history_len = chooser.mode() == ChoiceMode::Device ? chooser.set_history(context) : 0;
   chooser.record_choice(rec, m.kernels(), m.logits_rows(), 1, 0, history_len, context.size(),
                         DeviceSampler::kStreamPlain);
+  const uint32_t m1 = rec.mark();
   rec.submit_and_wait();
+  if (gpu_s) *gpu_s += std::max(0.0, rec.seconds_between(m0, m1));
   return chooser.token(0);
 }
 

@@ -72,7 +72,8 @@ class TokenChooser {
 // choice of the token after them into slot 0, which the next step embeds (chooser.input(0)). `context`
 // is everything before the chosen token (the penalty's history; its size is the draw's counter position).
 // Returns the chosen token.
+// gpu_s, when given, accumulates the step's device time (timestamps; nothing without them).
 uint32_t decode_step(LlamaModel& m, int seq, TokenChooser& chooser, Recorder& rec, const TokenInput& in, uint32_t n,
-                     std::span<const uint32_t> context);
+                     std::span<const uint32_t> context, double* gpu_s = nullptr);
 
 }  // namespace vkspec

@@ -88,6 +88,7 @@ SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& draf
     stats.drafted += kept;
     stats.accepted += v.accepted;
     policy.observe(kept, v.accepted, rec.seconds_between(m_draft, m_verify), rec.seconds_between(m_verify, m_end));
+    stats.gpu_s += std::max(0.0, rec.seconds_between(m_draft, m_end));
     kv.truncate(seq, base + 1 + v.accepted);   // keep g and the accepted drafts
 
     for (uint32_t i = 0; i < v.accepted; ++i) {

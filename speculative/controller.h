@@ -32,10 +32,12 @@ struct SpeculativeOptions {
 
 struct SpeculativeStats {
   uint64_t drafted = 0, accepted = 0, verify_passes = 0, tokens = 0;
+  double gpu_s = 0;   // device time of the rounds (timestamps; 0 without them)
   double acceptance_rate() const { return drafted ? double(accepted) / double(drafted) : 0.0; }
   double tokens_per_verify() const { return verify_passes ? double(tokens) / double(verify_passes) : 0.0; }
   SpeculativeStats& operator+=(const SpeculativeStats& o) {
     drafted += o.drafted, accepted += o.accepted, verify_passes += o.verify_passes, tokens += o.tokens;
+    gpu_s += o.gpu_s;
     return *this;
   }
 };

@@ -157,6 +157,11 @@ TEST(Cli, BenchReportsMediansAcceptanceAndSpeedup) {
   EXPECT_EQ(j["speculative"]["draft_policy"], "fixed");
   // 33 tokens: the first from the prefill, then 32 from verify passes of 5 (4 drafts + bonus), 3 rounds x 3 reps
   EXPECT_DOUBLE_EQ(j["speculative"]["tokens_per_verify"].get<double>(), 33.0 / 7.0);
+  // one host wait per plain token and one per round (7 rounds for the 32 tokens after the first)
+  EXPECT_DOUBLE_EQ(j["plain"]["waits_per_token"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(j["speculative"]["waits_per_token"].get<double>(), 7.0 / 32.0);
+  EXPECT_GT(j["plain"]["dispatches_per_token"].get<double>(), 10.0);
+  EXPECT_GT(j["predicted_speedup"].get<double>(), 0.0);   // lavapipe has timestamps
 
   auto t = run_cli("bench " + kStories + " --draft ngram -p 16 -n 8 -r 1");
   ASSERT_EQ(t.code, 0) << t.err;

@@ -17,9 +17,9 @@ for rep in 1 2; do
 import json, sys
 v = json.load(open(sys.argv[1])); l = json.load(open(sys.argv[2]))
 p = v["plain"]; s = v.get("speculative", {})
-print("  vkspec prefill %.0f decode %.1f | llama.cpp prefill %.0f decode %.1f | ratio prefill %.2f decode %.2f%s" % (
-  p["prefill_tok_s"], p["decode_tok_s"], l["prefill_tok_s"], l["decode_tok_s"],
-  p["prefill_tok_s"] / l["prefill_tok_s"], p["decode_tok_s"] / l["decode_tok_s"],
+print("  vkspec prefill %.0f decode %.1f (%.1f dispatches, %.2f waits per token) | llama.cpp prefill %.0f decode %.1f | ratio prefill %.2f decode %.2f%s" % (
+  p["prefill_tok_s"], p["decode_tok_s"], p.get("dispatches_per_token", 0), p.get("waits_per_token", 0),
+  l["prefill_tok_s"], l["decode_tok_s"], p["prefill_tok_s"] / l["prefill_tok_s"], p["decode_tok_s"] / l["decode_tok_s"],
   " | spec decode %.1f (x%.2f, accept %.2f)" % (s["decode_tok_s"], v["speedup"], s["acceptance_rate"]) if s else ""))
 PY
 done
