@@ -2,12 +2,11 @@
 // Host side of the fused accept/reject kernel (shaders/spec_accept.comp): dense p and q rows in
 // device memory, one dispatch, and two integers read back per trial.
 // Two ways to fill the rows:
-//   device transforms (ChoiceMode::Device): the draft's steps write q_i into q_rows() row i as they draw
-//     (TokenChooser::record_choice); record_verify() is one fused dispatch in the round's command buffer:
-//     p_0..p_k from the target's verify logits, then the accept/resample chain in the last workgroup.
-//     Only the drafts (token slots) and {accepted, next} come back.
-//   host transforms (top-k off or above DeviceSampler::kMaxTopK): set_row() writes rows the host computed,
-//     then run().
+//   generation: the draft's steps write q_i into q_rows() row i as they draw (TokenChooser::record_choice;
+//     deterministic drafts get one-hot rows from set_row); record_verify() is one fused dispatch in the
+//     round's command buffer: p_0..p_k from the target's verify logits, then the accept/resample chain in
+//     the last workgroup. Only the drafts (token slots) and {accepted, next} come back.
+//   the statistical tests: set_row() writes rows the host computed, then run() (many trials at once).
 // Invariant: rows are probability vectors over the whole vocabulary.
 #include <memory>
 #include <span>
