@@ -78,12 +78,4 @@ DeviceSampler::Draw DeviceSampler::drawn(uint32_t row) const {
   return {d[0], top};
 }
 
-uint32_t DeviceSampler::sample(const SamplingParams& p, const Slice& logits_row, std::span<const uint32_t> context,
-                               uint64_t position) {
-  rec_->begin();
-  record(*rec_, p, logits_row, scratch_probs_, 1, context, {}, position, true, kStreamPlain);
-  rec_->submit_and_wait();
-  return drawn(0).token;
-}
-
 }  // namespace vkspec

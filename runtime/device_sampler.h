@@ -59,9 +59,6 @@ class DeviceSampler {
   struct Draw { uint32_t token; float top_prob; };
   Draw drawn(uint32_t row) const;
 
-  // The plain sampling step: one row transformed, drawn (stream kStreamPlain), submitted and waited on.
-  uint32_t sample(const SamplingParams& p, const Slice& logits_row, std::span<const uint32_t> context,
-                  uint64_t position);
 
  private:
   Pipelines& pipelines_;

@@ -17,7 +17,6 @@ using contract::MatmulPC;
 using contract::MatmulRowsPC;
 using contract::RmsnormPC;
 using contract::RopeKvPC;
-using contract::SoftmaxPC;
 static_assert(sizeof(MatmulPC) <= 128 && sizeof(MatmulRowsPC) <= 128 && sizeof(RopeKvPC) <= 128 &&
                   sizeof(AttentionPC) <= 128 && sizeof(AttentionRowsPC) <= 128,
               "push constants: the 128 bytes every device has");
@@ -167,12 +166,6 @@ void Kernels::attention(Recorder& r, const AttentionShape& s, const Slice& q, co
                  pos0, s.n_heads, s.n_kv_heads, s.head_dim, scale, s.q_row()};
   const uint32_t wg = family_ == KernelFamily::RowPerLane ? 32 : 64;
   r.dispatch(pipelines_.get("attention", {wg, kv.block_size}), &pc, sizeof pc, s.n_heads, n);
-}
-
-void Kernels::softmax(Recorder& r, const Slice& logits, const Slice& probs, uint32_t n, uint32_t cols,
-                      float temperature) {
-  SoftmaxPC pc{logits.address, probs.address, cols, 1.0f / temperature};
-  r.dispatch(pipelines_.get("softmax", {64}), &pc, sizeof pc, n);
 }
 
 void Kernels::argmax(Recorder& r, const Slice& logits, const Slice& slots, uint32_t n, uint32_t cols,

@@ -83,7 +83,6 @@ class Kernels {
   // Which shader attention() records: attention_rows (texel reads, G = n_heads/n_kv_heads <= 4 query heads
   // per workgroup) for the row-per-lane family when q, the pools and the table are texel-readable.
   const char* attention_shader(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const;
-  void softmax(Recorder& r, const Slice& logits, const Slice& probs, uint32_t n, uint32_t cols, float temperature);
   // slots[t] = {argmax of row t (lowest id among ties), its softmax probability when top_prob else 0}.
   void argmax(Recorder& r, const Slice& logits, const Slice& slots, uint32_t n, uint32_t cols, bool top_prob = false);
 

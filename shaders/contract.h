@@ -81,10 +81,6 @@ VKSPEC_CONST MODE_RMSNORM = 4u;       // matmul.comp: x is rmsnorm(x) * norm, co
   vk_float scale;                      /* 1/sqrt(head_dim) */                                           \
   vk_uint q_stride;                    /* multiple of 4 */
 
-#define PC_SOFTMAX                                                                                      \
-  vk_addr logits; vk_addr probs;       /* [n][cols] */                                                  \
-  vk_uint cols; vk_float inv_temperature;
-
 #define PC_ARGMAX                                                                                       \
   vk_addr logits;                      /* [n][cols] */                                                  \
   vk_addr slots;                       /* [n] token slots */                                            \
@@ -121,7 +117,6 @@ struct MatmulRowsPC { PC_MATMUL_ROWS };
 struct RopeKvPC { PC_ROPE_STORE_KV };
 struct AttentionPC { PC_ATTENTION };
 struct AttentionRowsPC { PC_ATTENTION_ROWS };
-struct SoftmaxPC { PC_SOFTMAX };
 struct ArgmaxPC { PC_ARGMAX };
 struct SampleRowsPC { PC_SAMPLE_ROWS };
 struct SpecAcceptPC { PC_SPEC_ACCEPT };

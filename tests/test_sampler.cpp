@@ -188,29 +188,35 @@ TEST_F(DeviceSamplerTest, FusedVerifyEqualsAcceptKernelOnItsRows) {
   EXPECT_GT(all_accepted, 0);
 }
 
-// Draws over many positions follow the row's distribution (chi-square, significance ~1e-6).
+// Draws over many positions follow the row's distribution (chi-square, significance ~1e-6), on both paths
+// of sample_rows.comp (top-k 12: shared-memory ranking; top-k off: the general path).
 TEST_F(DeviceSamplerTest, DrawsFollowTheDistribution) {
   const uint32_t V = 64;
   std::vector<float> logits(V);
   for (uint32_t v = 0; v < V; ++v) logits[v] = 0.1f * float(v % 9) - 0.02f * float(v);
-  SamplingParams p;
-  p.top_k = 12; p.top_p = 0.97f; p.min_p = 0.0f; p.temperature = 0.9f; p.seed = 3;
-  const Candidates want = Sampler(p).distribution(logits, {});
   DeviceSampler ds(gpu().ctx, gpu().pipelines, V, 1, 16);
-  Slice l = upload(logits);
-  std::map<uint32_t, uint32_t> counts;
-  const uint32_t draws = 20000;
-  for (uint32_t i = 0; i < draws; ++i) counts[ds.sample(p, l, {}, i)]++;
-  double chi2 = 0;
-  for (size_t i = 0; i < want.ids.size(); ++i) {
-    const double e = want.probs[i] * draws, o = counts[want.ids[i]];
-    chi2 += (o - e) * (o - e) / e;
-    counts.erase(want.ids[i]);
+  Slice l = upload(logits), probs = zeros<float>(V);
+  for (int top_k : {12, 0}) {
+    SamplingParams p;
+    p.top_k = top_k; p.top_p = 0.97f; p.min_p = 0.0f; p.temperature = 0.9f; p.seed = 3;
+    const Candidates want = Sampler(p).distribution(logits, {});
+    std::map<uint32_t, uint32_t> counts;
+    const uint32_t draws = 20000;
+    for (uint32_t i = 0; i < draws; ++i) {
+      run([&](Recorder& r) { ds.record(r, p, l, probs, 1, {}, {}, i, true, DeviceSampler::kStreamPlain); });
+      counts[ds.drawn(0).token]++;
+    }
+    double chi2 = 0;
+    for (size_t i = 0; i < want.ids.size(); ++i) {
+      const double e = want.probs[i] * draws, o = counts[want.ids[i]];
+      chi2 += (o - e) * (o - e) / e;
+      counts.erase(want.ids[i]);
+    }
+    EXPECT_TRUE(counts.empty()) << "drew a token outside the kept set, top-k " << top_k;
+    const double k = double(want.ids.size() - 1), z = 4.75;   // Wilson-Hilferty critical value, alpha ~1e-6
+    const double crit = k * std::pow(1 - 2 / (9 * k) + z * std::sqrt(2 / (9 * k)), 3);
+    EXPECT_LT(chi2, crit) << "top-k " << top_k;
   }
-  EXPECT_TRUE(counts.empty()) << "drew a token outside the kept set";
-  const double k = double(want.ids.size() - 1), z = 4.75;   // Wilson-Hilferty critical value, alpha ~1e-6
-  const double crit = k * std::pow(1 - 2 / (9 * k) + z * std::sqrt(2 / (9 * k)), 3);
-  EXPECT_LT(chi2, crit);
 }
 
 }  // namespace
