@@ -32,7 +32,11 @@ layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer Coh
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer CoherentUints { uint v[]; };
 
 float p_at(uint row, uint v) { return CoherentFloats(pc.probs).v[row * pc.V + v]; }
-float q_at(uint row, uint v) { return Floats(pc.q).v[row * pc.V + v]; }
+// q = 0: deterministic drafts (n-gram), whose q is one-hot at the draft
+float q_at(uint row, uint v) {
+  if (pc.q == uvec2(0u)) return v == Uints(pc.tokens).v[2u * row] ? 1.0 : 0.0;
+  return Floats(pc.q).v[row * pc.V + v];
+}
 // Drafts in the token-slot layout ({token, top probability} pairs) the draft steps wrote.
 uint draft_at(uint i) { return Uints(pc.tokens).v[2u * i]; }
 #define accept_V pc.V

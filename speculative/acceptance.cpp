@@ -21,6 +21,9 @@ SpecAcceptor::SpecAcceptor(Context& ctx, Pipelines& pipelines, uint32_t n_vocab,
   tokens_ = upload_->alloc(VkDeviceSize(max_trials) * std::max(max_k, 1u) * 4, "speculative tokens");
   counter_ = upload_->alloc(4, "fused verify counter");
   draft_slots_ = upload_->alloc(VkDeviceSize(std::max(max_k, 1u)) * 8, "host drafts as token slots");
+  device_ = std::make_unique<Arena>(ctx, MemoryKind::Device, row * (2 * max_k + 1) + 8192);
+  p_dev_ = device_->alloc(row * (max_k + 1), "speculative p rows");
+  q_dev_ = device_->alloc(row * std::max(max_k, 1u), "speculative q rows");
   result_ = readback_->alloc(VkDeviceSize(max_trials) * 8, "speculative result");
   if (!p_.mapped || !tokens_.mapped || !result_.mapped) throw Error("internal: speculative buffers are not mapped");
   rec_ = std::make_unique<Recorder>(ctx, profiling_requested());
@@ -60,7 +63,13 @@ std::vector<SpecAcceptor::Outcome> SpecAcceptor::run(uint32_t k, uint64_t seed, 
 
 void SpecAcceptor::record_verify(Recorder& r, const SamplingParams& p, const Slice& target_logits,
                                  std::span<const uint32_t> context, const Slice& draft_slots, uint32_t k,
-                                 float draft_p_min) {
+                                 float draft_p_min, bool one_hot_q) {
+  record_fused(r, p, target_logits, context, draft_slots, k, draft_p_min, one_hot_q ? Slice{} : q_dev_, p_dev_);
+}
+
+void SpecAcceptor::record_fused(Recorder& r, const SamplingParams& p, const Slice& target_logits,
+                                std::span<const uint32_t> context, const Slice& draft_slots, uint32_t k,
+                                float draft_p_min, const Slice& q, const Slice& p_out) {
   if (k > max_k_) throw Error("internal: SpecAcceptor::record_verify out of range");
   const VkDeviceSize rows = VkDeviceSize(k + 1) * n_vocab_ * 4;
   counter_.host<uint32_t>()[0] = 0;   // the kernel leaves it zeroed; set anyway in case a submission failed
@@ -69,8 +78,8 @@ void SpecAcceptor::record_verify(Recorder& r, const SamplingParams& p, const Sli
     sampler_->record_append_history(r, draft_slots, 0, k, window);
     r.barrier();
   }
-  const DeviceSampler::FusedAccept fused{q_, draft_slots, result_, counter_, k, draft_p_min};
-  DeviceSampler::Rows j{target_logits.sub(0, rows), p_.sub(0, rows), k + 1, window, context.size(), nullptr, 0, &fused};
+  const DeviceSampler::FusedAccept fused{q, draft_slots, result_, counter_, k, draft_p_min};
+  DeviceSampler::Rows j{target_logits.sub(0, rows), p_out.sub(0, rows), k + 1, window, context.size(), nullptr, 0, &fused};
   sampler_->record(r, p, j);
 }
 
@@ -89,7 +98,7 @@ SpecAcceptor::Outcome SpecAcceptor::verify(const SamplingParams& p, const Slice&
     draft_slots_.host<uint32_t>()[2 * i + 1] = 0;
   }
   rec_->begin();
-  record_verify(*rec_, p, target_logits, context, draft_slots_, k);
+  record_fused(*rec_, p, target_logits, context, draft_slots_, k, 0.0f, q_, p_);
   rec_->submit_and_wait();
   return result();
 }

@@ -2,10 +2,11 @@
 // Host side of the fused accept/reject kernel (shaders/spec_accept.comp): dense p and q rows in
 // device memory, one dispatch, and two integers read back per trial.
 // Two ways to fill the rows:
-//   generation: the draft's steps write q_i into q_rows() row i as they draw (TokenChooser::record_choice;
-//     deterministic drafts get one-hot rows from set_row); record_verify() is one fused dispatch in the
-//     round's command buffer: p_0..p_k from the target's verify logits, then the accept/resample chain in
-//     the last workgroup. Only the drafts (token slots) and {accepted, next} come back.
+//   generation: the rows live in device memory; the draft's steps write q_i into q_rows() row i as they
+//     draw (TokenChooser::record_choice; deterministic drafts have no rows: q is one-hot at the draft);
+//     record_verify() is one fused dispatch in the round's command buffer: p_0..p_k from the target's
+//     verify logits, then the accept/resample chain in the last workgroup. Only the drafts (token slots) and
+//     {accepted, next} come back.
 //   the statistical tests: set_row() writes rows the host computed, then run() (many trials at once).
 // Invariant: rows are probability vectors over the whole vocabulary.
 #include <memory>
@@ -36,16 +37,18 @@ class SpecAcceptor {
   // Runs the kernel for `trials` independent trials (seed + j for trial j) sharing the same p and q.
   std::vector<Outcome> run(uint32_t k, uint64_t seed, uint32_t position, uint32_t trials = 1);
 
-  // Device transforms. q rows [max_k][n_vocab], which the draft's steps fill.
-  Slice q_rows() const { return q_; }
+  // Device-memory q rows [max_k][n_vocab], which the draft's steps fill.
+  Slice q_rows() const { return q_dev_; }
   // Records the fused verify: p_0..p_k from the target's logits rows after `context` and each draft, then
   // accept/reject with the q rows in place; the drafts are token slots ({token, top probability} pairs, as
   // the draft steps wrote them) and their penalty history is copied from there on the device. Drafts after
   // the first i >= 1 whose top probability is below draft_p_min are not verified. Position = context.size().
+  // one_hot_q: deterministic drafts (q one-hot at each draft, no rows); else q_rows().
   void record_verify(Recorder& r, const SamplingParams& p, const Slice& target_logits, std::span<const uint32_t> context,
-                     const Slice& draft_slots, uint32_t k, float draft_p_min = 0.0f);
+                     const Slice& draft_slots, uint32_t k, float draft_p_min, bool one_hot_q);
   Outcome result() const;   // of the last record_verify, after its submission
-  // Self-contained form with host drafts: record_verify, one submission.
+  // Self-contained form with host drafts and the host-written q rows (set_row), leaving p in p_row(): one
+  // submission (tests compare it with run() on the rows it left behind).
   Outcome verify(const SamplingParams& p, const Slice& target_logits, std::span<const uint32_t> context,
                  std::span<const uint32_t> drafts);
   DeviceSampler& device_sampler() { return *sampler_; }
@@ -57,7 +60,12 @@ class SpecAcceptor {
   std::unique_ptr<Arena> upload_, readback_;
   std::unique_ptr<Recorder> rec_;
   std::unique_ptr<DeviceSampler> sampler_;
-  Slice p_, q_, tokens_, result_, counter_, draft_slots_;
+  Slice p_, q_, tokens_, result_, counter_, draft_slots_;   // host-visible (set_row, run, verify)
+  std::unique_ptr<Arena> device_;
+  Slice p_dev_, q_dev_;                                      // generation's rows
+
+  void record_fused(Recorder& r, const SamplingParams& p, const Slice& target_logits, std::span<const uint32_t> context,
+                    const Slice& draft_slots, uint32_t k, float draft_p_min, const Slice& q, const Slice& p_out);
 
   void record_accept(uint32_t k, uint64_t seed, uint32_t position, uint32_t trials);
 };

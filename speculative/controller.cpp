@@ -53,8 +53,6 @@ SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& draf
     DraftRound round{rec, chooser, acceptor, history_len};
     uint32_t k = k_max ? drafter.draft(context, k_max, round) : 0;
     if (k < opts.draft_min) k = 0;   // a short n-gram proposal: decode plainly
-    if (sampling && !drafter.samples())   // deterministic drafts: q is one-hot at each draft
-      for (uint32_t i = 0; i < k; ++i) acceptor->set_row(acceptor->q_row(i), Candidates{}, chooser.token(i + 1));
 
     // Verify: one target pass over [g, d1..dK] gives the target's distribution after each of them.
     const uint32_t m_verify = rec.mark();
@@ -62,7 +60,8 @@ SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& draf
     target.record_forward(rec, seq, chooser.input(0), k + 1, Logits::All);
     if (sampling) {
       acceptor->record_verify(rec, chooser.device_params(), target.logits_rows(), context,
-                              chooser.slots().sub(8, VkDeviceSize(k) * 8 + 8), k, drafter.p_min());
+                              chooser.slots().sub(8, VkDeviceSize(k) * 8 + 8), k, drafter.p_min(),
+                              /*one_hot_q=*/!drafter.samples());   // deterministic drafts: q one-hot at each
     } else {   // greedy: the target's own choice after each row
       chooser.record_append_history(rec, 1, k, history_len);
       chooser.record_choice(rec, target.kernels(), target.logits_rows(), k + 1, TokenChooser::kVerifySlot,
