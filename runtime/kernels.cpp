@@ -15,7 +15,6 @@ using contract::AttentionRowsPC;
 using contract::EmbedPC;
 using contract::MatmulPC;
 using contract::MatmulRowsPC;
-using contract::RmsnormPC;
 using contract::RopeKvPC;
 static_assert(sizeof(MatmulPC) <= 128 && sizeof(MatmulRowsPC) <= 128 && sizeof(RopeKvPC) <= 128 &&
                   sizeof(AttentionPC) <= 128 && sizeof(AttentionRowsPC) <= 128,
@@ -45,12 +44,6 @@ void Kernels::embed(Recorder& r, const DeviceMatrix& table, const TokenInput& to
   EmbedPC pc{table.data.address, table.scales.address, tokens.ids.address, x.address, table.cols, n, table.rows,
              tokens.stride};
   r.dispatch(pipelines_.get("embed", {64, uint32_t(table.type)}), &pc, sizeof pc, n);
-}
-
-void Kernels::rmsnorm(Recorder& r, const Slice& x, const Slice& w, const Slice& out, uint32_t n, uint32_t dim,
-                      float eps) {
-  RmsnormPC pc{x.address, w.address, out.address, dim, eps};
-  r.dispatch(pipelines_.get("rmsnorm", {64}), &pc, sizeof pc, n);
 }
 
 // A slice the texel kernels can read: inside its block's texel view, at a 16-byte offset that a 32-bit
@@ -85,13 +78,14 @@ static void record_matmul(Recorder& r, Pipelines& pipes, KernelFamily fam, uint3
   x_stride = x_stride ? x_stride : w.cols;
   y_stride = y_stride ? y_stride : w.rows;
   if (in.norm) mode |= contract::MODE_RMSNORM;
-  const bool texel = !in.norm && texel_path(fam, w, w2, x, x_stride);
+  const bool texel = texel_path(fam, w, w2, x, x_stride) && (!in.norm || texel_readable(in.norm));
   if (texel) {
     const uint32_t tt = std::min(n, Kernels::kBatchTile);   // no padded tokens: a verify of 6 computes 6
     MatmulRowsPC pc{y.address, texel_offset(w.data), texel_offset(w.scales), w2 ? texel_offset(w2->data) : 0,
-                    w2 ? texel_offset(w2->scales) : 0, texel_offset(x), w.rows, w.cols, n, x_stride, y_stride, mode};
+                    w2 ? texel_offset(w2->scales) : 0, texel_offset(x), w.rows, w.cols, n, x_stride, y_stride, mode,
+                    in.norm ? texel_offset(in.norm) : 0, in.eps};
     const VkBufferView views[Pipelines::kTexelBindings] = {w.data.texels, w2 ? w2->data.texels : w.data.texels,
-                                                           x.texels, x.texels};
+                                                           x.texels, in.norm ? in.norm.texels : x.texels};
     const uint32_t rpl = rows_per_lane(w.rows, wg);
     const Pipeline& p = pipes.get(kMatmulRowsShader[uint32_t(w.type)], {wg, tt, rpl}, Pipelines::Layout::Texels);
     r.dispatch(p, views, &pc, sizeof pc, ceil_div(w.rows, wg * rpl), ceil_div(n, tt));
@@ -104,17 +98,6 @@ static void record_matmul(Recorder& r, Pipelines& pipes, KernelFamily fam, uint3
               in.norm ? in.norm.address : 0, in.eps};
   const Pipeline& p = pipes.get(kMatmulShader[uint32_t(w.type)], {wg, tt, lpr});
   r.dispatch(p, &pc, sizeof pc, lpr == 1 ? ceil_div(w.rows, wg) : w.rows, ceil_div(n, tt));
-}
-
-MatmulInput Kernels::normalized(Recorder& r, const Slice& x, const Slice& w, float eps, const Slice& scratch,
-                                uint32_t n, uint32_t dim) {
-  // Measured on an H100 (Llama-3.2-1B shape, q8_0): a separate rmsnorm was 0.017 ms x 33 per token, ~17% of
-  // a decode step; the subgroup matmul reads x anyway. The row-per-lane kernels on lavapipe would repeat the
-  // normalization in every lane's inner loop, so there the rmsnorm stays a dispatch of its own.
-  if (family_ == KernelFamily::Subgroup) return {x, w, eps};
-  rmsnorm(r, x, w, scratch, n, dim, eps);
-  r.barrier();
-  return {scratch};
 }
 
 void Kernels::matmul(Recorder& r, const DeviceMatrix& w, const MatmulInput& x, const Slice& y, uint32_t n,

@@ -77,7 +77,6 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
   // ---- activations and per-pass I/O for kMaxBatch tokens ----
   const uint64_t B = kMaxBatch, q_dim = uint64_t(hp_.n_heads) * hp_.head_dim, kv_dim = uint64_t(hp_.n_kv_heads) * hp_.head_dim;
   x_ = act_arena_->alloc(B * hp_.dim * 4, "activations");
-  xn_ = act_arena_->alloc(B * hp_.dim * 4, "activations");
   qkv_ = act_arena_->alloc(B * (q_dim + 2 * kv_dim) * 4, "activations");
   att_ = act_arena_->alloc(B * q_dim * 4, "activations");
   hb_ = act_arena_->alloc(B * hp_.ffn_dim * 4, "activations");
@@ -160,7 +159,7 @@ void LlamaModel::record_chunk(Recorder& r, int seq, const TokenInput& in, uint32
   for (uint32_t l = 0; l < hp_.n_layers; ++l) {
     const LayerWeights& L = layers_[l];
     const PagedKvView kv = kv_->view(l, seq);
-    const MatmulInput xa = k.normalized(r, x_, L.attn_norm, hp_.rms_eps, xn_, n, hp_.dim);   // xn = rmsnorm(x) * attn_norm
+    const MatmulInput xa{x_, L.attn_norm, hp_.rms_eps};                      // xn = rmsnorm(x) * attn_norm
     if (L.fused_qkv) {
       k.matmul(r, L.wqkv, xa, qkv_, n, false, 0, qkv_w);                     // [q k v] = [Wq; Wk; Wv] xn
     } else {
@@ -175,7 +174,7 @@ void LlamaModel::record_chunk(Recorder& r, int seq, const TokenInput& in, uint32
     r.barrier();
     k.matmul(r, L.wo, att_, x_, n, /*accumulate=*/true);                     // x += Wo att
     r.barrier();
-    const MatmulInput xf = k.normalized(r, x_, L.ffn_norm, hp_.rms_eps, xn_, n, hp_.dim);    // xn = rmsnorm(x) * ffn_norm
+    const MatmulInput xf{x_, L.ffn_norm, hp_.rms_eps};                       // xn = rmsnorm(x) * ffn_norm
     k.matmul_swiglu(r, L.w_gate, L.w_up, xf, hb_, n);                        // hb = silu(Wg xn) * (Wu xn)
     r.barrier();
     k.matmul(r, L.w_down, hb_, x_, n, /*accumulate=*/true);                  // x += Wd hb
@@ -184,7 +183,7 @@ void LlamaModel::record_chunk(Recorder& r, int seq, const TokenInput& in, uint32
   if (want != Logits::None) {
     const uint32_t first = want == Logits::Last ? n - 1 : 0, rows = n - first;
     const Slice x_rows = x_.sub(VkDeviceSize(first) * hp_.dim * 4, VkDeviceSize(rows) * hp_.dim * 4);
-    const MatmulInput xo = k.normalized(r, x_rows, output_norm_, hp_.rms_eps, xn_, rows, hp_.dim);   // rmsnorm(x) * output_norm
+    const MatmulInput xo{x_rows, output_norm_, hp_.rms_eps};                 // xn = rmsnorm(x) * output_norm
     k.matmul(r, output_, xo, logits_, rows, false);                          // logits = Wout xn
   }
 }

@@ -86,7 +86,7 @@ class LlamaModel {
   std::vector<LayerWeights> layers_;
 
   // Activations for kMaxBatch tokens, allocated once.
-  Slice x_, xn_, qkv_, att_, hb_;   // qkv_: [n][q_dim + 2*kv_dim], each token's q, k, v side by side
+  Slice x_, qkv_, att_, hb_;   // qkv_: [n][q_dim + 2*kv_dim], each token's q, k, v side by side
   Slice rope_;            // [n_ctx][n_rot/2] (cos, sin), computed in double at load (device-resident)
   Slice tokens_;          // [n_ctx] uint: host-written input tokens (prompts, n-gram drafts)
   Slice logits_, ids_;    // [kMaxBatch][n_vocab] logits (device); [kMaxBatch] token slots of forward()'s argmax

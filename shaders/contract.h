@@ -32,7 +32,7 @@ VKSPEC_CONST MAX_HEAD_DIM = 256u;     // attention.comp keeps one head's output 
 VKSPEC_CONST TOKEN_SLOT_UINTS = 2u;   // a token slot: {token, aux (float bits: top probability)}
 VKSPEC_CONST MODE_ACCUMULATE = 1u;    // matmul: y += W x
 VKSPEC_CONST MODE_SWIGLU = 2u;        // matmul: y = silu(W x) * (W2 x)
-VKSPEC_CONST MODE_RMSNORM = 4u;       // matmul.comp: x is rmsnorm(x) * norm, computed on the fly
+VKSPEC_CONST MODE_RMSNORM = 4u;       // matmul: x is rmsnorm(x) * norm, computed on the fly
 
 // ---- push-constant blocks ----
 #define PC_EMBED                                                                                        \
@@ -40,10 +40,6 @@ VKSPEC_CONST MODE_RMSNORM = 4u;       // matmul.comp: x is rmsnorm(x) * norm, co
   vk_addr tokens;                      /* [n][stride] uint */                                           \
   vk_addr x;                           /* [n][dim] f32 */                                               \
   vk_uint dim; vk_uint n; vk_uint vocab; vk_uint stride;
-
-#define PC_RMSNORM                                                                                      \
-  vk_addr x; vk_addr w; vk_addr out_;  /* x, out: [n][dim] f32; w: [dim] f32 */                         \
-  vk_uint dim; vk_float eps;
 
 #define PC_MATMUL                                                                                       \
   vk_addr w; vk_addr w_scales;         /* [M][K] */                                                     \
@@ -57,7 +53,9 @@ VKSPEC_CONST MODE_RMSNORM = 4u;       // matmul.comp: x is rmsnorm(x) * norm, co
 #define PC_MATMUL_ROWS                                                                                  \
   vk_addr y;                           /* [n][y_stride] f32 */                                          \
   vk_uint w; vk_uint w_scales; vk_uint w2; vk_uint w2_scales; vk_uint x; /* texel offsets in blocks */  \
-  vk_uint M; vk_uint K; vk_uint n; vk_uint x_stride; vk_uint y_stride; vk_uint mode;
+  vk_uint M; vk_uint K; vk_uint n; vk_uint x_stride; vk_uint y_stride; vk_uint mode;                  \
+  vk_uint norm;                        /* texel offset of the [K] f32 norm weight (MODE_RMSNORM) */     \
+  vk_float eps;
 
 #define PC_ROPE_STORE_KV                                                                                \
   vk_addr q; vk_addr k; vk_addr v;     /* q: [n][q_stride], k/v: [n][kv_stride] (q, k rotated in place) */ \
@@ -111,7 +109,6 @@ VKSPEC_CONST MODE_RMSNORM = 4u;       // matmul.comp: x is rmsnorm(x) * norm, co
 
 #ifdef __cplusplus
 struct EmbedPC { PC_EMBED };
-struct RmsnormPC { PC_RMSNORM };
 struct MatmulPC { PC_MATMUL };
 struct MatmulRowsPC { PC_MATMUL_ROWS };
 struct RopeKvPC { PC_ROPE_STORE_KV };

@@ -2,7 +2,9 @@
 // Row-per-lane matmul for CPU devices (lavapipe): y[t][r] (+)= sum_k W[r][k] * x[t][k], RPL weight rows per
 // lane (each x texel is fetched once for all of them), TT tokens per workgroup. Weights and x are read
 // through uniform texel buffers of 16-byte texels because llvmpipe compiles texelFetch into one vector
-// gather, while storage-buffer / device-address loads become a scalar loop with a branch per lane. Same modes as matmul.comp (accumulate, fused SwiGLU).
+// gather, while storage-buffer / device-address loads become a scalar loop with a branch per lane. Same modes as
+// matmul.comp (accumulate, fused SwiGLU, RMSNorm applied on the fly: each lane reduces x^2 per token over the
+// texels it reads anyway and multiplies x by the norm weight once for all of its rows).
 //
 // Layout per row: K/EPT texels (EPT = elements per texel: f32 4, f16/bf16 8, q8_0 16); q8_0 scales are a
 // float plane of K/32 per row. x rows are x_stride floats (x_stride % 4 == 0), 4 floats per texel.
@@ -28,11 +30,13 @@ layout(constant_id = 2) const uint RPL = 1;   // rows per lane: 1, 2 or 4 (x is 
 layout(set = 0, binding = 0) uniform usamplerBuffer W;    // block holding W (and its scales)
 layout(set = 0, binding = 1) uniform usamplerBuffer W2;   // block holding W2 (MODE_SWIGLU only)
 layout(set = 0, binding = 2) uniform usamplerBuffer X;    // block holding x
+layout(set = 0, binding = 3) uniform usamplerBuffer G;    // block holding the norm weight (MODE_RMSNORM only)
 
 
 layout(push_constant) uniform PC { PC_MATMUL_ROWS } pc;   // shaders/contract.h
 
 vec4 xv(uint t4) { return uintBitsToFloat(texelFetch(X, int(pc.x + t4))); }
+vec4 gv(uint t4) { return uintBitsToFloat(texelFetch(G, int(pc.norm + t4))); }
 
 // One texel of a weight row, decoded: EPT weights as up to four vec4s, and the q8_0 block scale.
 struct Wt { vec4 a, b, c, d; float s; };
@@ -70,7 +74,7 @@ float pick(vec4 lo, vec4 hi, uint t) { return t < 4u ? lo[t] : hi[t - 4u]; }
 void main() {
   const uint row0 = gl_GlobalInvocationID.x * RPL;
   const uint t0 = gl_WorkGroupID.y * TT;
-  const bool swiglu = (pc.mode & MODE_SWIGLU) != 0u;
+  const bool swiglu = (pc.mode & MODE_SWIGLU) != 0u, normed = (pc.mode & MODE_RMSNORM) != 0u;
   const uint kt = pc.K / EPT, xs4 = pc.x_stride / 4u;
   // rows past M repeat the last row (their results are dropped)
   const uint r0 = min(row0, pc.M - 1u), r1 = min(row0 + 1u, pc.M - 1u);
@@ -82,6 +86,7 @@ void main() {
   precise vec4 a2l = vec4(0.0), a2h = vec4(0.0), a3l = vec4(0.0), a3h = vec4(0.0);
   precise vec4 g0l = vec4(0.0), g0h = vec4(0.0), g1l = vec4(0.0), g1h = vec4(0.0);   // SwiGLU's up rows
   precise vec4 g2l = vec4(0.0), g2h = vec4(0.0), g3l = vec4(0.0), g3h = vec4(0.0);
+  precise vec4 ssl = vec4(0.0), ssh = vec4(0.0);   // MODE_RMSNORM: sum of x^2, tokens 0-3 / 4-7
   const uint last = (pc.n - 1u) * xs4;   // tokens past n repeat the last one (their results are dropped)
   const uint x0 = min(t0 * xs4, last);
   const Wt zero = Wt(vec4(0.0), vec4(0.0), vec4(0.0), vec4(0.0), 1.0);
@@ -98,16 +103,26 @@ void main() {
       if (RPL > 2u) u3 = load_texel(W2, pc.w2, pc.w2_scales, r3, i, kt);
     }
     const uint xi = i * (EPT / 4u);
+    vec4 ga = vec4(1.0), gb = vec4(1.0), gc = vec4(1.0), gd = vec4(1.0);   // norm weights of this texel
+    if (normed) {
+      ga = gv(xi);
+      if (EPT > 4u) gb = gv(xi + 1u);
+      if (EPT > 8u) { gc = gv(xi + 2u); gd = gv(xi + 3u); }
+    }
 #define ROW(w, u, acc, acc2, c)                                          \
     acc.c += dot_texel(w, xa, xb, xc, xd);                               \
     if (swiglu) acc2.c += dot_texel(u, xa, xb, xc, xd);
 #define TOKEN(t, h, c)                                                   \
     if (TT > t) {                                                        \
       const uint xt = min(x0 + t * xs4, last) + xi;                      \
-      const vec4 xa = xv(xt);                                            \
-      const vec4 xb = EPT > 4u ? xv(xt + 1u) : vec4(0.0);                \
-      const vec4 xc = EPT > 8u ? xv(xt + 2u) : vec4(0.0);                \
-      const vec4 xd = EPT > 8u ? xv(xt + 3u) : vec4(0.0);                \
+      precise vec4 xa = xv(xt);                                          \
+      precise vec4 xb = EPT > 4u ? xv(xt + 1u) : vec4(0.0);              \
+      precise vec4 xc = EPT > 8u ? xv(xt + 2u) : vec4(0.0);              \
+      precise vec4 xd = EPT > 8u ? xv(xt + 3u) : vec4(0.0);              \
+      if (normed) {                                                      \
+        ss##h.c += dot(xa, xa) + dot(xb, xb) + dot(xc, xc) + dot(xd, xd); \
+        xa *= ga; xb *= gb; xc *= gc; xd *= gd;                          \
+      }                                                                  \
       ROW(w0, u0, a0##h, g0##h, c)                                       \
       if (RPL > 1u) { ROW(w1, u1, a1##h, g1##h, c) }                     \
       if (RPL > 2u) { ROW(w2, u2, a2##h, g2##h, c) ROW(w3, u3, a3##h, g3##h, c) } \
@@ -128,8 +143,13 @@ void main() {
       const uint tok = t0 + t;
       if (row < pc.M && tok < pc.n) {
         const uint o = tok * pc.y_stride + row;
-        float v = pick(lo, hi, t);
-        if (swiglu) v = v / (1.0 + exp(-v)) * pick(glo, ghi, t);
+        precise float v = pick(lo, hi, t), v2 = pick(glo, ghi, t);
+        if (normed) {
+          const float scale = 1.0 / sqrt(pick(ssl, ssh, t) / float(pc.K) + pc.eps);
+          v *= scale;
+          v2 *= scale;
+        }
+        if (swiglu) v = v / (1.0 + exp(-v)) * v2;
         if ((pc.mode & MODE_ACCUMULATE) != 0u) v += Floats(pc.y).v[o];
         Floats(pc.y).v[o] = v;
       }
