@@ -28,6 +28,14 @@ void add_prompt_options(CLI::App* c, vkspec::cli::RunOptions& o) {
   c->add_flag("--escape", o.escape, "Process escapes (\\n, \\t, ...) in the prompt");
   c->add_flag("--json", o.json, "Print JSON");
 }
+// The sampling transforms besides the temperature (run and bench take the same ones).
+void add_sampling_options(CLI::App* c, vkspec::cli::RunOptions& o) {
+  c->add_option("--top-k", o.top_k, "Top-k (0 = off)");
+  c->add_option("--top-p", o.top_p, "Top-p (1 = off)");
+  c->add_option("--min-p", o.min_p, "Min-p (0 = off)");
+  c->add_option("--repeat-penalty", o.repeat_penalty, "Repetition penalty (1 = off)");
+  c->add_option("--repeat-last-n", o.repeat_last_n, "Tokens the repetition penalty looks back over");
+}
 void add_draft_options(CLI::App* c, vkspec::cli::RunOptions& o) {
   c->add_option("--model-draft", o.draft_model, "Draft model for speculative decoding (also -md)");
   c->add_option("--draft", o.draft, "Drafter without a model: ngram (prompt lookup)")->check(CLI::IsMember({"ngram"}));
@@ -53,11 +61,7 @@ int main(int argc, char** argv) {
   add_prompt_options(run, o);
   run->add_option("-n,--n-predict", o.n_predict, "Tokens to generate");
   run->add_option("--temp", o.temp, "Temperature (0 = greedy)");
-  run->add_option("--top-k", o.top_k, "Top-k (0 = off)");
-  run->add_option("--top-p", o.top_p, "Top-p (1 = off)");
-  run->add_option("--min-p", o.min_p, "Min-p (0 = off)");
-  run->add_option("--repeat-penalty", o.repeat_penalty, "Repetition penalty (1 = off)");
-  run->add_option("--repeat-last-n", o.repeat_last_n, "Tokens the repetition penalty looks back over");
+  add_sampling_options(run, o);
   run->add_option("-s,--seed", o.seed, "RNG seed (-1 = random)");
   run->add_option("--samples", o.samples, "Independent completions of the prompt, seeds S, S+1, ... (one JSON line each)")
       ->check(CLI::Range(1, 1000000));
@@ -75,6 +79,7 @@ int main(int argc, char** argv) {
   bench->add_option("-f,--file", o.prompt_file, "Prompt text (default: a built-in Python snippet)");
   bench->add_flag("--json", o.json, "Print JSON");
   bench->add_option("--temp", o.temp, "Temperature (default 0: greedy, and speculation must give plain's tokens)");
+  add_sampling_options(bench, o);
   bench->add_option("-s,--seed", o.seed, "RNG seed when sampling");
   bench->add_option("-c,--ctx", o.ctx, "Context size");
   bench->add_option("--device", o.device, "Vulkan device index");
