@@ -8,6 +8,7 @@ namespace vkspec {
 
 namespace {
 using contract::SampleRowsPC;   // shaders/contract.h
+constexpr VkDeviceSize kSlotBytes = contract::TOKEN_SLOT_UINTS * 4;
 static_assert(sizeof(SampleRowsPC) == 128, "sample_rows push constants: the 128 bytes every device has");
 }  // namespace
 
@@ -16,10 +17,10 @@ DeviceSampler::DeviceSampler(Context& ctx, Pipelines& pipelines, uint32_t n_voca
     : pipelines_(pipelines), n_vocab_(n_vocab), max_rows_(max_rows), max_history_(max_history) {
   device_ = std::make_unique<Arena>(ctx, MemoryKind::Device, VkDeviceSize(n_vocab) * 4 + 4096);
   upload_ = std::make_unique<Arena>(ctx, MemoryKind::Upload, VkDeviceSize(max_history) * 4 + 4096);
-  readback_ = std::make_unique<Arena>(ctx, MemoryKind::Readback, VkDeviceSize(max_rows) * 8 + 256);
+  readback_ = std::make_unique<Arena>(ctx, MemoryKind::Readback, VkDeviceSize(max_rows) * kSlotBytes + 256);
   scratch_probs_ = device_->alloc(VkDeviceSize(n_vocab) * 4, "sampling probabilities");
   history_ = upload_->alloc(VkDeviceSize(max_history) * 4, "sampling history");
-  draws_ = readback_->alloc(VkDeviceSize(max_rows) * 8, "sampled tokens");
+  draws_ = readback_->alloc(VkDeviceSize(max_rows) * kSlotBytes, "sampled tokens (token slots)");
   if (!history_.mapped || !draws_.mapped) throw Error("internal: sampling buffers are not mapped");
   rec_ = std::make_unique<Recorder>(ctx, profiling_requested());
 }
@@ -47,7 +48,7 @@ uint32_t DeviceSampler::set_history(const SamplingParams& p, std::span<const uin
 void DeviceSampler::record_append_history(Recorder& r, const Slice& slots, uint32_t first, uint32_t n, uint32_t at) {
   if (at + n > max_history_) throw Error("internal: sampling history longer than planned");
   for (uint32_t i = 0; i < n; ++i)
-    r.copy(slots.sub(VkDeviceSize(first + i) * 8, 4), history_.sub(VkDeviceSize(at + i) * 4, 4));
+    r.copy(slots.sub(VkDeviceSize(first + i) * kSlotBytes, 4), history_.sub(VkDeviceSize(at + i) * 4, 4));
 }
 
 void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Rows& j) {
@@ -72,7 +73,7 @@ void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Slice& lo
 }
 
 DeviceSampler::Draw DeviceSampler::drawn(uint32_t row) const {
-  const uint32_t* d = draws_.host<uint32_t>() + 2 * size_t(row);
+  const uint32_t* d = draws_.host<uint32_t>() + contract::TOKEN_SLOT_UINTS * size_t(row);
   float top;
   std::memcpy(&top, d + 1, 4);
   return {d[0], top};

@@ -30,7 +30,7 @@ TokenChooser::TokenChooser(Context& ctx, Pipelines& pipelines, uint32_t n_vocab,
     : n_vocab_(n_vocab) {
   slots_arena_ = std::make_unique<Arena>(ctx, MemoryKind::Readback, 4096);
   scratch_arena_ = std::make_unique<Arena>(ctx, MemoryKind::Device, VkDeviceSize(kSlots) * n_vocab * 4 + 4096);
-  slots_ = slots_arena_->alloc(2 * kSlots * 8, "token slots");
+  slots_ = slots_arena_->alloc(2 * kSlots * kSlotBytes, "token slots");
   scratch_probs_ = scratch_arena_->alloc(VkDeviceSize(kSlots) * n_vocab * 4, "sampling probabilities");
   if (!slots_.mapped) throw Error("internal: token slots are not host-visible");
   std::memset(slots_.mapped, 0, slots_.size);
@@ -45,14 +45,14 @@ void TokenChooser::start(const SamplingParams& p) {
 
 float TokenChooser::top_prob(uint32_t slot) const {
   float f;
-  std::memcpy(&f, slots_.host<uint32_t>() + 2 * slot + 1, 4);
+  std::memcpy(&f, slots_.host<uint32_t>() + contract::TOKEN_SLOT_UINTS * slot + 1, 4);
   return f;
 }
 
 void TokenChooser::set_token(uint32_t slot, uint32_t token) {
   if (token >= n_vocab_) throw Error("internal: token outside the vocabulary");
-  slots_.host<uint32_t>()[2 * slot] = token;
-  slots_.host<uint32_t>()[2 * slot + 1] = 0;
+  slots_.host<uint32_t>()[contract::TOKEN_SLOT_UINTS * slot] = token;
+  slots_.host<uint32_t>()[contract::TOKEN_SLOT_UINTS * slot + 1] = 0;
 }
 
 void TokenChooser::record_append_history(Recorder& r, uint32_t first, uint32_t n, uint32_t at) {
@@ -65,7 +65,7 @@ void TokenChooser::record_choice(Recorder& r, Kernels& k, const Slice& logits, u
                                  uint32_t history_len, uint64_t position, uint32_t stream, const Slice* probs,
                                  bool top_prob) {
   if (out_slot + rows > 2 * kSlots || rows > kSlots) throw Error("internal: record_choice out of range");
-  const Slice out = slots_.sub(VkDeviceSize(out_slot) * 8, VkDeviceSize(rows) * 8);
+  const Slice out = slot_range(out_slot, rows);
   const Slice rows_logits = logits.sub(0, VkDeviceSize(rows) * n_vocab_ * 4);
   if (mode_ == ChoiceMode::Argmax) {
     k.argmax(r, rows_logits, out, rows, n_vocab_, top_prob);

@@ -26,6 +26,7 @@ class TokenChooser {
  public:
   static constexpr uint32_t kSlots = LlamaModel::kMaxBatch + 1;
   static constexpr uint32_t kVerifySlot = kSlots;   // first of the verify choices
+  static constexpr uint32_t kSlotBytes = contract::TOKEN_SLOT_UINTS * 4;
 
   // max_history: the longest context (plus drafts) the penalty will see.
   TokenChooser(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_history);
@@ -38,8 +39,11 @@ class TokenChooser {
   const SamplingParams& device_params() const { return device_p_; }
 
   const Slice& slots() const { return slots_; }
-  TokenInput input(uint32_t first) const { return {slots_.sub(VkDeviceSize(first) * 8, slots_.size - first * 8ull), 2}; }
-  uint32_t token(uint32_t slot) const { return slots_.host<uint32_t>()[2 * slot]; }
+  Slice slot_range(uint32_t first, uint32_t n) const {   // slots first .. first + n - 1
+    return slots_.sub(VkDeviceSize(first) * kSlotBytes, VkDeviceSize(n) * kSlotBytes);
+  }
+  TokenInput input(uint32_t first) const { return {slot_range(first, 2 * kSlots - first), contract::TOKEN_SLOT_UINTS}; }
+  uint32_t token(uint32_t slot) const { return slots_.host<uint32_t>()[contract::TOKEN_SLOT_UINTS * slot]; }
   float top_prob(uint32_t slot) const;
   void set_token(uint32_t slot, uint32_t token);   // host-written, before the submission that reads it
 

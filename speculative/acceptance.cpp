@@ -20,7 +20,8 @@ SpecAcceptor::SpecAcceptor(Context& ctx, Pipelines& pipelines, uint32_t n_vocab,
   q_ = upload_->alloc(row * std::max(max_k, 1u), "speculative q rows");
   tokens_ = upload_->alloc(VkDeviceSize(max_trials) * std::max(max_k, 1u) * 4, "speculative tokens");
   counter_ = upload_->alloc(4, "fused verify counter");
-  draft_slots_ = upload_->alloc(VkDeviceSize(std::max(max_k, 1u)) * 8, "host drafts as token slots");
+  draft_slots_ = upload_->alloc(VkDeviceSize(std::max(max_k, 1u)) * contract::TOKEN_SLOT_UINTS * 4,
+                                "host drafts as token slots");
   device_ = std::make_unique<Arena>(ctx, MemoryKind::Device, row * (2 * max_k + 1) + 8192);
   p_dev_ = device_->alloc(row * (max_k + 1), "speculative p rows");
   q_dev_ = device_->alloc(row * std::max(max_k, 1u), "speculative q rows");

@@ -36,6 +36,8 @@ SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& draf
                      drafter.relative_cost(target));
   PagedKvCache& kv = target.kv();
   SpeculativeStats stats;
+  std::vector<uint32_t> drafts;
+  drafts.reserve(LlamaModel::kMaxBatch);
   uint32_t g = chooser.token(0);   // the target's choice after the prefilled context
   while (true) {
     context.push_back(g);
@@ -60,7 +62,7 @@ SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& draf
     target.record_forward(rec, seq, chooser.input(0), k + 1, Logits::All);
     if (sampling) {
       acceptor->record_verify(rec, chooser.device_params(), target.logits_rows(), context,
-                              chooser.slots().sub(8, VkDeviceSize(k) * 8 + 8), k, drafter.p_min(),
+                              chooser.slot_range(1, k + 1), k, drafter.p_min(),
                               /*one_hot_q=*/!drafter.samples());   // deterministic drafts: q one-hot at each
     } else {   // greedy: the target's own choice after each row
       chooser.record_append_history(rec, 1, k, history_len);
@@ -71,7 +73,7 @@ SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& draf
     rec.submit_and_wait();   // the round's one wait
     stats.verify_passes++;
 
-    std::vector<uint32_t> drafts(k);
+    drafts.resize(k);
     for (uint32_t i = 0; i < k; ++i) drafts[i] = chooser.token(i + 1);
     drafter.round_done(drafts);
     const uint32_t kept = keep_drafts(chooser, k, drafter.p_min());
