@@ -94,10 +94,12 @@ int cmd_run(const RunOptions& o) {
       printf("%s\n", completion_json(engine, o, prompt, c, text, sp.seed).dump(-1, ' ', false,
                                                                             nlohmann::json::error_handler_t::replace).c_str());
     else
-      printf("\n"), fprintf(stderr, "vkspec: %zu prompt tokens in %.3f s (%.1f tok/s), %zu generated in %.3f s (%.1f tok/s) on %s\n",
+      printf("\n");
+    fflush(stdout);   // the text's last line before the stats, also when both streams go to one pipe
+    if (!o.json)
+      fprintf(stderr, "vkspec: %zu prompt tokens in %.3f s (%.1f tok/s), %zu generated in %.3f s (%.1f tok/s) on %s\n",
               prompt.size(), c.prefill_s, double(prompt.size()) / c.prefill_s, c.ids.size(), c.decode_s,
               c.decode_tok_s(), engine.facts().name.c_str());
-    fflush(stdout);
   }
   return 0;
 }

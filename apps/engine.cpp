@@ -1,6 +1,7 @@
 #include "apps/engine.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 namespace vkspec::cli {
@@ -22,6 +23,11 @@ void progress_bar(uint64_t done, uint64_t total) {
 }  // namespace
 
 SamplingParams sampling_params(const RunOptions& o) {
+  // Values the device sampler would turn into NaN or infinite probabilities are refused here.
+  if (!std::isfinite(o.temp)) throw Error("--temp must be a finite number (0 = greedy)");
+  if (!std::isfinite(o.top_p) || !std::isfinite(o.min_p)) throw Error("--top-p and --min-p must be finite numbers");
+  if (!std::isfinite(o.repeat_penalty) || o.repeat_penalty <= 0.0f)
+    throw Error("--repeat-penalty must be a positive number (1 = off)");
   SamplingParams sp;
   sp.temperature = o.temp;
   sp.top_k = o.top_k;

@@ -196,6 +196,9 @@ TEST(Cli, BadInputGetsOneLineErrorAndNonZeroExit) {
                     "run " + kStories + " -p '" + long_prompt + "' --ctx 64",
                     "run " + kStories + " -p hi --device 99", "run " + kStories,
                     "run " + kStories + " -f /nonexistent-prompt.txt",
+                    "run " + kStories + " -p hi --temp nan", "run " + kStories + " -p hi --temp inf",
+                    "run " + kStories + " -p hi --repeat-penalty 0", "run " + kStories + " -p hi --top-p nan",
+                    "bench " + kStories + " -p 8 -n 4 --temp nan",
                     "tokenize -m " + shared_path("models/README.md") + " -p hi"}) {
     auto r = run_cli(args);
     EXPECT_NE(r.code, 0) << args;
