@@ -46,7 +46,7 @@ void main() {
     top_prob = 1.0 / part_z[0];
   }
   if (lane == 0u) {
-    Uints(pc.slots).v[2u * gl_WorkGroupID.x] = best_i[0] == 0xffffffffu ? 0u : best_i[0];
-    Uints(pc.slots).v[2u * gl_WorkGroupID.x + 1u] = floatBitsToUint(top_prob);
+    Uints(pc.slots).v[SLOT_TOKEN(gl_WorkGroupID.x)] = best_i[0] == 0xffffffffu ? 0u : best_i[0];
+    Uints(pc.slots).v[SLOT_AUX(gl_WorkGroupID.x)] = floatBitsToUint(top_prob);
   }
 }

@@ -34,11 +34,11 @@ layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer Coh
 float p_at(uint row, uint v) { return CoherentFloats(pc.probs).v[row * pc.V + v]; }
 // q = 0: deterministic drafts (n-gram), whose q is one-hot at the draft
 float q_at(uint row, uint v) {
-  if (pc.q == uvec2(0u)) return v == Uints(pc.tokens).v[2u * row] ? 1.0 : 0.0;
+  if (pc.q == uvec2(0u)) return v == Uints(pc.tokens).v[SLOT_TOKEN(row)] ? 1.0 : 0.0;
   return Floats(pc.q).v[row * pc.V + v];
 }
 // Drafts in the token-slot layout ({token, top probability} pairs) the draft steps wrote.
-uint draft_at(uint i) { return Uints(pc.tokens).v[2u * i]; }
+uint draft_at(uint i) { return Uints(pc.tokens).v[SLOT_TOKEN(i)]; }
 #define accept_V pc.V
 #include "accept.glsl"
 
@@ -202,8 +202,8 @@ void sample_general(uint row, uint base, uint lo, uint hi, uint kth, uint ties_k
     uint r = p_base;
     for (uint v = lo; v < hi; ++v)
       if (key_of(Floats(pc.logits).v[base + v]) == pk && r++ == pt - 1u) {
-        Uints(pc.draws).v[2u * row] = v;
-        Uints(pc.draws).v[2u * row + 1u] = floatBitsToUint(1.0 / zt);   // the top element's probability
+        Uints(pc.draws).v[SLOT_TOKEN(row)] = v;
+        Uints(pc.draws).v[SLOT_AUX(row)] = floatBitsToUint(1.0 / zt);   // the top element's probability
       }
   }
 }
@@ -336,8 +336,8 @@ void main() {
       cum += cand_p[r];
       if (u < cum) break;
     }
-    Uints(pc.draws).v[2u * row] = pick;
-    Uints(pc.draws).v[2u * row + 1u] = floatBitsToUint(cand_p[0]);
+    Uints(pc.draws).v[SLOT_TOKEN(row)] = pick;
+    Uints(pc.draws).v[SLOT_AUX(row)] = floatBitsToUint(cand_p[0]);
   }
   }   // small_k
 
@@ -353,7 +353,7 @@ void main() {
   // verified (the host applies the same rule to its count of drafts: SpeculativeRound::drafts_kept).
   uint k = pc.K;
   for (uint i = 1u; i < pc.K && pc.draft_p_min > 0.0; ++i)
-    if (uintBitsToFloat(Uints(pc.tokens).v[2u * i + 1u]) < pc.draft_p_min) { k = i; break; }
+    if (uintBitsToFloat(Uints(pc.tokens).v[SLOT_AUX(i)]) < pc.draft_p_min) { k = i; break; }
   const uvec2 r = accept_chain(k, pc.seed, pc.position);
   if (lane == 0u) {
     Uints(pc.result).v[0] = r.x;

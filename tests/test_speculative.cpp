@@ -80,6 +80,17 @@ std::string write_truncated_stories() {
 
 struct Pair { std::string target, draft; std::vector<std::string> prompts; size_t n; };
 
+// stories260K as the target and its first two layers as the draft, three sequences each.
+struct StoriesPair {
+  GgufFile tf{shared_path("models/stories260K.gguf")}, df{write_truncated_stories()};
+  ModelOptions mo = [] {
+    ModelOptions o;
+    o.max_sequences = 3;
+    return o;
+  }();
+  LlamaModel target{gpu().ctx, gpu().pipelines, tf, mo}, draft{gpu().ctx, gpu().pipelines, df, mo};
+};
+
 class SpeculativeTest : public VkTest {};
 
 TEST_F(SpeculativeTest, GreedyParityBitForBitForEveryDrafterAndK) {
@@ -172,10 +183,8 @@ TEST_F(SpeculativeTest, KvAfterRoundsEqualsFreshPrefill) {
 // round with a draft model or n-gram drafts, for greedy, penalized greedy and sampling (top-k 40 and off),
 // with and without --draft-p-min. Counted process-wide, so a stray submission by any component would show.
 TEST_F(SpeculativeTest, OneSubmissionPerStepAndPerRound) {
-  GgufFile tf(shared_path("models/stories260K.gguf")), df(write_truncated_stories());
-  ModelOptions mo;
-  mo.max_sequences = 3;
-  LlamaModel target(gpu().ctx, gpu().pipelines, tf, mo), draft(gpu().ctx, gpu().pipelines, df, mo);
+  StoriesPair pair;
+  LlamaModel &target = pair.target, &draft = pair.draft;
   const uint32_t V = target.hparams().n_vocab;
   SpecAcceptor acceptor(gpu().ctx, gpu().pipelines, V, LlamaModel::kMaxBatch - 1);
   const std::vector<uint32_t> prompt = {1, 403, 407, 261, 378};
@@ -247,10 +256,8 @@ int expect_same_distribution(const std::map<uint32_t, int>& a, const std::map<ui
 // speculation runs the device transforms (top-k 40: the shared-memory path; top-k off: the general path).
 // About 2 minutes on lavapipe: every pass is dispatch-bound.
 TEST_F(SpeculativeTest, SampledTokensHaveTheTargetsDistribution) {
-  GgufFile tf(shared_path("models/stories260K.gguf")), df(write_truncated_stories());
-  ModelOptions mo;
-  mo.max_sequences = 3;
-  LlamaModel target(gpu().ctx, gpu().pipelines, tf, mo), draft(gpu().ctx, gpu().pipelines, df, mo);
+  StoriesPair pair;
+  LlamaModel &target = pair.target, &draft = pair.draft;
   const uint32_t V = target.hparams().n_vocab;
   SpecAcceptor acceptor(gpu().ctx, gpu().pipelines, V, 8);
   TokenChooser chooser(gpu().ctx, gpu().pipelines, V, 4096);
