@@ -350,7 +350,7 @@ void main() {
   if (!last_done) return;   // uniform per workgroup
   memoryBarrierBuffer();
   // --draft-p-min on the device: the draft ran all K steps, but a draft after one it was unsure of is not
-  // verified (the host applies the same rule to its count of drafts: SpeculativeRound::drafts_kept).
+  // verified (the host applies the same rule to its count of drafts: keep_drafts, speculative/drafter.h).
   uint k = pc.K;
   for (uint i = 1u; i < pc.K && pc.draft_p_min > 0.0; ++i)
     if (uintBitsToFloat(Uints(pc.tokens).v[SLOT_AUX(i)]) < pc.draft_p_min) { k = i; break; }

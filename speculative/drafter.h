@@ -30,7 +30,8 @@ struct DraftRound {
 };
 
 // How many of `k` drafts in slots 1..k are verified under --draft-p-min: all up to the first i >= 1 whose
-// top probability (slot aux) is below p_min. The device applies the same rule in the fused verify.
+// top probability (slot aux) is below p_min. The device applies the same rule in the fused verify
+// (shaders/sample_rows.comp, step 8).
 uint32_t keep_drafts(const TokenChooser& chooser, uint32_t k, float p_min);
 
 class Drafter {
