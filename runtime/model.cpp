@@ -83,7 +83,7 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
   tokens_ = upload_arena_->alloc(uint64_t(n_ctx_) * 4, "token ids");
   logits_ = act_arena_->alloc(B * hp_.n_vocab * 4, "logits");
   logits_host_ = readback_arena_->alloc(B * hp_.n_vocab * 4, "logits read back");
-  ids_ = readback_arena_->alloc(B * 8, "argmax token slots");
+  ids_ = readback_arena_->alloc(B * contract::TOKEN_SLOT_UINTS * 4, "argmax token slots");
   // RoPE (cos, sin) of every position, so that passes recorded together need no per-pass host table.
   std::vector<float> rope(size_t(n_ctx_) * hp_.n_rot);
   for (uint32_t pos = 0; pos < n_ctx_; ++pos)

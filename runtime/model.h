@@ -64,7 +64,7 @@ class LlamaModel {
   // submission and wait. argmax_id(i) is the argmax of row i whenever logits were computed.
   void forward(int seq, std::span<const uint32_t> tokens, Logits want);
   const float* logits(uint32_t row) const { return logits_host_.host<float>() + size_t(row) * hp_.n_vocab; }
-  uint32_t argmax_id(uint32_t row) const { return ids_.host<uint32_t>()[2 * row]; }
+  uint32_t argmax_id(uint32_t row) const { return ids_.host<uint32_t>()[contract::TOKEN_SLOT_UINTS * row]; }
   const Slice& logits_rows() const { return logits_; }   // [kMaxBatch][n_vocab], for device-side sampling
   const Recorder& recorder() const { return *rec_; }
 
