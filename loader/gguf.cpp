@@ -198,12 +198,14 @@ void GgufFile::parse() {
     }
     t.type = c.read<uint32_t>("type of tensor '" + t.name + "'");
     t.offset = c.read<uint64_t>("offset of tensor '" + t.name + "'");
-    t.bytes = gguf_tensor_bytes(t.type, elements);
-    if (t.bytes == 0)
+    const BlockLayout block = block_layout(t.type);
+    if (block.elems == 0)
       throw Error("tensor '" + t.name + "' has type " + ggml_type_name(t.type) + " (" + std::to_string(t.type) +
-                  "), which vkspec does not support yet (f32, f16, bf16, q8_0)");
-    if (t.type == 8 && t.dims[0] % kQ8BlockElems)
-      throw Error("tensor '" + t.name + "': q8_0 row length " + std::to_string(t.dims[0]) + " is not a multiple of 32");
+                  "), which vkspec does not read (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K..q6_K)");
+    if (t.dims[0] % block.elems)
+      throw Error("tensor '" + t.name + "': " + ggml_type_name(t.type) + " row length " + std::to_string(t.dims[0]) +
+                  " is not a multiple of its block size " + std::to_string(block.elems));
+    t.bytes = gguf_tensor_bytes(t.type, elements);
     if (t.offset % alignment) throw Error("tensor '" + t.name + "': offset is not aligned to " + std::to_string(alignment));
     if (!tensor_index_.emplace(t.name, tensors_.size()).second) throw Error("duplicate tensor '" + t.name + "'");
     tensors_.push_back(std::move(t));

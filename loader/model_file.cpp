@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "runtime/quant.h"
+
 namespace vkspec {
 namespace {
 
@@ -43,14 +45,9 @@ double llama3_factor(double inv_freq, double factor, double low, double high, do
 }  // namespace
 
 DType weight_dtype(const GgufTensor& t) {
-  switch (t.type) {
-    case 0: return DType::F32;
-    case 1: return DType::F16;
-    case 30: return DType::BF16;
-    case 8: return DType::Q8_0;
-    default:
-      throw Error("tensor '" + t.name + "' has unsupported type " + ggml_type_name(t.type));
-  }
+  if (block_layout(t.type).elems == 0)   // the GGUF reader refuses these already
+    throw Error("tensor '" + t.name + "' has unsupported type " + ggml_type_name(t.type));
+  return DType(t.type);
 }
 
 LlamaHParams read_llama_hparams(const GgufFile& f) {
@@ -131,7 +128,8 @@ LlamaTensors find_llama_tensors(const GgufFile& f, const LlamaHParams& hp) {
     for (const GgufTensor* n : {L.attn_norm, L.ffn_norm})
       if (n->type != 0) throw Error("tensor '" + n->name + "': norm weights must be f32");
     for (const GgufTensor* w : {L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down}) weight_dtype(*w);
-    if (L.w_gate->type != L.w_up->type) throw Error("ffn_gate and ffn_up of layer " + std::to_string(l) + " differ in type");
+    if (L.w_gate->type != L.w_up->type && !(is_quantized(DType(L.w_gate->type)) && is_quantized(DType(L.w_up->type))))
+      throw Error("ffn_gate and ffn_up of layer " + std::to_string(l) + " differ in type");   // one kernel reads both
     t.layers.push_back(L);
   }
   if (t.output_norm->type != 0) throw Error("tensor 'output_norm.weight' must be f32");

@@ -12,17 +12,32 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Weight storage types on the device; the values are the shaders' WT_* codes.
-enum class DType : uint32_t { F32 = WT_F32, F16 = WT_F16, BF16 = WT_BF16, Q8_0 = WT_Q8_0 };
+// Weight types as a GGUF file stores them; the values are GGML's type codes. How each is laid out on the
+// device (and which shader reads it) is runtime/quant.h's WeightFormat.
+enum class DType : uint32_t {
+  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8,
+  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, BF16 = 30,
+};
 
 inline const char* dtype_name(DType t) {
   switch (t) {
     case DType::F32: return "f32";
     case DType::F16: return "f16";
     case DType::BF16: return "bf16";
+    case DType::Q4_0: return "q4_0";
+    case DType::Q4_1: return "q4_1";
+    case DType::Q5_0: return "q5_0";
+    case DType::Q5_1: return "q5_1";
     case DType::Q8_0: return "q8_0";
+    case DType::Q2_K: return "q2_K";
+    case DType::Q3_K: return "q3_K";
+    case DType::Q4_K: return "q4_K";
+    case DType::Q5_K: return "q5_K";
+    case DType::Q6_K: return "q6_K";
   }
   return "?";
 }
+
+inline bool is_quantized(DType t) { return t != DType::F32 && t != DType::F16 && t != DType::BF16; }
 
 }  // namespace vkspec

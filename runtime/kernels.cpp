@@ -20,9 +20,11 @@ static_assert(sizeof(MatmulPC) <= 128 && sizeof(MatmulRowsPC) <= 128 && sizeof(R
                   sizeof(AttentionPC) <= 128 && sizeof(AttentionRowsPC) <= 128,
               "push constants: the 128 bytes every device has");
 constexpr uint32_t kModeAccumulate = contract::MODE_ACCUMULATE, kModeSwiglu = contract::MODE_SWIGLU;
-const char* const kMatmulShader[] = {"matmul_f32", "matmul_f16", "matmul_bf16", "matmul_q8_0"};
-const char* const kMatmulRowsShader[] = {"matmul_rows_f32", "matmul_rows_f16", "matmul_rows_bf16", "matmul_rows_q8_0"};
-const uint32_t kElemsPerTexel[] = {4, 8, 8, 16};
+// Indexed by WeightFormat::storage (WT_*).
+const char* const kMatmulShader[] = {"matmul_f32", "matmul_f16", "matmul_bf16", "matmul_q8", "matmul_q4"};
+const char* const kMatmulRowsShader[] = {"matmul_rows_f32", "matmul_rows_f16", "matmul_rows_bf16", "matmul_rows_q8",
+                                         "matmul_rows_q4"};
+const uint32_t kElemsPerTexel[] = {4, 8, 8, 16, 32};
 
 uint32_t texel_offset(const Slice& s) { return uint32_t(s.offset / 16); }
 
@@ -43,7 +45,8 @@ Kernels::Kernels(Context& ctx, Pipelines& pipelines, KernelFamily family)
 void Kernels::embed(Recorder& r, const DeviceMatrix& table, const TokenInput& tokens, const Slice& x, uint32_t n) {
   EmbedPC pc{table.data.address, table.scales.address, tokens.ids.address, x.address, table.cols, n, table.rows,
              tokens.stride};
-  r.dispatch(pipelines_.get("embed", {64, uint32_t(table.type)}), &pc, sizeof pc, n);
+  const WeightFormat& f = table.format;
+  r.dispatch(pipelines_.get("embed", {64, f.storage, f.group, f.has_min}), &pc, sizeof pc, n);
 }
 
 // A slice the texel kernels can read: inside its block's texel view, at a 16-byte offset that a 32-bit
@@ -55,12 +58,12 @@ static bool texel_readable(const Slice& s) { return s.texels && s.offset % 16 ==
 static bool texel_path(KernelFamily fam, const DeviceMatrix& w, const DeviceMatrix* w2, const Slice& x,
                        uint32_t x_stride) {
   return fam == KernelFamily::RowPerLane && texel_readable(w.data) && texel_readable(x) &&
-         (!w2 || texel_readable(w2->data)) && w.cols % kElemsPerTexel[uint32_t(w.type)] == 0 && x_stride % 4 == 0;
+         (!w2 || texel_readable(w2->data)) && w.cols % kElemsPerTexel[w.format.storage] == 0 && x_stride % 4 == 0;
 }
 
 const char* Kernels::matmul_shader(const DeviceMatrix& w, const Slice& x, uint32_t x_stride) const {
   return (texel_path(family_, w, nullptr, x, x_stride ? x_stride : w.cols) ? kMatmulRowsShader
-                                                                           : kMatmulShader)[uint32_t(w.type)];
+                                                                           : kMatmulShader)[w.format.storage];
 }
 
 // Rows per lane for the texel kernel: each x texel is fetched once for all of a lane's rows (x fetches, not
@@ -73,7 +76,9 @@ static uint32_t rows_per_lane(uint32_t rows, uint32_t wg) {
 static void record_matmul(Recorder& r, Pipelines& pipes, KernelFamily fam, uint32_t wg, const DeviceMatrix& w,
                           const DeviceMatrix* w2, const MatmulInput& in, const Slice& y, uint32_t n, uint32_t mode,
                           uint32_t x_stride, uint32_t y_stride) {
-  if (w.type == DType::Q8_0 && w.cols % 32 != 0) throw Error("internal: q8_0 rows must be a multiple of 32");
+  const WeightFormat& f = w.format;
+  if (f.quantized() && w.cols % f.group != 0) throw Error("internal: quantized rows must be whole groups");
+  if (w2 && !(w2->format == f)) throw Error("internal: gate and up projections in different formats");
   const Slice& x = in.x;
   x_stride = x_stride ? x_stride : w.cols;
   y_stride = y_stride ? y_stride : w.rows;
@@ -87,7 +92,8 @@ static void record_matmul(Recorder& r, Pipelines& pipes, KernelFamily fam, uint3
     const VkBufferView views[Pipelines::kTexelBindings] = {w.data.texels, w2 ? w2->data.texels : w.data.texels,
                                                            x.texels, in.norm ? in.norm.texels : x.texels};
     const uint32_t rpl = rows_per_lane(w.rows, wg);
-    const Pipeline& p = pipes.get(kMatmulRowsShader[uint32_t(w.type)], {wg, tt, rpl}, Pipelines::Layout::Texels);
+    const Pipeline& p = pipes.get(kMatmulRowsShader[f.storage], {wg, tt, rpl, f.group, f.has_min},
+                                  Pipelines::Layout::Texels);
     r.dispatch(p, views, &pc, sizeof pc, ceil_div(w.rows, wg * rpl), ceil_div(n, tt));
     return;
   }
@@ -96,7 +102,7 @@ static void record_matmul(Recorder& r, Pipelines& pipes, KernelFamily fam, uint3
   MatmulPC pc{w.data.address, w.scales.address, w2 ? w2->data.address : 0, w2 ? w2->scales.address : 0,
               x.address, y.address, w.rows, w.cols, n, x_stride, y_stride, mode,
               in.norm ? in.norm.address : 0, in.eps};
-  const Pipeline& p = pipes.get(kMatmulShader[uint32_t(w.type)], {wg, tt, lpr});
+  const Pipeline& p = pipes.get(kMatmulShader[f.storage], {wg, tt, lpr, f.group, f.has_min});
   r.dispatch(p, &pc, sizeof pc, lpr == 1 ? ceil_div(w.rows, wg) : w.rows, ceil_div(n, tt));
 }
 
@@ -108,8 +114,8 @@ void Kernels::matmul(Recorder& r, const DeviceMatrix& w, const MatmulInput& x, c
 
 void Kernels::matmul_swiglu(Recorder& r, const DeviceMatrix& gate, const DeviceMatrix& up, const MatmulInput& x,
                             const Slice& y, uint32_t n) {
-  if (gate.type != up.type || gate.rows != up.rows || gate.cols != up.cols)
-    throw Error("internal: gate and up projections differ in type or shape");
+  if (!(gate.format == up.format) || gate.rows != up.rows || gate.cols != up.cols)
+    throw Error("internal: gate and up projections differ in format or shape");
   record_matmul(r, pipelines_, family_, wg_rows_, gate, &up, x, y, n, kModeSwiglu, 0, 0);
 }
 

@@ -38,25 +38,39 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
   token_embd_ = matrix(t.token_embd);
   output_norm_ = vec(t.output_norm);
   output_ = hp_.tied_embeddings ? token_embd_ : matrix(t.output);
-  // Rows of several same-typed matrices with the same width, stacked into one matrix.
-  auto stacked = [&](std::initializer_list<const GgufTensor*> parts) {
-    std::vector<uint8_t> bytes;
-    uint32_t rows = 0;
+  // Several matrices with the same row length stacked into one (fused QKV, read by one matmul), and gate/up
+  // read by one SwiGLU matmul: same-typed parts keep their format; quantized parts of different types
+  // (Q4_K_M's q4_K/q6_K mix) are decoded into a common format that holds each exactly.
+  auto fusable = [](std::initializer_list<const GgufTensor*> parts) {
+    bool same = true, quantized = true;
     for (const GgufTensor* g : parts) {
-      bytes.insert(bytes.end(), g->data, g->data + g->bytes);
-      rows += uint32_t(g->dims[1]);
+      same = same && g->type == (*parts.begin())->type;
+      quantized = quantized && is_quantized(weight_dtype(*g));
     }
-    const GgufTensor* first = *parts.begin();
-    DeviceMatrix m = upload_matrix(*weights_arena_, up, weight_dtype(*first), rows, uint32_t(first->dims[0]),
-                                   bytes.data(), first->name.c_str());
+    return same || quantized;
+  };
+  auto shared_format = [](std::initializer_list<const GgufTensor*> parts) {
+    WeightFormat f = native_format(weight_dtype(**parts.begin()));
     for (const GgufTensor* g : parts)
-      if (opts.progress) opts.progress(done += g->bytes, total);
+      if (!(native_format(weight_dtype(*g)) == f)) f = common_format(f, native_format(weight_dtype(*g)));
+    return f;
+  };
+  auto decoded = [&](const GgufTensor* g, const WeightFormat& f) {
+    HostMatrix m = decode_matrix(weight_dtype(*g), uint32_t(g->dims[1]), uint32_t(g->dims[0]), g->data,
+                                 g->name.c_str(), &f);
+    if (opts.progress) opts.progress(done += g->bytes, total);
     return m;
+  };
+  auto stacked = [&](std::initializer_list<const GgufTensor*> parts) {
+    const WeightFormat f = shared_format(parts);
+    HostMatrix m = decoded(*parts.begin(), f);
+    for (auto it = parts.begin() + 1; it != parts.end(); ++it) m.append(decoded(*it, f));
+    return upload_matrix(*weights_arena_, up, m, (*parts.begin())->name.c_str());
   };
   for (const auto& L : t.layers) {
     LayerWeights w;
     w.attn_norm = vec(L.attn_norm);
-    w.fused_qkv = L.wq->type == L.wk->type && L.wk->type == L.wv->type;   // shapes were checked on load
+    w.fused_qkv = fusable({L.wq, L.wk, L.wv});   // shapes were checked on load
     if (w.fused_qkv) {
       w.wqkv = stacked({L.wq, L.wk, L.wv});
     } else {
@@ -66,8 +80,14 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
     }
     w.wo = matrix(L.wo);
     w.ffn_norm = vec(L.ffn_norm);
-    w.w_gate = matrix(L.w_gate);
-    w.w_up = matrix(L.w_up);
+    if (L.w_gate->type == L.w_up->type) {
+      w.w_gate = matrix(L.w_gate);
+      w.w_up = matrix(L.w_up);
+    } else {   // find_llama_tensors allows this for quantized types only
+      const WeightFormat f = shared_format({L.w_gate, L.w_up});
+      w.w_gate = upload_matrix(*weights_arena_, up, decoded(L.w_gate, f), L.w_gate->name.c_str());
+      w.w_up = upload_matrix(*weights_arena_, up, decoded(L.w_up, f), L.w_up->name.c_str());
+    }
     w.w_down = matrix(L.w_down);
     layers_.push_back(w);
   }

@@ -64,23 +64,207 @@ void quantize_q8_0(const float* x, size_t n, uint8_t* blocks) {
   }
 }
 
-void split_q8_0(const uint8_t* blocks, size_t n, int8_t* quants, float* scales) {
-  for (size_t b = 0; b < n / kQ8BlockElems; ++b) {
-    const uint8_t* in = blocks + b * kQ8BlockBytes;
-    uint16_t dh;
-    memcpy(&dh, in, 2);
-    scales[b] = half_to_float(dh);
-    memcpy(quants + b * kQ8BlockElems, in + 2, kQ8BlockElems);
+BlockLayout block_layout(uint32_t code) {
+  switch (DType(code)) {
+    case DType::F32: return {1, 4};
+    case DType::F16: case DType::BF16: return {1, 2};
+    case DType::Q4_0: return {32, 18};    // {f16 d; u8 qs[16]}
+    case DType::Q4_1: return {32, 20};    // {f16 d; f16 m; u8 qs[16]}
+    case DType::Q5_0: return {32, 22};    // {f16 d; u8 qh[4]; u8 qs[16]}
+    case DType::Q5_1: return {32, 24};    // {f16 d; f16 m; u8 qh[4]; u8 qs[16]}
+    case DType::Q8_0: return {32, 34};    // {f16 d; i8 qs[32]}
+    case DType::Q2_K: return {256, 84};   // {u8 scales[16]; u8 qs[64]; f16 d; f16 dmin}
+    case DType::Q3_K: return {256, 110};  // {u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d}
+    case DType::Q4_K: return {256, 144};  // {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}
+    case DType::Q5_K: return {256, 176};  // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}
+    case DType::Q6_K: return {256, 210};  // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}
+  }
+  return {0, 0};
+}
+
+size_t gguf_tensor_bytes(uint32_t code, uint64_t elements) {
+  const BlockLayout b = block_layout(code);
+  if (b.elems == 0 || elements % b.elems) return 0;
+  return elements / b.elems * b.bytes;
+}
+
+WeightFormat native_format(DType t) {
+  switch (t) {
+    case DType::F32: return {WT_F32, 0, false};
+    case DType::F16: return {WT_F16, 0, false};
+    case DType::BF16: return {WT_BF16, 0, false};
+    case DType::Q8_0: case DType::Q5_0: return {WT_Q8, 32, false};
+    case DType::Q5_1: case DType::Q5_K: return {WT_Q8, 32, true};
+    case DType::Q6_K: return {WT_Q8, 16, false};
+    case DType::Q4_0: case DType::Q4_1: case DType::Q4_K: return {WT_Q4, 32, true};
+    case DType::Q2_K: case DType::Q3_K: return {WT_Q4, 16, true};
+  }
+  throw Error("internal: no weight format for type " + std::to_string(uint32_t(t)));
+}
+
+WeightFormat common_format(const WeightFormat& a, const WeightFormat& b) {
+  if (!a.quantized() || !b.quantized()) throw Error("internal: common_format of a float type");
+  return {a.storage == WT_Q4 && b.storage == WT_Q4 ? uint32_t(WT_Q4) : uint32_t(WT_Q8), std::min(a.group, b.group),
+          a.has_min || b.has_min};
+}
+
+namespace {
+float f16_at(const uint8_t* p) {
+  uint16_t h;
+  memcpy(&h, p, 2);
+  return half_to_float(h);
+}
+
+// q4_K / q5_K: eight 6-bit (scale, min) pairs packed in 12 bytes (ggml-quants.c get_scale_min_k4).
+void scale_min_k4(int j, const uint8_t* q, uint8_t& sc, uint8_t& mn) {
+  if (j < 4) {
+    sc = q[j] & 63;
+    mn = q[j + 4] & 63;
+  } else {
+    sc = uint8_t((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    mn = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
   }
 }
 
-size_t gguf_tensor_bytes(uint32_t type_code, uint64_t elements) {
-  switch (type_code) {
-    case 0: return elements * 4;                                   // F32
-    case 1: return elements * 2;                                   // F16
-    case 30: return elements * 2;                                  // BF16
-    case 8: return elements / kQ8BlockElems * kQ8BlockBytes;       // Q8_0
-    default: return 0;
+// One block of `t` into q[block elems] and s, m per 16 weights. Why the values are exact: d is an f16
+// (11 significant bits); sub-block scales have at most 6 bits (q6_K: 8), quants at most 5 bits, so every
+// product s * q below fits f32's 24 bits except q6_K's, which llama.cpp rounds identically; the added
+// minimum is the one llama.cpp subtracts (q4_0/q3_K: the offset folded in, exact because the result is
+// representable).
+void decode_block(DType t, const uint8_t* b, int8_t* q, float* s, float* m) {
+  switch (t) {
+    case DType::Q8_0: {
+      const float d = f16_at(b);
+      for (int i = 0; i < 32; ++i) q[i] = int8_t(b[2 + i]);
+      s[0] = s[1] = d, m[0] = m[1] = 0;
+      break;
+    }
+    case DType::Q4_0: case DType::Q4_1: {   // weight j: low nibble of qs[j], j + 16: high nibble
+      const bool q41 = t == DType::Q4_1;
+      const float d = f16_at(b), mn = q41 ? f16_at(b + 2) : -8 * d;
+      const uint8_t* qs = b + (q41 ? 4 : 2);
+      for (int j = 0; j < 16; ++j) q[j] = int8_t(qs[j] & 0xF), q[j + 16] = int8_t(qs[j] >> 4);
+      s[0] = s[1] = d, m[0] = m[1] = mn;
+      break;
+    }
+    case DType::Q5_0: case DType::Q5_1: {   // the fifth bit of weight j is bit j of qh
+      const bool q51 = t == DType::Q5_1;
+      const float d = f16_at(b), mn = q51 ? f16_at(b + 2) : 0.0f;
+      uint32_t qh;
+      memcpy(&qh, b + (q51 ? 4 : 2), 4);
+      const uint8_t* qs = b + (q51 ? 8 : 6);
+      const int off = q51 ? 0 : 16;
+      for (int j = 0; j < 16; ++j) {
+        q[j] = int8_t(((qs[j] & 0xF) | (((qh >> j) & 1) << 4)) - off);
+        q[j + 16] = int8_t(((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - off);
+      }
+      s[0] = s[1] = d, m[0] = m[1] = mn;
+      break;
+    }
+    case DType::Q2_K: {   // 16 sub-blocks of 16; 2-bit quants, four per byte across 32-byte groups
+      const float d = f16_at(b + 80), dmin = f16_at(b + 82);
+      const uint8_t* sc = b;
+      for (int e = 0; e < 256; ++e) {
+        const int half = e / 128, j = (e % 128) / 32, l = e % 32;
+        q[e] = int8_t((b[16 + half * 32 + l] >> (2 * j)) & 3);
+      }
+      for (int g = 0; g < 16; ++g) s[g] = d * float(sc[g] & 0xF), m[g] = -(dmin * float(sc[g] >> 4));
+      break;
+    }
+    case DType::Q3_K: {   // 2 low bits as q2_K, the third from hmask (set: +0, clear: -4); 6-bit signed scales
+      const float d = f16_at(b + 108);
+      const uint8_t* hm = b;
+      const uint8_t* qs = b + 32;
+      const uint8_t* sc = b + 96;
+      for (int e = 0; e < 256; ++e) {
+        const int half = e / 128, j = (e % 128) / 32, l = e % 32;
+        const int lo = (qs[half * 32 + l] >> (2 * j)) & 3, hi = (hm[l] >> (half * 4 + j)) & 1;
+        q[e] = int8_t(lo + (hi ? 4 : 0));   // stored as q + 4 (0..7): the -4 goes into m
+      }
+      for (int g = 0; g < 16; ++g) {
+        const int low = g < 8 ? sc[g] & 0xF : sc[g - 8] >> 4, high = (sc[8 + g % 4] >> (2 * (g / 4))) & 3;
+        const float dl = d * float((low | (high << 4)) - 32);
+        s[g] = dl, m[g] = -4 * dl;
+      }
+      break;
+    }
+    case DType::Q4_K: case DType::Q5_K: {   // 8 sub-blocks of 32 with 6-bit scales and mins
+      const bool q5 = t == DType::Q5_K;
+      const float d = f16_at(b), dmin = f16_at(b + 2);
+      const uint8_t* scales = b + 4;
+      const uint8_t* qh = b + 16;
+      const uint8_t* qs = b + (q5 ? 48 : 16);
+      for (int e = 0; e < 256; ++e) {
+        const int pair = e / 64, hi = (e % 64) / 32, l = e % 32;
+        int v = (qs[pair * 32 + l] >> (4 * hi)) & 0xF;
+        if (q5 && ((qh[l] >> (2 * pair + hi)) & 1)) v += 16;
+        q[e] = int8_t(v);
+      }
+      for (int j = 0; j < 8; ++j) {
+        uint8_t sc, mn;
+        scale_min_k4(j, scales, sc, mn);
+        s[2 * j] = s[2 * j + 1] = d * float(sc);
+        m[2 * j] = m[2 * j + 1] = -(dmin * float(mn));
+      }
+      break;
+    }
+    case DType::Q6_K: {   // 4 low bits in ql, 2 high in qh, minus 32; 16 int8 scales
+      const float d = f16_at(b + 208);
+      const uint8_t* ql = b;
+      const uint8_t* qh = b + 128;
+      const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+      for (int e = 0; e < 256; ++e) {
+        const int half = e / 128, j = (e % 128) / 32, l = e % 32;
+        const int lo = (ql[half * 64 + (j & 1) * 32 + l] >> (4 * (j >> 1))) & 0xF;
+        const int hi = (qh[half * 32 + l] >> (2 * j)) & 3;
+        q[e] = int8_t((lo | (hi << 4)) - 32);
+      }
+      for (int g = 0; g < 16; ++g) s[g] = d * float(sc[g]), m[g] = 0;
+      break;
+    }
+    default: throw Error(std::string("internal: decode_quant of ") + dtype_name(t));
+  }
+}
+}  // namespace
+
+void decode_quant(DType t, const uint8_t* blocks, size_t n, int8_t* q, float* s, float* m) {
+  const BlockLayout L = block_layout(t);
+  for (size_t blk = 0; blk < n / L.elems; ++blk) {
+    const size_t e = blk * L.elems;
+    decode_block(t, blocks + blk * L.bytes, q + e, s + e / kCanonicalGroup, m + e / kCanonicalGroup);
+  }
+}
+
+void repack_quant(DType t, const WeightFormat& f, const uint8_t* blocks, size_t n, uint8_t* data, float* scales) {
+  const BlockLayout L = block_layout(t);
+  if (!f.quantized() || f.group % kCanonicalGroup || L.elems % f.group) throw Error("internal: repack format");
+  const bool q4 = f.storage == WT_Q4;
+  const size_t per = f.group / kCanonicalGroup, stride = f.has_min ? 2 : 1;
+  int8_t q[256];
+  float s[16], m[16];
+  for (size_t blk = 0; blk < n / L.elems; ++blk) {
+    decode_block(t, blocks + blk * L.bytes, q, s, m);
+    const size_t e0 = blk * L.elems;
+    if (q4) {
+      uint8_t* out = data + e0 / 2;
+      bool fits = true;
+      for (uint32_t i = 0; i < L.elems; i += 2) {
+        fits = fits && uint8_t(q[i]) < 16 && uint8_t(q[i + 1]) < 16;
+        out[i / 2] = uint8_t(q[i] | (q[i + 1] << 4));
+      }
+      if (!fits) throw Error("internal: a quant does not fit 4 bits");
+    } else {
+      memcpy(data + e0, q, L.elems);
+    }
+    float* sc = scales + e0 / f.group * stride;
+    for (uint32_t g = 0; g < L.elems / f.group; ++g) {
+      for (size_t k = 1; k < per; ++k)   // a wider group is only valid when its canonical groups agree
+        if (s[g * per + k] != s[g * per] || m[g * per + k] != m[g * per])
+          throw Error("internal: scales differ inside a group");
+      if (!f.has_min && m[g * per] != 0) throw Error("internal: a minimum in a format without one");
+      sc[g * stride] = s[g * per];
+      if (f.has_min) sc[g * stride + 1] = m[g * per];
+    }
   }
 }
 

@@ -1,7 +1,11 @@
 #pragma once
-// Host-side number formats: IEEE half, bfloat16 and GGUF's q8_0 blocks ({f16 d; int8 q[32]}, value = d*q).
+// Host-side number formats: IEEE half, bfloat16, GGUF's block-quantized types, and the device layout the
+// matmul kernels read them in (WeightFormat). Vulkan-free: loader/ and the tests use it too.
 #include <cstddef>
 #include <cstdint>
+#include <vector>
+
+#include "runtime/core.h"
 
 namespace vkspec {
 
@@ -15,14 +19,51 @@ inline float bf16_to_float(uint16_t b) {
 }
 uint16_t float_to_bf16(float f);   // round to nearest even
 
+// GGUF storage of a type: `elems` consecutive weights of a row in `bytes` bytes (f32/f16/bf16: 1 weight).
+// Rows are whole blocks: a row length that is not a multiple of `elems` is a malformed tensor.
+struct BlockLayout {
+  uint32_t elems = 0, bytes = 0;
+};
+// The layout of GGML type `code`, or {0, 0} for a type vkspec does not read.
+BlockLayout block_layout(uint32_t code);
+inline BlockLayout block_layout(DType t) { return block_layout(uint32_t(t)); }
+// Bytes a tensor of `elements` weights of GGML type `code` occupies; 0 for unknown types or partial blocks.
+size_t gguf_tensor_bytes(uint32_t code, uint64_t elements);
+
 constexpr size_t kQ8BlockElems = 32;
 constexpr size_t kQ8BlockBytes = 34;
-
-// GGUF q8_0 quantization of `n` floats (n % 32 == 0) into n/32 blocks.
+// GGUF q8_0 quantization of `n` floats (n % 32 == 0) into n/32 blocks ({f16 d; int8 q[32]}).
 void quantize_q8_0(const float* x, size_t n, uint8_t* blocks);
-// Split GGUF q8_0 blocks into an int8 plane (n quants) and a float scale plane (n/32 scales).
-void split_q8_0(const uint8_t* blocks, size_t n, int8_t* quants, float* scales);
-// Bytes a row-major [rows][cols] tensor of `type` occupies in GGUF.
-size_t gguf_tensor_bytes(uint32_t type_code, uint64_t elements);
+
+// How a matrix is laid out on the device (the contract with shaders/weights.glsl). Float types keep their
+// GGUF encoding. Quantized types are repacked at upload into
+//   data:   the quants, row-major; WT_Q8: one int8 per weight; WT_Q4: one unsigned nibble per weight
+//           (weight e of a row in byte e/2, low nibble first);
+//   scales: per `group` consecutive weights of a row, float s, or vec2 {s, m} when `has_min`;
+// and weight = s * q + m, which equals llama.cpp's dequantized value bit for bit (see decode_quant).
+// The GGUF file stays the source of truth: the repacking is exact and reversible.
+struct WeightFormat {
+  uint32_t storage = WT_F32;   // WT_F32 / WT_F16 / WT_BF16 / WT_Q8 / WT_Q4
+  uint32_t group = 0;          // quantized: weights per scale, 16 or 32
+  bool has_min = false;
+  bool quantized() const { return storage == WT_Q8 || storage == WT_Q4; }
+  bool operator==(const WeightFormat& o) const {
+    return storage == o.storage && group == o.group && has_min == o.has_min;
+  }
+};
+WeightFormat native_format(DType t);
+// The narrowest quantized format holding both `a` and `b` exactly (Q4 widens to Q8, groups to 16, a min
+// plane added): so matrices of different quantized types can share one kernel (fused QKV, gate/up).
+WeightFormat common_format(const WeightFormat& a, const WeightFormat& b);
+
+constexpr uint32_t kCanonicalGroup = 16;
+// Decodes `n` weights (whole blocks) of quantized type `t` into the canonical planes: q[n] (int8) and s, m
+// per 16 weights, with value = s * q + m. Every product s * q is exact in f32 except q6_K's, which rounds
+// exactly like llama.cpp's `d * sc * q`, so the values equal dequantize_row_* in ggml-quants.c.
+void decode_quant(DType t, const uint8_t* blocks, size_t n, int8_t* q, float* s, float* m);
+// Repacks `n` weights (whole blocks) of quantized type `t` into format `f` (native_format(t) or a common
+// format holding it): data[] gets n int8 or n/2 nibble bytes, scales[] n/group floats (x2 with a min).
+// Throws Error when a value does not fit the format (an internal error: formats come from native_format).
+void repack_quant(DType t, const WeightFormat& f, const uint8_t* blocks, size_t n, uint8_t* data, float* scales);
 
 }  // namespace vkspec

@@ -21,11 +21,12 @@ using vk_float = float;
 #define VKSPEC_CONST const uint
 #endif
 
-// Weight types (runtime DType values).
+// Weight storage on the device (runtime/quant.h WeightFormat::storage; layouts in shaders/weights.glsl).
 #define WT_F32 0
 #define WT_F16 1
 #define WT_BF16 2
-#define WT_Q8_0 3
+#define WT_Q8 3    // int8 quants + per-group scales (and mins)
+#define WT_Q4 4    // 4-bit unsigned quants + per-group scales and mins
 
 VKSPEC_CONST MAX_TOP_K = 256u;        // top-k the sampler ranks in shared memory (larger: the general path)
 VKSPEC_CONST MAX_HEAD_DIM = 256u;     // attention.comp keeps one head's output dims in registers

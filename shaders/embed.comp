@@ -7,6 +7,8 @@
 #include "weights.glsl"
 
 layout(constant_id = 1) const uint WTYPE = WT_F32;
+layout(constant_id = 2) const uint GROUP = 32;       // quantized formats: weights per scale
+layout(constant_id = 3) const bool HAS_MIN = false;  // quantized formats: scales are {s, m} pairs
 
 layout(push_constant) uniform PC { PC_EMBED } pc;   // shaders/contract.h
 
@@ -14,5 +16,5 @@ void main() {
   const uint t = gl_WorkGroupID.x;
   const uint id = min(Uints(pc.tokens).v[t * pc.stride], pc.vocab - 1u);   // ids are validated on the host
   for (uint d = gl_LocalInvocationID.x; d < pc.dim; d += WG)
-    Floats(pc.x).v[t * pc.dim + d] = load_w1(WTYPE, pc.table, pc.table_scales, id * pc.dim + d);
+    Floats(pc.x).v[t * pc.dim + d] = load_w1(WTYPE, GROUP, HAS_MIN, pc.table, pc.table_scales, id * pc.dim + d);
 }

@@ -20,12 +20,16 @@ const uint WTYPE = WT_F32;
 const uint WTYPE = WT_F16;
 #elif defined(WTYPE_BF16)
 const uint WTYPE = WT_BF16;
+#elif defined(WTYPE_Q8)
+const uint WTYPE = WT_Q8;
 #else
-const uint WTYPE = WT_Q8_0;
+const uint WTYPE = WT_Q4;
 #endif
 
 layout(constant_id = 1) const uint TT = 1;    // tokens per workgroup (1 for decode, 8 for batches)
 layout(constant_id = 2) const uint LPR = 1;   // lanes per row: 1 = row per lane (CPU devices), WG = row per workgroup (GPUs)
+layout(constant_id = 3) const uint GROUP = 32;      // quantized: weights per scale
+layout(constant_id = 4) const bool HAS_MIN = false; // quantized: scales are {s, m} pairs
 
 
 layout(push_constant) uniform PC { PC_MATMUL } pc;   // shaders/contract.h
@@ -47,9 +51,9 @@ void main() {
   if (vec4_path) {
     const uint K4 = pc.K / 4u, xs4 = pc.x_stride / 4u;
     for (uint k4 = lane; k4 < K4; k4 += LPR) {
-      const vec4 a = load_w4(WTYPE, pc.w, pc.w_scales, r * K4 + k4, pc.K);
+      const vec4 a = load_w4(WTYPE, GROUP, HAS_MIN, pc.w, pc.w_scales, r * K4 + k4);
       vec4 b = vec4(0.0);
-      if (swiglu) b = load_w4(WTYPE, pc.w2, pc.w2_scales, r * K4 + k4, pc.K);
+      if (swiglu) b = load_w4(WTYPE, GROUP, HAS_MIN, pc.w2, pc.w2_scales, r * K4 + k4);
       for (uint t = 0; t < TT; ++t) {
         const uint tok = min(t0 + t, pc.n - 1u);
         precise vec4 xv = Vec4s(pc.x).v[tok * xs4 + k4];
@@ -63,8 +67,8 @@ void main() {
     }
   } else {
     for (uint k = lane; k < pc.K; k += LPR) {
-      const float a = load_w1(WTYPE, pc.w, pc.w_scales, r * pc.K + k);
-      const float b = swiglu ? load_w1(WTYPE, pc.w2, pc.w2_scales, r * pc.K + k) : 0.0;
+      const float a = load_w1(WTYPE, GROUP, HAS_MIN, pc.w, pc.w_scales, r * pc.K + k);
+      const float b = swiglu ? load_w1(WTYPE, GROUP, HAS_MIN, pc.w2, pc.w2_scales, r * pc.K + k) : 0.0;
       for (uint t = 0; t < TT; ++t) {
         const uint tok = min(t0 + t, pc.n - 1u);
         precise float xv = Floats(pc.x).v[tok * pc.x_stride + k];

@@ -6,9 +6,12 @@
 // matmul.comp (accumulate, fused SwiGLU, RMSNorm applied on the fly: each lane reduces x^2 per token over the
 // texels it reads anyway and multiplies x by the norm weight once for all of its rows).
 //
-// Layout per row: K/EPT texels (EPT = elements per texel: f32 4, f16/bf16 8, q8_0 16); q8_0 scales are a
-// float plane of K/32 per row. x rows are x_stride floats (x_stride % 4 == 0), 4 floats per texel.
-// Batch invariance: each lane reduces its row in k order, one texel at a time, whatever TT is.
+// Layout per row: K/EPT texels (EPT = weights per texel: f32 4, f16/bf16 8, q8 16, q4 32), decoded EPC
+// (<= 16) weights at a time; quantized formats have per-GROUP scales (float, or {s, m} when HAS_MIN) in a
+// plane of the same memory block (shaders/weights.glsl). x rows are x_stride floats (x_stride % 4 == 0),
+// 4 floats per texel. A quantized chunk contributes s * dot(q, x) + m * sum(x): the sum of x is taken once
+// per token for all of a lane's rows.
+// Batch invariance: each lane reduces its row in k order, one chunk at a time, whatever TT is.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "contract.h"
@@ -20,12 +23,18 @@ const uint WTYPE = WT_F32, EPT = 4;
 const uint WTYPE = WT_F16, EPT = 8;
 #elif defined(WTYPE_BF16)
 const uint WTYPE = WT_BF16, EPT = 8;
+#elif defined(WTYPE_Q8)
+const uint WTYPE = WT_Q8, EPT = 16;
 #else
-const uint WTYPE = WT_Q8_0, EPT = 16;
+const uint WTYPE = WT_Q4, EPT = 32;
 #endif
+const uint EPC = EPT > 16u ? 16u : EPT;   // weights per decoded chunk
+const uint CPT = EPT / EPC;               // chunks per texel
 
 layout(constant_id = 1) const uint TT = 1;    // tokens per workgroup: 1..8
 layout(constant_id = 2) const uint RPL = 1;   // rows per lane: 1, 2 or 4 (x is fetched once for all of them)
+layout(constant_id = 3) const uint GROUP = 32;       // quantized: weights per scale (16 or 32)
+layout(constant_id = 4) const bool HAS_MIN = false;  // quantized: scales are {s, m} pairs
 
 layout(set = 0, binding = 0) uniform usamplerBuffer W;    // block holding W (and its scales)
 layout(set = 0, binding = 1) uniform usamplerBuffer W2;   // block holding W2 (MODE_SWIGLU only)
@@ -38,13 +47,16 @@ layout(push_constant) uniform PC { PC_MATMUL_ROWS } pc;   // shaders/contract.h
 vec4 xv(uint t4) { return uintBitsToFloat(texelFetch(X, int(pc.x + t4))); }
 vec4 gv(uint t4) { return uintBitsToFloat(texelFetch(G, int(pc.norm + t4))); }
 
-// One texel of a weight row, decoded: EPT weights as up to four vec4s, and the q8_0 block scale.
-struct Wt { vec4 a, b, c, d; float s; };
+// One chunk of a weight row, decoded: EPC weights (or quants) as up to four vec4s, and the quant group's
+// scale and min.
+struct Wt { vec4 a, b, c, d; float s, m; };
 
-Wt load_texel(usamplerBuffer tex, uint base, uint scales, uint row, uint i, uint kt) {
-  const uvec4 u = texelFetch(tex, int(base + row * kt + i));
+uvec4 fetch(usamplerBuffer tex, uint base, uint row, uint i, uint kt) { return texelFetch(tex, int(base + row * kt + i)); }
+
+Wt decode(uvec4 u, usamplerBuffer tex, uint scales, uint row, uint chunk) {
   Wt w;
   w.s = 1.0;
+  w.m = 0.0;
   w.b = w.c = w.d = vec4(0.0);
   if (WTYPE == WT_F32) {
     w.a = uintBitsToFloat(u);
@@ -55,18 +67,31 @@ Wt load_texel(usamplerBuffer tex, uint base, uint scales, uint row, uint i, uint
     w.a = vec4(bf16x2(u.x), bf16x2(u.y));
     w.b = vec4(bf16x2(u.z), bf16x2(u.w));
   } else {
-    w.a = q8x4(u.x); w.b = q8x4(u.y); w.c = q8x4(u.z); w.d = q8x4(u.w);
-    const uint blk = row * (pc.K / 32u) + i / 2u;   // two 16-quant texels per 32-quant block
-    w.s = uintBitsToFloat(texelFetch(tex, int(scales + blk / 4u))[blk % 4u]);
+    if (WTYPE == WT_Q8) {
+      w.a = q8x4(u.x); w.b = q8x4(u.y); w.c = q8x4(u.z); w.d = q8x4(u.w);
+    } else {
+      const uvec2 h = (chunk & 1u) == 0u ? u.xy : u.zw;   // two 16-quant chunks per texel
+      w.a = q4x4(h.x); w.b = q4x4(h.x >> 16); w.c = q4x4(h.y); w.d = q4x4(h.y >> 16);
+    }
+    const uint g = row * (pc.K / GROUP) + chunk * 16u / GROUP;
+    if (HAS_MIN) {
+      const vec4 t = uintBitsToFloat(texelFetch(tex, int(scales + g / 2u)));
+      w.s = (g & 1u) == 0u ? t.x : t.z;
+      w.m = (g & 1u) == 0u ? t.y : t.w;
+    } else {
+      w.s = uintBitsToFloat(texelFetch(tex, int(scales + g / 4u))[g % 4u]);
+    }
   }
   return w;
 }
 
-// sum over one texel of weights times the matching x values x0..x3 (EPT/4 of them are used)
-float dot_texel(Wt w, vec4 x0, vec4 x1, vec4 x2, vec4 x3) {
+// sum over one chunk of weights times the matching x values x0..x3 (EPC/4 of them are used); xs = the sum
+// of those x values (quantized formats with a min)
+float dot_chunk(Wt w, vec4 x0, vec4 x1, vec4 x2, vec4 x3, float xs) {
   if (WTYPE == WT_F32) return dot(w.a, x0);
   if (WTYPE == WT_F16 || WTYPE == WT_BF16) return dot(w.a, x0) + dot(w.b, x1);
-  return (dot(w.a, x0) + dot(w.b, x1) + dot(w.c, x2) + dot(w.d, x3)) * w.s;
+  const float q = (dot(w.a, x0) + dot(w.b, x1) + dot(w.c, x2) + dot(w.d, x3)) * w.s;
+  return HAS_MIN ? q + w.m * xs : q;
 }
 
 float pick(vec4 lo, vec4 hi, uint t) { return t < 4u ? lo[t] : hi[t - 4u]; }
@@ -89,40 +114,52 @@ void main() {
   precise vec4 ssl = vec4(0.0), ssh = vec4(0.0);   // MODE_RMSNORM: sum of x^2, tokens 0-3 / 4-7
   const uint last = (pc.n - 1u) * xs4;   // tokens past n repeat the last one (their results are dropped)
   const uint x0 = min(t0 * xs4, last);
-  const Wt zero = Wt(vec4(0.0), vec4(0.0), vec4(0.0), vec4(0.0), 1.0);
+  const Wt zero = Wt(vec4(0.0), vec4(0.0), vec4(0.0), vec4(0.0), 1.0, 0.0);
   for (uint i = 0; i < kt; ++i) {
-    const Wt w0 = load_texel(W, pc.w, pc.w_scales, r0, i, kt);
-    const Wt w1 = RPL > 1u ? load_texel(W, pc.w, pc.w_scales, r1, i, kt) : zero;
-    const Wt w2 = RPL > 2u ? load_texel(W, pc.w, pc.w_scales, r2, i, kt) : zero;
-    const Wt w3 = RPL > 2u ? load_texel(W, pc.w, pc.w_scales, r3, i, kt) : zero;
+    const uvec4 f0 = fetch(W, pc.w, r0, i, kt);
+    const uvec4 f1 = RPL > 1u ? fetch(W, pc.w, r1, i, kt) : uvec4(0u);
+    const uvec4 f2 = RPL > 2u ? fetch(W, pc.w, r2, i, kt) : uvec4(0u);
+    const uvec4 f3 = RPL > 2u ? fetch(W, pc.w, r3, i, kt) : uvec4(0u);
+    uvec4 e0 = uvec4(0u), e1 = uvec4(0u), e2 = uvec4(0u), e3 = uvec4(0u);
+    if (swiglu) {
+      e0 = fetch(W2, pc.w2, r0, i, kt);
+      if (RPL > 1u) e1 = fetch(W2, pc.w2, r1, i, kt);
+      if (RPL > 2u) { e2 = fetch(W2, pc.w2, r2, i, kt); e3 = fetch(W2, pc.w2, r3, i, kt); }
+    }
+    for (uint c = 0; c < CPT; ++c) {
+    const uint chunk = i * CPT + c;
+    const Wt w0 = decode(f0, W, pc.w_scales, r0, chunk);
+    const Wt w1 = RPL > 1u ? decode(f1, W, pc.w_scales, r1, chunk) : zero;
+    const Wt w2 = RPL > 2u ? decode(f2, W, pc.w_scales, r2, chunk) : zero;
+    const Wt w3 = RPL > 2u ? decode(f3, W, pc.w_scales, r3, chunk) : zero;
     Wt u0 = zero, u1 = zero, u2 = zero, u3 = zero;
     if (swiglu) {
-      u0 = load_texel(W2, pc.w2, pc.w2_scales, r0, i, kt);
-      if (RPL > 1u) u1 = load_texel(W2, pc.w2, pc.w2_scales, r1, i, kt);
-      if (RPL > 2u) u2 = load_texel(W2, pc.w2, pc.w2_scales, r2, i, kt);
-      if (RPL > 2u) u3 = load_texel(W2, pc.w2, pc.w2_scales, r3, i, kt);
+      u0 = decode(e0, W2, pc.w2_scales, r0, chunk);
+      if (RPL > 1u) u1 = decode(e1, W2, pc.w2_scales, r1, chunk);
+      if (RPL > 2u) { u2 = decode(e2, W2, pc.w2_scales, r2, chunk); u3 = decode(e3, W2, pc.w2_scales, r3, chunk); }
     }
-    const uint xi = i * (EPT / 4u);
-    vec4 ga = vec4(1.0), gb = vec4(1.0), gc = vec4(1.0), gd = vec4(1.0);   // norm weights of this texel
+    const uint xi = chunk * (EPC / 4u);
+    vec4 ga = vec4(1.0), gb = vec4(1.0), gc = vec4(1.0), gd = vec4(1.0);   // norm weights of this chunk
     if (normed) {
       ga = gv(xi);
-      if (EPT > 4u) gb = gv(xi + 1u);
-      if (EPT > 8u) { gc = gv(xi + 2u); gd = gv(xi + 3u); }
+      if (EPC > 4u) gb = gv(xi + 1u);
+      if (EPC > 8u) { gc = gv(xi + 2u); gd = gv(xi + 3u); }
     }
 #define ROW(w, u, acc, acc2, c)                                          \
-    acc.c += dot_texel(w, xa, xb, xc, xd);                               \
-    if (swiglu) acc2.c += dot_texel(u, xa, xb, xc, xd);
+    acc.c += dot_chunk(w, xa, xb, xc, xd, xs);                           \
+    if (swiglu) acc2.c += dot_chunk(u, xa, xb, xc, xd, xs);
 #define TOKEN(t, h, c)                                                   \
     if (TT > t) {                                                        \
       const uint xt = min(x0 + t * xs4, last) + xi;                      \
       precise vec4 xa = xv(xt);                                          \
-      precise vec4 xb = EPT > 4u ? xv(xt + 1u) : vec4(0.0);              \
-      precise vec4 xc = EPT > 8u ? xv(xt + 2u) : vec4(0.0);              \
-      precise vec4 xd = EPT > 8u ? xv(xt + 3u) : vec4(0.0);              \
+      precise vec4 xb = EPC > 4u ? xv(xt + 1u) : vec4(0.0);              \
+      precise vec4 xc = EPC > 8u ? xv(xt + 2u) : vec4(0.0);              \
+      precise vec4 xd = EPC > 8u ? xv(xt + 3u) : vec4(0.0);              \
       if (normed) {                                                      \
         ss##h.c += dot(xa, xa) + dot(xb, xb) + dot(xc, xc) + dot(xd, xd); \
         xa *= ga; xb *= gb; xc *= gc; xd *= gd;                          \
       }                                                                  \
+      precise float xs = HAS_MIN ? dot(xa + xb + xc + xd, vec4(1.0)) : 0.0; \
       ROW(w0, u0, a0##h, g0##h, c)                                       \
       if (RPL > 1u) { ROW(w1, u1, a1##h, g1##h, c) }                     \
       if (RPL > 2u) { ROW(w2, u2, a2##h, g2##h, c) ROW(w3, u3, a3##h, g3##h, c) } \
@@ -131,6 +168,7 @@ void main() {
     TOKEN(4, h, x) TOKEN(5, h, y) TOKEN(6, h, z) TOKEN(7, h, w)
 #undef TOKEN
 #undef ROW
+    }
   }
 
   for (uint j = 0; j < RPL; ++j) {

@@ -1,8 +1,10 @@
-// Weight element loads for every supported storage type. Layouts (per row of K elements):
+// Weight element loads for every device weight format (runtime/quant.h WeightFormat). Per row of K weights:
 //   f32  : K floats            f16/bf16 : K halves (read as uint pairs)
-//   q8_0 : K int8 quants (4 per uint) + K/32 float scales in a separate plane. GGUF's q8_0 block
-//          {f16 d; int8 q[32]} is repacked at upload (runtime/model.cpp) so rows are 4-byte aligned and
-//          one uint load gives four quants; value = d * q exactly as in GGUF.
+//   q8   : K int8 quants (4 per uint)            \  + per GROUP weights a float scale s, or a vec2 {s, m}
+//   q4   : K unsigned 4-bit quants (8 per uint)  /    when HAS_MIN, in a separate plane: w = s * q + m
+// GGUF's quantized blocks (q4_0 ... q6_K) are repacked into q8/q4 at upload with values identical to
+// llama.cpp's dequantization (runtime/quant.cpp); the repacked rows are 4-byte aligned so one uint load
+// gives four (q8) or eight (q4) quants.
 #include "contract.h"   // WT_* codes
 
 vec2 bf16x2(uint u) { return vec2(uintBitsToFloat(u << 16), uintBitsToFloat(u & 0xffff0000u)); }
@@ -10,20 +12,32 @@ vec4 q8x4(uint u) {
   return vec4(bitfieldExtract(int(u), 0, 8), bitfieldExtract(int(u), 8, 8),
               bitfieldExtract(int(u), 16, 8), bitfieldExtract(int(u), 24, 8));
 }
+// the four 4-bit quants in the low 16 bits of u
+vec4 q4x4(uint u) { return vec4(u & 15u, (u >> 4) & 15u, (u >> 8) & 15u, (u >> 12) & 15u); }
+
+// {s, m} of quant group g
+vec2 group_scale(uvec2 scales, uint g, bool has_min) {
+  return has_min ? Vec2s(scales).v[g] : vec2(Floats(scales).v[g], 0.0);
+}
 
 // 4 consecutive weights starting at element 4*i4 of a row-major [rows][K] tensor (needs K % 4 == 0).
-vec4 load_w4(uint wt, uvec2 w, uvec2 scales, uint i4, uint K) {
+vec4 load_w4(uint wt, uint group, bool has_min, uvec2 w, uvec2 scales, uint i4) {
   if (wt == WT_F32) return Vec4s(w).v[i4];
   if (wt == WT_F16) { uvec2 u = Uvec2s(w).v[i4]; return vec4(unpackHalf2x16(u.x), unpackHalf2x16(u.y)); }
   if (wt == WT_BF16) { uvec2 u = Uvec2s(w).v[i4]; return vec4(bf16x2(u.x), bf16x2(u.y)); }
-  return q8x4(Uints(w).v[i4]) * Floats(scales).v[i4 >> 3];   // 8 uints = one 32-quant block
+  const vec4 q = wt == WT_Q8 ? q8x4(Uints(w).v[i4]) : q4x4(Uints(w).v[i4 >> 1] >> (16u * (i4 & 1u)));
+  const vec2 sm = group_scale(scales, 4u * i4 / group, has_min);
+  return q * sm.x + sm.y;
 }
 
 // One weight at element index i (any K).
-float load_w1(uint wt, uvec2 w, uvec2 scales, uint i) {
+float load_w1(uint wt, uint group, bool has_min, uvec2 w, uvec2 scales, uint i) {
   if (wt == WT_F32) return Floats(w).v[i];
-  uint u = Uints(w).v[i >> 1];
+  const uint u = Uints(w).v[i >> (wt == WT_Q8 ? 2 : wt == WT_Q4 ? 3 : 1)];
   if (wt == WT_F16) { vec2 h = unpackHalf2x16(u); return (i & 1u) == 0u ? h.x : h.y; }
   if (wt == WT_BF16) { vec2 h = bf16x2(u); return (i & 1u) == 0u ? h.x : h.y; }
-  return float(bitfieldExtract(int(Uints(w).v[i >> 2]), int(8u * (i & 3u)), 8)) * Floats(scales).v[i >> 5];
+  const float q = wt == WT_Q8 ? float(bitfieldExtract(int(u), int(8u * (i & 3u)), 8))
+                              : float(bitfieldExtract(u, int(4u * (i & 7u)), 4));
+  const vec2 sm = group_scale(scales, i / group, has_min);
+  return q * sm.x + sm.y;
 }

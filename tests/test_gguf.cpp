@@ -81,11 +81,18 @@ TEST(Gguf, RejectsMalformedFiles) {
   arch.str("general.architecture", "gpt2");
   EXPECT_NE(error_of(arch.bytes()).find("architecture 'gpt2' is not supported"), std::string::npos);
 
-  GgufWriter q4;
-  q4.str("general.architecture", "llama");
-  std::vector<uint8_t> junk(18 * 4);
-  q4.tensor("token_embd.weight", {32, 4}, 2, junk.data(), junk.size());
-  EXPECT_NE(error_of(q4.bytes()).find("q4_0"), std::string::npos);
+  GgufWriter iq;   // a type vkspec does not read (iq2_xxs) is named
+  iq.str("general.architecture", "llama");
+  std::vector<uint8_t> junk(256 * 4);
+  iq.tensor("token_embd.weight", {256, 4}, 16, junk.data(), 66 * 4);
+  EXPECT_NE(error_of(iq.bytes()).find("iq2_xxs"), std::string::npos);
+
+  GgufWriter partial;   // a q4_K row of 32 weights is not a whole 256-weight block: the tensor is named
+  partial.str("general.architecture", "llama");
+  partial.tensor("blk.0.attn_q.weight", {32, 4}, 12, junk.data(), 144);
+  const std::string e = error_of(partial.bytes());
+  EXPECT_NE(e.find("blk.0.attn_q.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("not a multiple of its block size 256"), std::string::npos) << e;
 
   GgufWriter outside;
   outside.str("general.architecture", "llama");

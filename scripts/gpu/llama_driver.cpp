@@ -3,6 +3,7 @@
 // greedily, and prints one JSON line: prefill/decode tokens/s of each run, medians, and the generated ids.
 // Built against llama.h of the peer's own llama.cpp release (scripts/gpu/README.md).
 //   llama_driver MODEL.gguf IDS(comma-separated) N_GEN REPS
+//   llama_driver --quantize IN.gguf OUT.gguf FTYPE   (llama.cpp's own quantizer: FTYPE 7 = Q8_0, 15 = Q4_K_M)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,6 +23,12 @@ static double median(std::vector<double> v) {
 static void quiet(ggml_log_level, const char*, void*) {}
 
 int main(int argc, char** argv) {
+  if (argc == 5 && std::string(argv[1]) == "--quantize") {   // real presets of the real-shape models, made there
+    llama_model_quantize_params qp = llama_model_quantize_default_params();
+    qp.ftype = llama_ftype(atoi(argv[4]));
+    qp.nthread = 16;
+    return llama_model_quantize(argv[2], argv[3], &qp) == 0 ? 0 : 1;
+  }
   if (argc != 5) { fprintf(stderr, "usage: llama_driver MODEL IDS N_GEN REPS\n"); return 2; }
   std::vector<llama_token> prompt;
   for (const char* p = argv[2]; *p;) { prompt.push_back(llama_token(strtol(p, (char**)&p, 10))); if (*p == ',') ++p; }
