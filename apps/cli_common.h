@@ -35,7 +35,13 @@ struct BenchOptions {
   std::string peer_backend = "false";  // peer.mjs --gpu: false (CPU, one thread) or vulkan
 };
 
+struct PerplexityOptions {
+  int ctx = 512;      // --ctx: tokens per chunk (llama-perplexity's -c)
+  int chunks = -1;    // --chunks: at most this many (-1: all)
+};
+
 int cmd_devices(bool json);
+int cmd_perplexity(const RunOptions& o, const PerplexityOptions& p);
 int cmd_run(const RunOptions& o);
 int cmd_bench(const RunOptions& o, const BenchOptions& b);
 int cmd_tokenize(const RunOptions& o);

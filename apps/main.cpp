@@ -1,4 +1,4 @@
-// vkspec command line: devices | run | bench | tokenize.
+// vkspec command line: devices | run | bench | tokenize | perplexity.
 #include <cstdio>
 #include <exception>
 #include <algorithm>
@@ -93,6 +93,15 @@ int main(int argc, char** argv) {
   add_prompt_options(tokenize, o);
   tokenize->add_flag("--no-bos", o.no_bos, "Do not add BOS");
 
+  vkspec::cli::PerplexityOptions po;
+  auto* perplexity = app.add_subcommand("perplexity", "Perplexity of a text file, by llama.cpp's llama-perplexity method");
+  perplexity->add_option("-m,--model", o.model, "GGUF model file")->required();
+  perplexity->add_option("-f,--file", o.prompt_file, "Text to score")->required();
+  perplexity->add_option("-c,--ctx", po.ctx, "Tokens per chunk (the second half of each is scored)")->check(CLI::Range(8, 1 << 20));
+  perplexity->add_option("--chunks", po.chunks, "Score at most this many chunks (-1: all)")->check(CLI::Range(-1, 1 << 30));
+  perplexity->add_option("--device", o.device, "Vulkan device index");
+  perplexity->add_flag("--json", o.json, "Print JSON");
+
   // llama.cpp spells the draft model -md; CLI11 wants one-letter short options.
   std::vector<std::string> args(argv + 1, argv + argc);
   for (auto& a : args)
@@ -118,6 +127,7 @@ int main(int argc, char** argv) {
       return vkspec::cli::cmd_bench(o, bo);
     }
     if (*tokenize) return vkspec::cli::cmd_tokenize(o);
+    if (*perplexity) return vkspec::cli::cmd_perplexity(o, po);
   } catch (const std::exception& e) {
     fprintf(stderr, "vkspec: error: %s\n", e.what());
     return 1;

@@ -9,31 +9,13 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tests/run_command.h"
 #include "tests/vk_test_env.h"
 
 namespace vkspec::test {
 namespace {
 
-struct Result { int code; std::string out, err; };
-
-Result run_cli(const std::string& args) {
-  const std::string err_path = ::testing::TempDir() + "/vkspec-cli-stderr.txt";
-  // Under the sanitizer job, leak checking is off for the child process only: the Vulkan loader unloads
-  // lavapipe at vkDestroyInstance, so the driver's exit-time allocations have no module name that
-  // scripts/lsan.supp could match. Our code paths are leak-checked in-process by the other suites.
-  std::string cmd = "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" " + std::string(VKSPEC_BIN) + " " +
-                    args + " 2>" + err_path;
-  FILE* p = popen(cmd.c_str(), "r");
-  Result r{-1, "", ""};
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  std::ifstream e(err_path);
-  r.err.assign(std::istreambuf_iterator<char>(e), {});
-  return r;
-}
+Result run_cli(const std::string& args) { return run_vkspec(VKSPEC_BIN, args); }
 
 const std::string kStories = "-m " + shared_path("models/stories260K.gguf");
 
@@ -207,5 +189,26 @@ TEST(Cli, BadInputGetsOneLineErrorAndNonZeroExit) {
   }
 }
 
+
+// perplexity: bad inputs get one-line errors naming what is wrong; a chunk count caps the work.
+TEST(Cli, PerplexityRefusesBadInputAndHonoursChunks) {
+  const std::string m = "-m " + shared_path("models/pycode-target-f16.gguf");
+  const std::string text = shared_path("models/reference/heldout-code.txt");
+  auto r = run_cli("perplexity " + m + " -f " + text + " --ctx 4096");   // 5763 tokens < 2 x 4096
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("needs at least 8192"), std::string::npos) << r.err;
+  r = run_cli("perplexity " + m + " -f /nonexistent.txt");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("/nonexistent.txt"), std::string::npos) << r.err;
+  r = run_cli("perplexity " + m + " -f " + text + " --ctx 4");
+  EXPECT_NE(r.code, 0);
+  r = run_cli("perplexity " + m + " -f " + text + " --ctx 64 --chunks 2 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["chunks"], 2);
+  EXPECT_EQ(j["tokens_scored"], 2 * 31);
+  EXPECT_GT(j["ppl"].get<double>(), 1.0);
+  EXPECT_NE(r.err.find("[2]"), std::string::npos) << "progress with the running estimate, as llama.cpp prints it";
+}
 }  // namespace
 }  // namespace vkspec::test
