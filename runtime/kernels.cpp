@@ -10,6 +10,7 @@ namespace vkspec {
 namespace {
 // Push-constant blocks: shaders/contract.h defines each once for GLSL and C++.
 using contract::ArgmaxPC;
+using contract::AttentionCombinePC;
 using contract::AttentionPC;
 using contract::AttentionRowsPC;
 using contract::EmbedPC;
@@ -40,6 +41,8 @@ Kernels::Kernels(Context& ctx, Pipelines& pipelines, KernelFamily family)
     else family_ = ctx.facts().prefers_row_per_lane() ? KernelFamily::RowPerLane : KernelFamily::Subgroup;
   }
   wg_rows_ = family_ == KernelFamily::RowPerLane ? std::max(16u, ctx.facts().subgroup_size) : 64;
+  scratch_arena_ = std::make_shared<Arena>(ctx, MemoryKind::Device, 4ull << 20);
+  partials_ = std::make_shared<Slice>();
 }
 
 void Kernels::embed(Recorder& r, const DeviceMatrix& table, const TokenInput& tokens, const Slice& x, uint32_t n) {
@@ -151,10 +154,22 @@ void Kernels::attention(Recorder& r, const AttentionShape& s, const Slice& q, co
     r.dispatch(p, views, &pc, sizeof pc, s.n_kv_heads, n);
     return;
   }
-  AttentionPC pc{q.address, out.address, kv.k_pool.address, kv.v_pool.address, kv.block_table.address,
-                 pos0, s.n_heads, s.n_kv_heads, s.head_dim, scale, s.q_row()};
   const uint32_t wg = family_ == KernelFamily::RowPerLane ? 32 : 64;
-  r.dispatch(pipelines_.get("attention", {wg, kv.block_size}), &pc, sizeof pc, s.n_heads, n);
+  const uint32_t split = pos0 + n > kAttentionSplit ? kAttentionSplit : 0;
+  const uint32_t n_splits = split ? ceil_div(pos0 + n, split) : 1;
+  if (split) {
+    const VkDeviceSize bytes = VkDeviceSize(n) * s.n_heads * n_splits * (s.head_dim + 2) * 4;
+    if (partials_->size < bytes) *partials_ = scratch_arena_->alloc(std::max(bytes, 2 * partials_->size), "attention partials");
+  }
+  AttentionPC pc{q.address, out.address, kv.k_pool.address, kv.v_pool.address, kv.block_table.address,
+                 pos0, s.n_heads, s.n_kv_heads, s.head_dim, scale, s.q_row(), split,
+                 split ? partials_->address : 0};
+  r.dispatch(pipelines_.get("attention", {wg, kv.block_size}), &pc, sizeof pc, s.n_heads, n, n_splits);
+  if (split) {
+    r.barrier();
+    AttentionCombinePC cpc{partials_->address, out.address, pos0, s.n_heads, s.head_dim, split, n_splits};
+    r.dispatch(pipelines_.get("attention_combine", {64}), &cpc, sizeof cpc, s.n_heads, n);
+  }
 }
 
 void Kernels::argmax(Recorder& r, const Slice& logits, const Slice& slots, uint32_t n, uint32_t cols,

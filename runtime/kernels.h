@@ -9,6 +9,7 @@
 //   Subgroup:   a workgroup owns a row; lanes stride over it for coalesced loads and reduce with
 //               subgroupAdd (GPUs).
 #include <cstdint>
+#include <memory>
 
 #include "runtime/recorder.h"
 #include "runtime/tensor.h"
@@ -56,6 +57,9 @@ struct AttentionShape {
 class Kernels {
  public:
   static constexpr uint32_t kMaxBatch = 16;   // tokens per matmul dispatch chunk
+  // Keys per workgroup of the device-address attention kernel once a pass reaches past them (flash
+  // decoding): decode at 4096 positions runs 16x n_heads workgroups instead of n_heads.
+  static constexpr uint32_t kAttentionSplit = 256;
   static constexpr uint32_t kBatchTile = 8;   // tokens per workgroup in batched matmuls
 
   Kernels(Context& ctx, Pipelines& pipelines, KernelFamily family = KernelFamily::Auto);
@@ -90,6 +94,10 @@ class Kernels {
   Pipelines& pipelines_;
   KernelFamily family_;
   uint32_t wg_rows_;   // workgroup size for the row-parallel kernels
+  // Split attention's partials, grown (never shrunk: recorded passes may still read the old one) as
+  // contexts get longer; shared by copies of this object.
+  std::shared_ptr<Arena> scratch_arena_;
+  std::shared_ptr<Slice> partials_;
 };
 
 }  // namespace vkspec

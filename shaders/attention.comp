@@ -1,8 +1,12 @@
 #version 460
 // Causal grouped-query attention over the paged KV cache for n query tokens at positions pos0 .. pos0+n-1.
-// One workgroup per (head, token). Keys are visited in chunks of WG with an online softmax; each output
-// element is reduced over keys 0..pos in ascending order, so the result for a token depends only on its
-// position and the cache contents: identical for a decode step and for any row of a verify batch.
+// One workgroup per (head, token), or with pc.split > 0 per (head, token, split of `split` keys) (flash
+// decoding: at long context a decode step has thousands of workgroups instead of n_heads): each writes its
+// unnormalized partial {acc, m, l} and attention_combine.comp merges the splits in order. Keys are visited
+// in chunks of WG with an online softmax; each output element is reduced over its keys in ascending order,
+// and the splits of a token depend only on its position, so the result for a token depends only on its
+// position and the cache contents: identical for a decode step and for any row of a verify batch (a token
+// with one split gets acc / l either way).
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "contract.h"
@@ -20,6 +24,10 @@ void main() {
   const uint q_base = t * pc.q_stride + h * pc.head_dim;
   const uint o_base = (t * pc.n_heads + h) * pc.head_dim;
   const uint len = pc.pos0 + t + 1u;   // causal: keys 0 .. pos
+  const uint split = gl_WorkGroupID.z;
+  const uint k_begin = pc.split > 0u ? split * pc.split : 0u;
+  const uint k_end = pc.split > 0u ? min(len, k_begin + pc.split) : len;
+  if (k_begin >= k_end) return;   // past this token's keys (the dispatch covers the batch's longest row)
 
   for (uint d = lane; d < pc.head_dim; d += WG) q_s[d] = Floats(pc.q).v[q_base + d];
   barrier();
@@ -29,22 +37,22 @@ void main() {
   for (uint i = 0; i < DPL; ++i) acc[i] = 0.0;
   float m = -1.0 / 0.0, l = 0.0;
 
-  for (uint c0 = 0; c0 < len; c0 += WG) {
+  for (uint c0 = k_begin; c0 < k_end; c0 += WG) {
     const uint j = c0 + lane;
     precise float s = -1.0 / 0.0;
-    if (j < len) {
+    if (j < k_end) {
       const uint kb = kv_index(pc.block_table, j, kvh, pc.n_kv_heads, pc.head_dim);
       s = 0.0;
       for (uint d = 0; d < pc.head_dim; ++d) s += q_s[d] * Floats(pc.k_pool).v[kb + d];
       s *= pc.scale;
     }
     const float m_new = max(m, wg_max(s));
-    const float p = j < len ? exp(s - m_new) : 0.0;
+    const float p = j < k_end ? exp(s - m_new) : 0.0;
     p_s[lane] = p;
     const float corr = exp(m - m_new);
     l = l * corr + wg_sum(p);
     barrier();
-    const uint cn = min(WG, len - c0);
+    const uint cn = min(WG, k_end - c0);
     for (uint i = 0; i < DPL; ++i) {
       const uint d = lane + i * WG;
       if (d >= pc.head_dim) break;
@@ -55,6 +63,19 @@ void main() {
     }
     m = m_new;
     barrier();
+  }
+  if (pc.split > 0u) {
+    const uint n_splits = gl_NumWorkGroups.z;
+    const uint p_base = ((t * pc.n_heads + h) * n_splits + split) * (pc.head_dim + 2u);
+    for (uint i = 0; i < DPL; ++i) {
+      const uint d = lane + i * WG;
+      if (d < pc.head_dim) Floats(pc.partials).v[p_base + d] = acc[i];
+    }
+    if (lane == 0u) {
+      Floats(pc.partials).v[p_base + pc.head_dim] = m;
+      Floats(pc.partials).v[p_base + pc.head_dim + 1u] = l;
+    }
+    return;
   }
   for (uint i = 0; i < DPL; ++i) {
     const uint d = lane + i * WG;

@@ -73,7 +73,14 @@ VKSPEC_CONST MODE_RMSNORM = 4u;       // matmul: x is rmsnorm(x) * norm, compute
   vk_addr k_pool; vk_addr v_pool; vk_addr block_table;                                                  \
   vk_uint pos0; vk_uint n_heads; vk_uint n_kv_heads; vk_uint head_dim;                                  \
   vk_float scale;                      /* 1/sqrt(head_dim) */                                           \
-  vk_uint q_stride;
+  vk_uint q_stride;                                                                                     \
+  vk_uint split;                       /* keys per workgroup (0: one workgroup per head and token) */   \
+  vk_addr partials;                    /* split > 0: [n][n_heads][n_splits][head_dim + 2] */
+
+// Flash-decoding combine: out[t][h] from the per-split partials {acc[head_dim], m, l} of attention.comp.
+#define PC_ATTENTION_COMBINE                                                                            \
+  vk_addr partials; vk_addr out_;                                                                       \
+  vk_uint pos0; vk_uint n_heads; vk_uint head_dim; vk_uint split; vk_uint n_splits;
 
 #define PC_ATTENTION_ROWS                                                                               \
   vk_addr out_;                        /* [n][n_heads*head_dim] f32 */                                  \
@@ -116,6 +123,7 @@ struct MatmulPC { PC_MATMUL };
 struct MatmulRowsPC { PC_MATMUL_ROWS };
 struct RopeKvPC { PC_ROPE_STORE_KV };
 struct AttentionPC { PC_ATTENTION };
+struct AttentionCombinePC { PC_ATTENTION_COMBINE };
 struct AttentionRowsPC { PC_ATTENTION_ROWS };
 struct ArgmaxPC { PC_ARGMAX };
 struct SampleRowsPC { PC_SAMPLE_ROWS };
