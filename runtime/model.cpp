@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <unistd.h>
 
 namespace vkspec {
 
@@ -10,6 +11,7 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
     : ctx_(ctx), hp_(read_llama_hparams(file)) {
   const LlamaTensors t = find_llama_tensors(file, hp_);
   n_ctx_ = opts.n_ctx ? opts.n_ctx : std::min<uint32_t>(hp_.n_ctx_train, 4096);
+  check_memory(ctx, file, opts);
 
   weights_arena_ = std::make_unique<Arena>(ctx, MemoryKind::Device);
   act_arena_ = std::make_unique<Arena>(ctx, MemoryKind::Device, 64ull << 20);
@@ -120,6 +122,41 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
   const uint32_t blocks_per_seq = (n_ctx_ + bs - 1) / bs;
   kv_ = std::make_unique<PagedKvCache>(*act_arena_, *upload_arena_, hp_.n_layers, hp_.n_kv_heads, hp_.head_dim, bs,
                                        blocks_per_seq * opts.max_sequences, n_ctx_, opts.max_sequences);
+}
+
+// Before anything is allocated: weights (as the device stores them) + the KV cache for n_ctx positions of
+// max_sequences + activations and the RoPE table, against the device-local memory heaps, so that a model or
+// a --ctx that cannot fit is refused with the numbers instead of failing halfway through the upload.
+void LlamaModel::check_memory(Context& ctx, const GgufFile& file, const ModelOptions& opts) const {
+  uint64_t weights = 0;
+  for (const auto& g : file.tensors()) weights += device_bytes(DType(g.type), g.elements());
+  const uint64_t kv_dim = uint64_t(hp_.n_kv_heads) * hp_.head_dim, q_dim = uint64_t(hp_.n_heads) * hp_.head_dim;
+  const uint64_t positions = (uint64_t(n_ctx_) + opts.kv_block_size - 1) / opts.kv_block_size * opts.kv_block_size;
+  const uint64_t kv = 2ull * hp_.n_layers * positions * opts.max_sequences * kv_dim * 4;
+  const uint64_t act = uint64_t(kMaxBatch) * (hp_.dim + 2 * q_dim + 2 * kv_dim + hp_.ffn_dim + hp_.n_vocab) * 4 +
+                       uint64_t(n_ctx_) * hp_.n_rot * 4;
+  const VkPhysicalDeviceMemoryProperties& mp = ctx.memory_properties();
+  uint64_t heap = 0, largest = 0;
+  for (uint32_t i = 0; i < mp.memoryHeapCount; ++i) {
+    largest = std::max<uint64_t>(largest, mp.memoryHeaps[i].size);
+    if (mp.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) heap += mp.memoryHeaps[i].size;
+  }
+  if (heap == 0) heap = largest;
+  // A CPU device's "device memory" is the host's: lavapipe on Mesa 22.3 reports a 2 GiB heap but allocates
+  // from system RAM without that limit (a 6.4 GB model loads), so the machine's RAM is the bound there.
+  if (ctx.facts().type == VK_PHYSICAL_DEVICE_TYPE_CPU)
+    heap = std::max<uint64_t>(heap, uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE)));
+  const uint64_t need = weights + kv + act;
+  auto gib = [](uint64_t b) {
+    char s[32];
+    snprintf(s, sizeof s, "%.2f GiB", double(b) / double(1ull << 30));
+    return std::string(s);
+  };
+  if (need > heap)
+    throw Error("'" + file.path() + "' needs " + gib(need) + " of device memory (weights " + gib(weights) +
+                ", KV cache " + gib(kv) + " for a context of " + std::to_string(n_ctx_) + " x " +
+                std::to_string(opts.max_sequences) + " sequences, activations " + gib(act) + ") but " +
+                ctx.facts().name + " has " + gib(heap) + ": use a smaller --ctx or a smaller quantization");
 }
 
 LlamaModel::~LlamaModel() {

@@ -70,6 +70,7 @@ class LlamaModel {
 
  private:
   void record_chunk(Recorder& r, int seq, const TokenInput& in, uint32_t n, Logits want);
+  void check_memory(Context& ctx, const GgufFile& file, const ModelOptions& opts) const;
 
   Context& ctx_;
   LlamaHParams hp_;

@@ -102,6 +102,12 @@ WeightFormat native_format(DType t) {
   throw Error("internal: no weight format for type " + std::to_string(uint32_t(t)));
 }
 
+uint64_t device_bytes(DType t, uint64_t elements) {
+  const WeightFormat f = native_format(t);
+  if (!f.quantized()) return elements * block_layout(t).bytes;
+  return (f.storage == WT_Q4 ? elements / 2 : elements) + elements / f.group * (f.has_min ? 8 : 4);
+}
+
 WeightFormat common_format(const WeightFormat& a, const WeightFormat& b) {
   if (!a.quantized() || !b.quantized()) throw Error("internal: common_format of a float type");
   return {a.storage == WT_Q4 && b.storage == WT_Q4 ? uint32_t(WT_Q4) : uint32_t(WT_Q8), std::min(a.group, b.group),

@@ -56,6 +56,9 @@ WeightFormat native_format(DType t);
 // plane added): so matrices of different quantized types can share one kernel (fused QKV, gate/up).
 WeightFormat common_format(const WeightFormat& a, const WeightFormat& b);
 
+// Device bytes of `elements` weights of type `t` in its native format (data plane + scales).
+uint64_t device_bytes(DType t, uint64_t elements);
+
 constexpr uint32_t kCanonicalGroup = 16;
 // Decodes `n` weights (whole blocks) of quantized type `t` into the canonical planes: q[n] (int8) and s, m
 // per 16 weights, with value = s * q + m. Every product s * q is exact in f32 except q6_K's, which rounds

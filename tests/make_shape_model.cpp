@@ -1,9 +1,10 @@
 // vkspec-shape: writes a random-weight Llama at a real shape with a real vocabulary, for benchmarks and
 // parity runs where no checkpoint can be downloaded.
-//   vkspec-shape OUT.gguf VOCAB.gguf 1b|3b f32|f16|q8_0 [SEED]
+//   vkspec-shape OUT.gguf VOCAB.gguf 1b|3b|tiny f32|f16|q8_0 [SEED]
 // VOCAB.gguf supplies the tokenizer metadata (e.g. ../shared/tokenizer-tests/ggml-vocab-llama-bpe.gguf, the
 // Llama 3 vocabulary); the hyperparameters are Llama-3.2-1B's / 3B's (tied embeddings, rope theta 500000 with
-// Llama 3 scaling). Weights ~ N(0, 1/cols) so activations stay O(1) through the layers; norms ~ 1.
+// Llama 3 scaling); `tiny` is the same architecture and vocabulary at dim 256, 2 layers (tests: 65 MB in
+// f16, rows a multiple of 256 so that llama.cpp's k-quant presets apply). Weights ~ N(0, 1/cols) so activations stay O(1) through the layers; norms ~ 1.
 // Tensor data is streamed to the file (a 3B f16 model is 6 GB), never held whole in memory.
 #include <cmath>
 #include <cstdio>
@@ -42,12 +43,15 @@ std::vector<uint8_t> encode(const std::vector<float>& v, uint32_t type) {
 
 int main(int argc, char** argv) try {
   if (argc < 5) {
-    fprintf(stderr, "usage: vkspec-shape OUT.gguf VOCAB.gguf 1b|3b f32|f16|q8_0 [SEED]\n");
+    fprintf(stderr, "usage: vkspec-shape OUT.gguf VOCAB.gguf 1b|3b|tiny f32|f16|q8_0 [SEED]\n");
     return 2;
   }
   const std::string shape_name = argv[3];
-  if (shape_name != "1b" && shape_name != "3b") throw std::runtime_error("shape must be 1b or 3b");
-  const Shape s = shape_name == "1b" ? Shape{2048, 16, 32, 8, 8192} : Shape{3072, 28, 24, 8, 8192};
+  if (shape_name != "1b" && shape_name != "3b" && shape_name != "tiny")
+    throw std::runtime_error("shape must be 1b, 3b or tiny");
+  const Shape s = shape_name == "1b"   ? Shape{2048, 16, 32, 8, 8192}
+                  : shape_name == "3b" ? Shape{3072, 28, 24, 8, 8192}
+                                       : Shape{256, 2, 4, 2, 512};
   const uint32_t type = type_code(argv[4]);
   const uint32_t seed = argc > 5 ? uint32_t(std::stoul(argv[5])) : 1;
   GgufFile vocab(argv[2]);

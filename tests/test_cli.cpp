@@ -210,5 +210,14 @@ TEST(Cli, PerplexityRefusesBadInputAndHonoursChunks) {
   EXPECT_GT(j["ppl"].get<double>(), 1.0);
   EXPECT_NE(r.err.find("[2]"), std::string::npos) << "progress with the running estimate, as llama.cpp prints it";
 }
+
+// A context that cannot fit is refused before anything is allocated, with the numbers.
+TEST(Cli, ContextBeyondDeviceMemoryIsRefusedWithTheNumbers) {
+  auto r = run_cli("run " + kStories + " -p hi -n 4 -c 100000000");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("of device memory (weights"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("KV cache"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("smaller --ctx"), std::string::npos) << r.err;
+}
 }  // namespace
 }  // namespace vkspec::test

@@ -96,6 +96,45 @@ TEST(Presets, GreedyContinuationsAgreeWithLlamaCpp) {
   }
 }
 
+// The real Llama 3 vocabulary and architecture at a tiny size (tests/make_shape_model.cpp `tiny`), in f16 and
+// in llama.cpp's Q4_K_M of it (q4_K/q6_K layers, a q6_K tied embedding): greedy ids equal llama.cpp's.
+TEST(Presets, TinyLlama3ShapeGreedyEqualsLlamaCpp) {
+  if (preset("Q8_0").empty()) GTEST_SKIP() << "llama.cpp peer not installed (scripts/install-peer.sh needs node and npm)";
+  const std::string dir = std::string(VKSPEC_PRESETS_DIR), f16 = dir + "/tiny-llama3-f16.gguf", q4 = dir + "/tiny-llama3-Q4_K_M.gguf";
+  if (!exists(f16)) {
+    Result r = run_command(std::string(VKSPEC_SHAPE_BIN) + " " + f16 + ".tmp " +
+                           shared_path("tokenizer-tests/ggml-vocab-llama-bpe.gguf") + " tiny f16 && mv " + f16 + ".tmp " + f16);
+    ASSERT_EQ(r.code, 0) << r.err;
+  }
+  if (!exists(q4)) {
+    Result r = run_command("python3 " + peer_dir() + "/quantize.py " + f16 + " " + q4 + ".tmp Q4_K_M >/dev/null && mv " +
+                           q4 + ".tmp " + q4);
+    ASSERT_EQ(r.code, 0) << r.err;
+  }
+  const int n = 24;
+  for (const std::string& model : {f16, q4}) {
+    Result tok = run_vkspec(VKSPEC_BIN, "tokenize -m " + model + " -p 'The quick brown fox jumps over' --json");
+    ASSERT_EQ(tok.code, 0) << tok.err;
+    std::string ids;
+    for (int id : nlohmann::json::parse(tok.out).get<std::vector<int>>()) {
+      if (!ids.empty()) ids += ',';
+      ids += std::to_string(id);
+    }
+    Result peer = run_command("node " + peer_dir() + "/peer.mjs --model " + model + " --gpu false --threads 1 --runs 1 " +
+                              "--ignore-eos --n " + std::to_string(n) + " --prompt-ids " + ids);
+    ASSERT_EQ(peer.code, 0) << peer.err;
+    const auto theirs = nlohmann::json::parse(peer.out)["ids"].get<std::vector<int>>();
+    Result ours = run_vkspec(VKSPEC_BIN, "run -m " + model + " -p 'The quick brown fox jumps over' -n " + std::to_string(n) +
+                                             " --temp 0 --ignore-eos --json");
+    ASSERT_EQ(ours.code, 0) << ours.err;
+    const auto mine = nlohmann::json::parse(ours.out)["ids"].get<std::vector<int>>();
+    size_t k = 0;
+    while (k < mine.size() && k < theirs.size() && mine[k] == theirs[k]) ++k;
+    printf("%s: %zu/%d leading ids equal to llama.cpp's\n", model.c_str(), k, n);
+    EXPECT_GE(k, 16u) << model;   // random weights: a near-tie late in the run may go either way
+  }
+}
+
 TEST(Presets, PerplexityMatchesLlamaCppWithinHalfAPercent) {
   std::ifstream in(shared_path("models/reference/perplexity.json"));
   const auto ref = nlohmann::json::parse(in);
