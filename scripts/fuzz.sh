@@ -9,6 +9,23 @@ out=build-fuzz
 mkdir -p "$out/corpus"
 clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -DVK_NO_PROTOTYPES \
   -I. tests/fuzz/fuzz_gguf.cpp loader/gguf.cpp loader/model_file.cpp runtime/quant.cpp -o "$out/fuzz_gguf"
+# a seed with one small tensor of every quantized type (random blocks), so the decoders are reached at once
+python3 - "$out/corpus/quantized.gguf" <<'PY'
+import random, struct, sys
+random.seed(1)
+types = {2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34), 10: (256, 84), 11: (256, 110),
+         12: (256, 144), 13: (256, 176), 14: (256, 210)}
+def s(x): b = x.encode(); return struct.pack("<Q", len(b)) + b
+head = b"GGUF" + struct.pack("<IQQ", 3, len(types), 1) + s("general.architecture") + struct.pack("<I", 8) + s("llama")
+data, off = b"", 0
+for code, (elems, size) in types.items():
+    head += s("t%d" % code) + struct.pack("<I", 2) + struct.pack("<QQ", elems, 2) + struct.pack("<IQ", code, off)
+    blob = bytes(random.getrandbits(8) for _ in range(2 * size))
+    blob += b"\0" * (-len(blob) % 32)
+    data += blob; off += len(blob)
+head += b"\0" * (-len(head) % 32)
+open(sys.argv[1], "wb").write(head + data)
+PY
 for f in ../shared/models/stories260K.gguf ../shared/tokenizer-tests/ggml-vocab-llama-spm.gguf; do
   [ -f "$f" ] && head -c 65536 "$f" > "$out/corpus/$(basename "$f").head"
 done
