@@ -1,6 +1,7 @@
 #pragma once
 // Pieces shared by the vkspec subcommands.
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace vkspec::cli {
@@ -12,7 +13,7 @@ struct RunOptions {
   int n_predict = 128;
   float temp = 0.8f, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f;
   int top_k = 40, repeat_last_n = 64;
-  int64_t seed = -1;   // -1: random
+  std::optional<uint64_t> seed;   // --seed S (0 .. 2^64-1); none or -1: random
   int samples = 1;     // independent completions, seeds seed, seed+1, ...
   int ctx = 0;
   int device = -1;
@@ -46,8 +47,17 @@ int cmd_run(const RunOptions& o);
 int cmd_bench(const RunOptions& o, const BenchOptions& b);
 int cmd_tokenize(const RunOptions& o);
 
+// Text files are read whole up to this size (perplexity texts, tokenize); a prompt for generation up to what
+// its context can hold.
+constexpr uint64_t kMaxTextBytes = 256ull << 20;
+// A regular file's contents, refusing FIFOs, devices, directories and files over max_bytes (naming `what`).
+std::string read_text_file(const std::string& path, uint64_t max_bytes, const char* what);
 // The prompt text exactly as given (-p or -f), with C escapes processed only when --escape is set.
-std::string read_prompt(const RunOptions& o);
+std::string read_prompt(const RunOptions& o, uint64_t max_bytes);
+// --seed's text: -1 (random) or 0 .. 2^64-1; anything else is an error naming the flag.
+std::optional<uint64_t> parse_seed(const std::string& text);
+// Writes and flushes; throws Error when standard output fails (closed, full disk, broken pipe).
+void write_stdout(const std::string& s);
 std::string process_escapes(const std::string& s);
 
 }  // namespace vkspec::cli

@@ -1,7 +1,14 @@
 // `vkspec bench`: prefill and decode tokens/s (median of --reps) for plain decoding and, with a drafter,
 // speculative decoding of the same prompt in the same process, plus acceptance and the speedup; with
 // --peer, llama.cpp (../shared/tools/peer) on the same file and prompt ids, measured in the same run.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -75,6 +82,39 @@ struct Series {
   }
 };
 
+// Runs args[0] (found on PATH) with `args`, stdout captured into `out`, stderr discarded; "" when it exits 0,
+// else how it ended ("exit 3", "killed by signal 9", "cannot start node: ...").
+std::string run_capturing(const std::vector<std::string>& args, std::string& out) {
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) return std::string("cannot create a pipe: ") + strerror(errno);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, pipe_fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&fa, pipe_fds[0]);
+  posix_spawn_file_actions_addclose(&fa, pipe_fds[1]);
+  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid;
+  const int err = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(pipe_fds[1]);
+  if (err != 0) {
+    close(pipe_fds[0]);
+    return "cannot start " + args[0] + ": " + strerror(err);
+  }
+  char buf[4096];
+  for (ssize_t r; (r = read(pipe_fds[0], buf, sizeof buf)) > 0;) out.append(buf, size_t(r));
+  close(pipe_fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status) == 0 ? "" : "exit " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
+  return "ended abnormally";
+}
+
 // llama.cpp through the peer harness on the same prompt ids (greedy); its JSON. Throws when it fails.
 nlohmann::json run_peer(const BenchOptions& b, const RunOptions& o, const std::vector<uint32_t>& prompt) {
   std::string ids;
@@ -82,18 +122,20 @@ nlohmann::json run_peer(const BenchOptions& b, const RunOptions& o, const std::v
     if (!ids.empty()) ids += ',';
     ids += std::to_string(id);
   }
-  const std::string cmd = "node '" + b.peer_dir + "/peer.mjs' --model '" + o.model + "' --gpu " + b.peer_backend +
-                          " --threads 1 --no-bos --prompt-ids " + ids + " --n " + std::to_string(o.n_predict) +
-                          " --runs " + std::to_string(b.reps) + " --temp 0 --ignore-eos --no-text 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) throw Error("cannot start node for --peer");
+  // An argument vector, never a shell command line: file names may hold quotes or `$(...)`.
+  const std::vector<std::string> args = {"node", b.peer_dir + "/peer.mjs", "--model", o.model, "--gpu", b.peer_backend,
+                                         "--threads", "1", "--no-bos", "--prompt-ids", ids, "--n",
+                                         std::to_string(o.n_predict), "--runs", std::to_string(b.reps), "--temp", "0",
+                                         "--ignore-eos", "--no-text"};
   std::string out;
-  char buf[4096];
-  for (size_t r; (r = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, r);
-  const int rc = pclose(p);   // ids are kept: bench compares llama.cpp's greedy tokens with its own
+  const std::string status = run_capturing(args, out);
   auto j = nlohmann::json::parse(out, nullptr, false);
-  if (rc != 0 || j.is_discarded() || !j.contains("median"))
-    throw Error("the llama.cpp peer failed (exit " + std::to_string(rc) + "); run `" + cmd + "` to see why");
+  if (!status.empty() || j.is_discarded() || !j.contains("median")) {
+    std::string line;
+    for (const auto& a : args) line += (line.empty() ? "" : " ") + a;
+    throw Error("the llama.cpp peer failed (" + (status.empty() ? std::string("its output is not the expected JSON") : status) +
+                "); run `" + line + "` to see why");
+  }
   return j;
 }
 
@@ -103,12 +145,12 @@ int cmd_bench(const RunOptions& o, const BenchOptions& b) {
   if (b.prompt_tokens < 0 || o.n_predict < 2 || b.reps < 1)
     throw Error("bench needs -p >= 0 (0: the prompt text as it is), -n >= 2 and --reps >= 1");
   Engine engine(o);
-  const std::string text = o.prompt_file.empty() ? std::string(kDefaultPrompt) : read_prompt(o);
+  const std::string text = o.prompt_file.empty() ? std::string(kDefaultPrompt) : read_prompt(o, kMaxTextBytes);
   const std::vector<uint32_t> prompt = prompt_of_length(engine, text, uint32_t(b.prompt_tokens));
   if (prompt.size() + size_t(o.n_predict) + 1 > engine.model().n_ctx())
     throw Error("-p + -n exceed the context of " + std::to_string(engine.model().n_ctx()) + " (use --ctx)");
   SamplingParams sp = sampling_params(o);
-  sp.seed = o.seed >= 0 ? uint64_t(o.seed) : 1;
+  sp.seed = o.seed.value_or(1);
   const bool spec = engine.drafter() != nullptr;
 
   // Warm-up (pipeline compilation, first-touch of memory), then plain and speculative runs interleaved so

@@ -36,7 +36,7 @@ int cmd_perplexity(const RunOptions& run_opts, const PerplexityOptions& p) {
   const uint32_t n_ctx = uint32_t(p.ctx), n_vocab = model.hparams().n_vocab;
   if (tok.bos() < 0) throw Error("the model has no BOS token, which llama.cpp's method puts at every chunk's start");
   // llama-perplexity: add_special = true (BOS when the model adds it), special tokens in the text not parsed
-  const std::vector<uint32_t> tokens = tok.encode(read_prompt(o), tok.add_bos(), /*parse_special=*/false);
+  const std::vector<uint32_t> tokens = tok.encode(read_prompt(o, kMaxTextBytes), tok.add_bos(), /*parse_special=*/false);
   if (tokens.size() < 2 * size_t(n_ctx))
     throw Error("'" + o.prompt_file + "' has " + std::to_string(tokens.size()) + " tokens; --ctx " +
                 std::to_string(n_ctx) + " needs at least " + std::to_string(2 * n_ctx));
@@ -73,11 +73,13 @@ int cmd_perplexity(const RunOptions& run_opts, const PerplexityOptions& p) {
   const double var = nll2 / double(count) - mean * mean;
   const double err = var > 0 && count > 1 ? std::sqrt(var / double(count - 1)) * ppl : 0.0;
   if (o.json) {
-    printf("%s\n", nlohmann::json{{"model", o.model}, {"file", o.prompt_file}, {"ctx", n_ctx}, {"chunks", n_chunk},
-                                  {"tokens_scored", count}, {"ppl", ppl}, {"ppl_error", err},
-                                  {"device", engine.facts().name}}.dump().c_str());
+    write_stdout(nlohmann::json{{"model", o.model}, {"file", o.prompt_file}, {"ctx", n_ctx}, {"chunks", n_chunk},
+                                {"tokens_scored", count}, {"ppl", ppl}, {"ppl_error", err},
+                                {"device", engine.facts().name}}.dump() + "\n");
   } else {
-    printf("Final estimate: PPL = %.4f +/- %.5f\n", ppl, err);
+    char line[96];
+    snprintf(line, sizeof line, "Final estimate: PPL = %.4f +/- %.5f\n", ppl, err);
+    write_stdout(line);
   }
   return 0;
 }

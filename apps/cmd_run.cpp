@@ -1,5 +1,9 @@
 // `vkspec run` (generate text, streamed; --samples N completions) and `vkspec tokenize`.
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <cstdio>
 #include <fstream>
@@ -18,7 +22,7 @@ nlohmann::json completion_json(Engine& engine, const RunOptions& o, const std::v
                                const Completion& c, const std::string& text, uint64_t seed) {
   nlohmann::json j = {
       {"model", o.model}, {"device", engine.facts().name}, {"prompt_ids", prompt}, {"ids", c.ids}, {"text", text},
-      {"prompt_tokens", prompt.size()}, {"n_generated", c.ids.size()}, {"seed", seed},
+      {"prompt_tokens", prompt.size()}, {"n_generated", c.ids.size()}, {"seed", seed}, {"stop_reason", c.stop_reason},
       {"timings", {{"load_s", engine.load_s()}, {"prefill_s", c.prefill_s},
                    {"prefill_tok_s", double(prompt.size()) / c.prefill_s}, {"decode_s", c.decode_s},
                    {"decode_tok_s", c.decode_tok_s()}}}};
@@ -46,24 +50,54 @@ std::string process_escapes(const std::string& s) {
   return out;
 }
 
-std::string read_prompt(const RunOptions& o) {
+std::string read_text_file(const std::string& path, uint64_t max_bytes, const char* what) {
+  // The type is checked before opening: a FIFO or a device (/dev/zero) would block or never end.
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) throw Error(std::string("cannot read ") + what + " '" + path + "': " + strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw Error(std::string(what) + " '" + path + "' is not a regular file");
+  if (uint64_t(st.st_size) > max_bytes)
+    throw Error(std::string(what) + " '" + path + "' is " + std::to_string(st.st_size) + " bytes; at most " +
+                std::to_string(max_bytes) + " are read" + (max_bytes == kMaxTextBytes ? "" : " for this context (--ctx)"));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(std::string("cannot read ") + what + " '" + path + "': " + strerror(errno));
+  std::string text(size_t(st.st_size), '\0');
+  in.read(text.data(), std::streamsize(text.size()));
+  text.resize(size_t(in.gcount()));   // a file that shrank meanwhile: what was there
+  return text;
+}
+
+std::string read_prompt(const RunOptions& o, uint64_t max_bytes) {
   std::string text = o.prompt;
-  if (!o.prompt_file.empty()) {
-    std::ifstream in(o.prompt_file, std::ios::binary);
-    if (!in) throw Error("cannot read prompt file '" + o.prompt_file + "'");
-    text.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  if (!o.prompt_file.empty()) text = read_text_file(o.prompt_file, max_bytes, "prompt file");
   return o.escape ? process_escapes(text) : text;
+}
+
+std::optional<uint64_t> parse_seed(const std::string& text) {
+  if (text == "-1") return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long v = strtoull(text.c_str(), &end, 10);
+  if (text.empty() || text[0] == '-' || text[0] == '+' || *end || errno == ERANGE)
+    throw Error("--seed must be -1 (random) or an integer in 0..18446744073709551615, got '" + text + "'");
+  return uint64_t(v);
+}
+
+void write_stdout(const std::string& s) {
+  if (s.empty()) return;
+  if (fwrite(s.data(), 1, s.size(), stdout) != s.size() || fflush(stdout) != 0)
+    throw Error(std::string("cannot write to standard output: ") + strerror(errno));
 }
 
 int cmd_tokenize(const RunOptions& o) {
   GgufFile file(o.model);
   auto tok = Tokenizer::from_gguf(file);
-  auto ids = tok->encode(read_prompt(o), tok->add_bos() && !o.no_bos, true);
+  auto ids = tok->encode(read_prompt(o, kMaxTextBytes), tok->add_bos() && !o.no_bos, true);
   if (o.json) {
-    printf("%s\n", nlohmann::json(ids).dump().c_str());
+    write_stdout(nlohmann::json(ids).dump() + "\n");
   } else {
-    for (uint32_t id : ids) printf("%u\n", id);
+    std::string out;
+    for (uint32_t id : ids) out += std::to_string(id) + "\n";
+    write_stdout(out);
   }
   return 0;
 }
@@ -71,31 +105,31 @@ int cmd_tokenize(const RunOptions& o) {
 int cmd_run(const RunOptions& o) {
   Engine engine(o, isatty(STDERR_FILENO) && !o.json);
   const Tokenizer& tok = engine.tokenizer();
-  const std::vector<uint32_t> prompt = engine.encode_prompt(read_prompt(o));
+  // a context position is rarely more than a few bytes of text: 64 per position bounds what is read
+  const std::vector<uint32_t> prompt = engine.encode_prompt(read_prompt(o, uint64_t(engine.model().n_ctx()) * 64));
   SamplingParams sp = sampling_params(o);
-  const uint64_t base_seed = o.seed >= 0 ? uint64_t(o.seed) : std::random_device{}();
+  const uint64_t base_seed = o.seed ? *o.seed : std::random_device{}();
 
   // --samples N: independent completions with seeds S, S+1, ..., the models loaded once.
   for (int sample = 0; sample < o.samples; ++sample) {
     sp.seed = base_seed + uint64_t(sample);
     std::string text;
     Utf8Stream utf8;
-    auto emit = [&](const std::string& s) {
+    auto emit = [&](const std::string& s) {   // a failed write stops generation (it throws)
       text += s;
-      if (!o.json) {
-        fwrite(s.data(), 1, s.size(), stdout);
-        fflush(stdout);
-      }
+      if (!o.json) write_stdout(s);
     };
     const Completion c = engine.generate(prompt, sp, o.n_predict, o.ignore_eos, /*speculate=*/true,
                                          [&](uint32_t id) { emit(utf8.push(tok.piece(id))); });
     emit(utf8.finish());
     if (o.json)
-      printf("%s\n", completion_json(engine, o, prompt, c, text, sp.seed).dump(-1, ' ', false,
-                                                                            nlohmann::json::error_handler_t::replace).c_str());
+      write_stdout(completion_json(engine, o, prompt, c, text, sp.seed).dump(-1, ' ', false,
+                                                                           nlohmann::json::error_handler_t::replace) + "\n");
     else
-      printf("\n");
-    fflush(stdout);   // the text's last line before the stats, also when both streams go to one pipe
+      write_stdout("\n");   // flushed: the text's last line comes before the stats, also on one pipe
+    if (c.stop_reason == "context")
+      fprintf(stderr, "vkspec: the context of %u tokens is full: generation stopped after %zu tokens (use --ctx)\n",
+              engine.model().n_ctx(), c.ids.size());
     if (!o.json)
       fprintf(stderr, "vkspec: %zu prompt tokens in %.3f s (%.1f tok/s), %zu generated in %.3f s (%.1f tok/s) on %s\n",
               prompt.size(), c.prefill_s, double(prompt.size()) / c.prefill_s, c.ids.size(), c.decode_s,

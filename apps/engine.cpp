@@ -25,7 +25,10 @@ void progress_bar(uint64_t done, uint64_t total) {
 SamplingParams sampling_params(const RunOptions& o) {
   // Values the device sampler would turn into NaN or infinite probabilities are refused here.
   if (!std::isfinite(o.temp)) throw Error("--temp must be a finite number (0 = greedy)");
-  if (!std::isfinite(o.top_p) || !std::isfinite(o.min_p)) throw Error("--top-p and --min-p must be finite numbers");
+  if (!(o.top_p > 0.0f && o.top_p <= 1.0f)) throw Error("--top-p must be in (0, 1] (1 = off), got " + std::to_string(o.top_p));
+  if (!(o.min_p >= 0.0f && o.min_p <= 1.0f)) throw Error("--min-p must be in [0, 1] (0 = off), got " + std::to_string(o.min_p));
+  if (o.top_k < 0) throw Error("--top-k must be 0 (off) or positive, got " + std::to_string(o.top_k));
+  if (o.repeat_last_n < -1) throw Error("--repeat-last-n must be -1 (the whole context), 0 (off) or positive");
   if (!std::isfinite(o.repeat_penalty) || o.repeat_penalty <= 0.0f)
     throw Error("--repeat-penalty must be a positive number (1 = off)");
   SamplingParams sp;
@@ -43,6 +46,8 @@ Engine::Engine(const RunOptions& o, bool show_progress) : o_(o) {
   if (o.draft_max < 1 || o.draft_max > int(LlamaModel::kMaxBatch - 1) || o.draft_min < 0 || o.draft_min > o.draft_max)
     throw Error("--draft-max must be 1.." + std::to_string(LlamaModel::kMaxBatch - 1) + " and --draft-min 0..draft-max");
   if (o.ctx < 0) throw Error("--ctx must be positive");
+  if (!(o.draft_p_min >= 0.0f && o.draft_p_min <= 1.0f)) throw Error("--draft-p-min must be in [0, 1] (0 = off)");
+  if (o.device < -1) throw Error("--device must be a device index (0, 1, ...; see `vkspec devices`)");
   const auto t_load = std::chrono::steady_clock::now();
   file_ = std::make_unique<GgufFile>(o.model);
   tok_ = Tokenizer::from_gguf(*file_);
@@ -111,7 +116,10 @@ Completion Engine::generate(std::span<const uint32_t> prompt, const SamplingPara
 
   // Accepts one token; false stops generation (end of generation, n reached).
   auto accept = [&](uint32_t t) {
-    if (!ignore_eos && tok_->is_eog(t)) return false;
+    if (!ignore_eos && tok_->is_eog(t)) {
+      c.stop_reason = "eos";
+      return false;
+    }
     c.ids.push_back(t);
     if (on_token) on_token(t);
     return c.ids.size() < size_t(n);
@@ -130,6 +138,7 @@ Completion Engine::generate(std::span<const uint32_t> prompt, const SamplingPara
     }
   }
   c.decode_s = seconds_since(t_decode);
+  if (c.stop_reason.empty()) c.stop_reason = c.ids.size() >= size_t(n) ? "length" : "context";
   c.decode_submissions = Recorder::total_submissions() - submissions0;
   c.decode_dispatches = Recorder::total_dispatches() - dispatches0;
   return c;

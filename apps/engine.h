@@ -20,6 +20,7 @@ namespace vkspec::cli {
 
 struct Completion {
   std::vector<uint32_t> ids;   // generated tokens (EOG excluded)
+  std::string stop_reason;     // "eos" (end of generation), "length" (-n reached), "context" (the context is full)
   double prefill_s = 0, decode_s = 0;
   bool speculative = false;
   SpeculativeStats spec;

@@ -1,5 +1,7 @@
 // vkspec command line: devices | run | bench | tokenize | perplexity.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <algorithm>
 #include <filesystem>
@@ -48,7 +50,7 @@ void add_draft_options(CLI::App* c, vkspec::cli::RunOptions& o) {
 }
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run_main(int argc, char** argv) {
   CLI::App app{"vkspec: portable Llama inference on Vulkan with lossless speculative decoding"};
   app.require_subcommand(1);
   vkspec::cli::RunOptions o;
@@ -62,7 +64,8 @@ int main(int argc, char** argv) {
   run->add_option("-n,--n-predict", o.n_predict, "Tokens to generate");
   run->add_option("--temp", o.temp, "Temperature (0 = greedy)");
   add_sampling_options(run, o);
-  run->add_option("-s,--seed", o.seed, "RNG seed (-1 = random)");
+  std::string seed = "-1";
+  run->add_option("-s,--seed", seed, "RNG seed (-1 = random)");
   run->add_option("--samples", o.samples, "Independent completions of the prompt, seeds S, S+1, ... (one JSON line each)")
       ->check(CLI::Range(1, 1000000));
   run->add_option("-c,--ctx", o.ctx, "Context size (0 = model's, capped at 4096)");
@@ -80,7 +83,7 @@ int main(int argc, char** argv) {
   bench->add_flag("--json", o.json, "Print JSON");
   bench->add_option("--temp", o.temp, "Temperature (default 0: greedy, and speculation must give plain's tokens)");
   add_sampling_options(bench, o);
-  bench->add_option("-s,--seed", o.seed, "RNG seed when sampling");
+  bench->add_option("-s,--seed", seed, "RNG seed when sampling");
   bench->add_option("-c,--ctx", o.ctx, "Context size");
   bench->add_option("--device", o.device, "Vulkan device index");
   add_draft_options(bench, o);
@@ -114,12 +117,17 @@ int main(int argc, char** argv) {
   }
   try {
     if (*devices) return vkspec::cli::cmd_devices(devices_json);
+    o.seed = vkspec::cli::parse_seed(seed);
     if (*run && !run->count("--model")) {
       o.model = default_model(argv[0]);
       fprintf(stderr, "vkspec: no -m given, using %s\n", o.model.c_str());
     }
     if ((*run || *tokenize) && run->count("-p") + run->count("-f") + tokenize->count("-p") + tokenize->count("-f") == 0)
       throw vkspec::Error("give a prompt with -p TEXT or -f FILE");
+    for (auto* c : {run, tokenize})   // (bench's -p is a prompt length)
+      if (c->count("-p") && c->count("-f")) throw vkspec::Error("give either -p TEXT or -f FILE, not both");
+    for (auto* c : {run, bench})
+      if (c->count("--model-draft") && o.draft_model.empty()) throw vkspec::Error("-md needs a draft model file");
     if (*run) return vkspec::cli::cmd_run(o);
     if (*bench) {
       if (!bench->count("--temp")) o.temp = 0.0f;
@@ -133,4 +141,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  const int rc = run_main(argc, argv);
+  // whatever a command printed must have reached its destination (> /dev/full, a closed pipe)
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    fprintf(stderr, "vkspec: error: cannot write to standard output: %s\n", strerror(errno));
+    return rc ? rc : 1;
+  }
+  return rc;
 }

@@ -84,6 +84,8 @@ DeviceFacts probe(VkPhysicalDevice pd, uint32_t index) {
   vk::vkEnumerateDeviceExtensionProperties(pd, nullptr, &n_ext, exts.data());
   for (auto& e : exts) f.push_descriptor |= strcmp(e.extensionName, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME) == 0;
   const char* memory_model = getenv("VKSPEC_MEMORY");
+  if (memory_model && *memory_model && std::string(memory_model) != "discrete")
+    throw Error(std::string("VKSPEC_MEMORY must be 'discrete' (or unset), got '") + memory_model + "'");
   f.discrete_memory = memory_model && std::string(memory_model) == "discrete";
   f.timestamps = p.limits.timestampComputeAndGraphics && p.limits.timestampPeriod > 0;
   f.timestamp_period_ns = p.limits.timestampPeriod;
@@ -203,7 +205,7 @@ Context::Context(const ContextOptions& opts) {
       if (const char* e = getenv("VKSPEC_DEVICE"); e && *e) {
         char* end = nullptr;
         long v = strtol(e, &end, 10);
-        if (*end || v < 0) throw Error(std::string("VKSPEC_DEVICE must be a device index, got '") + e + "'");
+        if (*end || v < 0 || v > 1024) throw Error(std::string("VKSPEC_DEVICE must be a device index, got '") + e + "'");
         index = int(v);
       }
     }

@@ -38,6 +38,7 @@ Kernels::Kernels(Context& ctx, Pipelines& pipelines, KernelFamily family)
     const char* e = getenv("VKSPEC_KERNELS");
     if (e && strcmp(e, "row") == 0) family_ = KernelFamily::RowPerLane;
     else if (e && strcmp(e, "subgroup") == 0) family_ = KernelFamily::Subgroup;
+    else if (e && *e) throw Error(std::string("VKSPEC_KERNELS must be 'row' or 'subgroup' (or unset), got '") + e + "'");
     else family_ = ctx.facts().prefers_row_per_lane() ? KernelFamily::RowPerLane : KernelFamily::Subgroup;
   }
   wg_rows_ = family_ == KernelFamily::RowPerLane ? std::max(16u, ctx.facts().subgroup_size) : 64;

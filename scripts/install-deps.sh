@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Installs every build, test and run-time dependency of vkspec from Debian 12 packages.
 # Idempotent: packages already present are skipped by apt. Needs root (or sudo).
+#   scripts/install-deps.sh [--mesa-backports]
+#   --mesa-backports   opt-in, never the default (CI stays on Debian 12's Mesa 22.3): lavapipe from Mesa 25
+#                      in bookworm-backports, which runs vkspec's kernels faster (docs/PERFORMANCE.md)
 set -euo pipefail
+mesa_backports=0
+[ "${1:-}" = "--mesa-backports" ] && mesa_backports=1
 
 packages=(
   build-essential cmake pkg-config git
@@ -17,6 +22,15 @@ packages=(
   clang libclang-rt-14-dev
 )
 
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+if [ $mesa_backports = 1 ]; then
+  echo "deb http://deb.debian.org/debian bookworm-backports main" | $SUDO tee /etc/apt/sources.list.d/vkspec-bookworm-backports.list >/dev/null
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends -t bookworm-backports mesa-vulkan-drivers
+fi
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -26,9 +40,6 @@ if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
 
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
 echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

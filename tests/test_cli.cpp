@@ -1,5 +1,7 @@
 // The vkspec binary end to end: output formats, reproducibility, and bad input -> one-line error + non-zero exit.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -218,6 +220,74 @@ TEST(Cli, ContextBeyondDeviceMemoryIsRefusedWithTheNumbers) {
   EXPECT_NE(r.err.find("of device memory (weights"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("KV cache"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("smaller --ctx"), std::string::npos) << r.err;
+}
+
+// The hardening classes of the CLI (issue 16): each bad input gets a one-line error that names the flag, file or
+// variable, and a non-zero exit; nothing blocks on a FIFO or reads a device; write failures are exit 1.
+TEST(Cli, HostileInputsAreRefusedByName) {
+  const std::string dir = ::testing::TempDir();
+  const std::string fifo = dir + "/vkspec-prompt.fifo";
+  unlink(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  struct Case { std::string args, expect; };
+  const std::vector<Case> cases = {
+      {"run " + kStories + " -f " + fifo, "is not a regular file"},   // would block for ever if opened
+      {"run " + kStories + " -f /dev/zero", "is not a regular file"},   // would read until memory runs out
+      {"run " + kStories + " -f " + dir, "is not a regular file"},
+      {"run " + kStories + " -p hi -f " + shared_path("models/README.md"), "either -p TEXT or -f FILE"},
+      {"run " + kStories + " -p hi -md ''", "-md needs a draft model file"},
+      {"run " + kStories + " -p hi --top-p 1.5", "--top-p must be in (0, 1]"},
+      {"run " + kStories + " -p hi --min-p -0.1", "--min-p must be in [0, 1]"},
+      {"run " + kStories + " -p hi --top-k -1", "--top-k must be"},
+      {"run " + kStories + " -p hi --draft-p-min 2", "--draft-p-min must be in [0, 1]"},
+      {"run " + kStories + " -p hi --seed 99999999999999999999999", "--seed must be"},
+      {"run " + kStories + " -p hi --seed -5", "--seed must be"},
+      {"run " + kStories + " -p hi --device -3", "--device must be"},
+      {"VKSPEC_KERNELS=fast run " + kStories + " -p hi", "VKSPEC_KERNELS must be"},
+      {"VKSPEC_DEVICE=99999999999 run " + kStories + " -p hi", "VKSPEC_DEVICE must be"},
+  };
+  for (const Case& c : cases) {
+    const bool env = c.args.rfind("VKSPEC_", 0) == 0;
+    auto r = env ? run_command(c.args.substr(0, c.args.find(' ')) + " " + std::string(VKSPEC_BIN) + " " +
+                               c.args.substr(c.args.find(' ') + 1))
+                 : run_cli(c.args);
+    EXPECT_EQ(r.code, 1) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+  }
+  unlink(fifo.c_str());
+}
+
+TEST(Cli, WriteFailuresExitNonZero) {
+  for (std::string args : {"run " + kStories + " -p 'Once upon a time' -n 40", "run " + kStories + " -p hi -n 8 --json",
+                           std::string("devices"), "tokenize " + kStories + " -p hi"}) {
+    auto r = run_cli(args + " > /dev/full");
+    EXPECT_EQ(r.code, 1) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find("cannot write to standard output"), std::string::npos) << args << "\n" << r.err;
+  }
+}
+
+TEST(Cli, StopReasonAndContextNotice) {
+  auto r = run_cli("run " + kStories + " -p 'Once upon a time' -n 100 --ctx 20 --ignore-eos --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["stop_reason"], "context");
+  EXPECT_LT(j["n_generated"].get<int>(), 20);
+  EXPECT_NE(r.err.find("context of 20 tokens is full"), std::string::npos) << r.err;
+  j = nlohmann::json::parse(run_cli("run " + kStories + " -p 'Once upon a time' -n 5 --ignore-eos --json").out);
+  EXPECT_EQ(j["stop_reason"], "length");
+  EXPECT_EQ(j["n_generated"], 5);
+}
+
+// --peer runs node with an argument vector: a file name that would be a command in a shell stays a name.
+TEST(Cli, PeerPathsAreNeverShellCommands) {
+  const std::string marker = ::testing::TempDir() + "/vkspec-peer-injected";
+  unlink(marker.c_str());
+  auto r = run_cli("bench " + kStories + " -p 8 -n 4 --reps 1 --peer \"/nonexistent/it's \\$(touch " + marker + ")\"");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("the llama.cpp peer failed (exit"), std::string::npos) << r.err;
+  struct stat st;
+  EXPECT_NE(stat(marker.c_str(), &st), 0) << "the peer path was run by a shell";
 }
 }  // namespace
 }  // namespace vkspec::test
