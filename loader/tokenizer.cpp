@@ -55,6 +55,7 @@ Tokenizer::Tokenizer(const GgufFile& f) {
       specials_.push_back(i);
   std::stable_sort(specials_.begin(), specials_.end(),
                    [&](uint32_t a, uint32_t b) { return texts_[a].size() > texts_[b].size(); });
+  for (uint32_t id : specials_) specials_by_byte_[uint8_t(texts_[id][0])].push_back(id);
 }
 
 bool Tokenizer::is_eog(uint32_t id) const { return std::find(eog_.begin(), eog_.end(), id) != eog_.end(); }
@@ -63,17 +64,18 @@ std::vector<uint32_t> Tokenizer::encode(std::string_view text, bool add_bos, boo
   std::vector<uint32_t> out;
   if (add_bos && bos_ >= 0) out.push_back(uint32_t(bos_));
   bool after_special = true;
-  size_t pos = 0;
+  size_t pos = 0, scan = 0;
   while (pos < text.size()) {
-    // earliest special token occurrence; at equal positions the longest text wins
-    size_t best_at = std::string_view::npos;
+    // the earliest special token at or after pos (the longest where several start at one position); `scan`
+    // only moves forward, so the whole text is scanned once
     int best = -1;
-    for (uint32_t id : specials_) {
-      if (!parse_special && types_[id] != TokenType::UserDefined) continue;
-      size_t at = text.find(texts_[id], pos);
-      if (at < best_at) { best_at = at; best = int(id); }
-    }
-    size_t end = best < 0 ? text.size() : best_at;
+    for (scan = std::max(scan, pos); scan < text.size() && best < 0; ++scan)
+      for (uint32_t id : specials_by_byte_[uint8_t(text[scan])])
+        if ((parse_special || types_[id] == TokenType::UserDefined) && text.compare(scan, texts_[id].size(), texts_[id]) == 0) {
+          best = int(id);
+          break;
+        }
+    const size_t end = best < 0 ? text.size() : scan - 1;
     if (end > pos) {
       encode_text(text.substr(pos, end - pos), after_special, out);
       after_special = false;
@@ -81,7 +83,7 @@ std::vector<uint32_t> Tokenizer::encode(std::string_view text, bool add_bos, boo
     if (best < 0) break;
     out.push_back(uint32_t(best));
     after_special = true;
-    pos = best_at + texts_[best].size();
+    pos = end + texts_[best].size();
   }
   return out;
 }

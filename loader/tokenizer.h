@@ -49,6 +49,9 @@ class Tokenizer {
   bool add_bos_ = false;
   std::vector<uint32_t> eog_;
   std::vector<uint32_t> specials_;   // matched in text, longest text first
+  // specials_ by their first byte (longest first), so finding the next special token is one pass over the
+  // text however many special tokens there are: tokenizing stays linear in the text's length
+  std::vector<uint32_t> specials_by_byte_[256];
 };
 
 // Turns a stream of token bytes into valid UTF-8 chunks, holding back an incomplete trailing sequence.

@@ -5,6 +5,7 @@
 #include <pcre2.h>
 
 #include <climits>
+#include <queue>
 #include <unordered_map>
 
 #include "loader/tokenizer.h"
@@ -83,57 +84,118 @@ class BpeTokenizer : public Tokenizer {
   }
 
  protected:
+  // Pre-tokenizes maximal runs of valid UTF-8 with the pattern (checked once here, so PCRE2 need not
+  // re-validate the subject at every match: that made long texts quadratic); each invalid byte is a word of
+  // its own, so one bad byte changes only its own tokens.
   void encode_text(std::string_view text, bool, std::vector<uint32_t>& out) const override {
     pcre2_match_data* md = pcre2_match_data_create_from_pattern(re_, nullptr);
-    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-    size_t start = 0;
-    while (start < text.size()) {
-      int rc = pcre2_match(re_, subject, text.size(), start, 0, md, nullptr);
-      if (rc < 0) {   // invalid UTF-8 or no match: the rest as one chunk
-        encode_word(text.substr(start), out);
-        break;
+    for (size_t i = 0; i < text.size();) {
+      size_t run = i;
+      while (run < text.size()) {
+        const size_t len = valid_utf8_at(text, run);
+        if (len == 0) break;
+        run += len;
       }
-      PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-      if (ov[1] == ov[0]) { ++start; continue; }
-      if (ov[0] > start) encode_word(text.substr(start, ov[0] - start), out);
-      encode_word(text.substr(ov[0], ov[1] - ov[0]), out);
-      start = ov[1];
+      if (run > i) encode_valid(text.substr(i, run - i), md, out);
+      if (run < text.size()) encode_word(text.substr(run, 1), out);   // an invalid byte
+      i = run + (run < text.size() ? 1 : 0);
     }
     pcre2_match_data_free(md);
   }
 
  private:
+  // The length of the well-formed UTF-8 sequence at text[i] (no overlongs, surrogates or > U+10FFFF), or 0.
+  static size_t valid_utf8_at(std::string_view t, size_t i) {
+    const auto b = [&](size_t k) { return i + k < t.size() ? uint8_t(t[i + k]) : 0u; };
+    const uint32_t c = b(0);
+    if (c < 0x80) return 1;
+    const auto cont = [&](size_t k) { return (b(k) & 0xC0) == 0x80; };
+    if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
+    if (c >= 0xE0 && c <= 0xEF) {
+      const uint32_t c1 = b(1);
+      if ((c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 > 0x9F)) return 0;
+      return cont(1) && cont(2) ? 3 : 0;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+      const uint32_t c1 = b(1);
+      if ((c == 0xF0 && c1 < 0x90) || (c == 0xF4 && c1 > 0x8F)) return 0;
+      return cont(1) && cont(2) && cont(3) ? 4 : 0;
+    }
+    return 0;
+  }
+
+  void encode_valid(std::string_view text, pcre2_match_data* md, std::vector<uint32_t>& out) const {
+    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+    size_t start = 0;
+    while (start < text.size()) {
+      int rc = pcre2_match(re_, subject, text.size(), start, PCRE2_NO_UTF_CHECK, md, nullptr);
+      if (rc < 0) {   // no match: the rest as one chunk
+        encode_word(text.substr(start), out);
+        break;
+      }
+      PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+      if (ov[1] == ov[0]) {   // an empty match: step over one code point
+        start += valid_utf8_at(text, start);
+        continue;
+      }
+      if (ov[0] > start) encode_word(text.substr(start, ov[0] - start), out);
+      encode_word(text.substr(ov[0], ov[1] - ov[0]), out);
+      start = ov[1];
+    }
+  }
+
+  // BPE merges of one pre-token, lowest rank first (leftmost among equal ranks), with a priority queue of
+  // candidate pairs over a linked list of symbols: O(m log m) for a word of m bytes (a 100,000-byte word
+  // took minutes with the rescan-every-merge loop).
   void encode_word(std::string_view word, std::vector<uint32_t>& out) const {
-    std::vector<std::string> sym;
-    std::string whole;
-    for (unsigned char b : word) {
-      sym.push_back(byte_text_[b]);
-      whole += byte_text_[b];
+    const int n = int(word.size());
+    std::string s;   // the word in GPT-2 code points; symbol i is s[start[i], start[i] + len[i])
+    std::vector<size_t> start(n), len(n);
+    for (int i = 0; i < n; ++i) {
+      start[i] = s.size();
+      s += byte_text_[uint8_t(word[i])];
+      len[i] = s.size() - start[i];
     }
     if (ignore_merges_) {
-      if (auto it = token_id_.find(whole); it != token_id_.end()) { out.push_back(it->second); return; }
+      if (auto it = token_id_.find(s); it != token_id_.end()) { out.push_back(it->second); return; }
     }
-    while (sym.size() > 1) {
-      int best_rank = INT_MAX;
-      size_t best = 0;
-      for (size_t i = 0; i + 1 < sym.size(); ++i) {
-        auto it = merge_rank_.find(sym[i] + " " + sym[i + 1]);
-        if (it != merge_rank_.end() && it->second < best_rank) { best_rank = it->second; best = i; }
-      }
-      if (best_rank == INT_MAX) break;
-      sym[best] += sym[best + 1];
-      sym.erase(sym.begin() + long(best) + 1);
+    std::vector<int> prev(n), next(n);
+    for (int i = 0; i < n; ++i) prev[i] = i - 1, next[i] = i + 1 < n ? i + 1 : -1;
+    struct Pair { int rank, left; size_t left_len, right_len; };
+    auto later = [](const Pair& a, const Pair& b) { return a.rank != b.rank ? a.rank > b.rank : a.left > b.left; };
+    std::priority_queue<Pair, std::vector<Pair>, decltype(later)> queue(later);
+    std::string key;
+    auto push = [&](int l) {
+      const int r = l >= 0 ? next[l] : -1;
+      if (r < 0) return;
+      key.assign(s, start[l], len[l]);
+      key += ' ';
+      key.append(s, start[r], len[r]);
+      if (auto it = merge_rank_.find(key); it != merge_rank_.end()) queue.push({it->second, l, len[l], len[r]});
+    };
+    for (int i = 0; i + 1 < n; ++i) push(i);
+    while (!queue.empty()) {
+      const Pair p = queue.top();
+      queue.pop();
+      const int l = p.left, r = next[l];
+      if (len[l] != p.left_len || r < 0 || len[r] != p.right_len) continue;   // stale: a side merged since
+      len[l] += len[r];
+      len[r] = 0;
+      next[l] = next[r];
+      if (next[r] >= 0) prev[next[r]] = l;
+      push(prev[l]);
+      push(l);
     }
-    for (const auto& s : sym) {
-      auto it = token_id_.find(s);
-      if (it != token_id_.end()) { out.push_back(it->second); continue; }
-      for (size_t i = 0; i < s.size();) {   // not in vocab: fall back to single-byte symbols
-        size_t len = 1;
-        while (i + len < s.size() && (((unsigned char)s[i + len]) >> 6) == 2) ++len;
-        auto b = token_id_.find(s.substr(i, len));
+    for (int i = 0; i >= 0 && i < n; i = next[i]) {
+      const std::string sym = s.substr(start[i], len[i]);
+      if (auto it = token_id_.find(sym); it != token_id_.end()) { out.push_back(it->second); continue; }
+      for (size_t k = 0; k < sym.size();) {   // not in vocab: fall back to single-byte symbols
+        size_t cl = 1;
+        while (k + cl < sym.size() && (((unsigned char)sym[k + cl]) >> 6) == 2) ++cl;
+        auto b = token_id_.find(sym.substr(k, cl));
         if (b != token_id_.end()) out.push_back(b->second);
         else if (unk_ >= 0) out.push_back(uint32_t(unk_));
-        i += len;
+        k += cl;
       }
     }
   }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the GGUF parser fuzzer with clang's libFuzzer (+ASan/UBSan) and runs it for a fixed time,
-# seeded with the shared GGUF files.   scripts/fuzz.sh [seconds]
+# Builds the GGUF parser fuzzer and the tokenizer fuzzer with clang's libFuzzer (+ASan/UBSan) and runs each
+# for a fixed time, seeded with the shared GGUF files and tokenizer test strings.   scripts/fuzz.sh [seconds]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-30}"
@@ -30,3 +30,15 @@ for f in ../shared/models/stories260K.gguf ../shared/tokenizer-tests/ggml-vocab-
   [ -f "$f" ] && head -c 65536 "$f" > "$out/corpus/$(basename "$f").head"
 done
 "$out/fuzz_gguf" "$out/corpus" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 -timeout=10
+
+# tokenizers: both vocabularies over arbitrary bytes (half the time)
+clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -DVK_NO_PROTOTYPES \
+  -I. $(pkg-config --cflags sentencepiece libpcre2-8) tests/fuzz/fuzz_tokenizer.cpp loader/gguf.cpp loader/tokenizer.cpp \
+  loader/tokenizer_bpe.cpp loader/tokenizer_spm.cpp runtime/quant.cpp $(pkg-config --libs sentencepiece libpcre2-8) \
+  -o "$out/fuzz_tokenizer"
+mkdir -p "$out/corpus-tok"
+for f in ../shared/tokenizer-tests/*.inp; do
+  [ -f "$f" ] && split -b 2048 -d "$f" "$out/corpus-tok/$(basename "$f")."
+done
+VKSPEC_SHARED="$PWD/../shared" "$out/fuzz_tokenizer" "$out/corpus-tok" -max_total_time="$(( (secs + 1) / 2 ))" \
+  -max_len=8192 -rss_limit_mb=4096 -timeout=10

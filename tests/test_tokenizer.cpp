@@ -1,6 +1,10 @@
 // Tokenizers against llama.cpp's own test vectors (id for id), plus cases those miss.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <fstream>
+#include <iterator>
+
 #include <fstream>
 #include <sstream>
 
@@ -137,6 +141,73 @@ TEST(Tokenizer, SharedModelPromptsMatchReference) {
     }
     EXPECT_GT(n, 0);
   }
+}
+
+}  // namespace
+}  // namespace vkspec::test
+
+namespace vkspec::test {
+namespace {
+
+double seconds_to_encode(const Tokenizer& tok, const std::string& text) {
+  double best = 1e9;
+  for (int rep = 0; rep < 3; ++rep) {   // the fastest of three: these machines are noisy
+    const auto t0 = std::chrono::steady_clock::now();
+    auto ids = tok.encode(text, true, true);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    EXPECT_FALSE(ids.empty());
+  }
+  return best;
+}
+
+std::string repeat_to(const std::string& unit, size_t bytes) {
+  std::string s;
+  while (s.size() < bytes) s += unit;
+  s.resize(bytes);
+  return s;
+}
+
+// Tokenizing is linear in the text: 4x the input takes at most ~8x the time (10x asserted, for noise: a bound that
+// quadratic behaviour breaks at once: it was 18x for 4x on 100 KB of text, and a 100,000-byte word or
+// 10,000 special tokens did not finish). Inputs small enough to run under the sanitizers.
+TEST(Tokenizer, EncodingIsLinearInTheText) {
+  std::ifstream in(shared_path("models/reference/heldout-code.txt"));
+  const std::string code((std::istreambuf_iterator<char>(in)), {});
+  struct Case { const char* vocab; std::string unit; size_t bytes; };
+  const std::vector<Case> cases = {
+      {"ggml-vocab-llama-bpe.gguf", code, 500000},
+      {"ggml-vocab-llama-bpe.gguf", "a", 100000},               // one very long word
+      {"ggml-vocab-llama-bpe.gguf", "<|eot_id|>", 300000},      // a run of special tokens
+      {"ggml-vocab-llama-bpe.gguf", "ok \xff ", 200000},        // invalid UTF-8 throughout
+      {"ggml-vocab-llama-spm.gguf", code, 100000},
+      {"ggml-vocab-llama-spm.gguf", "</s>", 400000},
+  };
+  for (const Case& c : cases) {
+    GgufFile f(shared_path(std::string("tokenizer-tests/") + c.vocab));
+    auto tok = Tokenizer::from_gguf(f);
+    const double t1 = seconds_to_encode(*tok, repeat_to(c.unit, c.bytes));
+    const double t4 = seconds_to_encode(*tok, repeat_to(c.unit, 4 * c.bytes));
+    printf("%s, %zu x '%.12s': %.4f s, 4x: %.4f s (x%.1f)\n", c.vocab, c.bytes, c.unit.c_str(), t1, t4, t4 / t1);
+    if (t4 > 0.02) {   // below that, timer and allocator noise decide the ratio
+      EXPECT_LE(t4, 10 * t1) << c.vocab << " '" << c.unit.substr(0, 12) << "'";
+    }
+  }
+}
+
+// An invalid byte changes only its own tokens: the text before it tokenizes as it does alone, and the
+// byte itself becomes a byte token, never dropped.
+TEST(Tokenizer, InvalidUtf8StaysLocal) {
+  GgufFile f(shared_path("tokenizer-tests/ggml-vocab-llama-bpe.gguf"));
+  auto tok = Tokenizer::from_gguf(f);
+  const std::string before = "def main():\n    return 42 ", after = " and more text here";
+  const auto a = tok->encode(before, false, true), b = tok->encode(after, false, true);
+  const auto all = tok->encode(before + "\xff" + after, false, true);
+  ASSERT_GE(all.size(), a.size() + b.size() + 1);
+  EXPECT_TRUE(std::equal(a.begin(), a.end(), all.begin()));
+  EXPECT_TRUE(std::equal(b.rbegin(), b.rend(), all.rbegin()));
+  std::string text;
+  for (uint32_t id : all) text += tok->piece(id);
+  EXPECT_EQ(text, before + "\xff" + after) << "every byte comes back";
 }
 
 }  // namespace
