@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 
 #include "runtime/quant.h"
@@ -253,7 +254,9 @@ std::optional<double> GgufFile::opt_number(const std::string& key) const {
 std::optional<uint64_t> GgufFile::opt_uint(const std::string& key) const {
   auto n = opt_number(key);
   if (!n) return std::nullopt;
-  if (*n < 0 || *n != double(uint64_t(*n))) throw Error("GGUF key '" + key + "' should be a non-negative integer");
+  // range first: casting NaN, a negative or a value >= 2^64 to an integer is undefined behaviour
+  if (!(*n >= 0 && *n < 18446744073709551616.0) || *n != std::floor(*n))
+    throw Error("GGUF key '" + key + "' should be a non-negative integer");
   return uint64_t(*n);
 }
 

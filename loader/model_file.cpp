@@ -73,7 +73,7 @@ LlamaHParams read_llama_hparams(const GgufFile& f) {
   hp.rms_eps = float(f.opt_number("llama.attention.layer_norm_rms_epsilon").value_or(1e-5));
   if (!(hp.rms_eps > 0 && hp.rms_eps < 1)) throw Error("implausible llama.attention.layer_norm_rms_epsilon");
   hp.rope_base = f.opt_number("llama.rope.freq_base").value_or(10000.0);
-  if (!(hp.rope_base > 1)) throw Error("implausible llama.rope.freq_base");
+  if (!(hp.rope_base > 1 && std::isfinite(hp.rope_base))) throw Error("implausible llama.rope.freq_base");
 
   const GgufTensor* embd = f.tensor("token_embd.weight");
   if (!embd || embd->dims.size() < 2) throw Error("'" + f.path() + "': missing tensor 'token_embd.weight'");
@@ -93,17 +93,18 @@ LlamaHParams read_llama_hparams(const GgufFile& f) {
     if (rf->type != 0 || rf->elements() != half) throw Error("tensor 'rope_freqs.weight' must be f32 [n_rot/2]");
     const float* fac = reinterpret_cast<const float*>(rf->data);
     for (uint32_t i = 0; i < half; ++i) {
-      if (!(fac[i] > 0)) throw Error("tensor 'rope_freqs.weight' has a non-positive factor");
+      if (!(fac[i] > 0 && std::isfinite(fac[i]))) throw Error("tensor 'rope_freqs.weight' has a non-positive or non-finite factor");
       hp.rope_inv_freq[i] /= fac[i];
     }
   } else if (scaling == "llama3") {
     double low = f.opt_number("llama.rope.scaling.low_freq_factor").value_or(1.0);
     double high = f.opt_number("llama.rope.scaling.high_freq_factor").value_or(4.0);
     double orig = f.opt_number("llama.rope.scaling.original_context_length").value_or(8192.0);
-    if (!(factor >= 1 && high > low && orig > 0)) throw Error("implausible llama.rope.scaling.* values");
+    if (!(factor >= 1 && high > low && orig > 0 && std::isfinite(factor) && std::isfinite(high) && std::isfinite(orig)))
+      throw Error("implausible llama.rope.scaling.* values");
     for (auto& w : hp.rope_inv_freq) w /= llama3_factor(w, factor, low, high, orig);
   } else if (scaling == "linear") {
-    if (!(factor > 0)) throw Error("implausible llama.rope.scaling.factor");
+    if (!(factor > 0 && std::isfinite(factor))) throw Error("implausible llama.rope.scaling.factor");
     for (auto& w : hp.rope_inv_freq) w /= factor;
   } else if (scaling != "none") {
     throw Error("RoPE scaling type '" + scaling + "' is not supported (none, linear, llama3)");

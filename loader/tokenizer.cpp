@@ -1,6 +1,7 @@
 #include "loader/tokenizer.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace vkspec {
 
@@ -21,14 +22,16 @@ Tokenizer::Tokenizer(const GgufFile& f) {
     if (t->size() != n) throw Error("tokenizer.ggml.token_type has " + std::to_string(t->size()) + " entries, vocabulary " + std::to_string(n));
     for (size_t i = 0; i < n; ++i) {
       double v = (*t)[i];
-      if (v < 0 || v > 6) throw Error("tokenizer.ggml.token_type[" + std::to_string(i) + "] is invalid");
+      if (!(v >= 0 && v <= 6) || v != std::floor(v))   // NaN fails too (casting it would be undefined)
+        throw Error("tokenizer.ggml.token_type[" + std::to_string(i) + "] is invalid");
       types_[i] = TokenType(int(v));
     }
   }
   auto id_key = [&](const char* key, int def) {
     auto v = f.opt_number(key);
     if (!v) return def;
-    if (*v < 0 || *v >= double(n)) throw Error(std::string("GGUF key '") + key + "' is outside the vocabulary");
+    if (!(*v >= 0 && *v < double(n)) || *v != std::floor(*v))   // NaN fails too (casting it would be undefined)
+      throw Error(std::string("GGUF key '") + key + "' is not a token id of the vocabulary");
     return int(*v);
   };
   const bool spm = model_ == "llama";

@@ -49,7 +49,17 @@ class BpeTokenizer : public Tokenizer {
       cp_to_byte_[byte_to_cp_[b]] = uint8_t(b);
       byte_text_[b] = utf8(byte_to_cp_[b]);
     }
-    for (uint32_t i = 0; i < texts_.size(); ++i) token_id_.emplace(texts_[i], i);
+    // Token texts are UTF-8 (GPT-2's printable code points for bytes): a truncated sequence would make
+    // piece() read past the text, so the vocabulary is checked here.
+    for (uint32_t i = 0; i < texts_.size(); ++i) {
+      for (size_t k = 0; k < texts_[i].size();) {
+        const size_t len = valid_utf8_at(texts_[i], k);
+        if (len == 0)
+          throw Error("'" + f.path() + "': tokenizer.ggml.tokens[" + std::to_string(i) + "] is not valid UTF-8");
+        k += len;
+      }
+      token_id_.emplace(texts_[i], i);
+    }
     const auto* merges = f.opt_strings("tokenizer.ggml.merges");
     if (!merges) throw Error("'" + f.path() + "': BPE vocabulary without tokenizer.ggml.merges");
     for (size_t r = 0; r < merges->size(); ++r) {

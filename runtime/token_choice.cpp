@@ -76,6 +76,13 @@ void TokenChooser::record_choice(Recorder& r, Kernels& k, const Slice& logits, u
   r.barrier();
 }
 
+void TokenChooser::throw_non_finite(uint32_t id) {
+  throw Error(id == contract::NON_FINITE_TOKEN
+                  ? "the model produced non-finite logits (NaN or infinity): its weights or the input are broken"
+                  : "no valid token was chosen (id " + std::to_string(id) +
+                        " is outside the vocabulary): the model produced non-finite logits or probabilities");
+}
+
 uint32_t decode_step(LlamaModel& m, int seq, TokenChooser& chooser, Recorder& rec, const TokenInput& in, uint32_t n,
                      std::span<const uint32_t> context, double* gpu_s) {
   rec.begin();

@@ -43,7 +43,14 @@ class TokenChooser {
     return slots_.sub(VkDeviceSize(first) * kSlotBytes, VkDeviceSize(n) * kSlotBytes);
   }
   TokenInput input(uint32_t first) const { return {slot_range(first, 2 * kSlots - first), contract::TOKEN_SLOT_UINTS}; }
-  uint32_t token(uint32_t slot) const { return slots_.host<uint32_t>()[contract::TOKEN_SLOT_UINTS * slot]; }
+  // The token chosen into `slot`; throws a clear error when it is not a token of the vocabulary, which is
+  // how non-finite logits surface (argmax writes contract::NON_FINITE_TOKEN for a row holding NaN or Inf).
+  uint32_t token(uint32_t slot) const {
+    const uint32_t id = slots_.host<uint32_t>()[contract::TOKEN_SLOT_UINTS * slot];
+    if (id >= n_vocab_) throw_non_finite(id);
+    return id;
+  }
+  [[noreturn]] static void throw_non_finite(uint32_t id);
   float top_prob(uint32_t slot) const;
   void set_token(uint32_t slot, uint32_t token);   // host-written, before the submission that reads it
 

@@ -2,7 +2,8 @@
 // slots[t] = {argmax(logits[t]), top probability}: ties go to the lowest index (as llama.cpp's greedy
 // sampler); the top probability 1 / sum(exp(l - max)) only when want_top_prob (speculative drafts with
 // --draft-p-min), else 0. Output in the token-slot layout ({token, aux} pairs) that the next step's
-// embedding reads. One workgroup per row.
+// embedding reads (which clamps ids to the vocabulary). A row holding NaN or Inf gets NON_FINITE_TOKEN, which
+// the host reports as broken logits. One workgroup per row.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "contract.h"
@@ -12,15 +13,21 @@ layout(push_constant) uniform PC { PC_ARGMAX } pc;   // shaders/contract.h
 shared float best_v[WG];
 shared uint best_i[WG];
 shared float part_z[WG];
+shared bool non_finite;
 
 void main() {
   const uint base = gl_WorkGroupID.x * pc.cols, lane = gl_LocalInvocationID.x;
   float bv = -1.0 / 0.0;
   uint bi = 0xffffffffu;
+  bool bad = false;
+  if (lane == 0u) non_finite = false;
   for (uint i = lane; i < pc.cols; i += WG) {
     const float v = Floats(pc.logits).v[base + i];
+    bad = bad || isnan(v) || isinf(v);
     if (v > bv || bi == 0xffffffffu) { bv = v; bi = i; }
   }
+  barrier();
+  if (bad) non_finite = true;   // every writer writes the same value
   best_v[lane] = bv;
   best_i[lane] = bi;
   barrier();
@@ -46,7 +53,7 @@ void main() {
     top_prob = 1.0 / part_z[0];
   }
   if (lane == 0u) {
-    Uints(pc.slots).v[SLOT_TOKEN(gl_WorkGroupID.x)] = best_i[0] == 0xffffffffu ? 0u : best_i[0];
+    Uints(pc.slots).v[SLOT_TOKEN(gl_WorkGroupID.x)] = non_finite ? NON_FINITE_TOKEN : best_i[0] == 0xffffffffu ? 0u : best_i[0];
     Uints(pc.slots).v[SLOT_AUX(gl_WorkGroupID.x)] = floatBitsToUint(top_prob);
   }
 }

@@ -30,6 +30,7 @@ using vk_float = float;
 
 VKSPEC_CONST MAX_TOP_K = 256u;        // top-k the sampler ranks in shared memory (larger: the general path)
 VKSPEC_CONST MAX_HEAD_DIM = 256u;     // attention.comp keeps one head's output dims in registers
+VKSPEC_CONST NON_FINITE_TOKEN = 0xffffffffu;   // argmax's token for a row of logits holding NaN or Inf
 VKSPEC_CONST TOKEN_SLOT_UINTS = 2u;   // a token slot: {token, aux (float bits: top probability)}
 #define SLOT_TOKEN(i) (TOKEN_SLOT_UINTS * (i))        // uint index of slot i's token
 #define SLOT_AUX(i) (TOKEN_SLOT_UINTS * (i) + 1u)     // uint index of slot i's aux

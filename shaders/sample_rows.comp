@@ -27,6 +27,7 @@
 
 
 layout(push_constant) uniform PC { PC_SAMPLE_ROWS } pc;   // shaders/contract.h
+shared bool row_non_finite;   // the row's logits hold NaN or Inf: its draw is NON_FINITE_TOKEN
 
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer CoherentFloats { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer CoherentUints { uint v[]; };
@@ -202,7 +203,7 @@ void sample_general(uint row, uint base, uint lo, uint hi, uint kth, uint ties_k
     uint r = p_base;
     for (uint v = lo; v < hi; ++v)
       if (key_of(Floats(pc.logits).v[base + v]) == pk && r++ == pt - 1u) {
-        Uints(pc.draws).v[SLOT_TOKEN(row)] = v;
+        Uints(pc.draws).v[SLOT_TOKEN(row)] = row_non_finite ? NON_FINITE_TOKEN : v;
         Uints(pc.draws).v[SLOT_AUX(row)] = floatBitsToUint(1.0 / zt);   // the top element's probability
       }
   }
@@ -212,6 +213,14 @@ void main() {
   const uint row = gl_WorkGroupID.x, lane = gl_LocalInvocationID.x;
   const uint base = row * pc.V;
   const uint per = (pc.V + WG - 1u) / WG, lo = min(lane * per, pc.V), hi = min(lo + per, pc.V);
+
+  // 0. non-finite logits (a broken model) are reported, not sampled from: NaN ranks and sums arbitrarily
+  if (lane == 0u) row_non_finite = false;
+  barrier();
+  bool bad = false;
+  for (uint v = lo; v < hi; ++v) bad = bad || isnan(Floats(pc.logits).v[base + v]) || isinf(Floats(pc.logits).v[base + v]);
+  if (bad) row_non_finite = true;
+  barrier();
 
   // 1. repetition penalty, once per distinct token of the window
   if (pc.last_n != 0u && pc.penalty != 1.0) {
@@ -336,7 +345,7 @@ void main() {
       cum += cand_p[r];
       if (u < cum) break;
     }
-    Uints(pc.draws).v[SLOT_TOKEN(row)] = pick;
+    Uints(pc.draws).v[SLOT_TOKEN(row)] = row_non_finite ? NON_FINITE_TOKEN : pick;
     Uints(pc.draws).v[SLOT_AUX(row)] = floatBitsToUint(cand_p[0]);
   }
   }   // small_k

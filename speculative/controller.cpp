@@ -85,7 +85,8 @@ SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& draf
       const SpecAcceptor::Outcome o = acceptor->result();
       v = {o.accepted, o.next};
     }
-    if (v.accepted > kept || v.next >= V) throw Error("internal: verification returned an impossible outcome");
+    if (v.next >= V) TokenChooser::throw_non_finite(v.next);
+    if (v.accepted > kept) throw Error("internal: verification accepted more drafts than it was given");
     stats.drafted += kept;
     stats.accepted += v.accepted;
     policy.observe(kept, v.accepted, rec.seconds_between(m_draft, m_verify), rec.seconds_between(m_verify, m_end));

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <array>
 #include <cstdio>
 #include <fstream>
@@ -11,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "loader/gguf.h"
+#include "tests/gguf_writer.h"
 #include "tests/run_command.h"
 #include "tests/vk_test_env.h"
 
@@ -288,6 +291,30 @@ TEST(Cli, PeerPathsAreNeverShellCommands) {
   EXPECT_NE(r.err.find("the llama.cpp peer failed (exit"), std::string::npos) << r.err;
   struct stat st;
   EXPECT_NE(stat(marker.c_str(), &st), 0) << "the peer path was run by a shell";
+}
+
+// A model whose logits are NaN (its final norm weight is) gets a clear error in every decoding mode: greedy,
+// sampled, and speculative (n-gram drafts, greedy and sampled verification); never an out-of-range token.
+TEST(Cli, NonFiniteLogitsAreAClearError) {
+  GgufFile good(shared_path("models/stories260K.gguf"));
+  GgufWriter w;
+  w.copy_metadata(good, [](const std::string&) { return false; });
+  std::vector<float> nan_norm;
+  for (const auto& t : good.tensors()) {
+    if (t.name == "output_norm.weight") {
+      nan_norm.assign(t.elements(), std::numeric_limits<float>::quiet_NaN());
+      w.tensor(t.name, t.dims, t.type, nan_norm.data(), nan_norm.size() * 4);
+    } else {
+      w.tensor(t.name, t.dims, t.type, t.data, t.bytes);
+    }
+  }
+  const std::string path = ::testing::TempDir() + "/vkspec-nan-logits.gguf";
+  w.write(path);
+  for (std::string mode : {"--temp 0", "--temp 0.8 --seed 3", "--temp 0 --draft ngram", "--temp 0.8 --seed 3 --draft ngram"}) {
+    auto r = run_cli("run -m " + path + " -p 'Once upon a time' -n 8 " + mode);
+    EXPECT_EQ(r.code, 1) << mode << "\n" << r.err;
+    EXPECT_NE(r.err.find("non-finite"), std::string::npos) << mode << "\n" << r.err;
+  }
 }
 }  // namespace
 }  // namespace vkspec::test

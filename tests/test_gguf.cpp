@@ -2,6 +2,8 @@
 // what is wrong, never a crash or an absurd allocation.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "loader/gguf.h"
 #include "loader/model_file.h"
 #include "tests/gguf_writer.h"
@@ -53,6 +55,13 @@ TEST(Gguf, RejectsMalformedFiles) {
   auto valid = tiny_valid().bytes();
   // the well-formed file parses and only fails later, on its missing hyperparameters
   EXPECT_NE(error_of(valid).find("missing GGUF key 'llama.block_count'"), std::string::npos);
+
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), -3.0f, 2.5f, 1e30f}) {   // a float where an integer belongs
+    GgufWriter w = tiny_valid();
+    w.f32("llama.block_count", bad);
+    EXPECT_NE(error_of(w.bytes()).find("'llama.block_count' should be a non-negative integer"), std::string::npos)
+        << bad << ": " << error_of(w.bytes());
+  }
 
   auto bad_magic = valid;
   bad_magic[0] = 'X';

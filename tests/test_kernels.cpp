@@ -2,6 +2,7 @@
 // batch invariance (a token computed alone == the same token as one row of an n-token batch).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <numeric>
 
@@ -330,6 +331,22 @@ TEST_P(KernelTest, ArgmaxAndTopProbabilityMatchReference) {
 
 // RoPE + paged KV append + causal GQA attention against a CPU reference; K/V live in shuffled,
 // non-contiguous blocks; the n query tokens computed as one batch equal the same tokens decoded one by one.
+// A row of logits holding NaN or Inf gets NON_FINITE_TOKEN (the host reports a broken model), the others
+// their argmax as usual.
+TEST_P(KernelTest, ArgmaxMarksNonFiniteRows) {
+  const uint32_t cols = 1000, n = 3;
+  auto logits = random_floats(n * cols, 5);
+  logits[0 * cols + 17] = std::numeric_limits<float>::quiet_NaN();
+  logits[2 * cols + 999] = std::numeric_limits<float>::infinity();
+  Slice ls = upload(logits), ids = zeros<uint32_t>(2 * n);
+  Kernels k = kernels();
+  run([&](Recorder& r) { k.argmax(r, ls, ids, n, cols); });
+  auto am = download<uint32_t>(ids, 2 * n);
+  EXPECT_EQ(am[0], contract::NON_FINITE_TOKEN);
+  EXPECT_EQ(am[2], uint32_t(std::max_element(&logits[cols], &logits[2 * cols]) - &logits[cols]));
+  EXPECT_EQ(am[4], contract::NON_FINITE_TOKEN);
+}
+
 TEST_P(KernelTest, RopeAndPagedAttentionMatchReferenceAndAreBatchInvariant) {
   struct Case { uint32_t n_heads, n_kv, head_dim, block, prior, n; };
   for (Case c : {Case{4, 4, 64, 16, 37, 5}, Case{4, 2, 8, 4, 3, 16}, Case{8, 2, 64, 16, 70, 9},

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <limits>
 #include <fstream>
 #include <iterator>
 
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loader/tokenizer.h"
+#include "tests/gguf_writer.h"
 #include "tests/vk_test_env.h"
 
 namespace vkspec::test {
@@ -208,6 +210,41 @@ TEST(Tokenizer, InvalidUtf8StaysLocal) {
   std::string text;
   for (uint32_t id : all) text += tok->piece(id);
   EXPECT_EQ(text, before + "\xff" + after) << "every byte comes back";
+}
+
+}  // namespace
+}  // namespace vkspec::test
+
+namespace vkspec::test {
+namespace {
+
+// Vocabulary metadata is checked before use: a BOS id that is NaN (a float where an integer id belongs)
+// would be cast to int (undefined behaviour); a token text ending in a truncated UTF-8 sequence made the
+// BPE detokenizer read past its buffer.
+TEST(Tokenizer, VocabularyMetadataIsValidatedAtLoad) {
+  GgufFile good(shared_path("tokenizer-tests/ggml-vocab-llama-bpe.gguf"));
+  auto error_of = [](const GgufWriter& w) {
+    const auto bytes = w.bytes();
+    try {
+      GgufFile f(bytes.data(), bytes.size(), "crafted.gguf");
+      Tokenizer::from_gguf(f);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), -1.0f, 1.5f, 1e30f}) {
+    GgufWriter w;
+    w.copy_metadata(good, [](const std::string& k) { return k == "tokenizer.ggml.bos_token_id"; });
+    w.f32("tokenizer.ggml.bos_token_id", bad);
+    EXPECT_NE(error_of(w).find("tokenizer.ggml.bos_token_id' is not a token id"), std::string::npos) << bad << ": " << error_of(w);
+  }
+  GgufWriter w;
+  w.copy_metadata(good, [](const std::string& k) { return k == "tokenizer.ggml.tokens"; });
+  std::vector<std::string> tokens = good.metadata().at("tokenizer.ggml.tokens").strings;
+  tokens[1000] = "ab\xe2\x82";   // a 3-byte sequence cut after 2
+  w.strs("tokenizer.ggml.tokens", tokens);
+  EXPECT_NE(error_of(w).find("tokenizer.ggml.tokens[1000] is not valid UTF-8"), std::string::npos) << error_of(w);
 }
 
 }  // namespace
