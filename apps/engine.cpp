@@ -81,6 +81,9 @@ Engine::~Engine() {
 std::vector<uint32_t> Engine::encode_prompt(const std::string& text) const {
   std::vector<uint32_t> ids = tok_->encode(text, tok_->add_bos(), true);
   if (ids.empty()) throw Error("the prompt is empty and the model adds no BOS token");
+  if (tok_->add_bos() && ids.size() >= 2 && int(ids[0]) == tok_->bos() && int(ids[1]) == tok_->bos())   // as llama.cpp
+    fprintf(stderr, "vkspec: warning: the prompt starts with a BOS token and the model adds one too: it now starts "
+                    "with two (leave BOS out of the prompt text)\n");
   if (ids.size() >= model_->n_ctx())
     throw Error("the prompt is " + std::to_string(ids.size()) + " tokens, which does not fit the context of " +
                 std::to_string(model_->n_ctx()) + " (use --ctx)");

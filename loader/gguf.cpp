@@ -96,7 +96,8 @@ const char* ggml_type_name(uint32_t code) {
 }
 
 GgufFile::GgufFile(const std::string& path) : path_(path) {
-  int fd = open(path.c_str(), O_RDONLY);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (the type check below refuses it)
+  int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) throw Error("cannot open model file '" + path + "': " + strerror(errno));
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -109,16 +110,18 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
     throw Error("'" + path + "' is empty, not a GGUF file");
   }
   mapping_ = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);
   if (mapping_ == MAP_FAILED) {
     mapping_ = nullptr;
+    close(fd);
     throw Error("cannot map '" + path + "': " + strerror(errno));
   }
+  fd_ = fd;
   base_ = static_cast<const uint8_t*>(mapping_);
   try {
     parse();
   } catch (...) {
     munmap(mapping_, size_);
+    close(fd_);
     throw;
   }
 }
@@ -129,6 +132,7 @@ GgufFile::GgufFile(const uint8_t* data, size_t size, std::string label) : path_(
 
 GgufFile::~GgufFile() {
   if (mapping_) munmap(mapping_, size_);
+  if (fd_ >= 0) close(fd_);
 }
 
 void GgufFile::parse() {
@@ -272,6 +276,23 @@ const std::vector<std::string>* GgufFile::opt_strings(const std::string& key) co
   if (v->type != GgufType::ARRAY || v->array_type != GgufType::STRING)
     throw Error("GGUF key '" + key + "' should be an array of strings");
   return &v->strings;
+}
+
+void GgufFile::read_tensor(const GgufTensor& t, std::vector<uint8_t>& out) const {
+  out.resize(t.bytes);
+  if (fd_ < 0) {
+    memcpy(out.data(), t.data, t.bytes);
+    return;
+  }
+  const off_t at = off_t(t.data - base_);
+  for (size_t done = 0; done < t.bytes;) {
+    const ssize_t r = pread(fd_, out.data() + done, t.bytes - done, at + off_t(done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0)
+      throw Error("'" + path_ + "': cannot read tensor '" + t.name + "' (" +
+                  (r < 0 ? std::string(strerror(errno)) : std::string("the file was truncated while loading")) + ")");
+    done += size_t(r);
+  }
 }
 
 const std::vector<double>* GgufFile::opt_numbers(const std::string& key) const {

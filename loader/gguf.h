@@ -66,12 +66,18 @@ class GgufFile {
   const std::vector<std::string>* opt_strings(const std::string& key) const;
   const std::vector<double>* opt_numbers(const std::string& key) const;
 
+  // A tensor's bytes, copied with pread from the file (from memory for a parsed buffer). Loading reads
+  // tensors this way rather than through the mapping: a file truncated while it loads then gives a clear
+  // Error (a short read) instead of SIGBUS on a page past the new end of the mapping.
+  void read_tensor(const GgufTensor& t, std::vector<uint8_t>& out) const;
+
  private:
   void parse();
   std::string path_;
   const uint8_t* base_ = nullptr;
   size_t size_ = 0;
   void* mapping_ = nullptr;
+  int fd_ = -1;   // kept open for read_tensor
   uint32_t version_ = 0;
   std::map<std::string, GgufValue> kv_;
   std::vector<GgufTensor> tensors_;

@@ -25,15 +25,22 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
   for (const auto& g : file.tensors()) total += g.bytes;
   weight_bytes_ = total;
   Uploader up(ctx);
+  // Tensor bytes come through GgufFile::read_tensor (pread), one tensor at a time: a file truncated during
+  // loading is an Error, not SIGBUS from the mapping.
+  std::vector<uint8_t> bytes;
+  auto read = [&](const GgufTensor* g) -> const uint8_t* {
+    file.read_tensor(*g, bytes);
+    return bytes.data();
+  };
   auto matrix = [&](const GgufTensor* g) {
     DeviceMatrix m = upload_matrix(*weights_arena_, up, weight_dtype(*g), uint32_t(g->dims[1]), uint32_t(g->dims[0]),
-                                   g->data, g->name.c_str());
+                                   read(g), g->name.c_str());
     if (opts.progress) opts.progress(done += g->bytes, total);
     return m;
   };
   auto vec = [&](const GgufTensor* g) {
     Slice s = weights_arena_->alloc(g->bytes, g->name.c_str());
-    up.upload(s, g->data, g->bytes);
+    up.upload(s, read(g), g->bytes);
     if (opts.progress) opts.progress(done += g->bytes, total);
     return s;
   };
@@ -58,7 +65,7 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
     return f;
   };
   auto decoded = [&](const GgufTensor* g, const WeightFormat& f) {
-    HostMatrix m = decode_matrix(weight_dtype(*g), uint32_t(g->dims[1]), uint32_t(g->dims[0]), g->data,
+    HostMatrix m = decode_matrix(weight_dtype(*g), uint32_t(g->dims[1]), uint32_t(g->dims[0]), read(g),
                                  g->name.c_str(), &f);
     if (opts.progress) opts.progress(done += g->bytes, total);
     return m;

@@ -1,5 +1,7 @@
 #include "runtime/pipelines.h"
 
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -43,8 +45,13 @@ Pipelines::Pipelines(Context& ctx) : ctx_(ctx) {
   std::vector<char> initial;
   if (std::string dir = cache_dir(); !dir.empty()) {
     cache_path_ = dir + "/pipelines-" + ctx.facts().uuid_hex + ".bin";
-    std::ifstream in(cache_path_, std::ios::binary);
-    if (in) initial.assign(std::istreambuf_iterator<char>(in), {});
+    // Only a regular file of plausible size is read (a FIFO placed there would block, /dev/zero never end);
+    // anything else is ignored like a missing cache.
+    struct stat st;
+    if (stat(cache_path_.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= (256 << 20)) {
+      std::ifstream in(cache_path_, std::ios::binary);
+      if (in) initial.assign(std::istreambuf_iterator<char>(in), {});
+    }
   }
   VkPipelineCacheCreateInfo ci{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
   ci.initialDataSize = initial.size();   // the driver ignores data whose header does not match it

@@ -237,6 +237,7 @@ TEST(Cli, HostileInputsAreRefusedByName) {
       {"run " + kStories + " -f " + fifo, "is not a regular file"},   // would block for ever if opened
       {"run " + kStories + " -f /dev/zero", "is not a regular file"},   // would read until memory runs out
       {"run " + kStories + " -f " + dir, "is not a regular file"},
+      {"run -m " + fifo + " -p hi", "is not a regular file"},   // a FIFO as the model must not block either
       {"run " + kStories + " -p hi -f " + shared_path("models/README.md"), "either -p TEXT or -f FILE"},
       {"run " + kStories + " -p hi -md ''", "-md needs a draft model file"},
       {"run " + kStories + " -p hi --top-p 1.5", "--top-p must be in (0, 1]"},
@@ -268,6 +269,15 @@ TEST(Cli, WriteFailuresExitNonZero) {
     EXPECT_EQ(r.code, 1) << args << "\n" << r.err;
     EXPECT_NE(r.err.find("cannot write to standard output"), std::string::npos) << args << "\n" << r.err;
   }
+}
+
+TEST(Cli, DoubleBosIsWarnedAbout) {
+  auto r = run_cli("run -m " + shared_path("models/pycode-target-f16.gguf") + " -p '<s>def f():' -n 2 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto ids = nlohmann::json::parse(r.out)["prompt_ids"];
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_EQ(ids[1], 1);
+  EXPECT_NE(r.err.find("starts with two"), std::string::npos) << r.err;
 }
 
 TEST(Cli, StopReasonAndContextNotice) {
@@ -315,6 +325,19 @@ TEST(Cli, NonFiniteLogitsAreAClearError) {
     EXPECT_EQ(r.code, 1) << mode << "\n" << r.err;
     EXPECT_NE(r.err.find("non-finite"), std::string::npos) << mode << "\n" << r.err;
   }
+}
+
+// A FIFO (or any non-regular file) where the pipeline cache lives is ignored, not opened: the run completes.
+TEST(Cli, PipelineCacheThatIsNotAFileIsIgnored) {
+  const std::string home = ::testing::TempDir() + "/vkspec-cache-fifo";
+  run_command("rm -rf " + home + " && mkdir -p " + home + "/vkspec");
+  // every name the cache could have on this machine's devices: make the first run create it, then swap in FIFOs
+  auto r = run_command("XDG_CACHE_HOME=" + home + " " + std::string(VKSPEC_BIN) + " run " + kStories + " -p hi -n 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = run_command("cd " + home + "/vkspec && for f in pipelines-*.bin; do rm \"$f\" && mkfifo \"$f\"; done && ls");
+  ASSERT_NE(r.out.find("pipelines-"), std::string::npos) << r.out;
+  r = run_command("XDG_CACHE_HOME=" + home + " timeout 60 " + std::string(VKSPEC_BIN) + " run " + kStories + " -p hi -n 2");
+  EXPECT_EQ(r.code, 0) << r.err;
 }
 }  // namespace
 }  // namespace vkspec::test

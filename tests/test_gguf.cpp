@@ -1,7 +1,9 @@
 // The GGUF parser: real files parse; malformed, truncated and hostile files give a clear Error naming
 // what is wrong, never a crash or an absurd allocation.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <fstream>
 #include <limits>
 
 #include "loader/gguf.h"
@@ -128,5 +130,29 @@ TEST(Gguf, RejectsShapeInconsistentWithHyperparameters) {
   }
 }
 
+
+// Loading reads tensors with pread: a file truncated after it was opened gives an Error naming the tensor,
+// not SIGBUS from a page of the mapping past the new end.
+TEST(Gguf, TensorReadAfterTruncationIsAnError) {
+  const std::string copy = ::testing::TempDir() + "/vkspec-truncated.gguf";
+  {
+    std::ifstream in(shared_path("models/stories260K.gguf"), std::ios::binary);
+    std::ofstream out(copy, std::ios::binary);
+    out << in.rdbuf();
+  }
+  GgufFile f(copy);
+  const GgufTensor& last = f.tensors().back();
+  std::vector<uint8_t> bytes;
+  f.read_tensor(last, bytes);   // intact: fine
+  ASSERT_EQ(bytes.size(), last.bytes);
+  ASSERT_EQ(truncate(copy.c_str(), off_t(last.data - f.tensors().front().data) / 2), 0);
+  try {
+    f.read_tensor(last, bytes);
+    FAIL() << "read past the truncated end";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(last.name), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("truncated while loading"), std::string::npos) << e.what();
+  }
+}
 }  // namespace
 }  // namespace vkspec::test
