@@ -34,6 +34,12 @@ class Cursor {
     pos_ += sizeof(T);
     return v;
   }
+  const uint8_t* skip(uint64_t bytes, const std::string& what) {   // the skipped bytes, in place
+    need(bytes, what);
+    const uint8_t* at = p_ + pos_;
+    pos_ += bytes;
+    return at;
+  }
   std::string read_string(const std::string& what) {
     uint64_t len = read<uint64_t>(what + " length");
     need(len, what);
@@ -170,8 +176,8 @@ void GgufFile::parse() {
         v.strings.reserve(n);
         for (uint64_t j = 0; j < n; ++j) v.strings.push_back(c.read_string("key '" + key + "'"));
       } else {
-        v.numbers.reserve(n);
-        for (uint64_t j = 0; j < n; ++j) v.numbers.push_back(read_scalar(c, v.array_type, key));
+        v.count = n;
+        v.raw = c.skip(n * scalar_size(v.array_type), "key '" + key + "'");
       }
     } else {
       v.number = read_scalar(c, v.type, key);
@@ -295,12 +301,20 @@ void GgufFile::read_tensor(const GgufTensor& t, std::vector<uint8_t>& out) const
   }
 }
 
-const std::vector<double>* GgufFile::opt_numbers(const std::string& key) const {
+std::vector<double> GgufValue::numbers(const std::string& key) const {
+  if (type != GgufType::ARRAY || array_type == GgufType::STRING) throw Error("GGUF key '" + key + "' should be a numeric array");
+  const size_t size = scalar_size(array_type);
+  Cursor c(raw, size_t(count) * size, key);
+  std::vector<double> out;
+  out.reserve(count);
+  for (uint64_t j = 0; j < count; ++j) out.push_back(read_scalar(c, array_type, key));
+  return out;
+}
+
+std::optional<std::vector<double>> GgufFile::opt_numbers(const std::string& key) const {
   const GgufValue* v = find(key);
-  if (!v) return nullptr;
-  if (v->type != GgufType::ARRAY || v->array_type == GgufType::STRING)
-    throw Error("GGUF key '" + key + "' should be a numeric array");
-  return &v->numbers;
+  if (!v) return std::nullopt;
+  return v->numbers(key);
 }
 
 }  // namespace vkspec

@@ -23,9 +23,13 @@ struct GgufValue {
   GgufType array_type = GgufType::U8;   // element type when type == ARRAY
   double number = 0;                    // any scalar numeric or bool
   std::string str;
-  std::vector<double> numbers;          // numeric/bool arrays
   std::vector<std::string> strings;     // string arrays
-  size_t array_size() const { return array_type == GgufType::STRING ? strings.size() : numbers.size(); }
+  // Numeric/bool arrays stay in the file (a view into the mapping or buffer) until they are used: an unused
+  // 250 MB array costs nothing (as doubles it cost 8 bytes per element). Validated when decoded.
+  const uint8_t* raw = nullptr;
+  uint64_t count = 0;
+  std::vector<double> numbers(const std::string& key) const;   // the array decoded; throws Error naming `key`
+  size_t array_size() const { return array_type == GgufType::STRING ? strings.size() : size_t(count); }
 };
 
 struct GgufTensor {
@@ -64,7 +68,7 @@ class GgufFile {
   uint64_t get_uint(const std::string& key) const;
   std::optional<uint64_t> opt_uint(const std::string& key) const;
   const std::vector<std::string>* opt_strings(const std::string& key) const;
-  const std::vector<double>* opt_numbers(const std::string& key) const;
+  std::optional<std::vector<double>> opt_numbers(const std::string& key) const;
 
   // A tensor's bytes, copied with pread from the file (from memory for a parsed buffer). Loading reads
   // tensors this way rather than through the mapping: a file truncated while it loads then gives a clear

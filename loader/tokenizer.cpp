@@ -11,14 +11,14 @@ Tokenizer::Tokenizer(const GgufFile& f) {
   if (!tokens || tokens->empty()) throw Error("'" + f.path() + "': no tokenizer.ggml.tokens vocabulary");
   texts_ = *tokens;
   const size_t n = texts_.size();
-  if (const auto* s = f.opt_numbers("tokenizer.ggml.scores")) {
+  if (const auto s = f.opt_numbers("tokenizer.ggml.scores")) {
     if (s->size() != n) throw Error("tokenizer.ggml.scores has " + std::to_string(s->size()) + " entries, vocabulary " + std::to_string(n));
     scores_.assign(s->begin(), s->end());
   } else {
     scores_.assign(n, 0.f);
   }
   types_.assign(n, TokenType::Normal);
-  if (const auto* t = f.opt_numbers("tokenizer.ggml.token_type")) {
+  if (const auto t = f.opt_numbers("tokenizer.ggml.token_type")) {
     if (t->size() != n) throw Error("tokenizer.ggml.token_type has " + std::to_string(t->size()) + " entries, vocabulary " + std::to_string(n));
     for (size_t i = 0; i < n; ++i) {
       double v = (*t)[i];

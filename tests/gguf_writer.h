@@ -37,8 +37,13 @@ class GgufWriter {
       if (skip(k)) continue;
       if (v.type == GgufType::STRING) str(k, v.str);
       else if (v.type == GgufType::ARRAY && v.array_type == GgufType::STRING) strs(k, v.strings);
-      else if (v.type == GgufType::ARRAY && v.array_type == GgufType::F32) f32s(k, std::vector<float>(v.numbers.begin(), v.numbers.end()));
-      else if (v.type == GgufType::ARRAY) i32s(k, std::vector<int32_t>(v.numbers.begin(), v.numbers.end()));
+      else if (v.type == GgufType::ARRAY && v.array_type == GgufType::F32) {
+        const auto n = v.numbers(k);
+        f32s(k, std::vector<float>(n.begin(), n.end()));
+      } else if (v.type == GgufType::ARRAY) {
+        const auto n = v.numbers(k);
+        i32s(k, std::vector<int32_t>(n.begin(), n.end()));
+      }
       else if (v.type == GgufType::F32) f32(k, float(v.number));
       else if (v.type == GgufType::BOOL) boolean(k, v.number != 0);
       else u32(k, uint32_t(v.number));
