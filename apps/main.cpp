@@ -50,6 +50,22 @@ void add_draft_options(CLI::App* c, vkspec::cli::RunOptions& o) {
 }
 }  // namespace
 
+// Control characters from a file (a tensor name, a key) are shown escaped, never sent raw to the terminal.
+static std::string printable(const char* s) {
+  std::string out;
+  for (; *s; ++s) {
+    const unsigned char c = static_cast<unsigned char>(*s);
+    if (c < 0x20 || c == 0x7f) {
+      char esc[8];
+      snprintf(esc, sizeof esc, "\\x%02x", c);
+      out += esc;
+    } else {
+      out += char(c);
+    }
+  }
+  return out;
+}
+
 static int run_main(int argc, char** argv) {
   CLI::App app{"vkspec: portable Llama inference on Vulkan with lossless speculative decoding"};
   app.require_subcommand(1);
@@ -107,8 +123,10 @@ static int run_main(int argc, char** argv) {
 
   // llama.cpp spells the draft model -md; CLI11 wants one-letter short options.
   std::vector<std::string> args(argv + 1, argv + argc);
-  for (auto& a : args)
+  for (auto& a : args) {
     if (a == "-md") a = "--model-draft";
+    else if (a.rfind("-md=", 0) == 0) a = "--model-draft=" + a.substr(4);
+  }
   std::reverse(args.begin(), args.end());
   try {
     app.parse(args);
@@ -137,7 +155,7 @@ static int run_main(int argc, char** argv) {
     if (*tokenize) return vkspec::cli::cmd_tokenize(o);
     if (*perplexity) return vkspec::cli::cmd_perplexity(o, po);
   } catch (const std::exception& e) {
-    fprintf(stderr, "vkspec: error: %s\n", e.what());
+    fprintf(stderr, "vkspec: error: %s\n", printable(e.what()).c_str());
     return 1;
   }
   return 0;

@@ -149,8 +149,10 @@ void GgufFile::parse() {
   if (version_ != 2 && version_ != 3)
     throw Error("'" + path_ + "': unsupported GGUF version " + std::to_string(version_) + " (2 and 3 are supported)");
   uint64_t n_tensors = c.read<uint64_t>("tensor count"), n_kv = c.read<uint64_t>("metadata count");
-  if (n_tensors > kMaxTensors || n_tensors * 24 > c.remaining())
-    throw Error("'" + path_ + "': implausible tensor count " + std::to_string(n_tensors));
+  if (n_tensors > kMaxTensors) throw Error("'" + path_ + "': implausible tensor count " + std::to_string(n_tensors));
+  if (n_tensors * 24 > c.remaining())
+    throw Error("'" + path_ + "': " + std::to_string(n_tensors) + " tensors declared but the file ends " +
+                std::to_string(c.remaining()) + " bytes later: it is truncated or corrupt");
   if (n_kv > kMaxKeys || n_kv * 12 > c.remaining())
     throw Error("'" + path_ + "': implausible metadata count " + std::to_string(n_kv));
 

@@ -76,7 +76,10 @@ LlamaHParams read_llama_hparams(const GgufFile& f) {
   if (!(hp.rope_base > 1 && std::isfinite(hp.rope_base))) throw Error("implausible llama.rope.freq_base");
 
   const GgufTensor* embd = f.tensor("token_embd.weight");
-  if (!embd || embd->dims.size() < 2) throw Error("'" + f.path() + "': missing tensor 'token_embd.weight'");
+  if (!embd) throw Error("'" + f.path() + "': missing tensor 'token_embd.weight'");
+  if (embd->dims.size() < 2)
+    throw Error("tensor 'token_embd.weight' has " + std::to_string(embd->dims.size()) +
+                " dimension; expected 2 ([embedding_length, vocabulary size])");
   hp.n_vocab = uint32_t(embd->dims[1]);
   if (auto tokens = f.opt_strings("tokenizer.ggml.tokens"); tokens && tokens->size() != hp.n_vocab)
     throw Error("vocabulary has " + std::to_string(tokens->size()) + " tokens but token_embd.weight has " +

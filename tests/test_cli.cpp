@@ -366,5 +366,23 @@ TEST(Cli, UnusedMetadataArraysAreNotExpanded) {
   unlink(path.c_str());
 #endif
 }
+
+// Strings from a file are shown escaped in errors (no raw control characters reach the terminal), and
+// llama.cpp's `-md=FILE` spelling works.
+TEST(Cli, ErrorsEscapeControlCharactersAndMdEqualsWorks) {
+  GgufWriter w;
+  w.str("general.architecture", "llama");
+  w.str("tokenizer.ggml.model", "gp\x1b[2Jt2");
+  const std::string path = ::testing::TempDir() + "/vkspec-escape.gguf";
+  w.write(path);
+  auto r = run_cli("run -m " + path + " -p hi");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << "raw escape character in: " << r.err;
+  EXPECT_NE(r.err.find("gp\\x1b[2Jt2"), std::string::npos) << r.err;
+  const std::string draft = shared_path("models/pycode-draft-f16.gguf");
+  r = run_cli("run -m " + shared_path("models/pycode-target-f16.gguf") + " -md=" + draft + " -p 'def f(' -n 8 --temp 0 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(nlohmann::json::parse(r.out).contains("speculative"));
+}
 }  // namespace
 }  // namespace vkspec::test

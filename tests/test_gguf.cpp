@@ -65,6 +65,22 @@ TEST(Gguf, RejectsMalformedFiles) {
         << bad << ": " << error_of(w.bytes());
   }
 
+  // a file cut inside its tensor table says so (it was reported as an "implausible tensor count")
+  auto cut = valid;
+  cut.resize(40);
+  EXPECT_NE(error_of(cut).find("truncated or corrupt"), std::string::npos) << error_of(cut);
+
+  GgufWriter flat;   // a 1-D token embedding is named as such, not as a missing tensor
+  flat.str("general.architecture", "llama");
+  flat.u32("llama.embedding_length", 8);
+  flat.u32("llama.block_count", 1);
+  flat.u32("llama.attention.head_count", 2);
+  flat.u32("llama.feed_forward_length", 16);
+  flat.u32("llama.context_length", 64);
+  std::vector<float> emb(16, 0.5f);
+  flat.tensor("token_embd.weight", {16}, 0, emb.data(), emb.size() * 4);
+  EXPECT_NE(error_of(flat.bytes()).find("'token_embd.weight' has 1 dimension"), std::string::npos) << error_of(flat.bytes());
+
   auto bad_magic = valid;
   bad_magic[0] = 'X';
   EXPECT_NE(error_of(bad_magic).find("not a GGUF file"), std::string::npos);
