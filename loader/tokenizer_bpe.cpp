@@ -5,6 +5,7 @@
 #include <pcre2.h>
 
 #include <climits>
+#include <memory>
 #include <queue>
 #include <unordered_map>
 
@@ -37,9 +38,10 @@ class BpeTokenizer : public Tokenizer {
     ignore_merges_ = pattern == kLlama3Pattern;
     int err = 0;
     PCRE2_SIZE off = 0;
-    re_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr);
+    re_.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err,
+                            &off, nullptr));
     if (!re_) throw Error("internal: cannot compile the pre-tokenizer pattern");
-    pcre2_jit_compile(re_, PCRE2_JIT_COMPLETE);   // optional speed-up; falls back to the interpreter
+    pcre2_jit_compile(re_.get(), PCRE2_JIT_COMPLETE);   // optional speed-up; falls back to the interpreter
 
     // GPT-2 byte <-> printable code point table.
     int n = 0;
@@ -69,7 +71,6 @@ class BpeTokenizer : public Tokenizer {
       merge_rank_.emplace(m, int(r));
     }
   }
-  ~BpeTokenizer() override { pcre2_code_free(re_); }
 
   std::string piece(uint32_t id) const override {
     const TokenType t = types_.at(id);
@@ -98,7 +99,7 @@ class BpeTokenizer : public Tokenizer {
   // re-validate the subject at every match: that made long texts quadratic); each invalid byte is a word of
   // its own, so one bad byte changes only its own tokens.
   void encode_text(std::string_view text, bool, std::vector<uint32_t>& out) const override {
-    pcre2_match_data* md = pcre2_match_data_create_from_pattern(re_, nullptr);
+    pcre2_match_data* md = pcre2_match_data_create_from_pattern(re_.get(), nullptr);
     for (size_t i = 0; i < text.size();) {
       size_t run = i;
       while (run < text.size()) {
@@ -138,7 +139,7 @@ class BpeTokenizer : public Tokenizer {
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
     size_t start = 0;
     while (start < text.size()) {
-      int rc = pcre2_match(re_, subject, text.size(), start, PCRE2_NO_UTF_CHECK, md, nullptr);
+      int rc = pcre2_match(re_.get(), subject, text.size(), start, PCRE2_NO_UTF_CHECK, md, nullptr);
       if (rc < 0) {   // no match: the rest as one chunk
         encode_word(text.substr(start), out);
         break;
@@ -210,7 +211,8 @@ class BpeTokenizer : public Tokenizer {
     }
   }
 
-  pcre2_code* re_ = nullptr;
+  // owned here, so that a constructor that throws (a malformed vocabulary) frees it too
+  std::unique_ptr<pcre2_code, decltype(&pcre2_code_free)> re_{nullptr, &pcre2_code_free};
   bool ignore_merges_ = false;
   uint32_t byte_to_cp_[256];
   std::string byte_text_[256];
