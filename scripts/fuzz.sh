@@ -7,8 +7,9 @@ secs="${1:-30}"
 if ! command -v clang++ >/dev/null; then echo "fuzz: clang++ not installed, skipping"; exit 0; fi
 out=build-fuzz
 mkdir -p "$out/corpus"
-clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -DVK_NO_PROTOTYPES \
-  -I. tests/fuzz/fuzz_gguf.cpp loader/gguf.cpp loader/model_file.cpp runtime/quant.cpp -o "$out/fuzz_gguf"
+fuzz_cxx=(clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+          -DVK_NO_PROTOTYPES -I.)
+"${fuzz_cxx[@]}" tests/fuzz/fuzz_gguf.cpp loader/gguf.cpp loader/model_file.cpp runtime/quant.cpp -o "$out/fuzz_gguf"
 # a seed with one small tensor of every quantized type (random blocks), so the decoders are reached at once
 python3 - "$out/corpus/quantized.gguf" <<'PY'
 import random, struct, sys
@@ -32,8 +33,7 @@ done
 "$out/fuzz_gguf" "$out/corpus" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 -timeout=10
 
 # tokenizers: both vocabularies over arbitrary bytes (half the time)
-clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -DVK_NO_PROTOTYPES \
-  -I. $(pkg-config --cflags sentencepiece libpcre2-8) tests/fuzz/fuzz_tokenizer.cpp loader/gguf.cpp loader/tokenizer.cpp \
+"${fuzz_cxx[@]}" $(pkg-config --cflags sentencepiece libpcre2-8) tests/fuzz/fuzz_tokenizer.cpp loader/gguf.cpp loader/tokenizer.cpp \
   loader/tokenizer_bpe.cpp loader/tokenizer_spm.cpp runtime/quant.cpp $(pkg-config --libs sentencepiece libpcre2-8) \
   -o "$out/fuzz_tokenizer"
 mkdir -p "$out/corpus-tok"

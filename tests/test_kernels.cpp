@@ -91,6 +91,14 @@ TEST_P(KernelTest, MatmulMatchesReferenceAllTypesOddSizes) {
   }
 }
 
+// Weight i of a matrix packed for the device, read back on the host as the kernels read it: s * q + m.
+float packed_value(const HostMatrix& h, size_t i) {
+  const WeightFormat& f = h.format;
+  const int q = f.storage == WT_Q4 ? (h.data[i / 2] >> (4 * (i & 1))) & 15 : int(int8_t(h.data[i]));
+  const size_t g = i / f.group;
+  return f.has_min ? h.scales[2 * g] * float(q) + h.scales[2 * g + 1] : h.scales[g] * float(q);
+}
+
 // The repacked device format decodes to llama.cpp's values bit for bit: runtime dequantize (s*q + m from
 // the canonical planes) against the tests' transcription of ggml's loops, on random blocks of every type.
 TEST(Quant, RuntimeDecoderMatchesGgmlDequantizationBitForBit) {
@@ -101,13 +109,7 @@ TEST(Quant, RuntimeDecoderMatchesGgmlDequantizationBitForBit) {
     for (size_t i = 0; i < n; ++i) ASSERT_EQ(ours[i], ref[i]) << dtype_name(type) << " element " << i;
     // and the packed device planes hold the same values (read back on the host)
     HostMatrix h = decode_matrix(type, 64, 256, blocks.data(), "w");
-    const WeightFormat f = h.format;
-    for (size_t i = 0; i < n; ++i) {
-      const int q = f.storage == WT_Q4 ? (h.data[i / 2] >> (4 * (i & 1))) & 15 : int(int8_t(h.data[i]));
-      const size_t g = i / f.group;
-      const float v = f.has_min ? h.scales[2 * g] * float(q) + h.scales[2 * g + 1] : h.scales[g] * float(q);
-      ASSERT_EQ(v, ref[i]) << dtype_name(type) << " packed element " << i;
-    }
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(packed_value(h, i), ref[i]) << dtype_name(type) << " packed element " << i;
   }
 }
 
@@ -120,12 +122,8 @@ TEST(Quant, CommonFormatHoldsBothTypesExactly) {
         auto blocks = random_blocks(t, 2 * 256, 3);
         HostMatrix h = decode_matrix(t, 2, 256, blocks.data(), "w", &f);
         auto ref = ref_dequantize(t, blocks.data(), 512);
-        for (size_t i = 0; i < 512; ++i) {
-          const int q = f.storage == WT_Q4 ? (h.data[i / 2] >> (4 * (i & 1))) & 15 : int(int8_t(h.data[i]));
-          const size_t g = i / f.group;
-          const float v = f.has_min ? h.scales[2 * g] * float(q) + h.scales[2 * g + 1] : h.scales[g] * float(q);
-          ASSERT_EQ(v, ref[i]) << dtype_name(t) << " in the format shared with " << dtype_name(a == t ? b : a);
-        }
+        for (size_t i = 0; i < 512; ++i)
+          ASSERT_EQ(packed_value(h, i), ref[i]) << dtype_name(t) << " in the format shared with " << dtype_name(a == t ? b : a);
       }
     }
 }

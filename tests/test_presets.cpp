@@ -48,6 +48,16 @@ std::string preset(const std::string& type) {
 #define REQUIRE_PEER(path)                                                                                     \
   if (path.empty()) GTEST_SKIP() << "llama.cpp peer not installed (scripts/install-peer.sh needs node and npm)"
 
+// "1,2,3": ids as the peer's --prompt-ids takes them
+std::string comma_list(const std::vector<int>& ids) {
+  std::string s;
+  for (int id : ids) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(id);
+  }
+  return s;
+}
+
 std::vector<nlohmann::json> reference_prompts() {
   std::vector<nlohmann::json> out;
   std::ifstream in(shared_path("models/reference/pycode-target-greedy.jsonl"));
@@ -69,11 +79,7 @@ TEST(Presets, GreedyContinuationsAgreeWithLlamaCpp) {
     std::vector<int> agree;
     for (size_t i = 0; i < 3; ++i) {
       const auto& p = prompts[i];
-      std::string ids;
-      for (auto& id : p["prompt_ids"]) {
-        if (!ids.empty()) ids += ',';
-        ids += std::to_string(id.get<int>());
-      }
+      const std::string ids = comma_list(p["prompt_ids"].get<std::vector<int>>());
       Result peer = run_command("node " + peer_dir() + "/peer.mjs --model " + model +
                                 " --gpu false --threads 1 --runs 1 --ignore-eos --n " + std::to_string(n) +
                                 " --prompt-ids " + ids);
@@ -120,11 +126,7 @@ TEST(Presets, TinyLlama3ShapeGreedyEqualsLlamaCpp) {
   for (const std::string& model : {f16, q4}) {
     Result tok = run_vkspec(VKSPEC_BIN, "tokenize -m " + model + " -p 'The quick brown fox jumps over' --json");
     ASSERT_EQ(tok.code, 0) << tok.err;
-    std::string ids;
-    for (int id : nlohmann::json::parse(tok.out).get<std::vector<int>>()) {
-      if (!ids.empty()) ids += ',';
-      ids += std::to_string(id);
-    }
+    const std::string ids = comma_list(nlohmann::json::parse(tok.out).get<std::vector<int>>());
     Result peer = run_command("node " + peer_dir() + "/peer.mjs --model " + model + " --gpu false --threads 1 --runs 1 " +
                               "--ignore-eos --n " + std::to_string(n) + " --prompt-ids " + ids);
     ASSERT_EQ(peer.code, 0) << peer.err;
