@@ -16,6 +16,8 @@ packages=(
   glslc glslang-tools spirv-tools
   # Tests
   googletest libgtest-dev libgmock-dev
+  # Chat templates: the reference renderer of tests/test_chat_template.cpp
+  python3 python3-jinja2
   # Loader / tokenizers / apps
   libsentencepiece-dev libpcre2-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
   # Sanitizer and fuzzer runtimes (clang's libFuzzer)
