@@ -36,6 +36,14 @@ struct BenchOptions {
   std::string peer_backend = "false";  // peer.mjs --gpu: false (CPU, one thread) or vulkan
 };
 
+struct ChatOptions {
+  bool chat = false;              // run --chat: the prompt is one user message in the model's chat template
+  std::string system;             // -sys / --system: a system message first
+  std::string template_file;      // --chat-template FILE instead of the GGUF's template
+  std::string messages_file;      // apply-template --messages FILE.json
+  bool no_generation_prompt = false;
+};
+
 struct PerplexityOptions {
   int ctx = 512;      // --ctx: tokens per chunk (llama-perplexity's -c)
   int chunks = -1;    // --chunks: at most this many (-1: all)
@@ -43,7 +51,9 @@ struct PerplexityOptions {
 
 int cmd_devices(bool json);
 int cmd_perplexity(const RunOptions& o, const PerplexityOptions& p);
-int cmd_run(const RunOptions& o);
+int cmd_run(const RunOptions& o, const ChatOptions& chat = {});
+int cmd_chat(const RunOptions& o, const ChatOptions& chat);
+int cmd_apply_template(const RunOptions& o, const ChatOptions& chat);
 int cmd_bench(const RunOptions& o, const BenchOptions& b);
 int cmd_tokenize(const RunOptions& o);
 

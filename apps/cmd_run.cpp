@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/chat.h"
 #include "apps/cli_common.h"
 #include "apps/engine.h"
 
@@ -102,11 +103,21 @@ int cmd_tokenize(const RunOptions& o) {
   return 0;
 }
 
-int cmd_run(const RunOptions& o) {
+int cmd_run(const RunOptions& o, const ChatOptions& chat) {
   Engine engine(o, isatty(STDERR_FILENO) && !o.json);
   const Tokenizer& tok = engine.tokenizer();
   // a context position is rarely more than a few bytes of text: 64 per position bounds what is read
-  const std::vector<uint32_t> prompt = engine.encode_prompt(read_prompt(o, uint64_t(engine.model().n_ctx()) * 64));
+  const std::string text = read_prompt(o, uint64_t(engine.model().n_ctx()) * 64);
+  std::vector<uint32_t> prompt;
+  if (chat.chat) {   // one user turn (after the system message, if any) in the model's chat template
+    const ChatFormatter fmt(engine.file(), tok, chat.template_file);
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    if (!chat.system.empty()) messages.push_back({{"role", "system"}, {"content", chat.system}});
+    messages.push_back({{"role", "user"}, {"content", text}});
+    prompt = engine.encode_chat(fmt.render(messages, true));
+  } else {
+    prompt = engine.encode_prompt(text);
+  }
   SamplingParams sp = sampling_params(o);
   const uint64_t base_seed = o.seed ? *o.seed : std::random_device{}();
 
@@ -120,7 +131,7 @@ int cmd_run(const RunOptions& o) {
       if (!o.json) write_stdout(s);
     };
     const Completion c = engine.generate(prompt, sp, o.n_predict, o.ignore_eos, /*speculate=*/true,
-                                         [&](uint32_t id) { emit(utf8.push(tok.piece(id))); });
+                                         [&](uint32_t id) { emit(utf8.push(tok.piece(id))); return true; });
     emit(utf8.finish());
     if (o.json)
       write_stdout(completion_json(engine, o, prompt, c, text, sp.seed).dump(-1, ' ', false,

@@ -84,18 +84,44 @@ std::vector<uint32_t> Engine::encode_prompt(const std::string& text) const {
   if (tok_->add_bos() && ids.size() >= 2 && int(ids[0]) == tok_->bos() && int(ids[1]) == tok_->bos())   // as llama.cpp
     fprintf(stderr, "vkspec: warning: the prompt starts with a BOS token and the model adds one too: it now starts "
                     "with two (leave BOS out of the prompt text)\n");
-  if (ids.size() >= model_->n_ctx())
-    throw Error("the prompt is " + std::to_string(ids.size()) + " tokens, which does not fit the context of " +
-                std::to_string(model_->n_ctx()) + " (use --ctx)");
   return ids;
 }
 
+std::vector<uint32_t> Engine::encode_chat(const std::string& text) const {
+  const int bos = tok_->bos();
+  const bool has_bos = bos >= 0 && text.rfind(tok_->text(uint32_t(bos)), 0) == 0 && !tok_->text(uint32_t(bos)).empty();
+  std::vector<uint32_t> ids = tok_->encode(text, tok_->add_bos() && !has_bos, true);
+  if (ids.empty()) throw Error("the chat template rendered an empty prompt");
+  return ids;
+}
+
+Session Engine::open_session() { return Session{model_->kv().new_sequence(), {}}; }
+
+void Engine::close_session(Session& s) {
+  if (s.seq >= 0) model_->kv().free_sequence(s.seq);
+  s = Session{};
+}
+
 Completion Engine::generate(std::span<const uint32_t> prompt, const SamplingParams& sp, int n, bool ignore_eos,
-                            bool speculate, const std::function<void(uint32_t)>& on_token) {
+                            bool speculate, const std::function<bool(uint32_t)>& on_token) {
+  struct Scoped {   // the sequence goes back to the pool however generation ends
+    Engine& e;
+    Session s;
+    ~Scoped() { e.close_session(s); }
+  } scoped{*this, open_session()};
+  return generate(scoped.s, prompt, sp, n, ignore_eos, speculate, on_token);
+}
+
+Completion Engine::generate(Session& session, std::span<const uint32_t> prompt, const SamplingParams& sp, int n,
+                            bool ignore_eos, bool speculate, const std::function<bool(uint32_t)>& on_token) {
   if (n <= 0) throw Error("-n must be positive (got " + std::to_string(n) + ")");
+  LlamaModel& m = *model_;
+  if (prompt.empty()) throw Error("the prompt is empty");
+  if (prompt.size() >= m.n_ctx())
+    throw Error("the prompt is " + std::to_string(prompt.size()) + " tokens, which does not fit the context of " +
+                std::to_string(m.n_ctx()) + " (use --ctx)");
   Completion c;
   c.speculative = speculate && drafter_;
-  LlamaModel& m = *model_;
   const uint32_t V = m.hparams().n_vocab, max_history = m.n_ctx() + LlamaModel::kMaxBatch;
   if (!chooser_) chooser_ = std::make_unique<TokenChooser>(*ctx_, *pipelines_, V, max_history);
   if (!rec_) rec_ = std::make_unique<Recorder>(*ctx_, profiling_requested());
@@ -104,27 +130,36 @@ Completion Engine::generate(std::span<const uint32_t> prompt, const SamplingPara
   TokenChooser& chooser = *chooser_;
   Recorder& rec = *rec_;
   chooser.start(sp);
-  const int seq = m.kv().new_sequence();
-  struct Release {   // the sequence goes back to the pool however generation ends
-    PagedKvCache& kv;
-    int seq;
-    ~Release() { kv.free_sequence(seq); }
-  } release{m.kv(), seq};
+  const int seq = session.seq;
+  PagedKvCache& kv = m.kv();
   std::vector<uint32_t> context(prompt.begin(), prompt.end());
 
-  // The prompt and the choice of the first token: one submission.
+  // Keep the cached K/V of the longest common prefix (at least one token is prefilled: its logits choose).
+  size_t common = 0;
+  while (common < session.tokens.size() && common + 1 < context.size() && session.tokens[common] == context[common])
+    ++common;
+  kv.truncate(seq, uint32_t(common));
+  session.tokens.resize(common);
+  c.reused = uint32_t(common);
+  c.prefilled = uint32_t(context.size() - common);
+
+  // The new part of the prompt and the choice of the first token: one submission.
   const auto t_prefill = std::chrono::steady_clock::now();
-  uint32_t next = decode_step(m, seq, chooser, rec, m.write_tokens(context), uint32_t(context.size()), context);
+  uint32_t next = decode_step(m, seq, chooser, rec, m.write_tokens(std::span(context).subspan(common)),
+                              c.prefilled, context);
   c.prefill_s = seconds_since(t_prefill);
 
-  // Accepts one token; false stops generation (end of generation, n reached).
+  // Accepts one token; false stops generation (end of generation, n reached, the callback says stop).
   auto accept = [&](uint32_t t) {
     if (!ignore_eos && tok_->is_eog(t)) {
       c.stop_reason = "eos";
       return false;
     }
     c.ids.push_back(t);
-    if (on_token) on_token(t);
+    if (on_token && !on_token(t)) {
+      c.stop_reason = "interrupted";
+      return false;
+    }
     return c.ids.size() < size_t(n);
   };
   const auto t_decode = std::chrono::steady_clock::now();
@@ -142,6 +177,12 @@ Completion Engine::generate(std::span<const uint32_t> prompt, const SamplingPara
   }
   c.decode_s = seconds_since(t_decode);
   if (c.stop_reason.empty()) c.stop_reason = c.ids.size() >= size_t(n) ? "length" : "context";
+  // What the cache holds: `context` ends with the tokens fed back, plus (at most) the last choice, which was
+  // not; a verify pass may have kept accepted drafts after the one that stopped generation.
+  const size_t held = std::min<size_t>(kv.length(seq), context.size());
+  kv.truncate(seq, uint32_t(held));
+  session.tokens.assign(context.begin(), context.begin() + long(held));
+  if (kv.length(seq) != session.tokens.size()) throw Error("internal: the KV cache and the session disagree");
   c.decode_submissions = Recorder::total_submissions() - submissions0;
   c.decode_dispatches = Recorder::total_dispatches() - dispatches0;
   return c;

@@ -1,6 +1,7 @@
 #pragma once
-// What `run` and `bench` (and later the server) share: a target model, its tokenizer and an optional
-// drafter loaded once, and one completion at a time on a fresh KV sequence.
+// What `run`, `bench` and `chat` (and later the server) share: a target model, its tokenizer and an optional
+// drafter loaded once, and one completion at a time, on a fresh KV sequence or on a Session whose cache is
+// kept between completions (a chat: only what is new is prefilled).
 #include <functional>
 #include <memory>
 #include <span>
@@ -20,7 +21,11 @@ namespace vkspec::cli {
 
 struct Completion {
   std::vector<uint32_t> ids;   // generated tokens (EOG excluded)
-  std::string stop_reason;     // "eos" (end of generation), "length" (-n reached), "context" (the context is full)
+  // "eos" (end of generation), "length" (-n reached), "context" (the context is full), "interrupted" (the
+  // token callback asked to stop)
+  std::string stop_reason;
+  uint32_t reused = 0;         // leading context tokens whose K/V the session's cache already held
+  uint32_t prefilled = 0;      // context tokens this completion prefilled
   double prefill_s = 0, decode_s = 0;
   bool speculative = false;
   SpeculativeStats spec;
@@ -34,6 +39,13 @@ struct Completion {
 // The sampling flags of `o` (the seed is left to the caller).
 SamplingParams sampling_params(const RunOptions& o);
 
+// A KV sequence that outlives one completion. Invariant (asserted after every completion): the cache of
+// `seq` holds exactly the K/V of `tokens`, in order.
+struct Session {
+  int seq = -1;
+  std::vector<uint32_t> tokens;
+};
+
 class Engine {
  public:
   // Loads -m (and -md or --draft ngram) from `o`; checks the draft shares the target's vocabulary.
@@ -41,6 +53,7 @@ class Engine {
   ~Engine();
 
   const Tokenizer& tokenizer() const { return *tok_; }
+  const GgufFile& file() const { return *file_; }
   LlamaModel& model() { return *model_; }
   Drafter* drafter() { return drafter_.get(); }
   bool adaptive_k() const;   // --draft-policy adaptive
@@ -49,13 +62,23 @@ class Engine {
   const DeviceFacts& facts() const { return ctx_->facts(); }
   double load_s() const { return load_s_; }
 
-  // The prompt's token ids (BOS added when the model wants it); throws when it is empty or too long.
+  // The prompt's token ids (BOS added when the model wants it); throws when it is empty.
   std::vector<uint32_t> encode_prompt(const std::string& text) const;
+  // A prompt rendered by a chat template: special tokens parsed, BOS added only when the model wants one
+  // and the template did not write it.
+  std::vector<uint32_t> encode_chat(const std::string& text) const;
 
   // Generates up to `n` tokens after `prompt` with `sp`, speculatively when `speculate` and a drafter is
-  // loaded. `on_token` sees each token as it is accepted.
+  // loaded. `on_token` sees each token as it is accepted and returns false to stop.
   Completion generate(std::span<const uint32_t> prompt, const SamplingParams& sp, int n, bool ignore_eos,
-                      bool speculate, const std::function<void(uint32_t)>& on_token = {});
+                      bool speculate, const std::function<bool(uint32_t)>& on_token = {});
+  // The same on a session: `context` is the whole conversation so far; the cache keeps its longest common
+  // prefix with session.tokens and prefills the rest. Afterwards session.tokens is what the cache holds
+  // (the context and the generated tokens, except a last token that was never fed back).
+  Completion generate(Session& session, std::span<const uint32_t> context, const SamplingParams& sp, int n,
+                      bool ignore_eos, bool speculate, const std::function<bool(uint32_t)>& on_token = {});
+  Session open_session();
+  void close_session(Session& s);
 
  private:
   RunOptions o_;

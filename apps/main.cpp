@@ -1,4 +1,4 @@
-// vkspec command line: devices | run | bench | tokenize | perplexity.
+// vkspec command line: devices | run | chat | apply-template | bench | tokenize | perplexity.
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -48,6 +48,10 @@ void add_draft_options(CLI::App* c, vkspec::cli::RunOptions& o) {
                 "adaptive (default): K in 0..draft-max from the measured acceptance and costs; fixed: always K")
       ->check(CLI::IsMember({"fixed", "adaptive"}));
 }
+void add_chat_options(CLI::App* c, vkspec::cli::ChatOptions& chat) {
+  c->add_option("--system", chat.system, "System message (also -sys)");
+  c->add_option("--chat-template", chat.template_file, "Jinja chat template file instead of the model's");
+}
 }  // namespace
 
 // Control characters from a file (a tensor name, a key) are shown escaped, never sent raw to the terminal.
@@ -88,6 +92,29 @@ static int run_main(int argc, char** argv) {
   run->add_option("--device", o.device, "Vulkan device index (see `vkspec devices`)");
   run->add_flag("--ignore-eos", o.ignore_eos, "Do not stop at end-of-generation tokens");
   add_draft_options(run, o);
+  vkspec::cli::ChatOptions chat;
+  run->add_flag("--chat", chat.chat, "The prompt is a user message, formatted with the model's chat template");
+  add_chat_options(run, chat);
+
+  auto* chat_cmd = app.add_subcommand("chat", "Chat with an instruct model (one message per line when stdin is not a terminal)");
+  chat_cmd->add_option("-m,--model", o.model, "GGUF model file")->required();
+  chat_cmd->add_option("-n,--n-predict", o.n_predict, "Most tokens per reply (default: up to the context)");
+  chat_cmd->add_option("--temp", o.temp, "Temperature (0 = greedy)");
+  add_sampling_options(chat_cmd, o);
+  chat_cmd->add_option("-s,--seed", seed, "RNG seed (-1 = random)");
+  chat_cmd->add_option("-c,--ctx", o.ctx, "Context size (0 = model's, capped at 4096)");
+  chat_cmd->add_option("--device", o.device, "Vulkan device index (see `vkspec devices`)");
+  chat_cmd->add_flag("--json", o.json, "One JSON line per reply (and per /stats)");
+  add_draft_options(chat_cmd, o);
+  add_chat_options(chat_cmd, chat);
+
+  auto* apply = app.add_subcommand("apply-template", "Print the prompt a chat template makes of a messages file");
+  apply->add_option("-m,--model", o.model, "GGUF model (or vocabulary) file")->required();
+  apply->add_option("--messages", chat.messages_file,
+                    "JSON: [{\"role\": ..., \"content\": ...}, ...] or {\"messages\": [...], \"tools\": [...]}")->required();
+  apply->add_flag("--no-generation-prompt", chat.no_generation_prompt, "Do not open an assistant turn at the end");
+  apply->add_option("--chat-template", chat.template_file, "Jinja chat template file instead of the model's");
+  apply->add_flag("--json", o.json, "Print {\"prompt\": ...}");
 
   vkspec::cli::BenchOptions bo;
   auto* bench = app.add_subcommand("bench", "Measure prefill and decode speed, plain and speculative (JSON with --json)");
@@ -126,6 +153,8 @@ static int run_main(int argc, char** argv) {
   for (auto& a : args) {
     if (a == "-md") a = "--model-draft";
     else if (a.rfind("-md=", 0) == 0) a = "--model-draft=" + a.substr(4);
+    else if (a == "-sys") a = "--system";
+    else if (a.rfind("-sys=", 0) == 0) a = "--system=" + a.substr(5);
   }
   std::reverse(args.begin(), args.end());
   try {
@@ -144,9 +173,16 @@ static int run_main(int argc, char** argv) {
       throw vkspec::Error("give a prompt with -p TEXT or -f FILE");
     for (auto* c : {run, tokenize})   // (bench's -p is a prompt length)
       if (c->count("-p") && c->count("-f")) throw vkspec::Error("give either -p TEXT or -f FILE, not both");
-    for (auto* c : {run, bench})
+    for (auto* c : {run, bench, chat_cmd})
       if (c->count("--model-draft") && o.draft_model.empty()) throw vkspec::Error("-md needs a draft model file");
-    if (*run) return vkspec::cli::cmd_run(o);
+    if (*run && !chat.chat && (run->count("--system") || run->count("--chat-template")))
+      throw vkspec::Error("--system and --chat-template go with --chat");
+    if (*run) return vkspec::cli::cmd_run(o, chat);
+    if (*chat_cmd) {
+      if (!chat_cmd->count("-n")) o.n_predict = 1 << 30;   // a reply ends at end of generation or the context
+      return vkspec::cli::cmd_chat(o, chat);
+    }
+    if (*apply) return vkspec::cli::cmd_apply_template(o, chat);
     if (*bench) {
       if (!bench->count("--temp")) o.temp = 0.0f;
       if (!bench->count("-n")) o.n_predict = 128;

@@ -49,8 +49,10 @@ Tokenizer::Tokenizer(const GgufFile& f) {
     if (int id = id_key(key, -1); id >= 0) eog_.push_back(uint32_t(id));
   for (uint32_t i = 0; i < n; ++i)
     if (types_[i] == TokenType::Control &&
-        (texts_[i] == "<|eot_id|>" || texts_[i] == "<|eom_id|>" || texts_[i] == "<|end_of_text|>" || texts_[i] == "<|endoftext|>"))
-      eog_.push_back(i);
+        (texts_[i] == "<|eot_id|>" || texts_[i] == "<|eom_id|>" || texts_[i] == "<|end_of_text|>" || texts_[i] == "<|endoftext|>" ||
+         texts_[i] == "<|im_end|>" || texts_[i] == "<|end|>" || texts_[i] == "<end_of_turn>" || texts_[i] == "<EOT>" ||
+         texts_[i] == "<｜end▁of▁sentence｜>"))   // (DeepSeek-R1 distills)
+      if (std::find(eog_.begin(), eog_.end(), i) == eog_.end()) eog_.push_back(i);
 
   for (uint32_t i = 0; i < n; ++i)
     if ((types_[i] == TokenType::Control || types_[i] == TokenType::UserDefined || types_[i] == TokenType::Unknown) &&

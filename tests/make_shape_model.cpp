@@ -7,6 +7,8 @@
 // f16, rows a multiple of 256 so that llama.cpp's k-quant presets apply). Weights ~ N(0, 1/cols) so activations stay O(1) through the layers; norms ~ 1.
 // Tensor data is streamed to the file (a 3B f16 model is 6 GB), never held whole in memory.
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -43,7 +45,7 @@ std::vector<uint8_t> encode(const std::vector<float>& v, uint32_t type) {
 
 int main(int argc, char** argv) try {
   if (argc < 5) {
-    fprintf(stderr, "usage: vkspec-shape OUT.gguf VOCAB.gguf 1b|3b|tiny f32|f16|q8_0 [SEED]\n");
+    fprintf(stderr, "usage: vkspec-shape OUT.gguf VOCAB.gguf 1b|3b|tiny f32|f16|q8_0 [SEED [CHAT_TEMPLATE.jinja]]\n");
     return 2;
   }
   const std::string shape_name = argv[3];
@@ -72,6 +74,11 @@ int main(int argc, char** argv) try {
   w.f32("llama.rope.freq_base", 500000.f);
   w.f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
   w.u32("general.file_type", type == 0 ? 0 : type == 1 ? 1 : 7);
+  if (argc > 6) {   // an Instruct model's template (tokenizer.chat_template), e.g. ../shared/chat-templates/
+    std::ifstream in(argv[6], std::ios::binary);
+    if (!in) throw std::runtime_error(std::string("cannot read ") + argv[6]);
+    w.str("tokenizer.chat_template", std::string(std::istreambuf_iterator<char>(in), {}));
+  }
 
   // Llama 3 RoPE scaling as Meta's checkpoints converted by llama.cpp carry it: a rope_freqs.weight tensor of
   // per-frequency divisors (factor 32, low/high frequency factors 1/4, original context 8192).

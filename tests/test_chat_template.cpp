@@ -49,14 +49,22 @@ Outcome render_vkspec(const Case& c) {
   }
 }
 
-// Renders every case with python3-jinja2 in one process; empty when python3 or jinja2 is missing.
+// Debian 12's python3 with python3-jinja2 (scripts/install-deps.sh), or else any python3 that has jinja2;
+// empty when there is none.
+std::string reference_python() {
+  for (const char* py : {"/usr/bin/python3", "python3"})
+    if (test::run_command(std::string(py) + " -c 'import jinja2.sandbox'").code == 0) return py;
+  return "";
+}
+
+// Renders every case with jinja2 in one process.
 std::vector<Outcome> render_reference(const std::vector<Case>& cases) {
   ojson in = ojson::array();
   for (const Case& c : cases) in.push_back({{"template", c.tmpl}, {"vars", c.vars}});
   const std::string path = ::testing::TempDir() + "/vkspec-jinja-cases.json";
   std::ofstream(path, std::ios::binary) << in.dump();
   const std::string script = std::string(VKSPEC_SOURCE_DIR) + "/tests/chat_template_reference.py";
-  const test::Result r = test::run_command("python3 " + script + " < " + path);
+  const test::Result r = test::run_command(reference_python() + " " + script + " < " + path);
   std::vector<Outcome> out;
   if (r.code != 0) return out;
   for (const auto& o : ojson::parse(r.out))
@@ -64,12 +72,8 @@ std::vector<Outcome> render_reference(const std::vector<Case>& cases) {
   return out;
 }
 
-bool have_reference() {
-  return test::run_command("python3 -c 'import jinja2.sandbox'").code == 0;
-}
-
 void expect_same_as_reference(const std::vector<Case>& cases) {
-  if (!have_reference()) GTEST_SKIP() << "python3-jinja2 is not installed (scripts/install-deps.sh installs it)";
+  if (reference_python().empty()) GTEST_SKIP() << "python3-jinja2 is not installed (scripts/install-deps.sh installs it)";
   const std::vector<Outcome> ref = render_reference(cases);
   ASSERT_EQ(ref.size(), cases.size()) << "the reference renderer failed";
   int failures = 0;

@@ -1,0 +1,217 @@
+// `vkspec chat`, `vkspec run --chat` and `vkspec apply-template` end to end, on the tiny Llama-3-vocabulary
+// model carrying Llama 3.2's chat template (written by vkspec-shape): the rendered prompt against
+// python3-jinja2, its token ids against llama.cpp's tokenizer (the peer harness), and a two-turn chat whose
+// second turn reuses the first turn's cache exactly.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <iterator>
+
+#include <nlohmann/json.hpp>
+
+#include "loader/gguf.h"
+#include "tests/run_command.h"
+
+namespace vkspec::test {
+namespace {
+
+using json = nlohmann::json;
+
+std::string shared(const std::string& rel) {
+  const char* s = getenv("VKSPEC_SHARED");
+  return std::string(s ? s : "../shared") + "/" + rel;
+}
+bool exists(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0;
+}
+std::string tmp(const std::string& name) { return ::testing::TempDir() + "/vkspec-chat-" + name; }
+void write(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+Result vkspec(const std::string& args) { return run_vkspec(VKSPEC_BIN, args); }
+std::vector<json> json_lines(const std::string& out) {
+  std::vector<json> v;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) v.push_back(json::parse(line));
+  return v;
+}
+
+const std::string kTemplate = "chat-templates/meta-llama-Llama-3.2-3B-Instruct.jinja";
+
+class Chat : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_ = tmp("tiny-llama32.gguf");
+    const Result r = run_command(std::string(VKSPEC_SHAPE_BIN) + " " + model_ + " " +
+                                 shared("tokenizer-tests/ggml-vocab-llama-bpe.gguf") + " tiny f16 7 " + shared(kTemplate));
+    ASSERT_EQ(r.code, 0) << r.err;
+  }
+  static std::string model_;
+};
+std::string Chat::model_;
+
+// python3-jinja2's rendering (tests/chat_template_reference.py) of one case.
+json reference(const std::string& tmpl, const json& vars) {
+  write(tmp("ref.json"), json::array({{{"template", tmpl}, {"vars", vars}}}).dump());
+  for (const char* py : {"/usr/bin/python3", "python3"}) {
+    Result r = run_command(std::string(py) + " " + VKSPEC_SOURCE_DIR + "/tests/chat_template_reference.py < " + tmp("ref.json"));
+    if (r.code == 0) return json::parse(r.out)[0];
+  }
+  return json();
+}
+
+const char* kMessages = R"([{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Grüße! What is 2+2?"},
+                           {"role": "assistant", "content": "4."}, {"role": "user", "content": "And 3+3?"}])";
+
+TEST_F(Chat, ApplyTemplateEqualsJinja2) {
+  setenv("VKSPEC_TODAY", "2026-01-31", 1);
+  write(tmp("messages.json"), kMessages);
+  GgufFile vocab(model_);
+  const auto& tokens = vocab.metadata().at("tokenizer.ggml.tokens").strings;
+  const json vars = {{"messages", json::parse(kMessages)}, {"add_generation_prompt", true},
+                     {"bos_token", tokens.at(size_t(vocab.find("tokenizer.ggml.bos_token_id")->number))},
+                     {"eos_token", tokens.at(size_t(vocab.find("tokenizer.ggml.eos_token_id")->number))}};
+  std::ifstream in(shared(kTemplate), std::ios::binary);
+  const json ref = reference(std::string(std::istreambuf_iterator<char>(in), {}), vars);
+  if (ref.is_null()) GTEST_SKIP() << "python3-jinja2 is not installed";
+  ASSERT_TRUE(ref["ok"].get<bool>()) << ref.dump();
+  Result r = vkspec("apply-template -m " + model_ + " --messages " + tmp("messages.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, ref["text"].get<std::string>());
+  EXPECT_NE(r.out.find("Today Date: 31 Jan 2026"), std::string::npos);
+  // without the generation prompt, and the request form with tools
+  json no_gen = vars;
+  no_gen["add_generation_prompt"] = false;
+  r = vkspec("apply-template -m " + model_ + " --messages " + tmp("messages.json") + " --no-generation-prompt --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream in2(shared(kTemplate), std::ios::binary);
+  EXPECT_EQ(json::parse(r.out)["prompt"], reference(std::string(std::istreambuf_iterator<char>(in2), {}), no_gen)["text"]);
+  write(tmp("request.json"), R"({"messages": [{"role": "user", "content": "Weather?"}],
+      "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]})");
+  r = vkspec("apply-template -m " + model_ + " --messages " + tmp("request.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"name\": \"get_weather\""), std::string::npos) << r.out;
+  unsetenv("VKSPEC_TODAY");
+}
+
+// The ids vkspec feeds for a rendered conversation equal llama.cpp's tokenization of that text with special
+// tokens parsed (BOS written by the template, not added twice).
+TEST_F(Chat, RenderedPromptTokenizesAsLlamaCpp) {
+  setenv("VKSPEC_TODAY", "2026-01-31", 1);
+  Result run = vkspec("run -m " + model_ + " --chat -sys 'You are terse.' -p 'Grüße! What is 2+2?' -n 2 --temp 0 --json");
+  ASSERT_EQ(run.code, 0) << run.err;
+  const auto ids = json::parse(run.out)["prompt_ids"].get<std::vector<uint32_t>>();
+  write(tmp("messages2.json"), R"([{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Grüße! What is 2+2?"}])");
+  Result text = vkspec("apply-template -m " + model_ + " --messages " + tmp("messages2.json"));
+  ASSERT_EQ(text.code, 0) << text.err;
+  ASSERT_EQ(text.out.rfind("<|begin_of_text|><|start_header_id|>system<|end_header_id|>", 0), 0u) << text.out;
+  ASSERT_GE(ids.size(), 2u);
+  EXPECT_EQ(ids[0], 128000u);   // <|begin_of_text|>, once
+  EXPECT_NE(ids[1], 128000u);
+  const char* peer = getenv("VKSPEC_PEER");
+  if (!peer || !exists(std::string(peer) + "/node_modules")) GTEST_SKIP() << "llama.cpp peer not installed (scripts/install-peer.sh)";
+  write(tmp("prompt.txt"), text.out);
+  Result ref = run_command("node " + std::string(peer) + "/tokcheck.mjs " + model_ + " --text-file " + tmp("prompt.txt"));
+  ASSERT_EQ(ref.code, 0) << ref.err;
+  EXPECT_EQ(json::parse(ref.out)["ids"].get<std::vector<uint32_t>>(), ids);
+  unsetenv("VKSPEC_TODAY");
+}
+
+// Two turns through a pipe: the second prompt holds the first exchange; its ids start with the first turn's
+// prompt and reply ids exactly; the cache kept all of them but the last reply token (never fed back) and
+// prefilled only the rest; afterwards it holds exactly the conversation.
+TEST_F(Chat, SecondTurnReusesTheCache) {
+  const std::string input = tmp("input.txt");
+  write(input, "Hello there\nAnd now?\n/stats\n/clear\nHello there\n");
+  Result r = run_command("VKSPEC_TODAY=2026-01-31 " + std::string(VKSPEC_BIN) + " chat -m " + model_ +
+                         " -sys 'Be brief.' -n 6 --temp 0 --json < " + input);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::vector<json> out = json_lines(r.out);
+  ASSERT_EQ(out.size(), 4u) << r.out;   // turn, turn, stats, turn
+  const json &t1 = out[0], &t2 = out[1], &stats = out[2], &t3 = out[3];
+  const auto p1 = t1["prompt_ids"].get<std::vector<uint32_t>>(), ids1 = t1["ids"].get<std::vector<uint32_t>>();
+  const auto p2 = t2["prompt_ids"].get<std::vector<uint32_t>>(), ids2 = t2["ids"].get<std::vector<uint32_t>>();
+  EXPECT_NE(t2["prompt"].get<std::string>().find("Hello there"), std::string::npos);
+  EXPECT_NE(t2["prompt"].get<std::string>().find(t1["reply"].get<std::string>()), std::string::npos);
+  ASSERT_GT(p2.size(), p1.size() + ids1.size());
+  EXPECT_TRUE(std::equal(p1.begin(), p1.end(), p2.begin()));
+  EXPECT_TRUE(std::equal(ids1.begin(), ids1.end(), p2.begin() + long(p1.size())));
+  EXPECT_EQ(t1["reused"], 0);
+  EXPECT_EQ(t1["prefilled"], p1.size());
+  EXPECT_EQ(t1["cached_tokens"], p1.size() + ids1.size() - 1);   // "length": the last token was not fed
+  EXPECT_EQ(t2["reused"], p1.size() + ids1.size() - 1);
+  EXPECT_EQ(t2["prefilled"], p2.size() - t2["reused"].get<size_t>());
+  EXPECT_EQ(t2["cached_tokens"], p2.size() + ids2.size() - 1);
+  EXPECT_EQ(stats["turns"], 2);
+  EXPECT_EQ(stats["cached_tokens"], t2["cached_tokens"]);
+  // /clear: a new conversation that starts like the first (system header reused from the cache)
+  EXPECT_EQ(t3["prompt"], t1["prompt"]);
+  EXPECT_EQ(t3["ids"], t1["ids"]);
+  EXPECT_GT(t3["reused"].get<size_t>(), 10u);
+
+  // Speculation (n-gram drafts) gives the same greedy replies, turn by turn.
+  Result s = run_command("VKSPEC_TODAY=2026-01-31 " + std::string(VKSPEC_BIN) + " chat -m " + model_ +
+                         " -sys 'Be brief.' -n 6 --temp 0 --json --draft ngram < " + input);
+  ASSERT_EQ(s.code, 0) << s.err;
+  const std::vector<json> spec = json_lines(s.out);
+  ASSERT_EQ(spec.size(), 4u);
+  for (size_t k : {0u, 1u, 3u}) {
+    EXPECT_EQ(spec[k]["ids"], out[k]["ids"]) << k;
+    EXPECT_TRUE(spec[k].contains("speculative"));
+  }
+}
+
+TEST_F(Chat, StopsAtEndOfGenerationTokens) {
+  // A template that ends the prompt with <|eot_id|> text: whatever the random model writes, a reply ends at
+  // the first end-of-generation token (<|eot_id|>, <|eom_id|>, <|end_of_text|>) and never contains one.
+  write(tmp("input2.txt"), "hi\n");
+  Result r = run_command(std::string(VKSPEC_BIN) + " chat -m " + model_ + " -n 64 --temp 1.5 --seed 3 --json < " + tmp("input2.txt"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (uint32_t id : json::parse(r.out)["ids"].get<std::vector<uint32_t>>()) {
+    EXPECT_NE(id, 128009u);
+    EXPECT_NE(id, 128008u);
+    EXPECT_NE(id, 128001u);
+  }
+}
+
+TEST_F(Chat, BadInputGetsOneLineErrors) {
+  const std::string stories = shared("models/stories260K.gguf");
+  write(tmp("m.json"), R"([{"role": "user", "content": "hi"}])");
+  Result r = vkspec("apply-template -m " + stories + " --messages " + tmp("m.json"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("no chat template"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--chat-template"), std::string::npos) << r.err;
+  r = vkspec("apply-template -m " + stories + " --messages " + tmp("m.json") + " --chat-template " +
+             shared("chat-templates/google-gemma-2-2b-it.jinja"));
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "<s><start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n");
+  // Gemma rejects a system message: the template's own message, exit 1
+  write(tmp("line.txt"), "hi\n");
+  r = run_command(std::string(VKSPEC_BIN) + " chat -m " + stories + " -sys 'x' --chat-template " +
+                  shared("chat-templates/google-gemma-2-2b-it.jinja") + " < " + tmp("line.txt"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("System role not supported"), std::string::npos) << r.err;
+  for (const char* bad : {"[{\"content\": \"no role\"}]", "not json", "{\"messages\": 3}"}) {
+    write(tmp("bad.json"), bad);
+    r = vkspec("apply-template -m " + model_ + " --messages " + tmp("bad.json"));
+    EXPECT_EQ(r.code, 1) << bad;
+    EXPECT_NE(r.err.find("vkspec: error:"), std::string::npos) << r.err;
+  }
+  write(tmp("broken.jinja"), "{% for m in messages %}{{ m.content }");
+  r = vkspec("apply-template -m " + model_ + " --messages " + tmp("m.json") + " --chat-template " + tmp("broken.jinja"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("chat template: line 1"), std::string::npos) << r.err;
+  r = vkspec("apply-template -m " + model_ + " --messages /dev/zero");
+  EXPECT_EQ(r.code, 1);
+  r = vkspec("run -m " + model_ + " -p hi --system x");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("--chat"), std::string::npos) << r.err;
+  // A conversation that no longer fits the context: a clear error (exit 1 when scripted)
+  write(tmp("long.txt"), std::string(3000, 'a') + "\n");
+  r = run_command(std::string(VKSPEC_BIN) + " chat -m " + model_ + " --ctx 256 -n 4 < " + tmp("long.txt"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("/clear"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace vkspec::test
