@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the GGUF parser fuzzer and the tokenizer fuzzer with clang's libFuzzer (+ASan/UBSan) and runs each
+# Builds the GGUF parser, tokenizer and chat-template fuzzers with clang's libFuzzer (+ASan/UBSan) and runs each
 # for a fixed time, seeded with the shared GGUF files and tokenizer test strings.   scripts/fuzz.sh [seconds]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,3 +42,13 @@ for f in ../shared/tokenizer-tests/*.inp; do
 done
 VKSPEC_SHARED="$PWD/../shared" "$out/fuzz_tokenizer" "$out/corpus-tok" -max_total_time="$(( (secs + 1) / 2 ))" \
   -max_len=8192 -rss_limit_mb=4096 -timeout=10
+
+# chat templates: arbitrary template source rendered with a fixed conversation (half the time)
+"${fuzz_cxx[@]}" tests/fuzz/fuzz_chat_template.cpp loader/chat_template.cpp loader/jinja_value.cpp loader/jinja_parse.cpp \
+  loader/jinja_render.cpp loader/jinja_builtins.cpp loader/jinja_filters.cpp loader/gguf.cpp runtime/quant.cpp \
+  -o "$out/fuzz_chat_template"
+mkdir -p "$out/corpus-jinja"
+for f in ../shared/chat-templates/*.jinja; do
+  [ -f "$f" ] && cp "$f" "$out/corpus-jinja/"
+done
+"$out/fuzz_chat_template" "$out/corpus-jinja" -max_total_time="$(( (secs + 1) / 2 ))" -max_len=8192 -rss_limit_mb=2048 -timeout=10
