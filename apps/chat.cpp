@@ -4,10 +4,11 @@
 
 namespace vkspec::cli {
 
-ChatFormatter::ChatFormatter(const GgufFile& f, const Tokenizer& tok, const std::string& template_file) {
-  std::optional<std::string> source;
-  if (!template_file.empty()) source = read_text_file(template_file, 1u << 20, "chat template file");
-  else source = ChatTemplate::from_gguf(f);
+ChatFormatter::ChatFormatter(const GgufFile& f, const Tokenizer& tok, const std::string& template_file)
+    : ChatFormatter(tok, template_file.empty() ? ChatTemplate::from_gguf(f)
+                                               : read_text_file(template_file, 1u << 20, "chat template file")) {}
+
+ChatFormatter::ChatFormatter(const Tokenizer& tok, const std::optional<std::string>& source) {
   if (!source)
     throw Error("the model has no chat template (tokenizer.chat_template); give one with --chat-template FILE");
   t_ = std::make_unique<ChatTemplate>(*source);
@@ -62,7 +63,7 @@ Conversation::Turn Conversation::reply(const std::string& user_text, const Sampl
   const Tokenizer& tok = engine_.tokenizer();
   Utf8Stream utf8;
   bool go_on = true;
-  t.c = engine_.generate(session_, context, sp, n, /*ignore_eos=*/false, /*speculate=*/true, [&](uint32_t id) {
+  t.c = engine_.generate(session_, context, sp, n, /*ignore_eos=*/false, /*speculate=*/true, [&](uint32_t id, bool) {
     const std::string piece = utf8.push(tok.piece(id));
     t.reply += piece;
     if (!piece.empty() && on_text) go_on = on_text(piece);

@@ -16,6 +16,8 @@ namespace vkspec::cli {
 class ChatFormatter {
  public:
   ChatFormatter(const GgufFile& f, const Tokenizer& tok, const std::string& template_file);
+  // From Jinja source (nullopt: none, which is the clear error above).
+  ChatFormatter(const Tokenizer& tok, const std::optional<std::string>& source);
   std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                      const std::optional<nlohmann::ordered_json>& tools = std::nullopt) const;
 

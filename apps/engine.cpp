@@ -41,69 +41,109 @@ SamplingParams sampling_params(const RunOptions& o) {
   return sp;
 }
 
-Engine::Engine(const RunOptions& o, bool show_progress) : o_(o) {
+namespace {
+void check_engine_options(const RunOptions& o) {
   if (!o.draft_model.empty() && !o.draft.empty()) throw Error("give either -md DRAFT.gguf or --draft ngram, not both");
   if (o.draft_max < 1 || o.draft_max > int(LlamaModel::kMaxBatch - 1) || o.draft_min < 0 || o.draft_min > o.draft_max)
     throw Error("--draft-max must be 1.." + std::to_string(LlamaModel::kMaxBatch - 1) + " and --draft-min 0..draft-max");
   if (o.ctx < 0) throw Error("--ctx must be positive");
   if (!(o.draft_p_min >= 0.0f && o.draft_p_min <= 1.0f)) throw Error("--draft-p-min must be in [0, 1] (0 = off)");
   if (o.device < -1) throw Error("--device must be a device index (0, 1, ...; see `vkspec devices`)");
+}
+}  // namespace
+
+TargetModel::TargetModel(const Options& o) {
   const auto t_load = std::chrono::steady_clock::now();
-  file_ = std::make_unique<GgufFile>(o.model);
-  tok_ = Tokenizer::from_gguf(*file_);
-  ctx_ = std::make_unique<Context>(ContextOptions{o.device, false});
-  pipelines_ = std::make_unique<Pipelines>(*ctx_);
+  file = std::make_unique<GgufFile>(o.path);
+  tok = Tokenizer::from_gguf(*file);
+  ctx = std::make_unique<Context>(ContextOptions{o.device, false});
+  pipelines = std::make_unique<Pipelines>(*ctx);
   ModelOptions mo;
-  mo.n_ctx = uint32_t(o.ctx);
-  mo.max_sequences = 1;
-  if (show_progress) mo.progress = progress_bar;
-  model_ = std::make_unique<LlamaModel>(*ctx_, *pipelines_, *file_, mo);
-  if (tok_->n_vocab() != model_->hparams().n_vocab) throw Error("tokenizer and model disagree on the vocabulary size");
-  if (!o.draft_model.empty()) {
-    draft_file_ = std::make_unique<GgufFile>(o.draft_model);
-    check_same_vocabulary(*tok_, *Tokenizer::from_gguf(*draft_file_));
-    ModelOptions dmo = mo;
-    dmo.n_ctx = model_->n_ctx();
-    draft_model_ = std::make_unique<LlamaModel>(*ctx_, *pipelines_, *draft_file_, dmo);
-    drafter_ = std::make_unique<ModelDrafter>(*draft_model_, o.draft_p_min);
-  } else if (o.draft == "ngram") {
-    drafter_ = std::make_unique<NgramDrafter>();
-  } else if (!o.draft.empty()) {
-    throw Error("unknown drafter '" + o.draft + "' (--draft ngram, or -md DRAFT.gguf)");
-  }
+  mo.n_ctx = o.n_ctx;
+  mo.max_sequences = o.max_sequences;
+  mo.progress = o.progress;
+  model = std::make_unique<LlamaModel>(*ctx, *pipelines, *file, mo);
+  if (tok->n_vocab() != model->hparams().n_vocab) throw Error("tokenizer and model disagree on the vocabulary size");
+  load_s = seconds_since(t_load);
+}
+
+Engine::Engine(const RunOptions& o, bool show_progress) : o_(o) {
+  check_engine_options(o);
+  const auto t_load = std::chrono::steady_clock::now();
+  TargetModel::Options to;
+  to.path = o.model;
+  to.device = o.device;
+  to.n_ctx = uint32_t(o.ctx);
+  if (show_progress) to.progress = progress_bar;
+  t_ = std::make_shared<TargetModel>(to);
+  load_drafter();
   load_s_ = seconds_since(t_load);
+}
+
+Engine::Engine(std::shared_ptr<TargetModel> target, const RunOptions& o) : o_(o), t_(std::move(target)) {
+  check_engine_options(o);
+  const auto t_load = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(t_->busy);   // the draft's upload uses the shared queue
+  load_drafter();
+  load_s_ = t_->load_s + seconds_since(t_load);
+}
+
+void Engine::load_drafter() {
+  if (!o_.draft_model.empty()) {
+    draft_file_ = std::make_unique<GgufFile>(o_.draft_model);
+    check_same_vocabulary(*t_->tok, *Tokenizer::from_gguf(*draft_file_));
+    ModelOptions dmo;
+    dmo.n_ctx = t_->model->n_ctx();
+    dmo.max_sequences = 1;
+    draft_model_ = std::make_unique<LlamaModel>(*t_->ctx, *t_->pipelines, *draft_file_, dmo);
+    drafter_ = std::make_unique<ModelDrafter>(*draft_model_, o_.draft_p_min);
+  } else if (o_.draft == "ngram") {
+    drafter_ = std::make_unique<NgramDrafter>();
+  } else if (!o_.draft.empty()) {
+    throw Error("unknown drafter '" + o_.draft + "' (--draft ngram, or -md DRAFT.gguf)");
+  }
 }
 
 Engine::~Engine() {
   if (rec_ && rec_->profiling()) fprintf(stderr, "decoding steps %s", rec_->profile_report().c_str());
+  std::lock_guard<std::mutex> lock(t_->busy);   // other Engines may be submitting on the shared device
+  acceptor_.reset();
+  chooser_.reset();
+  rec_.reset();
+  drafter_.reset();
+  draft_model_.reset();
 }
 
 std::vector<uint32_t> Engine::encode_prompt(const std::string& text) const {
-  std::vector<uint32_t> ids = tok_->encode(text, tok_->add_bos(), true);
+  std::vector<uint32_t> ids = t_->tok->encode(text, t_->tok->add_bos(), true);
   if (ids.empty()) throw Error("the prompt is empty and the model adds no BOS token");
-  if (tok_->add_bos() && ids.size() >= 2 && int(ids[0]) == tok_->bos() && int(ids[1]) == tok_->bos())   // as llama.cpp
+  if (t_->tok->add_bos() && ids.size() >= 2 && int(ids[0]) == t_->tok->bos() && int(ids[1]) == t_->tok->bos())   // as llama.cpp
     fprintf(stderr, "vkspec: warning: the prompt starts with a BOS token and the model adds one too: it now starts "
                     "with two (leave BOS out of the prompt text)\n");
   return ids;
 }
 
 std::vector<uint32_t> Engine::encode_chat(const std::string& text) const {
-  const int bos = tok_->bos();
-  const bool has_bos = bos >= 0 && text.rfind(tok_->text(uint32_t(bos)), 0) == 0 && !tok_->text(uint32_t(bos)).empty();
-  std::vector<uint32_t> ids = tok_->encode(text, tok_->add_bos() && !has_bos, true);
+  const int bos = t_->tok->bos();
+  const bool has_bos = bos >= 0 && text.rfind(t_->tok->text(uint32_t(bos)), 0) == 0 && !t_->tok->text(uint32_t(bos)).empty();
+  std::vector<uint32_t> ids = t_->tok->encode(text, t_->tok->add_bos() && !has_bos, true);
   if (ids.empty()) throw Error("the chat template rendered an empty prompt");
   return ids;
 }
 
-Session Engine::open_session() { return Session{model_->kv().new_sequence(), {}}; }
+Session Engine::open_session() {
+  std::lock_guard<std::mutex> lock(t_->busy);
+  return Session{t_->model->kv().new_sequence(), {}};
+}
 
 void Engine::close_session(Session& s) {
-  if (s.seq >= 0) model_->kv().free_sequence(s.seq);
+  std::lock_guard<std::mutex> lock(t_->busy);
+  if (s.seq >= 0) t_->model->kv().free_sequence(s.seq);
   s = Session{};
 }
 
 Completion Engine::generate(std::span<const uint32_t> prompt, const SamplingParams& sp, int n, bool ignore_eos,
-                            bool speculate, const std::function<bool(uint32_t)>& on_token) {
+                            bool speculate, const TokenCallback& on_token) {
   struct Scoped {   // the sequence goes back to the pool however generation ends
     Engine& e;
     Session s;
@@ -113,20 +153,21 @@ Completion Engine::generate(std::span<const uint32_t> prompt, const SamplingPara
 }
 
 Completion Engine::generate(Session& session, std::span<const uint32_t> prompt, const SamplingParams& sp, int n,
-                            bool ignore_eos, bool speculate, const std::function<bool(uint32_t)>& on_token) {
+                            bool ignore_eos, bool speculate, const TokenCallback& on_token) {
   if (n <= 0) throw Error("-n must be positive (got " + std::to_string(n) + ")");
-  LlamaModel& m = *model_;
+  LlamaModel& m = *t_->model;
   if (prompt.empty()) throw Error("the prompt is empty");
   if (prompt.size() >= m.n_ctx())
     throw Error("the prompt is " + std::to_string(prompt.size()) + " tokens, which does not fit the context of " +
                 std::to_string(m.n_ctx()) + " (use --ctx)");
+  std::lock_guard<std::mutex> lock(t_->busy);
   Completion c;
   c.speculative = speculate && drafter_;
   const uint32_t V = m.hparams().n_vocab, max_history = m.n_ctx() + LlamaModel::kMaxBatch;
-  if (!chooser_) chooser_ = std::make_unique<TokenChooser>(*ctx_, *pipelines_, V, max_history);
-  if (!rec_) rec_ = std::make_unique<Recorder>(*ctx_, profiling_requested());
+  if (!chooser_) chooser_ = std::make_unique<TokenChooser>(*t_->ctx, *t_->pipelines, V, max_history);
+  if (!rec_) rec_ = std::make_unique<Recorder>(*t_->ctx, profiling_requested());
   if (c.speculative && !sp.greedy() && !acceptor_)
-    acceptor_ = std::make_unique<SpecAcceptor>(*ctx_, *pipelines_, V, LlamaModel::kMaxBatch - 1, 1, max_history);
+    acceptor_ = std::make_unique<SpecAcceptor>(*t_->ctx, *t_->pipelines, V, LlamaModel::kMaxBatch - 1, 1, max_history);
   TokenChooser& chooser = *chooser_;
   Recorder& rec = *rec_;
   chooser.start(sp);
@@ -143,20 +184,57 @@ Completion Engine::generate(Session& session, std::span<const uint32_t> prompt, 
   c.reused = uint32_t(common);
   c.prefilled = uint32_t(context.size() - common);
 
-  // The new part of the prompt and the choice of the first token: one submission.
+  // What the cache holds: `context` ends with the tokens fed back, plus (at most) the last choice, which was
+  // not; a verify pass may have kept accepted drafts after the one that stopped generation.
+  auto settle = [&](size_t fed) {
+    const size_t held = std::min<size_t>(kv.length(seq), fed);
+    kv.truncate(seq, uint32_t(held));
+    session.tokens.assign(context.begin(), context.begin() + long(held));
+    if (kv.length(seq) != session.tokens.size()) throw Error("internal: the KV cache and the session disagree");
+  };
+  auto cancelled = [&] { return cancel_ && cancel_->load(std::memory_order_relaxed); };
+  struct EmptyOnThrow {   // an exception leaves the session empty (and consistent) rather than half-updated
+    PagedKvCache& kv;
+    Session& s;
+    bool armed = true;
+    ~EmptyOnThrow() {
+      if (armed) kv.truncate(s.seq, 0), s.tokens.clear();
+    }
+  } guard{kv, session};
+
+  // The new part of the prompt and the choice of the first token: one submission, or one per forward pass
+  // when the completion can be cancelled (all but the last pass without logits).
   const auto t_prefill = std::chrono::steady_clock::now();
-  uint32_t next = decode_step(m, seq, chooser, rec, m.write_tokens(std::span(context).subspan(common)),
-                              c.prefilled, context);
+  size_t pos = common;
+  for (const size_t pass = LlamaModel::kMaxBatch; cancel_ && context.size() - pos > pass; pos += pass) {
+    if (cancelled()) {
+      c.stop_reason = "cancelled";
+      c.prefilled = uint32_t(pos - common);   // the passes that ran (their K/V stay cached)
+      c.prefill_s = seconds_since(t_prefill);
+      settle(pos);
+      guard.armed = false;
+      return c;
+    }
+    rec.begin();
+    m.record_forward(rec, seq, m.write_tokens(std::span(context).subspan(pos, pass)), uint32_t(pass), Logits::None);
+    rec.submit_and_wait();
+  }
+  uint32_t next = decode_step(m, seq, chooser, rec, m.write_tokens(std::span(context).subspan(pos)),
+                              uint32_t(context.size() - pos), context);
   c.prefill_s = seconds_since(t_prefill);
 
   // Accepts one token; false stops generation (end of generation, n reached, the callback says stop).
-  auto accept = [&](uint32_t t) {
-    if (!ignore_eos && tok_->is_eog(t)) {
+  auto accept = [&](uint32_t t, bool from_draft) {
+    if (cancelled()) {
+      c.stop_reason = "cancelled";
+      return false;
+    }
+    if (!ignore_eos && t_->tok->is_eog(t)) {
       c.stop_reason = "eos";
       return false;
     }
     c.ids.push_back(t);
-    if (on_token && !on_token(t)) {
+    if (on_token && !on_token(t, from_draft)) {
       c.stop_reason = "interrupted";
       return false;
     }
@@ -169,7 +247,7 @@ Completion Engine::generate(Session& session, std::span<const uint32_t> prompt, 
     c.spec = generate_speculative(m, seq, *drafter_, chooser, rec, context, so, accept);
     c.decode_gpu_s = c.spec.gpu_s;
   } else {
-    while (accept(next)) {
+    while (accept(next, false)) {
       context.push_back(next);
       if (context.size() >= m.n_ctx()) break;
       next = decode_step(m, seq, chooser, rec, chooser.input(0), 1, context, &c.decode_gpu_s);   // one submission per token
@@ -177,12 +255,8 @@ Completion Engine::generate(Session& session, std::span<const uint32_t> prompt, 
   }
   c.decode_s = seconds_since(t_decode);
   if (c.stop_reason.empty()) c.stop_reason = c.ids.size() >= size_t(n) ? "length" : "context";
-  // What the cache holds: `context` ends with the tokens fed back, plus (at most) the last choice, which was
-  // not; a verify pass may have kept accepted drafts after the one that stopped generation.
-  const size_t held = std::min<size_t>(kv.length(seq), context.size());
-  kv.truncate(seq, uint32_t(held));
-  session.tokens.assign(context.begin(), context.begin() + long(held));
-  if (kv.length(seq) != session.tokens.size()) throw Error("internal: the KV cache and the session disagree");
+  settle(context.size());
+  guard.armed = false;
   c.decode_submissions = Recorder::total_submissions() - submissions0;
   c.decode_dispatches = Recorder::total_dispatches() - dispatches0;
   return c;

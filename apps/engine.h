@@ -2,8 +2,10 @@
 // What `run`, `bench` and `chat` (and later the server) share: a target model, its tokenizer and an optional
 // drafter loaded once, and one completion at a time, on a fresh KV sequence or on a Session whose cache is
 // kept between completions (a chat: only what is new is prefilled).
+#include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -22,7 +24,7 @@ namespace vkspec::cli {
 struct Completion {
   std::vector<uint32_t> ids;   // generated tokens (EOG excluded)
   // "eos" (end of generation), "length" (-n reached), "context" (the context is full), "interrupted" (the
-  // token callback asked to stop)
+  // token callback asked to stop), "cancelled" (the cancel flag was set)
   std::string stop_reason;
   uint32_t reused = 0;         // leading context tokens whose K/V the session's cache already held
   uint32_t prefilled = 0;      // context tokens this completion prefilled
@@ -46,20 +48,46 @@ struct Session {
   std::vector<uint32_t> tokens;
 };
 
+// A target model loaded once and shared by the Engines (contexts) on it: file, tokenizer, Vulkan device,
+// pipelines and the model with its paged KV pool (one sequence per Session).
+struct TargetModel {
+  struct Options {
+    std::string path;
+    int device = -1;
+    uint32_t n_ctx = 0;           // 0: the model's, capped at 4096
+    uint32_t max_sequences = 1;   // Sessions that may be open at once (each needs KV for n_ctx)
+    std::function<void(uint64_t done, uint64_t total)> progress;
+  };
+  explicit TargetModel(const Options& o);
+  std::unique_ptr<GgufFile> file;
+  std::unique_ptr<Tokenizer> tok;
+  std::unique_ptr<Context> ctx;
+  std::unique_ptr<Pipelines> pipelines;
+  std::unique_ptr<LlamaModel> model;
+  double load_s = 0;
+  // Held for a whole completion: the model's activations and the device queue serve one at a time.
+  std::mutex busy;
+};
+
 class Engine {
  public:
   // Loads -m (and -md or --draft ngram) from `o`; checks the draft shares the target's vocabulary.
   explicit Engine(const RunOptions& o, bool show_progress = false);
+  // On an already loaded target (shared with other Engines); loads the drafter of `o` (o.model is unused).
+  Engine(std::shared_ptr<TargetModel> target, const RunOptions& o);
   ~Engine();
 
-  const Tokenizer& tokenizer() const { return *tok_; }
-  const GgufFile& file() const { return *file_; }
-  LlamaModel& model() { return *model_; }
+  const Tokenizer& tokenizer() const { return *t_->tok; }
+  const GgufFile& file() const { return *t_->file; }
+  LlamaModel& model() { return *t_->model; }
+  // Set while a completion runs: a cancel request ends it after the current submission, and the prompt is
+  // then prefilled in submissions of one forward pass (kMaxBatch tokens) so that this is never long.
+  void set_cancel_flag(const std::atomic<bool>* flag) { cancel_ = flag; }
   Drafter* drafter() { return drafter_.get(); }
   bool adaptive_k() const;   // --draft-policy adaptive
   // "speculative":{"drafter", "draft_max", ..., "drafted", "accepted", "acceptance_rate", "tokens_per_verify"}
   nlohmann::json speculative_json(const SpeculativeStats& s) const;
-  const DeviceFacts& facts() const { return ctx_->facts(); }
+  const DeviceFacts& facts() const { return t_->ctx->facts(); }
   double load_s() const { return load_s_; }
 
   // The prompt's token ids (BOS added when the model wants it); throws when it is empty.
@@ -70,23 +98,26 @@ class Engine {
 
   // Generates up to `n` tokens after `prompt` with `sp`, speculatively when `speculate` and a drafter is
   // loaded. `on_token` sees each token as it is accepted and returns false to stop.
+  // The token callback: the id and whether it was a verified draft; false stops generation.
+  using TokenCallback = std::function<bool(uint32_t token, bool from_draft)>;
   Completion generate(std::span<const uint32_t> prompt, const SamplingParams& sp, int n, bool ignore_eos,
-                      bool speculate, const std::function<bool(uint32_t)>& on_token = {});
+                      bool speculate, const TokenCallback& on_token = {});
   // The same on a session: `context` is the whole conversation so far; the cache keeps its longest common
   // prefix with session.tokens and prefills the rest. Afterwards session.tokens is what the cache holds
   // (the context and the generated tokens, except a last token that was never fed back).
   Completion generate(Session& session, std::span<const uint32_t> context, const SamplingParams& sp, int n,
-                      bool ignore_eos, bool speculate, const std::function<bool(uint32_t)>& on_token = {});
+                      bool ignore_eos, bool speculate, const TokenCallback& on_token = {});
   Session open_session();
   void close_session(Session& s);
 
  private:
+  void load_drafter();
+
   RunOptions o_;
-  std::unique_ptr<GgufFile> file_, draft_file_;
-  std::unique_ptr<Tokenizer> tok_;
-  std::unique_ptr<Context> ctx_;
-  std::unique_ptr<Pipelines> pipelines_;
-  std::unique_ptr<LlamaModel> model_, draft_model_;
+  std::shared_ptr<TargetModel> t_;
+  std::unique_ptr<GgufFile> draft_file_;
+  std::unique_ptr<LlamaModel> draft_model_;
+  const std::atomic<bool>* cancel_ = nullptr;
   std::unique_ptr<Drafter> drafter_;
   std::unique_ptr<Recorder> rec_;                 // every decoding step and speculative round
   std::unique_ptr<TokenChooser> chooser_;

@@ -134,36 +134,42 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
 // Before anything is allocated: weights (as the device stores them) + the KV cache for n_ctx positions of
 // max_sequences + activations and the RoPE table, against the device-local memory heaps, so that a model or
 // a --ctx that cannot fit is refused with the numbers instead of failing halfway through the upload.
-void LlamaModel::check_memory(Context& ctx, const GgufFile& file, const ModelOptions& opts) const {
-  uint64_t weights = 0;
-  for (const auto& g : file.tensors()) weights += device_bytes(DType(g.type), g.elements());
-  const uint64_t kv_dim = uint64_t(hp_.n_kv_heads) * hp_.head_dim, q_dim = uint64_t(hp_.n_heads) * hp_.head_dim;
-  const uint64_t positions = (uint64_t(n_ctx_) + opts.kv_block_size - 1) / opts.kv_block_size * opts.kv_block_size;
-  const uint64_t kv = 2ull * hp_.n_layers * positions * opts.max_sequences * kv_dim * 4;
-  const uint64_t act = uint64_t(kMaxBatch) * (hp_.dim + 2 * q_dim + 2 * kv_dim + hp_.ffn_dim + hp_.n_vocab) * 4 +
-                       uint64_t(n_ctx_) * hp_.n_rot * 4;
+MemoryEstimate LlamaModel::estimate_memory(const Context& ctx, const GgufFile& file, const ModelOptions& opts) {
+  const LlamaHParams hp = read_llama_hparams(file);
+  MemoryEstimate e;
+  e.n_ctx = opts.n_ctx ? opts.n_ctx : std::min<uint32_t>(hp.n_ctx_train, 4096);
+  for (const auto& g : file.tensors()) e.weights += device_bytes(DType(g.type), g.elements());
+  const uint64_t kv_dim = uint64_t(hp.n_kv_heads) * hp.head_dim, q_dim = uint64_t(hp.n_heads) * hp.head_dim;
+  const uint64_t positions = (uint64_t(e.n_ctx) + opts.kv_block_size - 1) / opts.kv_block_size * opts.kv_block_size;
+  e.kv = 2ull * hp.n_layers * positions * opts.max_sequences * kv_dim * 4;
+  e.activations = uint64_t(kMaxBatch) * (hp.dim + 2 * q_dim + 2 * kv_dim + hp.ffn_dim + hp.n_vocab) * 4 +
+                  uint64_t(e.n_ctx) * hp.n_rot * 4;
   const VkPhysicalDeviceMemoryProperties& mp = ctx.memory_properties();
-  uint64_t heap = 0, largest = 0;
+  uint64_t largest = 0;
   for (uint32_t i = 0; i < mp.memoryHeapCount; ++i) {
     largest = std::max<uint64_t>(largest, mp.memoryHeaps[i].size);
-    if (mp.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) heap += mp.memoryHeaps[i].size;
+    if (mp.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) e.device += mp.memoryHeaps[i].size;
   }
-  if (heap == 0) heap = largest;
+  if (e.device == 0) e.device = largest;
   // A CPU device's "device memory" is the host's: lavapipe on Mesa 22.3 reports a 2 GiB heap but allocates
   // from system RAM without that limit (a 6.4 GB model loads), so the machine's RAM is the bound there.
   if (ctx.facts().type == VK_PHYSICAL_DEVICE_TYPE_CPU)
-    heap = std::max<uint64_t>(heap, uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE)));
-  const uint64_t need = weights + kv + act;
+    e.device = std::max<uint64_t>(e.device, uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE)));
+  return e;
+}
+
+void LlamaModel::check_memory(Context& ctx, const GgufFile& file, const ModelOptions& opts) const {
+  const MemoryEstimate e = estimate_memory(ctx, file, opts);
   auto gib = [](uint64_t b) {
     char s[32];
     snprintf(s, sizeof s, "%.2f GiB", double(b) / double(1ull << 30));
     return std::string(s);
   };
-  if (need > heap)
-    throw Error("'" + file.path() + "' needs " + gib(need) + " of device memory (weights " + gib(weights) +
-                ", KV cache " + gib(kv) + " for a context of " + std::to_string(n_ctx_) + " x " +
-                std::to_string(opts.max_sequences) + " sequences, activations " + gib(act) + ") but " +
-                ctx.facts().name + " has " + gib(heap) + ": use a smaller --ctx or a smaller quantization");
+  if (e.total() > e.device)
+    throw Error("'" + file.path() + "' needs " + gib(e.total()) + " of device memory (weights " + gib(e.weights) +
+                ", KV cache " + gib(e.kv) + " for a context of " + std::to_string(n_ctx_) + " x " +
+                std::to_string(opts.max_sequences) + " sequences, activations " + gib(e.activations) + ") but " +
+                ctx.facts().name + " has " + gib(e.device) + ": use a smaller --ctx or a smaller quantization");
 }
 
 LlamaModel::~LlamaModel() {

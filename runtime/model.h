@@ -36,9 +36,18 @@ struct LayerWeights {
 
 enum class Logits { None, Last, All };
 
+// Device memory a model needs (what LlamaModel's constructor checks before allocating).
+struct MemoryEstimate {
+  uint32_t n_ctx = 0;
+  uint64_t weights = 0, kv = 0, activations = 0;   // as stored on the device
+  uint64_t device = 0;                             // device-local heaps (a CPU device: the host's RAM)
+  uint64_t total() const { return weights + kv + activations; }
+};
+
 class LlamaModel {
  public:
   static constexpr uint32_t kMaxBatch = Kernels::kMaxBatch;
+  static MemoryEstimate estimate_memory(const Context& ctx, const GgufFile& file, const ModelOptions& opts);
 
   LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file, const ModelOptions& opts = {});
   ~LlamaModel();

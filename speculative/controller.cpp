@@ -25,7 +25,7 @@ Verdict verify_greedy(const TokenChooser& ch, std::span<const uint32_t> drafts) 
 
 SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& drafter, TokenChooser& chooser,
                                       Recorder& rec, std::vector<uint32_t>& context, const SpeculativeOptions& opts,
-                                      const std::function<bool(uint32_t)>& emit) {
+                                      const std::function<bool(uint32_t, bool)>& emit) {
   const bool sampling = !chooser.greedy();
   SpecAcceptor* acceptor = opts.acceptor;
   if (sampling && !acceptor) throw Error("internal: sampling verification needs a SpecAcceptor");
@@ -42,7 +42,7 @@ SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& draf
   while (true) {
     context.push_back(g);
     stats.tokens++;
-    if (!emit(g) || context.size() >= target.n_ctx()) return stats;
+    if (!emit(g, false) || context.size() >= target.n_ctx()) return stats;
 
     // K is chosen before recording; never past the end of the context (K = 0: a plain decoding pass).
     const uint32_t room = target.n_ctx() - uint32_t(context.size());
@@ -96,7 +96,7 @@ SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& draf
     for (uint32_t i = 0; i < v.accepted; ++i) {
       context.push_back(drafts[i]);
       stats.tokens++;
-      if (!emit(drafts[i]) || context.size() >= target.n_ctx()) return stats;
+      if (!emit(drafts[i], true) || context.size() >= target.n_ctx()) return stats;
     }
     g = v.next;
   }

@@ -44,9 +44,16 @@ struct SpeculativeStats {
 
 // Generates after `context`, which is prefilled in `seq`; the target's choice after it is in the chooser's
 // slot 0 (TokenChooser::start and a prefill with record_choice into slot 0). `emit` receives each accepted
-// token in order and returns false to stop (EOS, n reached). `rec` is the caller's recorder.
+// token in order, and whether it was a verified draft, and returns false to stop (EOS, n reached). `rec` is
+// the caller's recorder.
 SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& drafter, TokenChooser& chooser,
                                       Recorder& rec, std::vector<uint32_t>& context, const SpeculativeOptions& opts,
-                                      const std::function<bool(uint32_t)>& emit);
+                                      const std::function<bool(uint32_t token, bool from_draft)>& emit);
+inline SpeculativeStats generate_speculative(LlamaModel& target, int seq, Drafter& drafter, TokenChooser& chooser,
+                                             Recorder& rec, std::vector<uint32_t>& context,
+                                             const SpeculativeOptions& opts, const std::function<bool(uint32_t)>& emit) {
+  return generate_speculative(target, seq, drafter, chooser, rec, context, opts,
+                              [&](uint32_t t, bool) { return emit(t); });
+}
 
 }  // namespace vkspec

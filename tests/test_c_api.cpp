@@ -1,0 +1,369 @@
+// The C API (include/vkspec.h, libvkspec.so): results equal the CLI's and the reference ids, streaming and
+// stopping, prompt-cache reuse, cancellation (before and during a prefill), the threading rules (BUSY for a
+// context used twice at once, two contexts on one model from two threads), and clear errors.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/run_command.h"
+#include "vkspec.h"
+
+namespace {
+
+std::string shared(const std::string& rel) {
+  const char* s = getenv("VKSPEC_SHARED");
+  return std::string(s ? s : "../shared") + "/" + rel;
+}
+const std::string kStories = shared("models/stories260K.gguf");
+
+struct Model {
+  vkspec_model* m = nullptr;
+  explicit Model(const std::string& path, uint32_t max_contexts = 1, uint32_t n_ctx = 0) {
+    vkspec_model_params p = vkspec_model_default_params();
+    p.max_contexts = max_contexts;
+    p.n_ctx = n_ctx;
+    EXPECT_EQ(vkspec_model_load(path.c_str(), &p, &m), VKSPEC_OK) << vkspec_last_error();
+  }
+  ~Model() { EXPECT_EQ(vkspec_model_free(m), VKSPEC_OK) << vkspec_last_error(); }
+};
+
+struct Ctx {
+  vkspec_context* c = nullptr;
+  explicit Ctx(vkspec_model* m, vkspec_context_params p = greedy()) {
+    EXPECT_EQ(vkspec_context_create(m, &p, &c), VKSPEC_OK) << vkspec_last_error();
+  }
+  ~Ctx() { EXPECT_EQ(vkspec_context_free(c), VKSPEC_OK) << vkspec_last_error(); }
+  static vkspec_context_params greedy() {
+    vkspec_context_params p = vkspec_context_default_params();
+    p.temperature = 0.0f;
+    return p;
+  }
+};
+
+std::vector<int32_t> tokenize(vkspec_model* m, const std::string& text) {
+  size_t n = 0;
+  EXPECT_EQ(vkspec_tokenize(m, text.data(), text.size(), 1, 1, nullptr, 0, &n), VKSPEC_OK);
+  std::vector<int32_t> ids(n);
+  EXPECT_EQ(vkspec_tokenize(m, text.data(), text.size(), 1, 1, ids.data(), ids.size(), &n), VKSPEC_OK);
+  return ids;
+}
+
+struct Streamed {
+  std::vector<int32_t> ids;
+  std::string text;
+  int drafts = 0;
+  int stop_after = -1;
+};
+int collect(int32_t token, const char* piece, size_t len, int32_t from_draft, void* user) {
+  auto* s = static_cast<Streamed*>(user);
+  s->ids.push_back(token);
+  s->text.append(piece, len);
+  s->drafts += from_draft;
+  return s->stop_after >= 0 && int(s->ids.size()) >= s->stop_after;
+}
+
+vkspec_status generate(vkspec_context* c, const std::vector<int32_t>& prompt, int n, Streamed& out, int speculative = 1) {
+  vkspec_generate_params g = vkspec_generate_default_params();
+  g.n_predict = n;
+  g.ignore_eos = 1;
+  g.speculative = speculative;
+  g.on_token = collect;
+  g.user = &out;
+  return vkspec_generate(c, prompt.data(), prompt.size(), &g);
+}
+
+TEST(CApi, VersionDevicesAndErrors) {
+  EXPECT_EQ(vkspec_api_version(), uint32_t(VKSPEC_API_VERSION));
+  uint32_t n = 0;
+  ASSERT_EQ(vkspec_list_devices(nullptr, 0, &n), VKSPEC_OK);
+  ASSERT_GE(n, 1u);
+  std::vector<vkspec_device_info> d(n);
+  ASSERT_EQ(vkspec_list_devices(d.data(), n, &n), VKSPEC_OK);
+  EXPECT_GT(strlen(d[0].name), 0u);
+  EXPECT_GT(d[0].subgroup_size, 0u);
+
+  vkspec_model* m = nullptr;
+  vkspec_model_params p = vkspec_model_default_params();
+  EXPECT_EQ(vkspec_model_load(nullptr, &p, &m), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(vkspec_last_error()).find("null"), std::string::npos);
+  EXPECT_EQ(vkspec_model_load("/nonexistent.gguf", &p, &m), VKSPEC_ERROR_LOAD);
+  EXPECT_NE(std::string(vkspec_last_error()).find("/nonexistent.gguf"), std::string::npos) << vkspec_last_error();
+  EXPECT_EQ(m, nullptr);
+  p.max_contexts = 0;
+  EXPECT_EQ(vkspec_model_load(kStories.c_str(), &p, &m), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(vkspec_model_free(nullptr), VKSPEC_OK);
+  EXPECT_EQ(vkspec_cancel(nullptr), VKSPEC_ERROR_INVALID_ARGUMENT);
+  // the last error is per thread
+  std::thread([] { EXPECT_STREQ(vkspec_last_error(), ""); }).join();
+}
+
+TEST(CApi, EstimateMemoryAndProgressCancel) {
+  vkspec_model_params p = vkspec_model_default_params();
+  vkspec_memory_estimate e{};
+  ASSERT_EQ(vkspec_estimate_memory(kStories.c_str(), &p, &e), VKSPEC_OK) << vkspec_last_error();
+  EXPECT_GT(e.weights_bytes, 0u);
+  EXPECT_GT(e.kv_bytes, 0u);
+  EXPECT_EQ(e.total_bytes, e.weights_bytes + e.kv_bytes + e.activation_bytes);
+  EXPECT_TRUE(e.fits);
+  p.max_contexts = 4;
+  vkspec_memory_estimate e4{};
+  ASSERT_EQ(vkspec_estimate_memory(kStories.c_str(), &p, &e4), VKSPEC_OK);
+  EXPECT_EQ(e4.kv_bytes, 4 * e.kv_bytes);
+
+  // A progress callback that cancels: no model, CANCELLED; one that lets it finish sees 1.0 last.
+  struct P { float last = -1; int calls = 0; bool cancel; };
+  auto cb = [](float f, void* u) {
+    auto* s = static_cast<P*>(u);
+    s->last = f;
+    s->calls++;
+    return s->cancel ? 1 : 0;
+  };
+  P stop{-1, 0, true}, go{-1, 0, false};
+  vkspec_model* m = nullptr;
+  p = vkspec_model_default_params();
+  p.progress = cb;
+  p.progress_user = &stop;
+  EXPECT_EQ(vkspec_model_load(kStories.c_str(), &p, &m), VKSPEC_ERROR_CANCELLED);
+  EXPECT_EQ(m, nullptr);
+  EXPECT_EQ(stop.calls, 1);
+  p.progress_user = &go;
+  ASSERT_EQ(vkspec_model_load(kStories.c_str(), &p, &m), VKSPEC_OK) << vkspec_last_error();
+  EXPECT_FLOAT_EQ(go.last, 1.0f);
+  EXPECT_EQ(vkspec_model_free(m), VKSPEC_OK);
+}
+
+// Greedy ids equal the reference file's (made by the project's first engine and checked against llama.cpp),
+// through the callback, with the text pieces adding up to the detokenized ids.
+TEST(CApi, GreedyEqualsReferenceAndStreams) {
+  std::ifstream in(shared("models/reference/stories260K-greedy.jsonl"));
+  std::string line;
+  std::getline(in, line);
+  const auto ref = nlohmann::json::parse(line);
+  Model model(kStories);
+  const std::vector<int32_t> prompt = tokenize(model.m, ref["prompt"].get<std::string>());
+  EXPECT_EQ(prompt, ref["prompt_ids"].get<std::vector<int32_t>>());
+  Ctx ctx(model.m);
+  Streamed s;
+  ASSERT_EQ(generate(ctx.c, prompt, 24, s), VKSPEC_OK) << vkspec_last_error();
+  std::vector<int32_t> want = ref["ids"].get<std::vector<int32_t>>();
+  want.resize(24);
+  EXPECT_EQ(s.ids, want);
+  size_t len = 0;
+  ASSERT_EQ(vkspec_detokenize(model.m, s.ids.data(), s.ids.size(), nullptr, 0, &len), VKSPEC_OK);
+  std::string text(len, '\0');
+  ASSERT_EQ(vkspec_detokenize(model.m, s.ids.data(), s.ids.size(), text.data(), len + 1, &len), VKSPEC_OK);
+  EXPECT_EQ(s.text, text);
+  vkspec_metrics m{};
+  ASSERT_EQ(vkspec_get_metrics(ctx.c, &m), VKSPEC_OK);
+  EXPECT_EQ(m.generated_tokens, 24u);
+  EXPECT_EQ(m.prompt_tokens, prompt.size());
+  EXPECT_STREQ(m.stop_reason, "length");
+
+  // The callback stops it: exactly that many tokens, "stopped"
+  Streamed stop;
+  stop.stop_after = 5;
+  ASSERT_EQ(generate(ctx.c, prompt, 24, stop), VKSPEC_OK);
+  EXPECT_EQ(stop.ids, std::vector<int32_t>(want.begin(), want.begin() + 5));
+  ASSERT_EQ(vkspec_get_metrics(ctx.c, &m), VKSPEC_OK);
+  EXPECT_STREQ(m.stop_reason, "stopped");
+}
+
+// A C99 program linked against libvkspec.so, and the same program linked against libvkspec.a, print the
+// same ids as `vkspec run`.
+TEST(CApi, C99ProgramMatchesCli) {
+  const auto cli = vkspec::test::run_vkspec(VKSPEC_BIN, "run -m " + kStories + " -p 'Once upon a time' -n 16 --temp 0 --ignore-eos --json");
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  for (const char* bin : {C_API_EXAMPLE, C_API_EXAMPLE_STATIC}) {
+    const auto c = vkspec::test::run_vkspec(bin, kStories + " 'Once upon a time' 16");
+    ASSERT_EQ(c.code, 0) << bin << ": " << c.err;
+    EXPECT_EQ(nlohmann::json::parse(c.out), nlohmann::json::parse(cli.out)["ids"]) << bin;
+  }
+}
+
+// The cache is kept between calls: a prompt that extends the last call's tokens prefills only the new part,
+// and gives the same tokens as a fresh context.
+TEST(CApi, ReusesTheCacheAcrossCalls) {
+  Model model(kStories, 2);
+  Ctx a(model.m), fresh(model.m);
+  const std::vector<int32_t> p1 = tokenize(model.m, "Once upon a time");
+  Streamed s1;
+  ASSERT_EQ(generate(a.c, p1, 8, s1), VKSPEC_OK);
+  std::vector<int32_t> p2 = p1;
+  p2.insert(p2.end(), s1.ids.begin(), s1.ids.end());
+  const std::vector<int32_t> more = tokenize(model.m, "And then");
+  p2.insert(p2.end(), more.begin() + 1, more.end());   // (without its BOS)
+  Streamed s2, s2_fresh;
+  ASSERT_EQ(generate(a.c, p2, 8, s2), VKSPEC_OK);
+  vkspec_metrics m{};
+  ASSERT_EQ(vkspec_get_metrics(a.c, &m), VKSPEC_OK);
+  EXPECT_EQ(m.reused_tokens, p1.size() + s1.ids.size() - 1);   // the last generated token was never fed back
+  EXPECT_EQ(m.prefilled_tokens, p2.size() - m.reused_tokens);
+  ASSERT_EQ(generate(fresh.c, p2, 8, s2_fresh), VKSPEC_OK);
+  EXPECT_EQ(s2.ids, s2_fresh.ids);
+}
+
+// Speculation through the API is lossless and says which tokens were verified drafts.
+TEST(CApi, SpeculativeMarksDraftsAndMatchesPlain) {
+  Model model(shared("models/pycode-target-f16.gguf"));
+  vkspec_context_params sp = Ctx::greedy();
+  sp.draft_ngram = 1;
+  Ctx ctx(model.m, sp);
+  const std::vector<int32_t> prompt = tokenize(model.m, "for i in range(10):\n    print(i)\nfor i in range(10):\n    print(i)\n");
+  Streamed plain, spec;
+  ASSERT_EQ(generate(ctx.c, prompt, 48, plain, /*speculative=*/0), VKSPEC_OK);
+  ASSERT_EQ(generate(ctx.c, prompt, 48, spec, /*speculative=*/1), VKSPEC_OK);
+  EXPECT_EQ(spec.ids, plain.ids);
+  vkspec_metrics m{};
+  ASSERT_EQ(vkspec_get_metrics(ctx.c, &m), VKSPEC_OK);
+  EXPECT_GT(m.verify_passes, 0u);
+  EXPECT_EQ(uint64_t(spec.drafts), m.accepted);
+}
+
+TEST(CApi, CancelStopsGenerationAndPrefill) {
+  Model model(shared("models/pycode-target-f16.gguf"), 1, 4096);
+  Ctx ctx(model.m);
+  const std::vector<int32_t> prompt = tokenize(model.m, "x = 1\n");
+  // cancelled before it starts: nothing runs
+  ASSERT_EQ(vkspec_cancel(ctx.c), VKSPEC_OK);
+  Streamed s;
+  EXPECT_EQ(generate(ctx.c, prompt, 8, s), VKSPEC_ERROR_CANCELLED);
+  EXPECT_TRUE(s.ids.empty());
+  // the flag is consumed: the next call runs
+  ASSERT_EQ(generate(ctx.c, prompt, 4, s), VKSPEC_OK);
+  EXPECT_EQ(s.ids.size(), 4u);
+
+  // during a long prefill (1500 tokens): another thread cancels it; it stops after a whole forward pass
+  // (16 tokens), whose K/V stay in the cache
+  std::vector<int32_t> long_prompt;
+  while (long_prompt.size() < 1500) {
+    const auto part = tokenize(model.m, "def f(a, b):\n    return a * b + 1\n");
+    long_prompt.insert(long_prompt.end(), part.begin() + 1, part.end());
+  }
+  long_prompt.resize(1500);
+  Streamed l;
+  std::atomic<bool> started{false};
+  std::thread canceller([&] {
+    while (!started) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    vkspec_cancel(ctx.c);
+  });
+  started = true;
+  const vkspec_status st = generate(ctx.c, long_prompt, 8, l);
+  canceller.join();
+  if (st == VKSPEC_OK) GTEST_SKIP() << "the device prefilled 1500 tokens before the cancel arrived";
+  ASSERT_EQ(st, VKSPEC_ERROR_CANCELLED);
+  EXPECT_TRUE(l.ids.empty());
+  vkspec_metrics m{};
+  ASSERT_EQ(vkspec_get_metrics(ctx.c, &m), VKSPEC_OK);
+  EXPECT_STREQ(m.stop_reason, "cancelled");
+  EXPECT_LT(m.prefilled_tokens, long_prompt.size());
+  EXPECT_EQ(m.prefilled_tokens % 16, 0u) << m.prefilled_tokens;
+  // what ran is reused by the next call
+  Streamed again;
+  const std::vector<int32_t> head(long_prompt.begin(), long_prompt.begin() + long(m.reused_tokens + m.prefilled_tokens + 1));
+  const uint64_t done = m.reused_tokens + m.prefilled_tokens;
+  ASSERT_EQ(generate(ctx.c, head, 1, again), VKSPEC_OK);
+  ASSERT_EQ(vkspec_get_metrics(ctx.c, &m), VKSPEC_OK);
+  EXPECT_EQ(m.reused_tokens, done);
+}
+
+TEST(CApi, ThreadingRules) {
+  Model model(kStories, 2);
+  const std::vector<int32_t> prompt = tokenize(model.m, "Once upon a time");
+  std::vector<int32_t> want;
+  {
+    Ctx c(model.m);
+    Streamed s;
+    ASSERT_EQ(generate(c.c, prompt, 32, s), VKSPEC_OK);
+    want = s.ids;
+  }
+  // Two contexts on one model, two threads at once: each gets the single-threaded result.
+  {
+    Ctx a(model.m), b(model.m);
+    Streamed sa, sb;
+    vkspec_status ra = VKSPEC_ERROR_FAILED, rb = VKSPEC_ERROR_FAILED;
+    std::thread ta([&] { ra = generate(a.c, prompt, 32, sa); }), tb([&] { rb = generate(b.c, prompt, 32, sb); });
+    ta.join();
+    tb.join();
+    EXPECT_EQ(ra, VKSPEC_OK);
+    EXPECT_EQ(rb, VKSPEC_OK);
+    EXPECT_EQ(sa.ids, want);
+    EXPECT_EQ(sb.ids, want);
+    // a third context does not fit max_contexts = 2
+    vkspec_context* c3 = nullptr;
+    vkspec_context_params p = Ctx::greedy();
+    EXPECT_EQ(vkspec_context_create(model.m, &p, &c3), VKSPEC_ERROR_BUSY);
+    EXPECT_EQ(c3, nullptr);
+    // the model cannot go while contexts live
+    EXPECT_EQ(vkspec_model_free(model.m), VKSPEC_ERROR_BUSY);
+  }
+  // One context from two threads: the second caller gets BUSY, never a shared context.
+  Ctx c(model.m);
+  struct Gate { std::atomic<bool> inside{false}, release{false}; };
+  Gate gate;
+  vkspec_generate_params g = vkspec_generate_default_params();
+  g.n_predict = 4;
+  g.ignore_eos = 1;
+  g.user = &gate;
+  g.on_token = [](int32_t, const char*, size_t, int32_t, void* u) {
+    auto* gt = static_cast<Gate*>(u);
+    gt->inside = true;
+    while (!gt->release) std::this_thread::yield();
+    return 0;
+  };
+  vkspec_status first = VKSPEC_ERROR_FAILED;
+  std::thread t([&] { first = vkspec_generate(c.c, prompt.data(), prompt.size(), &g); });
+  while (!gate.inside) std::this_thread::yield();
+  Streamed s;
+  EXPECT_EQ(generate(c.c, prompt, 4, s), VKSPEC_ERROR_BUSY);
+  EXPECT_NE(std::string(vkspec_last_error()).find("in use"), std::string::npos);
+  vkspec_metrics m{};
+  EXPECT_EQ(vkspec_get_metrics(c.c, &m), VKSPEC_ERROR_BUSY);
+  gate.release = true;
+  t.join();
+  EXPECT_EQ(first, VKSPEC_OK);
+}
+
+TEST(CApi, ChatTemplateAndBadInput) {
+  Model model(kStories);
+  const char* msgs = R"([{"role": "user", "content": "hi"}])";
+  size_t len = 0;
+  EXPECT_EQ(vkspec_apply_chat_template(model.m, nullptr, msgs, 1, nullptr, 0, &len), VKSPEC_ERROR_NOT_SUPPORTED);
+  std::ifstream in(shared("chat-templates/google-gemma-2-2b-it.jinja"));
+  const std::string gemma((std::istreambuf_iterator<char>(in)), {});
+  ASSERT_EQ(vkspec_apply_chat_template(model.m, gemma.c_str(), msgs, 1, nullptr, 0, &len), VKSPEC_OK) << vkspec_last_error();
+  std::string out(len, '\0');
+  char small[8];
+  ASSERT_EQ(vkspec_apply_chat_template(model.m, gemma.c_str(), msgs, 1, small, sizeof small, &len), VKSPEC_OK);
+  EXPECT_STREQ(small, "<s><sta");   // cut like snprintf, NUL-terminated
+  ASSERT_EQ(vkspec_apply_chat_template(model.m, gemma.c_str(), msgs, 1, out.data(), len + 1, &len), VKSPEC_OK);
+  EXPECT_EQ(out, "<s><start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_EQ(vkspec_apply_chat_template(model.m, gemma.c_str(), "not json", 1, nullptr, 0, &len), VKSPEC_ERROR_FAILED);
+  EXPECT_NE(std::string(vkspec_last_error()).find("JSON"), std::string::npos);
+
+  Ctx ctx(model.m);
+  const int32_t bad[] = {1, 999999};
+  vkspec_generate_params g = vkspec_generate_default_params();
+  EXPECT_EQ(vkspec_generate(ctx.c, bad, 2, &g), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(vkspec_generate(ctx.c, bad, 0, &g), VKSPEC_ERROR_INVALID_ARGUMENT);
+  std::vector<int32_t> too_long(vkspec_model_n_ctx(model.m), 1);
+  EXPECT_EQ(vkspec_generate(ctx.c, too_long.data(), too_long.size(), &g), VKSPEC_ERROR_INVALID_ARGUMENT);
+  vkspec_context* c2 = nullptr;
+  vkspec_context_params p = vkspec_context_default_params();
+  p.top_p = 2.0f;
+  EXPECT_EQ(vkspec_context_create(model.m, &p, &c2), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(vkspec_last_error()).find("top-p"), std::string::npos);
+  p = vkspec_context_default_params();
+  p.draft_model = "/nonexistent-draft.gguf";
+  EXPECT_EQ(vkspec_context_create(model.m, &p, &c2), VKSPEC_ERROR_LOAD);
+  const int32_t out_of_vocab = 1 << 30;
+  EXPECT_EQ(vkspec_detokenize(model.m, &out_of_vocab, 1, nullptr, 0, &len), VKSPEC_ERROR_INVALID_ARGUMENT);
+}
+
+}  // namespace
