@@ -25,6 +25,8 @@ struct vkspec_context {
   std::atomic<bool> cancel{false};
   std::atomic<bool> in_use{false};   // one thread at a time; a second gets VKSPEC_ERROR_BUSY
   vkspec_metrics metrics{};
+  vkspec_generate_params params{};   // of the generation in progress (its callback)
+  Utf8Stream utf8;                   // its text pieces
 };
 
 namespace {
@@ -94,6 +96,26 @@ TargetModel::Options target_options(const char* path, const vkspec_model_params&
   o.device = p.device;
   o.n_ctx = p.n_ctx;
   o.max_sequences = p.max_contexts;
+  if (const vkspec_external_device* x = p.external) {
+    ExternalDevice e;
+    e.instance = static_cast<VkInstance>(x->instance);
+    e.physical = static_cast<VkPhysicalDevice>(x->physical_device);
+    e.device = static_cast<VkDevice>(x->device);
+    e.queue_family = x->queue_family_index;
+    e.queue = static_cast<VkQueue>(x->queue);
+    e.get_instance_proc_addr = reinterpret_cast<PFN_vkGetInstanceProcAddr>(x->get_instance_proc_addr);
+    e.buffer_device_address = x->buffer_device_address;
+    e.storage_16bit = x->storage_buffer_16bit;
+    e.storage_8bit = x->storage_buffer_8bit;
+    e.shader_float16 = x->shader_float16;
+    e.shader_int8 = x->shader_int8;
+    e.subgroup_size_control = x->subgroup_size_control;
+    e.push_descriptor = x->push_descriptor;
+    e.lock_queue = x->lock_queue;
+    e.unlock_queue = x->unlock_queue;
+    e.lock_user = x->lock_user;
+    o.external = e;
+  }
   return o;
 }
 
@@ -123,7 +145,12 @@ vkspec_status vkspec_list_devices(vkspec_device_info* out, uint32_t capacity, ui
   return api_call([&] {
     require(count != nullptr, "count is null");
     require(out != nullptr || capacity == 0, "out is null");
-    const std::vector<DeviceFacts> devices = Context::list_devices();
+    std::vector<DeviceFacts> devices;
+    for (DeviceFacts& f : Context::list_devices()) {   // one device seen through two drivers is listed once
+      bool seen = false;
+      for (const DeviceFacts& d : devices) seen |= !f.uuid_hex.empty() && d.uuid_hex == f.uuid_hex;
+      if (!seen) devices.push_back(std::move(f));
+    }
     *count = uint32_t(devices.size());
     for (uint32_t i = 0; i < capacity && i < devices.size(); ++i) {
       const DeviceFacts& f = devices[i];
@@ -159,7 +186,7 @@ vkspec_status vkspec_estimate_memory(const char* path, const vkspec_model_params
     require(params && out, "params or out is null");
     const TargetModel::Options o = target_options(path, *params);
     GgufFile file(o.path);
-    Context ctx(ContextOptions{o.device, false});
+    Context ctx(ContextOptions{o.device, false, o.external ? &*o.external : nullptr});
     ModelOptions mo;
     mo.n_ctx = o.n_ctx;
     mo.max_sequences = o.max_sequences;
@@ -188,7 +215,8 @@ vkspec_status vkspec_model_load(const char* path, const vkspec_model_params* par
       *out = m.release();
     } catch (const Error& e) {   // the memory check's message names the sizes
       const bool memory = strstr(e.what(), "of device memory") != nullptr;
-      throw Failure{memory ? VKSPEC_ERROR_OUT_OF_MEMORY : VKSPEC_ERROR_LOAD, e.what()};
+      const bool device = strncmp(e.what(), "external device", 15) == 0;
+      throw Failure{memory ? VKSPEC_ERROR_OUT_OF_MEMORY : device ? VKSPEC_ERROR_DEVICE : VKSPEC_ERROR_LOAD, e.what()};
     }
   }, VKSPEC_ERROR_DEVICE);
 }
@@ -318,56 +346,89 @@ vkspec_generate_params vkspec_generate_default_params(void) {
   return p;
 }
 
+namespace {
+
+// Sets a generation up on a claimed context (vkspec_begin, vkspec_generate).
+void begin_generation(vkspec_context* ctx, const int32_t* prompt, size_t n_prompt, const vkspec_generate_params* params) {
+  require(params && prompt && n_prompt > 0, "a null argument or an empty prompt");
+  Engine& e = *ctx->engine;
+  if (e.running()) throw Failure{VKSPEC_ERROR_BUSY, "a generation is in progress on this context: step it to the end"};
+  const uint32_t n_vocab = e.tokenizer().n_vocab(), n_ctx = e.model().n_ctx();
+  std::vector<uint32_t> ids(n_prompt);
+  for (size_t i = 0; i < n_prompt; ++i) {
+    require(prompt[i] >= 0 && uint32_t(prompt[i]) < n_vocab, "a prompt token is outside the vocabulary");
+    ids[i] = uint32_t(prompt[i]);
+  }
+  if (n_prompt >= n_ctx)
+    throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, "the prompt is " + std::to_string(n_prompt) +
+                                                     " tokens and the context holds " + std::to_string(n_ctx)};
+  ctx->params = *params;
+  ctx->utf8 = Utf8Stream();
+  const vkspec_generate_params& p = ctx->params;
+  const int n = p.n_predict > 0 ? p.n_predict : int(n_ctx);
+  e.begin(ctx->session, ids, ctx->sp, n, p.ignore_eos != 0, p.speculative != 0, [ctx](uint32_t id, bool from_draft) {
+    const vkspec_generate_params& q = ctx->params;
+    if (!q.on_token) return true;
+    const std::string piece = ctx->utf8.push(ctx->engine->tokenizer().piece(id));
+    return q.on_token(int32_t(id), piece.c_str(), piece.size(), from_draft, q.user) == 0;
+  });
+}
+
+// One step on a claimed context; at the end, the metrics (and CANCELLED when vkspec_cancel stopped it).
+vkspec_status step_generation(vkspec_context* ctx, int32_t* done) {
+  Engine& e = *ctx->engine;
+  if (!e.running()) throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, "no generation was begun on this context"};
+  *done = 0;
+  if (e.step()) return VKSPEC_OK;
+  *done = 1;
+  const Completion c = e.finish();
+  ctx->cancel.store(false);
+  vkspec_metrics& m = ctx->metrics;
+  m = vkspec_metrics{};
+  m.prompt_tokens = c.reused + c.prefilled;
+  m.reused_tokens = c.reused;
+  m.prefilled_tokens = c.prefilled;
+  m.generated_tokens = c.ids.size();
+  m.prefill_seconds = c.prefill_s;
+  m.decode_seconds = c.decode_s;
+  m.prefill_tokens_per_second = c.prefill_s > 0 ? double(c.prefilled) / c.prefill_s : 0.0;
+  m.decode_tokens_per_second = c.decode_tok_s();
+  m.drafted = c.spec.drafted;
+  m.accepted = c.spec.accepted;
+  m.verify_passes = c.spec.verify_passes;
+  m.acceptance_rate = c.spec.acceptance_rate();
+  m.host_waits = c.decode_submissions;
+  copy_field(m.stop_reason, c.stop_reason == "interrupted" ? std::string("stopped") : c.stop_reason);
+  if (c.stop_reason == "cancelled") throw Failure{VKSPEC_ERROR_CANCELLED, "cancelled by vkspec_cancel()"};
+  return VKSPEC_OK;
+}
+
+}  // namespace
+
+vkspec_status vkspec_begin(vkspec_context* ctx, const int32_t* prompt, size_t n_prompt, const vkspec_generate_params* params) {
+  return api_call([&] {
+    require(ctx != nullptr, "the context is null");
+    Claim claim(ctx);
+    begin_generation(ctx, prompt, n_prompt, params);
+  });
+}
+
+vkspec_status vkspec_step(vkspec_context* ctx, int32_t* done) {
+  return api_call([&] {
+    require(ctx && done, "a null argument");
+    Claim claim(ctx);
+    step_generation(ctx, done);
+  });
+}
+
 vkspec_status vkspec_generate(vkspec_context* ctx, const int32_t* prompt, size_t n_prompt,
                               const vkspec_generate_params* params) {
-  vkspec_status cancelled = VKSPEC_OK;
-  const vkspec_status s = api_call([&] {
-    require(ctx && params && prompt && n_prompt > 0, "a null argument or an empty prompt");
+  return api_call([&] {
+    require(ctx != nullptr, "the context is null");
     Claim claim(ctx);
-    Engine& e = *ctx->engine;
-    const uint32_t n_vocab = e.tokenizer().n_vocab(), n_ctx = e.model().n_ctx();
-    std::vector<uint32_t> ids(n_prompt);
-    for (size_t i = 0; i < n_prompt; ++i) {
-      require(prompt[i] >= 0 && uint32_t(prompt[i]) < n_vocab, "a prompt token is outside the vocabulary");
-      ids[i] = uint32_t(prompt[i]);
-    }
-    if (n_prompt >= n_ctx)
-      throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, "the prompt is " + std::to_string(n_prompt) +
-                                                       " tokens and the context holds " + std::to_string(n_ctx)};
-    const int n = params->n_predict > 0 ? params->n_predict : int(n_ctx);
-    Utf8Stream utf8;
-    const Tokenizer& tok = e.tokenizer();
-    const Completion c = e.generate(ctx->session, ids, ctx->sp, n, params->ignore_eos != 0, params->speculative != 0,
-                                    [&](uint32_t id, bool from_draft) {
-                                      if (!params->on_token) return true;
-                                      const std::string piece = utf8.push(tok.piece(id));
-                                      return params->on_token(int32_t(id), piece.c_str(), piece.size(), from_draft,
-                                                              params->user) == 0;
-                                    });
-    ctx->cancel.store(false);
-    vkspec_metrics& m = ctx->metrics;
-    m = vkspec_metrics{};
-    m.prompt_tokens = n_prompt;
-    m.reused_tokens = c.reused;
-    m.prefilled_tokens = c.prefilled;
-    m.generated_tokens = c.ids.size();
-    m.prefill_seconds = c.prefill_s;
-    m.decode_seconds = c.decode_s;
-    m.prefill_tokens_per_second = c.prefill_s > 0 ? double(c.prefilled) / c.prefill_s : 0.0;
-    m.decode_tokens_per_second = c.decode_tok_s();
-    m.drafted = c.spec.drafted;
-    m.accepted = c.spec.accepted;
-    m.verify_passes = c.spec.verify_passes;
-    m.acceptance_rate = c.spec.acceptance_rate();
-    m.host_waits = c.decode_submissions;
-    copy_field(m.stop_reason, c.stop_reason == "interrupted" ? std::string("stopped") : c.stop_reason);
-    if (c.stop_reason == "cancelled") cancelled = VKSPEC_ERROR_CANCELLED;
+    begin_generation(ctx, prompt, n_prompt, params);
+    for (int32_t done = 0; !done;) step_generation(ctx, &done);
   });
-  if (s == VKSPEC_OK && cancelled != VKSPEC_OK) {
-    t_last_error = "cancelled by vkspec_cancel()";
-    return cancelled;
-  }
-  return s;
 }
 
 vkspec_status vkspec_cancel(vkspec_context* ctx) {

@@ -65,7 +65,8 @@ int cmd_apply_template(const RunOptions& o, const ChatOptions& chat) {
   GgufFile file(o.model);
   auto tok = Tokenizer::from_gguf(file);
   const ChatFormatter fmt(file, *tok, chat.template_file);
-  const ChatInputs req = parse_chat_request(read_text_file(chat.messages_file, kMaxTextBytes, "messages file"));
+  // 16 MiB of messages is millions of tokens, beyond any context; the bound keeps the JSON's memory in check
+  const ChatInputs req = parse_chat_request(read_text_file(chat.messages_file, 16u << 20, "messages file"));
   const std::string text = fmt.render(req.messages, !chat.no_generation_prompt, req.tools);
   if (o.json) write_stdout(nlohmann::json{{"prompt", text}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   else write_stdout(text);

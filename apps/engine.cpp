@@ -56,7 +56,7 @@ TargetModel::TargetModel(const Options& o) {
   const auto t_load = std::chrono::steady_clock::now();
   file = std::make_unique<GgufFile>(o.path);
   tok = Tokenizer::from_gguf(*file);
-  ctx = std::make_unique<Context>(ContextOptions{o.device, false});
+  ctx = std::make_unique<Context>(ContextOptions{o.device, false, o.external ? &*o.external : nullptr});
   pipelines = std::make_unique<Pipelines>(*ctx);
   ModelOptions mo;
   mo.n_ctx = o.n_ctx;
@@ -107,6 +107,7 @@ void Engine::load_drafter() {
 Engine::~Engine() {
   if (rec_ && rec_->profiling()) fprintf(stderr, "decoding steps %s", rec_->profile_report().c_str());
   std::lock_guard<std::mutex> lock(t_->busy);   // other Engines may be submitting on the shared device
+  run_.reset();
   acceptor_.reset();
   chooser_.reset();
   rec_.reset();
@@ -154,6 +155,29 @@ Completion Engine::generate(std::span<const uint32_t> prompt, const SamplingPara
 
 Completion Engine::generate(Session& session, std::span<const uint32_t> prompt, const SamplingParams& sp, int n,
                             bool ignore_eos, bool speculate, const TokenCallback& on_token) {
+  begin(session, prompt, sp, n, ignore_eos, speculate, on_token);
+  while (step()) {
+  }
+  return finish();
+}
+
+// One completion in progress: the prompt's passes, then decoding steps or speculative rounds.
+struct Engine::Run {
+  Session* session = nullptr;
+  std::vector<uint32_t> context;   // the prompt, then every token fed back (the penalty history too)
+  int n = 0;
+  bool ignore_eos = false;
+  TokenCallback on_token;
+  Completion c;
+  size_t pos = 0;                  // prompt tokens whose K/V are in the cache
+  bool prefilling = true, done = false;
+  uint32_t next = 0;               // plain decoding: the choice not yet fed back
+  std::unique_ptr<SpeculativeDecoder> spec;
+  uint64_t submissions0 = 0, dispatches0 = 0;
+};
+
+void Engine::begin(Session& session, std::span<const uint32_t> prompt, const SamplingParams& sp, int n, bool ignore_eos,
+                   bool speculate, const TokenCallback& on_token) {
   if (n <= 0) throw Error("-n must be positive (got " + std::to_string(n) + ")");
   LlamaModel& m = *t_->model;
   if (prompt.empty()) throw Error("the prompt is empty");
@@ -161,104 +185,147 @@ Completion Engine::generate(Session& session, std::span<const uint32_t> prompt, 
     throw Error("the prompt is " + std::to_string(prompt.size()) + " tokens, which does not fit the context of " +
                 std::to_string(m.n_ctx()) + " (use --ctx)");
   std::lock_guard<std::mutex> lock(t_->busy);
-  Completion c;
+  auto r = std::make_unique<Run>();
+  r->session = &session;
+  r->context.assign(prompt.begin(), prompt.end());
+  r->n = n;
+  r->ignore_eos = ignore_eos;
+  r->on_token = on_token;
+  Completion& c = r->c;
   c.speculative = speculate && drafter_;
   const uint32_t V = m.hparams().n_vocab, max_history = m.n_ctx() + LlamaModel::kMaxBatch;
   if (!chooser_) chooser_ = std::make_unique<TokenChooser>(*t_->ctx, *t_->pipelines, V, max_history);
   if (!rec_) rec_ = std::make_unique<Recorder>(*t_->ctx, profiling_requested());
   if (c.speculative && !sp.greedy() && !acceptor_)
     acceptor_ = std::make_unique<SpecAcceptor>(*t_->ctx, *t_->pipelines, V, LlamaModel::kMaxBatch - 1, 1, max_history);
-  TokenChooser& chooser = *chooser_;
-  Recorder& rec = *rec_;
-  chooser.start(sp);
-  const int seq = session.seq;
-  PagedKvCache& kv = m.kv();
-  std::vector<uint32_t> context(prompt.begin(), prompt.end());
+  chooser_->start(sp);
 
   // Keep the cached K/V of the longest common prefix (at least one token is prefilled: its logits choose).
   size_t common = 0;
-  while (common < session.tokens.size() && common + 1 < context.size() && session.tokens[common] == context[common])
+  while (common < session.tokens.size() && common + 1 < r->context.size() && session.tokens[common] == r->context[common])
     ++common;
-  kv.truncate(seq, uint32_t(common));
+  m.kv().truncate(session.seq, uint32_t(common));
   session.tokens.resize(common);
   c.reused = uint32_t(common);
-  c.prefilled = uint32_t(context.size() - common);
+  c.prefilled = 0;
+  r->pos = common;
+  run_ = std::move(r);
+}
 
-  // What the cache holds: `context` ends with the tokens fed back, plus (at most) the last choice, which was
-  // not; a verify pass may have kept accepted drafts after the one that stopped generation.
-  auto settle = [&](size_t fed) {
-    const size_t held = std::min<size_t>(kv.length(seq), fed);
-    kv.truncate(seq, uint32_t(held));
-    session.tokens.assign(context.begin(), context.begin() + long(held));
-    if (kv.length(seq) != session.tokens.size()) throw Error("internal: the KV cache and the session disagree");
-  };
-  auto cancelled = [&] { return cancel_ && cancel_->load(std::memory_order_relaxed); };
-  struct EmptyOnThrow {   // an exception leaves the session empty (and consistent) rather than half-updated
+bool Engine::step() {
+  if (!run_) throw Error("internal: step() without begin()");
+  Run& r = *run_;
+  if (r.done) return false;
+  std::lock_guard<std::mutex> lock(t_->busy);
+  LlamaModel& m = *t_->model;
+  PagedKvCache& kv = m.kv();
+  Session& session = *r.session;
+  Completion& c = r.c;
+  const int seq = session.seq;
+  TokenChooser& chooser = *chooser_;
+  Recorder& rec = *rec_;
+  const auto t0 = std::chrono::steady_clock::now();
+  struct EndOnThrow {   // an exception ends the completion and leaves the session empty (and consistent)
     PagedKvCache& kv;
     Session& s;
+    std::unique_ptr<Run>& run;
     bool armed = true;
-    ~EmptyOnThrow() {
-      if (armed) kv.truncate(s.seq, 0), s.tokens.clear();
+    ~EndOnThrow() {
+      if (!armed) return;
+      kv.truncate(s.seq, 0);
+      s.tokens.clear();
+      run.reset();
     }
-  } guard{kv, session};
-
-  // The new part of the prompt and the choice of the first token: one submission, or one per forward pass
-  // when the completion can be cancelled (all but the last pass without logits).
-  const auto t_prefill = std::chrono::steady_clock::now();
-  size_t pos = common;
-  for (const size_t pass = LlamaModel::kMaxBatch; cancel_ && context.size() - pos > pass; pos += pass) {
-    if (cancelled()) {
-      c.stop_reason = "cancelled";
-      c.prefilled = uint32_t(pos - common);   // the passes that ran (their K/V stay cached)
-      c.prefill_s = seconds_since(t_prefill);
-      settle(pos);
-      guard.armed = false;
-      return c;
-    }
-    rec.begin();
-    m.record_forward(rec, seq, m.write_tokens(std::span(context).subspan(pos, pass)), uint32_t(pass), Logits::None);
-    rec.submit_and_wait();
-  }
-  uint32_t next = decode_step(m, seq, chooser, rec, m.write_tokens(std::span(context).subspan(pos)),
-                              uint32_t(context.size() - pos), context);
-  c.prefill_s = seconds_since(t_prefill);
-
-  // Accepts one token; false stops generation (end of generation, n reached, the callback says stop).
-  auto accept = [&](uint32_t t, bool from_draft) {
-    if (cancelled()) {
-      c.stop_reason = "cancelled";
-      return false;
-    }
-    if (!ignore_eos && t_->tok->is_eog(t)) {
-      c.stop_reason = "eos";
-      return false;
-    }
-    c.ids.push_back(t);
-    if (on_token && !on_token(t, from_draft)) {
-      c.stop_reason = "interrupted";
-      return false;
-    }
-    return c.ids.size() < size_t(n);
+  } guard{kv, session, run_};
+  // The end: the cache holds the context's tokens that were fed back (the last choice never is; a verify
+  // pass may have kept accepted drafts after the one that stopped generation).
+  auto finish = [&](size_t fed) {
+    const size_t held = std::min<size_t>(kv.length(seq), fed);
+    kv.truncate(seq, uint32_t(held));
+    session.tokens.assign(r.context.begin(), r.context.begin() + long(held));
+    if (kv.length(seq) != session.tokens.size()) throw Error("internal: the KV cache and the session disagree");
+    c.decode_submissions = Recorder::total_submissions() - r.submissions0;
+    c.decode_dispatches = Recorder::total_dispatches() - r.dispatches0;
+    r.done = true;
   };
-  const auto t_decode = std::chrono::steady_clock::now();
-  const uint64_t submissions0 = Recorder::total_submissions(), dispatches0 = Recorder::total_dispatches();
-  if (c.speculative) {
-    const SpeculativeOptions so{uint32_t(o_.draft_max), uint32_t(o_.draft_min), acceptor_.get(), adaptive_k()};
-    c.spec = generate_speculative(m, seq, *drafter_, chooser, rec, context, so, accept);
-    c.decode_gpu_s = c.spec.gpu_s;
-  } else {
-    while (accept(next, false)) {
-      context.push_back(next);
-      if (context.size() >= m.n_ctx()) break;
-      next = decode_step(m, seq, chooser, rec, chooser.input(0), 1, context, &c.decode_gpu_s);   // one submission per token
+  const bool cancelled = cancel_ && cancel_->load(std::memory_order_relaxed);
+  auto accept = [this](uint32_t t, bool from_draft) { return accept_token(t, from_draft); };
+
+  if (r.prefilling) {
+    // The prompt: one pass of kMaxBatch tokens per step, without logits, while more than a pass remains;
+    // then the last part and the choice of the first token. A cancel request is seen between passes.
+    if (cancelled) {
+      c.stop_reason = "cancelled";
+      finish(r.pos);
+    } else if (r.context.size() - r.pos > LlamaModel::kMaxBatch && cancel_) {
+      rec.begin();
+      m.record_forward(rec, seq, m.write_tokens(std::span(r.context).subspan(r.pos, LlamaModel::kMaxBatch)),
+                       LlamaModel::kMaxBatch, Logits::None);
+      rec.submit_and_wait();
+      r.pos += LlamaModel::kMaxBatch;
+      c.prefilled += LlamaModel::kMaxBatch;
+    } else {   // not cancellable: the whole rest in one submission
+      const uint32_t rest = uint32_t(r.context.size() - r.pos);
+      r.next = decode_step(m, seq, chooser, rec, m.write_tokens(std::span(r.context).subspan(r.pos)), rest, r.context);
+      r.pos = r.context.size();
+      c.prefilled += rest;
+      r.prefilling = false;
+      r.submissions0 = Recorder::total_submissions();
+      r.dispatches0 = Recorder::total_dispatches();
+      if (c.speculative) {
+        const SpeculativeOptions so{uint32_t(o_.draft_max), uint32_t(o_.draft_min), acceptor_.get(), adaptive_k()};
+        r.spec = std::make_unique<SpeculativeDecoder>(m, seq, *drafter_, chooser, rec, r.context, so, accept);
+      }
     }
+    c.prefill_s += seconds_since(t0);
+  } else {
+    bool more;
+    if (r.spec) {
+      more = r.spec->round();
+      c.spec = r.spec->stats();
+      c.decode_gpu_s = c.spec.gpu_s;
+    } else {
+      more = accept(r.next, false);
+      if (more) {
+        r.context.push_back(r.next);
+        more = r.context.size() < m.n_ctx();
+        if (more) r.next = decode_step(m, seq, chooser, rec, chooser.input(0), 1, r.context, &c.decode_gpu_s);
+      }
+    }
+    if (!more) {
+      if (c.stop_reason.empty()) c.stop_reason = c.ids.size() >= size_t(r.n) ? "length" : "context";
+      finish(r.context.size());
+    }
+    c.decode_s += seconds_since(t0);
   }
-  c.decode_s = seconds_since(t_decode);
-  if (c.stop_reason.empty()) c.stop_reason = c.ids.size() >= size_t(n) ? "length" : "context";
-  settle(context.size());
   guard.armed = false;
-  c.decode_submissions = Recorder::total_submissions() - submissions0;
-  c.decode_dispatches = Recorder::total_dispatches() - dispatches0;
+  return !r.done;
+}
+
+// Takes one generated token; false stops generation (end of generation, n reached, cancelled, the callback).
+bool Engine::accept_token(uint32_t t, bool from_draft) {
+  Run& r = *run_;
+  Completion& c = r.c;
+  if (cancel_ && cancel_->load(std::memory_order_relaxed)) {
+    c.stop_reason = "cancelled";
+    return false;
+  }
+  if (!r.ignore_eos && t_->tok->is_eog(t)) {
+    c.stop_reason = "eos";
+    return false;
+  }
+  c.ids.push_back(t);
+  if (r.on_token && !r.on_token(t, from_draft)) {
+    c.stop_reason = "interrupted";
+    return false;
+  }
+  return c.ids.size() < size_t(r.n);
+}
+
+Completion Engine::finish() {
+  if (!run_ || !run_->done) throw Error("internal: finish() before the completion ended");
+  Completion c = std::move(run_->c);
+  run_.reset();
   return c;
 }
 

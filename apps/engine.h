@@ -57,6 +57,7 @@ struct TargetModel {
     uint32_t n_ctx = 0;           // 0: the model's, capped at 4096
     uint32_t max_sequences = 1;   // Sessions that may be open at once (each needs KV for n_ctx)
     std::function<void(uint64_t done, uint64_t total)> progress;
+    std::optional<ExternalDevice> external;   // the application's device (C API external device mode)
   };
   explicit TargetModel(const Options& o);
   std::unique_ptr<GgufFile> file;
@@ -107,11 +108,23 @@ class Engine {
   // (the context and the generated tokens, except a last token that was never fed back).
   Completion generate(Session& session, std::span<const uint32_t> context, const SamplingParams& sp, int n,
                       bool ignore_eos, bool speculate, const TokenCallback& on_token = {});
+  // The same, a forward pass at a time: begin() sets a completion up (nothing runs), each step() runs one
+  // submission (a prompt pass of kMaxBatch tokens when cancellable, else the whole prompt; a decoding step;
+  // a speculative round) and returns false once the completion has ended; finish() gives its result.
+  void begin(Session& session, std::span<const uint32_t> context, const SamplingParams& sp, int n, bool ignore_eos,
+             bool speculate, const TokenCallback& on_token = {});
+  bool step();
+  Completion finish();
+  bool running() const { return run_ != nullptr; }
+
   Session open_session();
   void close_session(Session& s);
 
  private:
   void load_drafter();
+  bool accept_token(uint32_t t, bool from_draft);
+  struct Run;
+  std::unique_ptr<Run> run_;   // the completion in progress
 
   RunOptions o_;
   std::shared_ptr<TargetModel> t_;

@@ -18,8 +18,9 @@
  *     read-only and run concurrently.
  *   - A model must outlive its contexts: vkspec_model_free() with live contexts returns VKSPEC_ERROR_BUSY.
  *
- * Not yet: running on the caller's own VkDevice (external device mode) — vkspec creates its own instance
- * and device.
+ * External device mode: vkspec_model_params.external hands vkspec the application's own Vulkan instance,
+ * device and queue (a game engine's); vkspec then creates no instance or device, destroys none, and takes
+ * the application's queue lock around each of its submissions.
  */
 #ifndef VKSPEC_H
 #define VKSPEC_H
@@ -82,6 +83,26 @@ VKSPEC_API vkspec_status vkspec_list_devices(vkspec_device_info* out, uint32_t c
 typedef struct vkspec_model vkspec_model;
 typedef struct vkspec_context vkspec_context;
 
+/* The application's Vulkan objects (handles passed as pointers, so this header needs no Vulkan headers):
+ * VkInstance, VkPhysicalDevice, VkDevice, VkQueue and PFN_vkGetInstanceProcAddr. The device must have been
+ * created with bufferDeviceAddress (Vulkan 1.2) enabled; the optional features below are used only when the
+ * application says it enabled them. All must outlive the model. */
+typedef struct vkspec_external_device {
+  void* instance;
+  void* physical_device;
+  void* device;
+  uint32_t queue_family_index;          /* a family with VK_QUEUE_COMPUTE_BIT */
+  void* queue;
+  void (*get_instance_proc_addr)(void); /* PFN_vkGetInstanceProcAddr; NULL: the system's libvulkan */
+  int32_t buffer_device_address;        /* required: 1 */
+  int32_t storage_buffer_16bit, storage_buffer_8bit, shader_float16, shader_int8, subgroup_size_control;
+  int32_t push_descriptor;              /* VK_KHR_push_descriptor enabled */
+  /* Called around every vkQueueSubmit vkspec makes on `queue` (both or neither). */
+  void (*lock_queue)(void* user);
+  void (*unlock_queue)(void* user);
+  void* lock_user;
+} vkspec_external_device;
+
 /* Called while weights are uploaded with the fraction done (0..1); return non-zero to cancel loading. */
 typedef int (*vkspec_progress_fn)(float fraction, void* user);
 
@@ -91,6 +112,7 @@ typedef struct vkspec_model_params {
   uint32_t max_contexts;     /* contexts that may exist at once (each holds KV for n_ctx tokens) */
   vkspec_progress_fn progress;
   void* progress_user;
+  const vkspec_external_device* external; /* NULL: vkspec creates its own instance and device */
 } vkspec_model_params;
 
 VKSPEC_API vkspec_model_params vkspec_model_default_params(void);
@@ -164,8 +186,18 @@ VKSPEC_API vkspec_generate_params vkspec_generate_default_params(void);
 VKSPEC_API vkspec_status vkspec_generate(vkspec_context* ctx, const int32_t* prompt, size_t n_prompt,
                                          const vkspec_generate_params* params);
 
-/* Stops the running (or next) vkspec_generate of ctx within one forward pass — including during a long
- * prefill, which runs in passes of 16 tokens when cancellable. Any thread, any time. */
+/* The same generation a forward pass at a time, for frame loops (no worker thread needed): vkspec_begin()
+ * sets it up and returns at once; each vkspec_step() runs one submission — a prompt pass of at most 16
+ * tokens, one decoding step or one speculative round — delivers the tokens it produced through on_token,
+ * and sets *done to 1 when the generation has ended (then metrics are ready and the context is free for the
+ * next vkspec_begin/vkspec_generate). `params` (with its callback and user pointer) must stay valid until
+ * then. vkspec_generate() is vkspec_begin() plus vkspec_step() until done. */
+VKSPEC_API vkspec_status vkspec_begin(vkspec_context* ctx, const int32_t* prompt, size_t n_prompt,
+                                      const vkspec_generate_params* params);
+VKSPEC_API vkspec_status vkspec_step(vkspec_context* ctx, int32_t* done);
+
+/* Stops the running (or next) generation of ctx within one forward pass — including during a long prefill,
+ * which runs in passes of 16 tokens. Any thread, any time. */
 VKSPEC_API vkspec_status vkspec_cancel(vkspec_context* ctx);
 
 typedef struct vkspec_metrics {

@@ -184,7 +184,55 @@ std::string Context::last_validation_message() const {
   return last_message_;
 }
 
+VkResult Context::submit(const VkSubmitInfo& si, VkFence fence) const {
+  if (lock_queue_) lock_queue_(lock_user_);
+  const VkResult r = vk::vkQueueSubmit(queue_, 1, &si, fence);
+  if (unlock_queue_) unlock_queue_(lock_user_);
+  return r;
+}
+
+void Context::adopt(const ExternalDevice& e) {
+  if (!e.instance || !e.physical || !e.device || !e.queue) throw Error("external device: instance, physical device, device and queue are required");
+  if (!!e.lock_queue != !!e.unlock_queue) throw Error("external device: give both queue lock callbacks or neither");
+  if (e.get_instance_proc_addr) vk::use_loader(e.get_instance_proc_addr);
+  else vk::load_loader();
+  vk::load_instance(e.instance);
+  external_ = true;
+  instance_ = e.instance;
+  physical_ = e.physical;
+  facts_ = probe(physical_, 0);
+  // What the application enabled bounds what the kernels use.
+  if (!e.buffer_device_address || !facts_.buffer_device_address)
+    throw Error("external device '" + facts_.name + "': vkspec needs bufferDeviceAddress (Vulkan 1.2) enabled on the device");
+  if (!facts_.subgroup_arithmetic) throw Error("external device '" + facts_.name + "' lacks subgroup arithmetic in compute shaders");
+  facts_.storage_16bit &= e.storage_16bit;
+  facts_.storage_8bit &= e.storage_8bit;
+  facts_.shader_float16 &= e.shader_float16;
+  facts_.shader_int8 &= e.shader_int8;
+  facts_.subgroup_size_control &= e.subgroup_size_control;
+  facts_.push_descriptor &= e.push_descriptor;
+  vk::vkGetPhysicalDeviceMemoryProperties(physical_, &mem_props_);
+  uint32_t nq = 0;
+  vk::vkGetPhysicalDeviceQueueFamilyProperties(physical_, &nq, nullptr);
+  std::vector<VkQueueFamilyProperties> qf(nq);
+  vk::vkGetPhysicalDeviceQueueFamilyProperties(physical_, &nq, qf.data());
+  if (e.queue_family >= nq || !(qf[e.queue_family].queueFlags & VK_QUEUE_COMPUTE_BIT))
+    throw Error("external device: queue family " + std::to_string(e.queue_family) + " does not support compute");
+  if (qf[e.queue_family].timestampValidBits == 0) facts_.timestamps = false;
+  queue_family_ = e.queue_family;
+  device_ = e.device;
+  queue_ = e.queue;
+  lock_queue_ = e.lock_queue;
+  unlock_queue_ = e.unlock_queue;
+  lock_user_ = e.lock_user;
+  vk::load_device(device_);
+}
+
 Context::Context(const ContextOptions& opts) {
+  if (opts.external) {
+    adopt(*opts.external);
+    return;
+  }
   const char* env_val = getenv("VKSPEC_VALIDATION");
   bool validation = opts.validation || (env_val && strcmp(env_val, "1") == 0);
   bool debug_utils = false;
@@ -280,6 +328,9 @@ Context::Context(const ContextOptions& opts) {
 }
 
 Context::~Context() {
+  if (external_) {   // the application's: vkspec's own objects are gone by now (they belong to its owners)
+    return;
+  }
   if (device_) {
     vk::vkDeviceWaitIdle(device_);
     vk::vkDestroyDevice(device_, nullptr);

@@ -52,9 +52,29 @@ struct DeviceFacts {
   bool texel_reads() const { return push_descriptor && max_texel_buffer_elements >= (1u << 24); }
 };
 
+// A device the embedding application created and owns (a game engine's): vkspec records and submits on
+// its queue and never destroys anything of it. Vulkan cannot report which features a VkDevice was created
+// with, so the application says which of those vkspec uses it enabled; vkspec uses no feature beyond them.
+struct ExternalDevice {
+  VkInstance instance = VK_NULL_HANDLE;
+  VkPhysicalDevice physical = VK_NULL_HANDLE;
+  VkDevice device = VK_NULL_HANDLE;
+  uint32_t queue_family = 0;                 // must support compute
+  VkQueue queue = VK_NULL_HANDLE;
+  PFN_vkGetInstanceProcAddr get_instance_proc_addr = nullptr;   // null: the system loader's
+  // Enabled at vkCreateDevice. Required: buffer_device_address (Vulkan 1.2).
+  bool buffer_device_address = false, storage_16bit = false, storage_8bit = false, shader_float16 = false,
+       shader_int8 = false, subgroup_size_control = false, push_descriptor = false;
+  // Held around every vkQueueSubmit vkspec makes (the queue may be shared with the application's threads).
+  void (*lock_queue)(void* user) = nullptr;
+  void (*unlock_queue)(void* user) = nullptr;
+  void* lock_user = nullptr;
+};
+
 struct ContextOptions {
   int device_index = -1;      // -1: VKSPEC_DEVICE env, else best device (discrete > integrated > virtual > CPU)
   bool validation = false;    // also enabled by VKSPEC_VALIDATION=1
+  const ExternalDevice* external = nullptr;   // use the application's device instead of creating one
 };
 
 class Context {
@@ -74,6 +94,9 @@ class Context {
   const DeviceFacts& facts() const { return facts_; }
   const VkPhysicalDeviceMemoryProperties& memory_properties() const { return mem_props_; }
   bool validation_enabled() const { return messenger_ != VK_NULL_HANDLE; }
+  bool external() const { return external_; }
+  // Every queue submission goes through this (the external device's lock callbacks around it).
+  VkResult submit(const VkSubmitInfo& si, VkFence fence) const;
   // Validation-layer warnings + errors seen so far (tests assert this stays 0).
   uint64_t validation_messages() const { return validation_messages_.load(); }
   std::string last_validation_message() const;
@@ -85,11 +108,16 @@ class Context {
   VkDevice device_ = VK_NULL_HANDLE;
   VkQueue queue_ = VK_NULL_HANDLE;
   uint32_t queue_family_ = 0;
+  bool external_ = false;
+  void (*lock_queue_)(void*) = nullptr;
+  void (*unlock_queue_)(void*) = nullptr;
+  void* lock_user_ = nullptr;
   DeviceFacts facts_;
   VkPhysicalDeviceMemoryProperties mem_props_{};
   std::atomic<uint64_t> validation_messages_{0};
   std::string last_message_;
 
+  void adopt(const ExternalDevice& e);
   static VKAPI_ATTR VkBool32 VKAPI_CALL on_debug_message(VkDebugUtilsMessageSeverityFlagBitsEXT,
                                                          VkDebugUtilsMessageTypeFlagsEXT,
                                                          const VkDebugUtilsMessengerCallbackDataEXT*, void*);

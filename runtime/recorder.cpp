@@ -124,7 +124,7 @@ void Recorder::submit_and_wait() {
   VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
   si.commandBufferCount = 1;
   si.pCommandBuffers = &cmd_;
-  vk_check(vk::vkQueueSubmit(ctx_.queue(), 1, &si, fence_), "vkQueueSubmit");
+  vk_check(ctx_.submit(si, fence_), "vkQueueSubmit");
   submissions_++;
   vk_check(vk::vkWaitForFences(ctx_.device(), 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
   vk_check(vk::vkResetFences(ctx_.device(), 1, &fence_), "vkResetFences");

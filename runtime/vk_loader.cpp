@@ -45,8 +45,13 @@ void load_loader() {
   if (!lib)
     throw Error("no Vulkan loader found (libvulkan.so.1). Install it, e.g. `apt install libvulkan1 "
                 "mesa-vulkan-drivers` (Debian/Ubuntu), or your GPU vendor's Vulkan driver");
-  vkGetInstanceProcAddr = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(lib, "vkGetInstanceProcAddr"));
-  if (!vkGetInstanceProcAddr) throw Error("libvulkan.so.1 has no vkGetInstanceProcAddr");
+  auto gipa = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(lib, "vkGetInstanceProcAddr"));
+  if (!gipa) throw Error("libvulkan.so.1 has no vkGetInstanceProcAddr");
+  use_loader(gipa);
+}
+
+void use_loader(PFN_vkGetInstanceProcAddr gipa) {
+  vkGetInstanceProcAddr = gipa;
   vkCreateInstance = reinterpret_cast<PFN_vkCreateInstance>(vkGetInstanceProcAddr(nullptr, "vkCreateInstance"));
   vkEnumerateInstanceLayerProperties = reinterpret_cast<PFN_vkEnumerateInstanceLayerProperties>(
       vkGetInstanceProcAddr(nullptr, "vkEnumerateInstanceLayerProperties"));

@@ -49,6 +49,7 @@ extern PFN_vkEnumerateInstanceExtensionProperties vkEnumerateInstanceExtensionPr
 #undef VKSPEC_DECLARE
 
 void load_loader();                     // dlopen libvulkan.so.1; throws Error if absent
+void use_loader(PFN_vkGetInstanceProcAddr gipa);   // an application's loader entry point instead
 void load_instance(VkInstance instance);
 void load_device(VkDevice device);
 }  // namespace vk

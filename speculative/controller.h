@@ -15,6 +15,7 @@
 
 #include "runtime/token_choice.h"
 #include "speculative/acceptance.h"
+#include "speculative/draft_policy.h"
 #include "speculative/drafter.h"
 
 namespace vkspec {
@@ -40,6 +41,33 @@ struct SpeculativeStats {
     gpu_s += o.gpu_s;
     return *this;
   }
+};
+
+// The loop below, one round per call (so that a caller can bound the work it does at a time: the C API's
+// vkspec_step). round() emits the target's last choice g, then drafts, verifies [g, d1..dK] in one
+// submission and emits the accepted drafts; it returns false once `emit` said stop or the context is full.
+class SpeculativeDecoder {
+ public:
+  using Emit = std::function<bool(uint32_t token, bool from_draft)>;
+  SpeculativeDecoder(LlamaModel& target, int seq, Drafter& drafter, TokenChooser& chooser, Recorder& rec,
+                     std::vector<uint32_t>& context, const SpeculativeOptions& opts, Emit emit);
+  bool round();
+  const SpeculativeStats& stats() const { return stats_; }
+
+ private:
+  LlamaModel& target_;
+  int seq_;
+  Drafter& drafter_;
+  TokenChooser& chooser_;
+  Recorder& rec_;
+  std::vector<uint32_t>& context_;
+  SpeculativeOptions opts_;
+  Emit emit_;
+  bool sampling_;
+  DraftPolicy policy_;
+  uint32_t g_;                      // the target's latest choice, emitted at the start of the next round
+  std::vector<uint32_t> drafts_;
+  SpeculativeStats stats_;
 };
 
 // Generates after `context`, which is prefilled in `seq`; the target's choice after it is in the chooser's

@@ -11,6 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <dlfcn.h>
+#include <vulkan/vulkan.h>
+
 #include "tests/run_command.h"
 #include "vkspec.h"
 
@@ -174,16 +177,86 @@ TEST(CApi, GreedyEqualsReferenceAndStreams) {
   EXPECT_STREQ(m.stop_reason, "stopped");
 }
 
-// A C99 program linked against libvkspec.so, and the same program linked against libvkspec.a, print the
-// same ids as `vkspec run`.
-TEST(CApi, C99ProgramMatchesCli) {
-  const auto cli = vkspec::test::run_vkspec(VKSPEC_BIN, "run -m " + kStories + " -p 'Once upon a time' -n 16 --temp 0 --ignore-eos --json");
+// The examples print exactly `vkspec run`'s text: generate.c linked against libvkspec.so and against
+// libvkspec.a, and external_device.cpp, which creates the Vulkan device itself and hands it to vkspec.
+TEST(CApi, ExamplesPrintWhatVkspecRunPrints) {
+  const std::string args = kStories + " 'Once upon a time' 24";
+  const auto cli = vkspec::test::run_vkspec(VKSPEC_BIN, "run -m " + kStories + " -p 'Once upon a time' -n 24 --temp 0");
   ASSERT_EQ(cli.code, 0) << cli.err;
-  for (const char* bin : {C_API_EXAMPLE, C_API_EXAMPLE_STATIC}) {
-    const auto c = vkspec::test::run_vkspec(bin, kStories + " 'Once upon a time' 16");
+  for (const char* bin : {EXAMPLE_GENERATE, EXAMPLE_GENERATE_STATIC, EXAMPLE_EXTERNAL_DEVICE}) {
+    const auto c = vkspec::test::run_vkspec(bin, args);
     ASSERT_EQ(c.code, 0) << bin << ": " << c.err;
-    EXPECT_EQ(nlohmann::json::parse(c.out), nlohmann::json::parse(cli.out)["ids"]) << bin;
+    EXPECT_EQ(c.out, cli.out) << bin;
   }
+}
+
+// Sampled generation through the API draws what `vkspec run` draws for the same seed.
+TEST(CApi, SampledEqualsCliForTheSameSeed) {
+  Model model(kStories);
+  vkspec_context_params p = vkspec_context_default_params();
+  p.temperature = 0.8f;
+  p.seed = 7;
+  Ctx ctx(model.m, p);
+  Streamed s;
+  ASSERT_EQ(generate(ctx.c, tokenize(model.m, "Once upon a time"), 32, s), VKSPEC_OK);
+  const auto cli = vkspec::test::run_vkspec(VKSPEC_BIN, "run -m " + kStories +
+                                                            " -p 'Once upon a time' -n 32 --temp 0.8 --seed 7 --ignore-eos --json");
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  EXPECT_EQ(nlohmann::json::parse(cli.out)["ids"].get<std::vector<int32_t>>(), s.ids);
+}
+
+// A device created without bufferDeviceAddress is refused with a message that names it.
+TEST(CApi, ExternalDeviceWithoutRequiredFeatureIsRefused) {
+  void* lib = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr);
+  auto gipa = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(lib, "vkGetInstanceProcAddr"));
+#define GET(name) auto name = reinterpret_cast<PFN_##name>(gipa(instance, #name))
+  VkInstance instance = VK_NULL_HANDLE;
+  auto create_instance = reinterpret_cast<PFN_vkCreateInstance>(gipa(nullptr, "vkCreateInstance"));
+  VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
+  app.apiVersion = VK_API_VERSION_1_2;
+  VkInstanceCreateInfo ici{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
+  ici.pApplicationInfo = &app;
+  ASSERT_EQ(create_instance(&ici, nullptr, &instance), VK_SUCCESS);
+  GET(vkEnumeratePhysicalDevices);
+  GET(vkCreateDevice);
+  GET(vkGetDeviceProcAddr);
+  GET(vkDestroyInstance);
+  uint32_t n = 1;
+  VkPhysicalDevice pd = VK_NULL_HANDLE;
+  vkEnumeratePhysicalDevices(instance, &n, &pd);
+  float prio = 1.0f;
+  VkDeviceQueueCreateInfo qci{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+  qci.queueCount = 1;
+  qci.pQueuePriorities = &prio;
+  VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+  dci.queueCreateInfoCount = 1;
+  dci.pQueueCreateInfos = &qci;
+  VkDevice device = VK_NULL_HANDLE;
+  ASSERT_EQ(vkCreateDevice(pd, &dci, nullptr, &device), VK_SUCCESS);
+  auto get_queue = reinterpret_cast<PFN_vkGetDeviceQueue>(vkGetDeviceProcAddr(device, "vkGetDeviceQueue"));
+  auto destroy_device = reinterpret_cast<PFN_vkDestroyDevice>(vkGetDeviceProcAddr(device, "vkDestroyDevice"));
+  VkQueue queue = VK_NULL_HANDLE;
+  get_queue(device, 0, 0, &queue);
+#undef GET
+  vkspec_external_device x{};
+  x.instance = instance;
+  x.physical_device = pd;
+  x.device = device;
+  x.queue = queue;
+  x.get_instance_proc_addr = reinterpret_cast<void (*)(void)>(gipa);
+  x.buffer_device_address = 0;   // not enabled above
+  vkspec_model_params p = vkspec_model_default_params();
+  p.external = &x;
+  vkspec_model* m = nullptr;
+  EXPECT_EQ(vkspec_model_load(kStories.c_str(), &p, &m), VKSPEC_ERROR_DEVICE);
+  EXPECT_NE(std::string(vkspec_last_error()).find("bufferDeviceAddress"), std::string::npos) << vkspec_last_error();
+  x.buffer_device_address = 1;
+  x.queue = nullptr;
+  EXPECT_EQ(vkspec_model_load(kStories.c_str(), &p, &m), VKSPEC_ERROR_DEVICE);
+  EXPECT_EQ(m, nullptr);
+  destroy_device(device, nullptr);
+  vkDestroyInstance(instance, nullptr);
 }
 
 // The cache is kept between calls: a prompt that extends the last call's tokens prefills only the new part,
@@ -271,6 +344,54 @@ TEST(CApi, CancelStopsGenerationAndPrefill) {
   ASSERT_EQ(generate(ctx.c, head, 1, again), VKSPEC_OK);
   ASSERT_EQ(vkspec_get_metrics(ctx.c, &m), VKSPEC_OK);
   EXPECT_EQ(m.reused_tokens, done);
+}
+
+// vkspec_step: one submission per call, at most one token per call when decoding plainly (at most K + 1 per
+// speculative round), the same tokens as vkspec_generate.
+TEST(CApi, StepsAreBoundedAndGiveGenerateTokens) {
+  Model model(shared("models/pycode-target-f16.gguf"));
+  vkspec_context_params p = Ctx::greedy();
+  p.draft_ngram = 1;
+  p.draft_max = 4;
+  Ctx ctx(model.m, p);
+  const std::vector<int32_t> prompt =
+      tokenize(model.m, "for i in range(10):\n    print(i)\nfor j in range(20):\n    print(j)\nfor k in range(30):\n    print(k)\n");
+  ASSERT_GT(prompt.size(), 40u);
+  int32_t done = 0;
+  EXPECT_EQ(vkspec_step(ctx.c, &done), VKSPEC_ERROR_INVALID_ARGUMENT);   // nothing begun
+  for (int speculative : {0, 1}) {
+    Streamed all;
+    ASSERT_EQ(generate(ctx.c, prompt, 40, all, speculative), VKSPEC_OK);
+    Streamed stepped;
+    vkspec_generate_params g = vkspec_generate_default_params();
+    g.n_predict = 40;
+    g.ignore_eos = 1;
+    g.speculative = speculative;
+    g.on_token = collect;
+    g.user = &stepped;
+    // another prompt in between, so that the stepped run prefills (all but BOS) in several steps
+    Streamed flush;
+    ASSERT_EQ(generate(ctx.c, tokenize(model.m, "x = 1"), 2, flush), VKSPEC_OK);
+    ASSERT_EQ(vkspec_begin(ctx.c, prompt.data(), prompt.size(), &g), VKSPEC_OK) << vkspec_last_error();
+    Streamed other;
+    EXPECT_EQ(generate(ctx.c, prompt, 4, other), VKSPEC_ERROR_BUSY);   // one generation at a time
+    int steps = 0, prefill_steps = 0;
+    size_t most = 0;
+    for (done = 0; !done;) {
+      const size_t before = stepped.ids.size();
+      ASSERT_EQ(vkspec_step(ctx.c, &done), VKSPEC_OK) << vkspec_last_error();
+      ++steps;
+      most = std::max(most, stepped.ids.size() - before);
+      if (stepped.ids.empty()) ++prefill_steps;
+    }
+    EXPECT_EQ(stepped.ids, all.ids) << "speculative " << speculative;
+    EXPECT_LE(most, speculative ? 5u : 1u);
+    EXPECT_GE(steps, speculative ? 2 : 40);
+    vkspec_metrics m{};
+    ASSERT_EQ(vkspec_get_metrics(ctx.c, &m), VKSPEC_OK);
+    EXPECT_GE(prefill_steps, int((m.prefilled_tokens + 15) / 16));   // one 16-token pass per step
+    EXPECT_EQ(vkspec_step(ctx.c, &done), VKSPEC_ERROR_INVALID_ARGUMENT);   // ended
+  }
 }
 
 TEST(CApi, ThreadingRules) {

@@ -161,6 +161,20 @@ TEST_F(Chat, SecondTurnReusesTheCache) {
   }
 }
 
+// Ctrl-C (SIGINT) during a reply stops that reply; the session goes on with the next line.
+TEST_F(Chat, SigintStopsTheReplyNotTheSession) {
+  write(tmp("sigint.sh"), "(echo 'tell me a long story'; sleep 4; echo /stats) | " + std::string(VKSPEC_BIN) + " chat -m " +
+                              model_ + " -n 100000 --ctx 1024 --temp 0 --json & pid=$!\nsleep 2\nkill -INT $pid\nwait $pid\n");
+  Result r = run_command("bash " + tmp("sigint.sh"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::vector<json> out = json_lines(r.out);
+  ASSERT_EQ(out.size(), 2u) << r.out;
+  EXPECT_EQ(out[0]["stop_reason"], "interrupted");
+  EXPECT_GT(out[0]["ids"].size(), 0u);
+  EXPECT_EQ(out[1]["turns"], 1);
+  EXPECT_NE(r.err.find("(reply stopped)"), std::string::npos) << r.err;
+}
+
 TEST_F(Chat, StopsAtEndOfGenerationTokens) {
   // A template that ends the prompt with <|eot_id|> text: whatever the random model writes, a reply ends at
   // the first end-of-generation token (<|eot_id|>, <|eom_id|>, <|end_of_text|>) and never contains one.
