@@ -2,7 +2,9 @@
 // runs inside api_call(), which turns exceptions into a status and the thread's last error message.
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <new>
+#include <unordered_set>
 
 #include "apps/chat.h"
 #include "apps/engine.h"
@@ -14,6 +16,7 @@ using namespace vkspec::cli;
 struct vkspec_model {
   std::shared_ptr<TargetModel> target;
   std::atomic<uint32_t> contexts{0};
+  std::atomic<uint32_t> users{0};   // calls using it right now (vkspec_model_free waits for none: BUSY)
   uint32_t max_contexts = 1;
 };
 
@@ -78,13 +81,37 @@ void copy_field(char (&dst)[N], const std::string& s) {
   dst[n] = 0;
 }
 
-// Claims a context for the calling thread for the scope.
+// Live handles: a call with a freed (or never created) handle gets VKSPEC_ERROR_INVALID_ARGUMENT instead of
+// touching freed memory. Checking a handle and claiming it happen under one lock, and freeing removes it
+// under that lock first, so a free racing with a call never leaves the call with a dangling handle.
+std::mutex g_handles_mutex;
+std::unordered_set<const void*> g_models, g_contexts;
+
+void check_live(const std::unordered_set<const void*>& set, const void* h, const char* what) {
+  if (!h) throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, std::string("the ") + what + " is null"};
+  if (!set.count(h)) throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, std::string("the ") + what + " is not live (freed?)"};
+}
+
+// Claims a context for the calling thread for the scope (one thread at a time).
 struct Claim {
   vkspec_context* c;
   explicit Claim(vkspec_context* ctx) : c(ctx) {
+    std::lock_guard<std::mutex> lock(g_handles_mutex);
+    check_live(g_contexts, c, "context");
     if (c->in_use.exchange(true)) throw Failure{VKSPEC_ERROR_BUSY, "the context is in use by another thread"};
   }
   ~Claim() { c->in_use.store(false); }
+};
+
+// Uses a model for the scope (concurrent uses are fine; vkspec_model_free refuses while there are any).
+struct ModelUse {
+  const vkspec_model* m;
+  explicit ModelUse(const vkspec_model* model) : m(model) {
+    std::lock_guard<std::mutex> lock(g_handles_mutex);
+    check_live(g_models, m, "model");
+    const_cast<vkspec_model*>(m)->users++;
+  }
+  ~ModelUse() { const_cast<vkspec_model*>(m)->users--; }
 };
 
 TargetModel::Options target_options(const char* path, const vkspec_model_params& p) {
@@ -212,6 +239,8 @@ vkspec_status vkspec_model_load(const char* path, const vkspec_model_params* par
       auto m = std::make_unique<vkspec_model>();
       m->target = std::make_shared<TargetModel>(o);
       m->max_contexts = o.max_sequences;
+      std::lock_guard<std::mutex> lock(g_handles_mutex);
+      g_models.insert(m.get());
       *out = m.release();
     } catch (const Error& e) {   // the memory check's message names the sizes
       const bool memory = strstr(e.what(), "of device memory") != nullptr;
@@ -224,18 +253,33 @@ vkspec_status vkspec_model_load(const char* path, const vkspec_model_params* par
 vkspec_status vkspec_model_free(vkspec_model* model) {
   return api_call([&] {
     if (!model) return;
-    if (model->contexts.load() != 0) throw Failure{VKSPEC_ERROR_BUSY, "the model still has contexts: free them first"};
+    {
+      std::lock_guard<std::mutex> lock(g_handles_mutex);
+      check_live(g_models, model, "model");
+      if (model->contexts.load() != 0) throw Failure{VKSPEC_ERROR_BUSY, "the model still has contexts: free them first"};
+      if (model->users.load() != 0) throw Failure{VKSPEC_ERROR_BUSY, "the model is in use by another thread"};
+      g_models.erase(model);
+    }
     delete model;
   });
 }
 
-uint32_t vkspec_model_n_ctx(const vkspec_model* model) { return model ? model->target->model->n_ctx() : 0; }
-uint32_t vkspec_model_n_vocab(const vkspec_model* model) { return model ? model->target->tok->n_vocab() : 0; }
+uint32_t vkspec_model_n_ctx(const vkspec_model* model) {
+  uint32_t n = 0;
+  api_call([&] { ModelUse use(model); n = model->target->model->n_ctx(); });
+  return n;
+}
+uint32_t vkspec_model_n_vocab(const vkspec_model* model) {
+  uint32_t n = 0;
+  api_call([&] { ModelUse use(model); n = model->target->tok->n_vocab(); });
+  return n;
+}
 
 vkspec_status vkspec_tokenize(const vkspec_model* model, const char* text, size_t text_len, int32_t add_bos,
                               int32_t parse_special, int32_t* tokens, size_t capacity, size_t* n_tokens) {
   return api_call([&] {
-    require(model && n_tokens && (text || text_len == 0) && (tokens || capacity == 0), "a null argument");
+    ModelUse use(model);
+    require(n_tokens && (text || text_len == 0) && (tokens || capacity == 0), "a null argument");
     const Tokenizer& tok = *model->target->tok;
     const std::vector<uint32_t> ids =
         tok.encode(std::string_view(text ? text : "", text_len), add_bos && tok.add_bos(), parse_special != 0);
@@ -247,7 +291,8 @@ vkspec_status vkspec_tokenize(const vkspec_model* model, const char* text, size_
 vkspec_status vkspec_detokenize(const vkspec_model* model, const int32_t* tokens, size_t n_tokens, char* text,
                                 size_t capacity, size_t* len) {
   return api_call([&] {
-    require(model && len && (tokens || n_tokens == 0) && (text || capacity == 0), "a null argument");
+    ModelUse use(model);
+    require(len && (tokens || n_tokens == 0) && (text || capacity == 0), "a null argument");
     const Tokenizer& tok = *model->target->tok;
     std::string s;
     for (size_t i = 0; i < n_tokens; ++i) {
@@ -261,7 +306,8 @@ vkspec_status vkspec_detokenize(const vkspec_model* model, const int32_t* tokens
 vkspec_status vkspec_apply_chat_template(const vkspec_model* model, const char* template_source, const char* messages_json,
                                          int32_t add_generation_prompt, char* text, size_t capacity, size_t* len) {
   return api_call([&] {
-    require(model && messages_json && len && (text || capacity == 0), "a null argument");
+    ModelUse use(model);
+    require(messages_json && len && (text || capacity == 0), "a null argument");
     const TargetModel& t = *model->target;
     std::optional<std::string> source = template_source ? std::optional<std::string>(template_source)
                                                         : ChatTemplate::from_gguf(*t.file);
@@ -290,7 +336,8 @@ vkspec_context_params vkspec_context_default_params(void) {
 
 vkspec_status vkspec_context_create(vkspec_model* model, const vkspec_context_params* params, vkspec_context** out) {
   return api_call([&] {
-    require(model && params && out, "a null argument");
+    ModelUse use(model);
+    require(params && out, "a null argument");
     *out = nullptr;
     require(!(params->draft_model && params->draft_ngram), "give a draft model or n-gram drafts, not both");
     RunOptions o;
@@ -321,6 +368,8 @@ vkspec_status vkspec_context_create(vkspec_model* model, const vkspec_context_pa
                                            std::to_string(model->max_contexts) + ")"};
     }
     model->contexts++;
+    std::lock_guard<std::mutex> lock(g_handles_mutex);
+    g_contexts.insert(c.get());
     *out = c.release();
   }, VKSPEC_ERROR_LOAD);
 }
@@ -330,6 +379,10 @@ vkspec_status vkspec_context_free(vkspec_context* ctx) {
     if (!ctx) return;
     {
       Claim claim(ctx);
+      {
+        std::lock_guard<std::mutex> lock(g_handles_mutex);
+        g_contexts.erase(ctx);   // from here on, other calls see a dead handle
+      }
       ctx->engine->close_session(ctx->session);
       ctx->engine.reset();
       ctx->model->contexts--;
@@ -407,7 +460,6 @@ vkspec_status step_generation(vkspec_context* ctx, int32_t* done) {
 
 vkspec_status vkspec_begin(vkspec_context* ctx, const int32_t* prompt, size_t n_prompt, const vkspec_generate_params* params) {
   return api_call([&] {
-    require(ctx != nullptr, "the context is null");
     Claim claim(ctx);
     begin_generation(ctx, prompt, n_prompt, params);
   });
@@ -415,7 +467,7 @@ vkspec_status vkspec_begin(vkspec_context* ctx, const int32_t* prompt, size_t n_
 
 vkspec_status vkspec_step(vkspec_context* ctx, int32_t* done) {
   return api_call([&] {
-    require(ctx && done, "a null argument");
+    require(done != nullptr, "done is null");
     Claim claim(ctx);
     step_generation(ctx, done);
   });
@@ -424,7 +476,6 @@ vkspec_status vkspec_step(vkspec_context* ctx, int32_t* done) {
 vkspec_status vkspec_generate(vkspec_context* ctx, const int32_t* prompt, size_t n_prompt,
                               const vkspec_generate_params* params) {
   return api_call([&] {
-    require(ctx != nullptr, "the context is null");
     Claim claim(ctx);
     begin_generation(ctx, prompt, n_prompt, params);
     for (int32_t done = 0; !done;) step_generation(ctx, &done);
@@ -432,17 +483,16 @@ vkspec_status vkspec_generate(vkspec_context* ctx, const int32_t* prompt, size_t
 }
 
 vkspec_status vkspec_cancel(vkspec_context* ctx) {
-  if (!ctx) {
-    t_last_error = "the context is null";
-    return VKSPEC_ERROR_INVALID_ARGUMENT;
-  }
-  ctx->cancel.store(true);
-  return VKSPEC_OK;
+  return api_call([&] {
+    std::lock_guard<std::mutex> lock(g_handles_mutex);   // (the context cannot be freed meanwhile)
+    check_live(g_contexts, ctx, "context");
+    ctx->cancel.store(true);
+  });
 }
 
 vkspec_status vkspec_get_metrics(const vkspec_context* ctx, vkspec_metrics* out) {
   return api_call([&] {
-    require(ctx && out, "a null argument");
+    require(out != nullptr, "out is null");
     Claim claim(const_cast<vkspec_context*>(ctx));
     *out = ctx->metrics;
   });

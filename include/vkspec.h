@@ -13,10 +13,13 @@
  *     returns VKSPEC_ERROR_BUSY (it never blocks or corrupts it). The exception is vkspec_cancel(), which
  *     any thread may call at any time.
  *   - Several contexts may share one vkspec_model and may be used from different threads at once; their
- *     completions are serialized internally (one completion at a time per model: they share the model's
- *     activations and device queue). Tokenizing, detokenizing and applying the chat template are
- *     read-only and run concurrently.
- *   - A model must outlive its contexts: vkspec_model_free() with live contexts returns VKSPEC_ERROR_BUSY.
+ *     forward passes are serialized internally (one submission at a time per model: they share the model's
+ *     activations and device queue), so two generations on one model interleave step by step.
+ *     Tokenizing, detokenizing and applying the chat template are read-only and run concurrently.
+ *   - A model must outlive its contexts: vkspec_model_free() with live contexts (or while another thread
+ *     uses the model) returns VKSPEC_ERROR_BUSY.
+ *   - A handle that was freed (or never created) gets VKSPEC_ERROR_INVALID_ARGUMENT, never a crash, as long
+ *     as its memory was not handed out again to a new handle.
  *
  * External device mode: vkspec_model_params.external hands vkspec the application's own Vulkan instance,
  * device and queue (a game engine's); vkspec then creates no instance or device, destroys none, and takes

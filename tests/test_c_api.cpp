@@ -451,6 +451,43 @@ TEST(CApi, ThreadingRules) {
   EXPECT_EQ(first, VKSPEC_OK);
 }
 
+// Calls on freed handles are errors, not crashes; so are a file that is not GGUF and a draft with another
+// vocabulary.
+TEST(CApi, FreedHandlesAndBadFilesAreErrors) {
+  vkspec_model_params mp = vkspec_model_default_params();
+  vkspec_model* m = nullptr;
+  const std::string not_gguf = shared("models/README.md");
+  EXPECT_EQ(vkspec_model_load(not_gguf.c_str(), &mp, &m), VKSPEC_ERROR_LOAD);
+  EXPECT_EQ(m, nullptr);
+  ASSERT_EQ(vkspec_model_load(kStories.c_str(), &mp, &m), VKSPEC_OK);
+  vkspec_context_params cp = Ctx::greedy();
+  const std::string other_vocab = shared("models/pycode-draft-f16.gguf");
+  cp.draft_model = other_vocab.c_str();
+  vkspec_context* c = nullptr;
+  EXPECT_EQ(vkspec_context_create(m, &cp, &c), VKSPEC_ERROR_LOAD);
+  EXPECT_NE(std::string(vkspec_last_error()).find("vocabular"), std::string::npos) << vkspec_last_error();
+  cp.draft_model = nullptr;
+  ASSERT_EQ(vkspec_context_create(m, &cp, &c), VKSPEC_OK);
+  ASSERT_EQ(vkspec_context_free(c), VKSPEC_OK);
+  const int32_t prompt[] = {1};
+  vkspec_generate_params g = vkspec_generate_default_params();
+  int32_t done = 0;
+  vkspec_metrics met{};
+  EXPECT_EQ(vkspec_generate(c, prompt, 1, &g), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(vkspec_last_error()).find("not live"), std::string::npos) << vkspec_last_error();
+  EXPECT_EQ(vkspec_step(c, &done), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(vkspec_cancel(c), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(vkspec_get_metrics(c, &met), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(vkspec_context_free(c), VKSPEC_ERROR_INVALID_ARGUMENT);
+  ASSERT_EQ(vkspec_model_free(m), VKSPEC_OK);
+  size_t n = 0;
+  EXPECT_EQ(vkspec_tokenize(m, "a", 1, 1, 1, nullptr, 0, &n), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(vkspec_context_create(m, &cp, &c), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(vkspec_model_free(m), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(vkspec_model_n_ctx(m), 0u);
+  EXPECT_EQ(vkspec_tokenize(nullptr, "a", 1, 1, 1, nullptr, 0, &n), VKSPEC_ERROR_INVALID_ARGUMENT);
+}
+
 TEST(CApi, ChatTemplateAndBadInput) {
   Model model(kStories);
   const char* msgs = R"([{"role": "user", "content": "hi"}])";
