@@ -3,6 +3,7 @@
 // returns its exit code, stdout and stderr.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -15,7 +16,7 @@ namespace vkspec::test {
 struct Result { int code; std::string out, err; };
 
 inline Result run_command(const std::string& command) {
-  const std::string err_path = ::testing::TempDir() + "/vkspec-test-stderr.txt";
+  const std::string err_path = ::testing::TempDir() + "/vkspec-test-stderr-" + std::to_string(getpid()) + ".txt";
   FILE* p = popen((command + " 2>" + err_path).c_str(), "r");
   Result r{-1, "", ""};
   if (!p) return r;

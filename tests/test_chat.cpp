@@ -4,6 +4,7 @@
 // second turn reuses the first turn's cache exactly.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <iterator>
@@ -26,7 +27,10 @@ bool exists(const std::string& p) {
   struct stat st;
   return stat(p.c_str(), &st) == 0;
 }
-std::string tmp(const std::string& name) { return ::testing::TempDir() + "/vkspec-chat-" + name; }
+// per process: suites of two builds (or a CI run beside a developer's) must not share files
+std::string tmp(const std::string& name) {
+  return ::testing::TempDir() + "/vkspec-chat-" + std::to_string(getpid()) + "-" + name;
+}
 void write(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 Result vkspec(const std::string& args) { return run_vkspec(VKSPEC_BIN, args); }
 std::vector<json> json_lines(const std::string& out) {
@@ -46,6 +50,7 @@ class Chat : public ::testing::Test {
                                  shared("tokenizer-tests/ggml-vocab-llama-bpe.gguf") + " tiny f16 7 " + shared(kTemplate));
     ASSERT_EQ(r.code, 0) << r.err;
   }
+  static void TearDownTestSuite() { unlink(model_.c_str()); }
   static std::string model_;
 };
 std::string Chat::model_;

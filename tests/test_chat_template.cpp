@@ -3,6 +3,8 @@
 // text must equal jinja2's byte for byte, or both must fail.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -61,7 +63,7 @@ std::string reference_python() {
 std::vector<Outcome> render_reference(const std::vector<Case>& cases) {
   ojson in = ojson::array();
   for (const Case& c : cases) in.push_back({{"template", c.tmpl}, {"vars", c.vars}});
-  const std::string path = ::testing::TempDir() + "/vkspec-jinja-cases.json";
+  const std::string path = ::testing::TempDir() + "/vkspec-jinja-cases-" + std::to_string(getpid()) + ".json";
   std::ofstream(path, std::ios::binary) << in.dump();
   const std::string script = std::string(VKSPEC_SOURCE_DIR) + "/tests/chat_template_reference.py";
   const test::Result r = test::run_command(reference_python() + " " + script + " < " + path);
