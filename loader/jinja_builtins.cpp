@@ -74,10 +74,7 @@ std::vector<std::string> split(const std::string& s, const Value& sep, int64_t m
   std::vector<std::string> out;
   if (sep.is_none() || sep.is_undefined()) {   // runs of whitespace, no empty strings
     std::vector<std::string_view> cs = utf8_chars(s);
-    auto space = [](std::string_view c) {
-      return (c.size() == 1 && is_py_space(static_cast<unsigned char>(c[0]))) ||
-             (c.size() > 1 && utf8_length(c) == 1 && std::string(c) != py_strip(c, nullptr, true, true) );
-    };
+    auto space = is_space_char;
     size_t k = 0;
     while (k < cs.size()) {
       while (k < cs.size() && space(cs[k])) ++k;

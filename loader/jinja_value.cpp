@@ -128,9 +128,13 @@ void json_value(const Value& v, int indent, int level, std::string& out) {
         if (k) out += indent >= 0 ? "," : ", ";
         if (indent >= 0) newline(level + 1);
         const Value& key = items[k].first;
-        if (key.is_str()) json_str(key.s, out);
-        else if (key.kind == K::Float) { out += '"'; json_value(key, -1, 0, out); out += '"'; }
-        else { out += '"'; json_value(key, -1, 0, out); out += '"'; }
+        if (key.is_str()) {
+          json_str(key.s, out);
+        } else {   // Python writes other keys' JSON in quotes: {1: x} -> {"1": x}, {None: x} -> {"null": x}
+          out += '"';
+          json_value(key, -1, 0, out);
+          out += '"';
+        }
         out += ": ";
         json_value(items[k].second, indent, level + 1, out);
       }
@@ -168,14 +172,15 @@ bool is_py_space(uint32_t cp) {
          cp == 0x3000;
 }
 
+bool is_space_char(std::string_view c) {
+  uint32_t cp;
+  utf8_at(c, 0, &cp);
+  return (c.size() > 1 || cp < 0x80) && is_py_space(cp);
+}
+
 std::string py_strip(std::string_view s, const std::string* chars, bool left, bool right) {
   std::vector<std::string_view> cs = utf8_chars(s);
-  auto strip_it = [&](std::string_view c) {
-    if (chars) return chars->find(c) != std::string::npos;
-    uint32_t cp;
-    utf8_at(c, 0, &cp);
-    return c.size() > 1 || cp < 0x80 ? is_py_space(cp) : false;
-  };
+  auto strip_it = [&](std::string_view c) { return chars ? chars->find(c) != std::string::npos : is_space_char(c); };
   size_t b = 0, e = cs.size();
   if (left) while (b < e && strip_it(cs[b])) ++b;
   if (right) while (e > b && strip_it(cs[e - 1])) --e;

@@ -118,6 +118,7 @@ void utf8_put(uint32_t cp, std::string& out);
 size_t utf8_length(std::string_view s);
 std::vector<std::string_view> utf8_chars(std::string_view s);
 bool is_py_space(uint32_t cp);   // str.isspace()
+bool is_space_char(std::string_view c);   // one character of utf8_chars() that is whitespace (invalid bytes never)
 std::string py_strip(std::string_view s, const std::string* chars, bool left, bool right);
 
 }  // namespace vkspec::jinja
