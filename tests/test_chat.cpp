@@ -166,18 +166,23 @@ TEST_F(Chat, SecondTurnReusesTheCache) {
   }
 }
 
-// Ctrl-C (SIGINT) during a reply stops that reply; the session goes on with the next line.
+// Ctrl-C (SIGINT) during a reply stops that reply; the session goes on with the next line. The signal is
+// sent once the reply is streaming (a background job of a script starts with SIGINT ignored, so a signal
+// during loading would be lost, not caught), and the next line only after it.
 TEST_F(Chat, SigintStopsTheReplyNotTheSession) {
-  write(tmp("sigint.sh"), "(echo 'tell me a long story'; sleep 4; echo /stats) | " + std::string(VKSPEC_BIN) + " chat -m " +
-                              model_ + " -n 100000 --ctx 1024 --temp 0 --json & pid=$!\nsleep 2\nkill -INT $pid\nwait $pid\n");
+  const std::string out = tmp("sigint-out.txt"), go = tmp("sigint-go");
+  write(tmp("sigint.sh"),
+        "(echo 'tell me a long story'; for i in $(seq 600); do [ -e " + go + " ] && break; sleep 0.1; done; echo /stats) | " +
+        std::string(VKSPEC_BIN) + " chat -m " + model_ + " -n 100000 --ctx 2048 --temp 0 > " + out + " & pid=$!\n" +
+        "for i in $(seq 600); do [ -s " + out + " ] && break; sleep 0.1; done\n"
+        "sleep 0.5\nkill -INT $pid\nsleep 0.5\ntouch " + go + "\nwait $pid\n");
   Result r = run_command("bash " + tmp("sigint.sh"));
   ASSERT_EQ(r.code, 0) << r.err;
-  const std::vector<json> out = json_lines(r.out);
-  ASSERT_EQ(out.size(), 2u) << r.out;
-  EXPECT_EQ(out[0]["stop_reason"], "interrupted");
-  EXPECT_GT(out[0]["ids"].size(), 0u);
-  EXPECT_EQ(out[1]["turns"], 1);
   EXPECT_NE(r.err.find("(reply stopped)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("1 turns"), std::string::npos) << r.err;   // /stats ran after it
+  std::ifstream in(out);
+  const std::string reply((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_FALSE(reply.empty());
 }
 
 TEST_F(Chat, StopsAtEndOfGenerationTokens) {
