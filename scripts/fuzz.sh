@@ -44,7 +44,7 @@ VKSPEC_SHARED="$PWD/../shared" "$out/fuzz_tokenizer" "$out/corpus-tok" -max_tota
   -max_len=8192 -rss_limit_mb=4096 -timeout=10
 
 # chat templates: arbitrary template source rendered with a fixed conversation (half the time)
-"${fuzz_cxx[@]}" tests/fuzz/fuzz_chat_template.cpp loader/chat_template.cpp loader/jinja_value.cpp loader/jinja_parse.cpp \
+"${fuzz_cxx[@]}" tests/fuzz/fuzz_chat_template.cpp loader/chat_template.cpp loader/jinja_value.cpp loader/jinja_lex.cpp loader/jinja_parse.cpp \
   loader/jinja_render.cpp loader/jinja_builtins.cpp loader/jinja_filters.cpp loader/gguf.cpp runtime/quant.cpp \
   -o "$out/fuzz_chat_template"
 mkdir -p "$out/corpus-jinja"
