@@ -244,7 +244,9 @@ vkspec_status vkspec_model_load(const char* path, const vkspec_model_params* par
       *out = m.release();
     } catch (const Error& e) {   // the memory check's message names the sizes
       const bool memory = strstr(e.what(), "of device memory") != nullptr;
-      const bool device = strncmp(e.what(), "external device", 15) == 0;
+      // the device's own failures: an external device refused, a missing index, no Vulkan, a failed vkCreate*
+      const bool device = strncmp(e.what(), "external device", 15) == 0 || strncmp(e.what(), "device ", 7) == 0 ||
+                          strstr(e.what(), "Vulkan") != nullptr || strstr(e.what(), "vkCreate") != nullptr;
       throw Failure{memory ? VKSPEC_ERROR_OUT_OF_MEMORY : device ? VKSPEC_ERROR_DEVICE : VKSPEC_ERROR_LOAD, e.what()};
     }
   }, VKSPEC_ERROR_DEVICE);

@@ -100,6 +100,9 @@ TEST(CApi, VersionDevicesAndErrors) {
   EXPECT_EQ(m, nullptr);
   p.max_contexts = 0;
   EXPECT_EQ(vkspec_model_load(kStories.c_str(), &p, &m), VKSPEC_ERROR_INVALID_ARGUMENT);
+  p = vkspec_model_default_params();
+  p.device = int32_t(n);   // one past the last device
+  EXPECT_EQ(vkspec_model_load(kStories.c_str(), &p, &m), VKSPEC_ERROR_DEVICE) << vkspec_last_error();
   EXPECT_EQ(vkspec_model_free(nullptr), VKSPEC_OK);
   EXPECT_EQ(vkspec_cancel(nullptr), VKSPEC_ERROR_INVALID_ARGUMENT);
   // the last error is per thread
