@@ -36,7 +36,7 @@ std::string read_text_file(const std::string& path, uint64_t max_bytes, const ch
   if (!S_ISREG(st.st_mode)) throw Error(std::string(what) + " '" + path + "' is not a regular file");
   if (uint64_t(st.st_size) > max_bytes)
     throw Error(std::string(what) + " '" + path + "' is " + std::to_string(st.st_size) + " bytes; at most " +
-                std::to_string(max_bytes) + " are read" + (max_bytes == kMaxTextBytes ? "" : " for this context (--ctx)"));
+                std::to_string(max_bytes) + " are read" + (std::string(what) == "prompt file" && max_bytes != kMaxTextBytes ? " for this context (--ctx)" : ""));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(std::string("cannot read ") + what + " '" + path + "': " + strerror(errno));
   std::string text(size_t(st.st_size), '\0');
