@@ -140,8 +140,14 @@ const char* Kernels::attention_shader(const AttentionShape& s, const Slice& q, c
   return attention_texels(s, q, kv) ? "attention_rows" : "attention";
 }
 
+VkDeviceSize Kernels::attention_partials(const AttentionShape& s, const Slice& q, const PagedKvView& kv, uint32_t pos0,
+                                        uint32_t n) const {
+  if (attention_texels(s, q, kv) || pos0 + n <= kAttentionSplit) return 0;
+  return VkDeviceSize(n) * s.n_heads * ceil_div(pos0 + n, kAttentionSplit) * (s.head_dim + 2) * 4;
+}
+
 void Kernels::attention(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& out,
-                        const PagedKvView& kv, uint32_t pos0, uint32_t n) {
+                        const PagedKvView& kv, uint32_t pos0, uint32_t n, VkDeviceSize partials_offset) {
   if (s.head_dim > contract::MAX_HEAD_DIM) throw Error("head_dim > " + std::to_string(contract::MAX_HEAD_DIM) + " is not supported");
   const float scale = float(1.0 / std::sqrt(double(s.head_dim)));
   const uint32_t group = s.n_heads / s.n_kv_heads;
@@ -158,17 +164,21 @@ void Kernels::attention(Recorder& r, const AttentionShape& s, const Slice& q, co
   const uint32_t wg = family_ == KernelFamily::RowPerLane ? 32 : 64;
   const uint32_t split = pos0 + n > kAttentionSplit ? kAttentionSplit : 0;
   const uint32_t n_splits = split ? ceil_div(pos0 + n, split) : 1;
+  Slice partials;
   if (split) {
-    const VkDeviceSize bytes = VkDeviceSize(n) * s.n_heads * n_splits * (s.head_dim + 2) * 4;
-    if (partials_->size < bytes) *partials_ = scratch_arena_->alloc(std::max(bytes, 2 * partials_->size), "attention partials");
+    // Grown, never shrunk or freed: passes recorded earlier keep reading the buffer they were given.
+    const VkDeviceSize bytes = attention_partials(s, q, kv, pos0, n);
+    if (partials_->size < partials_offset + bytes)
+      *partials_ = scratch_arena_->alloc(std::max(partials_offset + bytes, 2 * partials_->size), "attention partials");
+    partials = partials_->sub(partials_offset, bytes);
   }
   AttentionPC pc{q.address, out.address, kv.k_pool.address, kv.v_pool.address, kv.block_table.address,
                  pos0, s.n_heads, s.n_kv_heads, s.head_dim, scale, s.q_row(), split,
-                 split ? partials_->address : 0};
+                 split ? partials.address : 0};
   r.dispatch(pipelines_.get("attention", {wg, kv.block_size}), &pc, sizeof pc, s.n_heads, n, n_splits);
   if (split) {
     r.barrier();
-    AttentionCombinePC cpc{partials_->address, out.address, pos0, s.n_heads, s.head_dim, split, n_splits};
+    AttentionCombinePC cpc{partials.address, out.address, pos0, s.n_heads, s.head_dim, split, n_splits};
     r.dispatch(pipelines_.get("attention_combine", {64}), &cpc, sizeof cpc, s.n_heads, n);
   }
 }

@@ -79,8 +79,13 @@ class Kernels {
   void rope_store_kv(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& k, const Slice& v,
                      const Slice& rope_table, const PagedKvView& kv, uint32_t pos0, uint32_t n);
   // out[t] = causal GQA attention of q[t] (position pos0+t) over cached keys 0..pos0+t.
+  // A split pass keeps its partials in scratch at partials_offset: attention passes of several sequences
+  // recorded without a barrier between them (a batch) each take their own range (attention_partials).
   void attention(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& out, const PagedKvView& kv,
-                 uint32_t pos0, uint32_t n);
+                 uint32_t pos0, uint32_t n, VkDeviceSize partials_offset = 0);
+  // Bytes of scratch attention() uses for these operands (0 when it does not split).
+  VkDeviceSize attention_partials(const AttentionShape& s, const Slice& q, const PagedKvView& kv, uint32_t pos0,
+                                  uint32_t n) const;
   // Which shader attention() records: attention_rows (texel reads, G = n_heads/n_kv_heads <= 4 query heads
   // per workgroup) for the row-per-lane family when q, the pools and the table are texel-readable.
   const char* attention_shader(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const;

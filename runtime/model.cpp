@@ -109,7 +109,8 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
   qkv_ = act_arena_->alloc(B * (q_dim + 2 * kv_dim) * 4, "activations");
   att_ = act_arena_->alloc(B * q_dim * 4, "activations");
   hb_ = act_arena_->alloc(B * hp_.ffn_dim * 4, "activations");
-  tokens_ = upload_arena_->alloc(uint64_t(n_ctx_) * 4, "token ids");
+  x_out_ = act_arena_->alloc(B * hp_.dim * 4, "activations");
+  tokens_ = upload_arena_->alloc(2ull * std::max(opts.max_sequences, 1u) * n_ctx_ * 4, "token ids");
   logits_ = act_arena_->alloc(B * hp_.n_vocab * 4, "logits");
   logits_host_ = readback_arena_->alloc(B * hp_.n_vocab * 4, "logits read back");
   ids_ = readback_arena_->alloc(B * contract::TOKEN_SLOT_UINTS * 4, "argmax token slots");
@@ -142,7 +143,7 @@ MemoryEstimate LlamaModel::estimate_memory(const Context& ctx, const GgufFile& f
   const uint64_t kv_dim = uint64_t(hp.n_kv_heads) * hp.head_dim, q_dim = uint64_t(hp.n_heads) * hp.head_dim;
   const uint64_t positions = (uint64_t(e.n_ctx) + opts.kv_block_size - 1) / opts.kv_block_size * opts.kv_block_size;
   e.kv = 2ull * hp.n_layers * positions * opts.max_sequences * kv_dim * 4;
-  e.activations = uint64_t(kMaxBatch) * (hp.dim + 2 * q_dim + 2 * kv_dim + hp.ffn_dim + hp.n_vocab) * 4 +
+  e.activations = uint64_t(kMaxBatch) * (2 * hp.dim + 2 * q_dim + 2 * kv_dim + hp.ffn_dim + hp.n_vocab) * 4 +
                   uint64_t(e.n_ctx) * hp.n_rot * 4;
   const VkPhysicalDeviceMemoryProperties& mp = ctx.memory_properties();
   uint64_t largest = 0;
@@ -181,8 +182,12 @@ TokenInput LlamaModel::write_tokens(std::span<const uint32_t> tokens) {
   if (tokens.size() > n_ctx_) throw Error("internal: more input tokens than the context holds");
   for (uint32_t id : tokens)
     if (id >= hp_.n_vocab) throw Error("token id " + std::to_string(id) + " is outside the vocabulary");
-  std::copy(tokens.begin(), tokens.end(), tokens_.host<uint32_t>());
-  return {tokens_, 1};
+  const uint32_t capacity = uint32_t(tokens_.size / 4);
+  if (tokens_cursor_ + tokens.size() > capacity) tokens_cursor_ = 0;
+  const Slice region = tokens_.sub(VkDeviceSize(tokens_cursor_) * 4, std::max<VkDeviceSize>(tokens.size(), 1) * 4);
+  std::copy(tokens.begin(), tokens.end(), region.host<uint32_t>());
+  tokens_cursor_ += uint32_t(tokens.size());
+  return {region, 1};
 }
 
 void LlamaModel::forward(int seq, std::span<const uint32_t> tokens, Logits want) {
@@ -204,31 +209,69 @@ void LlamaModel::record_logits_readback(Recorder& r, uint32_t rows) {
 
 void LlamaModel::record_forward(Recorder& r, int seq, const TokenInput& in, uint32_t n, Logits want) {
   if (want == Logits::All && n > kMaxBatch) throw Error("internal: Logits::All needs n <= kMaxBatch");
-  for (uint32_t i = 0; i < n; i += kMaxBatch) {
-    const uint32_t chunk = std::min(kMaxBatch, n - i);
-    const TokenInput part{in.ids.sub(VkDeviceSize(i) * in.stride * 4, VkDeviceSize(chunk) * in.stride * 4), in.stride};
-    record_chunk(r, seq, part, chunk, i + chunk == n ? want : Logits::None);
-    r.barrier();   // the next chunk (or pass) reuses the activations
-  }
+  const SeqRows rows{seq, in, n, want};
+  record_batch(r, std::span<const SeqRows>(&rows, 1), logits_);
 }
 
-// One chunk of n <= kMaxBatch tokens; reads top to bottom like llama2.c's forward().
-void LlamaModel::record_chunk(Recorder& r, int seq, const TokenInput& in, uint32_t n, Logits want) {
-  const uint32_t pos0 = kv_->length(seq);
-  kv_->grow(seq, pos0 + n);
-  const Slice rope = rope_.sub(VkDeviceSize(pos0) * hp_.n_rot / 2 * 8, VkDeviceSize(n) * hp_.n_rot / 2 * 8);
+uint32_t LlamaModel::record_batch(Recorder& r, std::span<const SeqRows> rows, const Slice& logits) {
+  uint32_t logits_rows = 0;
+  for (const SeqRows& s : rows) {
+    if (s.n == 0) throw Error("internal: a sequence with no rows in a batch");
+    logits_rows += s.want == Logits::All ? s.n : s.want == Logits::Last ? 1 : 0;
+    for (const SeqRows& t : rows)
+      if (&t != &s && t.seq == s.seq) throw Error("internal: a sequence appears twice in one batch");
+  }
+  if (VkDeviceSize(logits_rows) * hp_.n_vocab * 4 > logits.size) throw Error("internal: logits rows overflow");
+  // Chunks of kMaxBatch rows; a sequence's rows may continue into the next chunk.
+  std::vector<ChunkPart> parts;
+  uint32_t used = 0, out_row = 0;
+  auto flush = [&] {
+    if (used == 0) return;
+    out_row += record_chunk(r, parts, used, logits, out_row);
+    r.barrier();   // the next chunk (or pass) reuses the activations
+    parts.clear();
+    used = 0;
+  };
+  for (const SeqRows& s : rows) {
+    for (uint32_t i = 0; i < s.n;) {
+      const uint32_t take = std::min(kMaxBatch - used, s.n - i);
+      const TokenInput in{s.in.ids.sub(VkDeviceSize(i) * s.in.stride * 4, VkDeviceSize(take) * s.in.stride * 4), s.in.stride};
+      parts.push_back({s.seq, in, used, take, s.want == Logits::Last && i + take == s.n, s.want == Logits::All});
+      used += take;
+      i += take;
+      if (used == kMaxBatch) flush();
+    }
+  }
+  flush();
+  return out_row;
+}
+
+// One chunk of n <= kMaxBatch rows (parts: the rows of each sequence in it); reads top to bottom like
+// llama2.c's forward(). Returns the logits rows written at logits_row.
+uint32_t LlamaModel::record_chunk(Recorder& r, std::span<const ChunkPart> parts, uint32_t n, const Slice& logits,
+                                  uint32_t logits_row) {
+  std::vector<uint32_t> pos0(parts.size());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    pos0[i] = kv_->length(parts[i].seq);
+    kv_->grow(parts[i].seq, pos0[i] + parts[i].n);
+  }
+  kv_->record_copies(r);   // copy-on-write of shared blocks, before this chunk writes them
 
   const uint32_t q_dim = hp_.n_heads * hp_.head_dim, kv_dim = hp_.n_kv_heads * hp_.head_dim;
   const uint32_t qkv_w = q_dim + 2 * kv_dim;   // one token's q, k, v side by side
   const AttentionShape shape{hp_.n_heads, hp_.n_kv_heads, hp_.head_dim, hp_.n_rot, qkv_w, qkv_w};
+  const VkDeviceSize qkv_row = VkDeviceSize(qkv_w) * 4, att_row = VkDeviceSize(q_dim) * 4, x_row = VkDeviceSize(hp_.dim) * 4;
   const Slice q_rows = qkv_, k_rows = qkv_.sub(q_dim * 4ull, qkv_.size - q_dim * 4ull),
               v_rows = qkv_.sub((q_dim + kv_dim) * 4ull, qkv_.size - (q_dim + kv_dim) * 4ull);
+  auto rows_of = [](const Slice& s, VkDeviceSize row_bytes, uint32_t row0) {
+    return s.sub(row0 * row_bytes, s.size - row0 * row_bytes);
+  };
   Kernels& k = *kernels_;
-  k.embed(r, token_embd_, in, x_, n);                                        // x = token_embd[tokens]
+  for (const ChunkPart& p : parts)
+    k.embed(r, token_embd_, p.in, rows_of(x_, x_row, p.row0), p.n);         // x = token_embd[tokens]
   r.barrier();
   for (uint32_t l = 0; l < hp_.n_layers; ++l) {
     const LayerWeights& L = layers_[l];
-    const PagedKvView kv = kv_->view(l, seq);
     const MatmulInput xa{x_, L.attn_norm, hp_.rms_eps};                      // xn = rmsnorm(x) * attn_norm
     if (L.fused_qkv) {
       k.matmul(r, L.wqkv, xa, qkv_, n, false, 0, qkv_w);                     // [q k v] = [Wq; Wk; Wv] xn
@@ -238,9 +281,21 @@ void LlamaModel::record_chunk(Recorder& r, int seq, const TokenInput& in, uint32
       k.matmul(r, L.wv, xa, v_rows, n, false, 0, qkv_w);                     // v = Wv xn
     }
     r.barrier();
-    k.rope_store_kv(r, shape, q_rows, k_rows, v_rows, rope, kv, pos0, n);    // rope(q, k); cache <- k, v
+    for (size_t i = 0; i < parts.size(); ++i) {                              // rope(q, k); cache <- k, v
+      const ChunkPart& p = parts[i];
+      const Slice rope = rope_.sub(VkDeviceSize(pos0[i]) * hp_.n_rot / 2 * 8, VkDeviceSize(p.n) * hp_.n_rot / 2 * 8);
+      k.rope_store_kv(r, shape, rows_of(q_rows, qkv_row, p.row0), rows_of(k_rows, qkv_row, p.row0),
+                      rows_of(v_rows, qkv_row, p.row0), rope, kv_->view(l, p.seq), pos0[i], p.n);
+    }
     r.barrier();
-    k.attention(r, shape, q_rows, att_, kv, pos0, n);                        // att = softmax(q K^T / sqrt(hd)) V
+    VkDeviceSize partials = 0;                                               // each sequence its own scratch
+    for (size_t i = 0; i < parts.size(); ++i) {                              // att = softmax(q K^T / sqrt(hd)) V
+      const ChunkPart& p = parts[i];
+      const Slice q = rows_of(q_rows, qkv_row, p.row0);
+      const PagedKvView kv = kv_->view(l, p.seq);
+      k.attention(r, shape, q, rows_of(att_, att_row, p.row0), kv, pos0[i], p.n, partials);
+      partials += k.attention_partials(shape, q, kv, pos0[i], p.n);
+    }
     r.barrier();
     k.matmul(r, L.wo, att_, x_, n, /*accumulate=*/true);                     // x += Wo att
     r.barrier();
@@ -250,12 +305,29 @@ void LlamaModel::record_chunk(Recorder& r, int seq, const TokenInput& in, uint32
     k.matmul(r, L.w_down, hb_, x_, n, /*accumulate=*/true);                  // x += Wd hb
     r.barrier();
   }
-  if (want != Logits::None) {
-    const uint32_t first = want == Logits::Last ? n - 1 : 0, rows = n - first;
-    const Slice x_rows = x_.sub(VkDeviceSize(first) * hp_.dim * 4, VkDeviceSize(rows) * hp_.dim * 4);
-    const MatmulInput xo{x_rows, output_norm_, hp_.rms_eps};                 // xn = rmsnorm(x) * output_norm
-    k.matmul(r, output_, xo, logits_, rows, false);                          // logits = Wout xn
+  // The rows that want logits, in order: runs of x gathered into x_out (unless they are one run already).
+  std::vector<std::pair<uint32_t, uint32_t>> runs;   // (first row, rows)
+  for (const ChunkPart& p : parts) {
+    if (p.logits_all) runs.emplace_back(p.row0, p.n);
+    else if (p.logits_last) runs.emplace_back(p.row0 + p.n - 1, 1);
   }
+  uint32_t rows = 0;
+  for (const auto& run : runs) rows += run.second;
+  if (rows == 0) return 0;
+  Slice x_rows = x_.sub(runs[0].first * x_row, rows * x_row);
+  if (runs.size() > 1) {
+    uint32_t at = 0;
+    for (const auto& [first, count] : runs) {
+      r.copy(x_.sub(first * x_row, count * x_row), x_out_.sub(at * x_row, count * x_row));
+      at += count;
+    }
+    r.barrier();
+    x_rows = x_out_.sub(0, rows * x_row);
+  }
+  const MatmulInput xo{x_rows, output_norm_, hp_.rms_eps};                   // xn = rmsnorm(x) * output_norm
+  const VkDeviceSize logits_bytes = VkDeviceSize(hp_.n_vocab) * 4;
+  k.matmul(r, output_, xo, logits.sub(logits_row * logits_bytes, rows * logits_bytes), rows, false);   // logits = Wout xn
+  return rows;
 }
 
 }  // namespace vkspec

@@ -36,6 +36,15 @@ struct LayerWeights {
 
 enum class Logits { None, Last, All };
 
+// The rows one sequence contributes to a batched pass: n tokens read from `in`, run at positions
+// kv().length(seq) .. +n and appended to its cache. Last: the last row's logits; All: every row's.
+struct SeqRows {
+  int seq = -1;
+  TokenInput in;
+  uint32_t n = 0;
+  Logits want = Logits::None;
+};
+
 // Device memory a model needs (what LlamaModel's constructor checks before allocating).
 struct MemoryEstimate {
   uint32_t n_ctx = 0;
@@ -62,7 +71,15 @@ class LlamaModel {
   // first, so block tables are final before submission), appending their K/V. Logits::Last leaves the
   // last token's logits in logits_rows() row 0; Logits::All leaves row i for token i (n <= kMaxBatch).
   void record_forward(Recorder& r, int seq, const TokenInput& in, uint32_t n, Logits want);
-  // Host tokens for record_forward: copied into the model's input buffer (one region per submission).
+  // Continuous batching: one pass over the rows of several sequences (each at most once), in chunks of
+  // kMaxBatch rows whose matmuls read each weight once for all of them; RoPE, the KV append and attention
+  // run per sequence, at its own positions over its own block table. Every kernel is batch-invariant, so a
+  // row's logits are bit-identical to what a pass over its sequence alone gives. Logits rows go to `logits`
+  // in the order of `rows` (Last: one row, All: n rows); returns how many.
+  uint32_t record_batch(Recorder& r, std::span<const SeqRows> rows, const Slice& logits);
+  // Host tokens for record_forward: copied into the model's input ring, so that several writes of one
+  // submission (the sequences of a batch, their drafters) keep their own regions. Each write is at most
+  // n_ctx tokens and a submission writes at most one per sequence, which the ring's size allows.
   TokenInput write_tokens(std::span<const uint32_t> tokens);
 
   // Logits live in device memory; this copies rows 0..rows-1 to the host mirror that logits(row) reads
@@ -78,7 +95,9 @@ class LlamaModel {
   const Recorder& recorder() const { return *rec_; }
 
  private:
-  void record_chunk(Recorder& r, int seq, const TokenInput& in, uint32_t n, Logits want);
+  struct ChunkPart { int seq; TokenInput in; uint32_t row0, n; bool logits_last, logits_all; };
+  uint32_t record_chunk(Recorder& r, std::span<const ChunkPart> parts, uint32_t n, const Slice& logits,
+                        uint32_t logits_row);
   void check_memory(Context& ctx, const GgufFile& file, const ModelOptions& opts) const;
 
   Context& ctx_;
@@ -97,8 +116,10 @@ class LlamaModel {
 
   // Activations for kMaxBatch tokens, allocated once.
   Slice x_, qkv_, att_, hb_;   // qkv_: [n][q_dim + 2*kv_dim], each token's q, k, v side by side
+  Slice x_out_;                // [kMaxBatch][dim]: the rows of x that want logits, gathered
   Slice rope_;            // [n_ctx][n_rot/2] (cos, sin), computed in double at load (device-resident)
-  Slice tokens_;          // [n_ctx] uint: host-written input tokens (prompts, n-gram drafts)
+  Slice tokens_;          // [2 * max_sequences * n_ctx] uint ring: host-written input tokens (write_tokens)
+  uint32_t tokens_cursor_ = 0;
   Slice logits_, ids_;    // [kMaxBatch][n_vocab] logits (device); [kMaxBatch] token slots of forward()'s argmax
   Slice logits_host_;     // [kMaxBatch][n_vocab] host-readable mirror (record_logits_readback)
 };

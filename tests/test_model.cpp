@@ -140,6 +140,105 @@ TEST_F(ModelTest, PrefillEqualsTokenByTokenBitForBit) {
   }
 }
 
+// Continuous batching: rows of several sequences (prefill chunks, verify rows, decode rows, at different
+// positions, one past the 256-key attention split) in one pass give every row bit-identically the logits of
+// its sequence run alone, in both kernel families; prefix sharing with copy-on-write (the source and the
+// sharer both writing into the shared partial block) changes nothing either.
+TEST_F(ModelTest, BatchOfSequencesEqualsEachSequenceAloneBitForBit) {
+  GgufFile f(shared_path("models/stories260K.gguf"));   // small: the subgroup family is slow on lavapipe
+  for (KernelFamily fam : {KernelFamily::RowPerLane, KernelFamily::Subgroup}) {
+    SCOPED_TRACE(fam == KernelFamily::RowPerLane ? "row-per-lane" : "subgroup");
+    ModelOptions mo;
+    mo.n_ctx = 512;
+    mo.max_sequences = 8;
+    mo.kernels = fam;
+    LlamaModel model(gpu().ctx, gpu().pipelines, f, mo);
+    PagedKvCache& kv = model.kv();
+    const uint32_t V = model.hparams().n_vocab;
+    auto tokens = [&](uint32_t n, uint32_t salt) {
+      std::vector<uint32_t> t;
+      for (uint32_t i = 0; i < n; ++i) t.push_back((i * 131 + salt * 977 + 7) % V);
+      return t;
+    };
+    // (prefix length, rows after it, logits wanted for those rows)
+    struct Case { uint32_t prefill, rows; Logits want; std::vector<uint32_t> t; };
+    std::vector<Case> cases = {{270, 5, Logits::All}, {33, 1, Logits::Last}, {7, 16, Logits::All}, {0, 3, Logits::Last}};
+    for (size_t i = 0; i < cases.size(); ++i) cases[i].t = tokens(cases[i].prefill + cases[i].rows, uint32_t(i));
+    // Alone: the prefix, then the rows, logits read back.
+    std::vector<std::vector<float>> alone;
+    for (const Case& c : cases) {
+      const int s = kv.new_sequence();
+      if (c.prefill) model.forward(s, std::span<const uint32_t>(c.t.data(), c.prefill), Logits::None);
+      model.forward(s, std::span<const uint32_t>(c.t.data() + c.prefill, c.rows), c.want);
+      const uint32_t rows = c.want == Logits::All ? c.rows : 1;
+      alone.emplace_back(model.logits(0), model.logits(0) + size_t(rows) * V);
+      kv.free_sequence(s);
+    }
+    // Batched: every prefix in one pass, then every sequence's rows in one pass.
+    Arena readback(gpu().ctx, MemoryKind::Readback);
+    const Slice logits = readback.alloc(VkDeviceSize(64) * V * 4, "test logits");
+    Recorder r(gpu().ctx, false);
+    std::vector<SeqRows> prefix, rows;
+    for (const Case& c : cases) {
+      const int s = kv.new_sequence();
+      if (c.prefill) prefix.push_back({s, model.write_tokens(std::span<const uint32_t>(c.t.data(), c.prefill)), c.prefill, Logits::None});
+      rows.push_back({s, {}, c.rows, c.want});
+    }
+    r.begin();
+    EXPECT_EQ(model.record_batch(r, prefix, logits), 0u);
+    r.submit_and_wait();
+    for (size_t i = 0; i < cases.size(); ++i)
+      rows[i].in = model.write_tokens(std::span<const uint32_t>(cases[i].t.data() + cases[i].prefill, cases[i].rows));
+    r.begin();
+    const uint32_t n_logits = model.record_batch(r, rows, logits);
+    r.submit_and_wait();
+    uint32_t at = 0;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const size_t n = alone[i].size();
+      const float* got = logits.host<float>() + size_t(at) * V;
+      for (size_t j = 0; j < n; ++j) ASSERT_EQ(got[j], alone[i][j]) << "sequence " << i << " value " << j;
+      at += uint32_t(n / V);
+    }
+    EXPECT_EQ(n_logits, at);
+    for (const SeqRows& s : rows) kv.free_sequence(s.seq);
+
+    // Prefix sharing: b takes a's first 37 positions (2 full blocks + a partial one), then a and b each
+    // write into the partial block (two copies on write) in one batch, with different continuations.
+    const std::vector<uint32_t> base = tokens(37, 9), cont_a = tokens(6, 10), cont_b = tokens(6, 11);
+    std::vector<std::vector<float>> want;
+    for (const auto* cont : {&cont_a, &cont_b}) {
+      std::vector<uint32_t> all = base;
+      all.insert(all.end(), cont->begin(), cont->end());
+      const int s = kv.new_sequence();
+      model.forward(s, std::span<const uint32_t>(all.data(), 37), Logits::None);
+      model.forward(s, std::span<const uint32_t>(all.data() + 37, 6), Logits::All);
+      want.emplace_back(model.logits(0), model.logits(0) + size_t(6) * V);
+      kv.free_sequence(s);
+    }
+    const uint32_t free0 = kv.free_blocks();
+    const uint64_t copied0 = kv.blocks_copied();
+    const int a = kv.new_sequence(), b = kv.new_sequence();
+    model.forward(a, base, Logits::None);
+    EXPECT_EQ(kv.share_prefix(b, a, 37), 3u);
+    EXPECT_EQ(kv.free_blocks(), free0 - 3);   // nothing allocated for b yet
+    kv.check_invariants();
+    const SeqRows both[2] = {{a, model.write_tokens(cont_a), 6, Logits::All}, {b, model.write_tokens(cont_b), 6, Logits::All}};
+    r.begin();
+    model.record_batch(r, both, logits);
+    r.submit_and_wait();
+    EXPECT_EQ(kv.blocks_copied() - copied0, 1u);   // the first writer copies; the last holder keeps it
+    kv.check_invariants();
+    for (size_t j = 0; j < 6 * size_t(V); ++j) {
+      ASSERT_EQ(logits.host<float>()[j], want[0][j]) << "shared source, value " << j;
+      ASSERT_EQ(logits.host<float>()[6 * size_t(V) + j], want[1][j]) << "sharer, value " << j;
+    }
+    kv.free_sequence(a);
+    kv.free_sequence(b);
+    kv.check_invariants();
+    EXPECT_EQ(kv.free_blocks(), kv.total_blocks());
+  }
+}
+
 TEST_F(ModelTest, ReproducesLlamaCppGreedyContinuations) {
   for (const char* name : {"stories260K", "pycode-target", "pycode-draft"}) {
     std::ifstream in(shared_path(std::string("models/reference/") + name + "-greedy.jsonl"));
