@@ -129,7 +129,8 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
   const uint32_t bs = opts.kv_block_size;
   const uint32_t blocks_per_seq = (n_ctx_ + bs - 1) / bs;
   kv_ = std::make_unique<PagedKvCache>(*act_arena_, *upload_arena_, hp_.n_layers, hp_.n_kv_heads, hp_.head_dim, bs,
-                                       blocks_per_seq * opts.max_sequences, n_ctx_, opts.max_sequences);
+                                       opts.kv_blocks ? opts.kv_blocks : blocks_per_seq * opts.max_sequences, n_ctx_,
+                                       opts.max_sequences);
 }
 
 // Before anything is allocated: weights (as the device stores them) + the KV cache for n_ctx positions of
@@ -141,8 +142,9 @@ MemoryEstimate LlamaModel::estimate_memory(const Context& ctx, const GgufFile& f
   e.n_ctx = opts.n_ctx ? opts.n_ctx : std::min<uint32_t>(hp.n_ctx_train, 4096);
   for (const auto& g : file.tensors()) e.weights += device_bytes(DType(g.type), g.elements());
   const uint64_t kv_dim = uint64_t(hp.n_kv_heads) * hp.head_dim, q_dim = uint64_t(hp.n_heads) * hp.head_dim;
-  const uint64_t positions = (uint64_t(e.n_ctx) + opts.kv_block_size - 1) / opts.kv_block_size * opts.kv_block_size;
-  e.kv = 2ull * hp.n_layers * positions * opts.max_sequences * kv_dim * 4;
+  const uint64_t blocks = opts.kv_blocks ? opts.kv_blocks
+                                         : (uint64_t(e.n_ctx) + opts.kv_block_size - 1) / opts.kv_block_size * opts.max_sequences;
+  e.kv = 2ull * hp.n_layers * blocks * opts.kv_block_size * kv_dim * 4;
   e.activations = uint64_t(kMaxBatch) * (2 * hp.dim + 2 * q_dim + 2 * kv_dim + hp.ffn_dim + hp.n_vocab) * 4 +
                   uint64_t(e.n_ctx) * hp.n_rot * 4;
   const VkPhysicalDeviceMemoryProperties& mp = ctx.memory_properties();

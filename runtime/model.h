@@ -18,6 +18,7 @@ struct ModelOptions {
   uint32_t n_ctx = 0;               // 0: the model's training context (capped at 4096)
   uint32_t kv_block_size = 16;
   uint32_t max_sequences = 2;
+  uint32_t kv_blocks = 0;           // blocks in the KV pool; 0: n_ctx positions for each of max_sequences
   KernelFamily kernels = KernelFamily::Auto;
   std::function<void(uint64_t done, uint64_t total)> progress;   // bytes of weights uploaded
 };

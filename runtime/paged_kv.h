@@ -38,6 +38,9 @@ class PagedKvCache {
   // Records the copy-on-write copies that grow() queued (every layer's K and V block), then a barrier.
   // Called once the blocks of a pass are known and before the pass writes them.
   void record_copies(Recorder& r);
+  // A pass that failed while recording is never submitted: its queued copies are forgotten (the sequences
+  // that grew in it are freed by the caller).
+  void drop_pending_copies() { pending_copies_.clear(); }
 
   PagedKvView view(uint32_t layer, int seq) const;
   const std::vector<uint32_t>& block_table(int seq) const { return seqs_.at(seq).blocks; }

@@ -27,76 +27,85 @@ SpeculativeDecoder::SpeculativeDecoder(LlamaModel& target, int seq, Drafter& dra
     : target_(target), seq_(seq), drafter_(drafter), chooser_(chooser), rec_(rec), context_(context), opts_(opts),
       emit_(std::move(emit)), sampling_(!chooser.greedy()),
       // sampled runs stay reproducible: K from the acceptance and modeled costs, not timings
-      policy_(opts.draft_max, opts.adaptive, /*timing_free=*/sampling_ || !rec.can_mark(), drafter.relative_cost(target)),
+      policy_(opts.draft_max, opts.adaptive, /*timing_free=*/sampling_ || opts.timing_free || !rec.can_mark(),
+              drafter.relative_cost(target)),
       g_(chooser.token(0)) {   // the target's choice after the prefilled context
   if (sampling_ && !opts.acceptor) throw Error("internal: sampling verification needs a SpecAcceptor");
   drafts_.reserve(LlamaModel::kMaxBatch);
 }
 
 bool SpeculativeDecoder::round() {
-  std::vector<uint32_t>& context = context_;
-  LlamaModel& target = target_;
-  TokenChooser& chooser = chooser_;
-  Recorder& rec = rec_;
-  SpecAcceptor* acceptor = opts_.acceptor;
-  PagedKvCache& kv = target.kv();
-  context.push_back(g_);
-  stats_.tokens++;
-  if (!emit_(g_, false) || context.size() >= target.n_ctx()) return false;
+  if (!start()) return false;
+  rec_.begin();
+  const uint32_t m_draft = rec_.mark();
+  const uint32_t rows = record_drafts();
+  const uint32_t m_verify = rec_.mark();
+  target_.record_forward(rec_, seq_, verify_input(), rows, Logits::All);
+  record_verify(target_.logits_rows());
+  const uint32_t m_end = rec_.mark();
+  rec_.submit_and_wait();   // the round's one wait
+  stats_.gpu_s += std::max(0.0, rec_.seconds_between(m_draft, m_end));
+  return finish(rec_.seconds_between(m_draft, m_verify), rec_.seconds_between(m_verify, m_end));
+}
 
+bool SpeculativeDecoder::start() {
+  context_.push_back(g_);
+  stats_.tokens++;
+  return emit_(g_, false) && context_.size() < target_.n_ctx();
+}
+
+uint32_t SpeculativeDecoder::record_drafts() {
   // K is chosen before recording; never past the end of the context (K = 0: a plain decoding pass).
-  const uint32_t room = target.n_ctx() - uint32_t(context.size());
+  const uint32_t room = target_.n_ctx() - uint32_t(context_.size());
   uint32_t k_max = std::min({policy_.next_k(), room, LlamaModel::kMaxBatch - 1});
   if (k_max < opts_.draft_min) k_max = 0;
-  rec.begin();
-  chooser.set_token(0, g_);
-  const uint32_t history_len = chooser.mode() == ChoiceMode::Device ? chooser.set_history(context) : 0;
-  const uint32_t m_draft = rec.mark();
-  DraftRound round{rec, chooser, acceptor, history_len};
-  uint32_t k = k_max ? drafter_.draft(context, k_max, round) : 0;
-  if (k < opts_.draft_min) k = 0;   // a short n-gram proposal: decode plainly
+  chooser_.set_token(0, g_);
+  history_len_ = chooser_.mode() == ChoiceMode::Device ? chooser_.set_history(context_) : 0;
+  DraftRound round{rec_, chooser_, opts_.acceptor, history_len_};
+  k_ = k_max ? drafter_.draft(context_, k_max, round) : 0;
+  if (k_ < opts_.draft_min) k_ = 0;   // a short n-gram proposal: decode plainly
+  base_ = target_.kv().length(seq_);
+  return k_ + 1;   // verify: one target pass over [g, d1..dK] gives its distribution after each of them
+}
 
-  // Verify: one target pass over [g, d1..dK] gives the target's distribution after each of them.
-  const uint32_t m_verify = rec.mark();
-  const uint32_t base = kv.length(seq_);
-  target.record_forward(rec, seq_, chooser.input(0), k + 1, Logits::All);
+void SpeculativeDecoder::record_verify(const Slice& target_logits) {
   if (sampling_) {
-    acceptor->record_verify(rec, chooser.device_params(), target.logits_rows(), context, chooser.slot_range(1, k + 1),
-                            k, drafter_.p_min(), /*one_hot_q=*/!drafter_.samples());   // deterministic drafts: q one-hot
+    opts_.acceptor->record_verify(rec_, chooser_.device_params(), target_logits, context_, chooser_.slot_range(1, k_ + 1),
+                                  k_, drafter_.p_min(), /*one_hot_q=*/!drafter_.samples());   // deterministic drafts: q one-hot
   } else {   // greedy: the target's own choice after each row
-    chooser.record_append_history(rec, 1, k, history_len);
-    chooser.record_choice(rec, target.kernels(), target.logits_rows(), k + 1, TokenChooser::kVerifySlot,
-                          history_len, context.size(), DeviceSampler::kStreamPlain);
+    chooser_.record_append_history(rec_, 1, k_, history_len_);
+    chooser_.record_choice(rec_, target_.kernels(), target_logits, k_ + 1, TokenChooser::kVerifySlot, history_len_,
+                           context_.size(), DeviceSampler::kStreamPlain);
   }
-  const uint32_t m_end = rec.mark();
-  rec.submit_and_wait();   // the round's one wait
-  stats_.verify_passes++;
+}
 
+bool SpeculativeDecoder::finish(double draft_s, double verify_s) {
+  const uint32_t k = k_;
+  stats_.verify_passes++;
   std::vector<uint32_t>& drafts = drafts_;
   drafts.resize(k);
-  for (uint32_t i = 0; i < k; ++i) drafts[i] = chooser.token(i + 1);
+  for (uint32_t i = 0; i < k; ++i) drafts[i] = chooser_.token(i + 1);
   drafter_.round_done(drafts);
-  const uint32_t kept = keep_drafts(chooser, k, drafter_.p_min());
+  const uint32_t kept = keep_drafts(chooser_, k, drafter_.p_min());
   const std::span<const uint32_t> verified(drafts.data(), kept);
   Verdict v;
   if (!sampling_) {
-    v = verify_greedy(chooser, verified);
+    v = verify_greedy(chooser_, verified);
   } else {
-    const SpecAcceptor::Outcome o = acceptor->result();
+    const SpecAcceptor::Outcome o = opts_.acceptor->result();
     v = {o.accepted, o.next};
   }
-  if (v.next >= target.hparams().n_vocab) TokenChooser::throw_non_finite(v.next);
+  if (v.next >= target_.hparams().n_vocab) TokenChooser::throw_non_finite(v.next);
   if (v.accepted > kept) throw Error("internal: verification accepted more drafts than it was given");
   stats_.drafted += kept;
   stats_.accepted += v.accepted;
-  policy_.observe(kept, v.accepted, rec.seconds_between(m_draft, m_verify), rec.seconds_between(m_verify, m_end));
-  stats_.gpu_s += std::max(0.0, rec.seconds_between(m_draft, m_end));
-  kv.truncate(seq_, base + 1 + v.accepted);   // keep g and the accepted drafts
+  policy_.observe(kept, v.accepted, draft_s, verify_s);
+  target_.kv().truncate(seq_, base_ + 1 + v.accepted);   // keep g and the accepted drafts
 
   for (uint32_t i = 0; i < v.accepted; ++i) {
-    context.push_back(drafts[i]);
+    context_.push_back(drafts[i]);
     stats_.tokens++;
-    if (!emit_(drafts[i], true) || context.size() >= target.n_ctx()) return false;
+    if (!emit_(drafts[i], true) || context_.size() >= target_.n_ctx()) return false;
   }
   g_ = v.next;
   return true;

@@ -29,6 +29,9 @@ struct SpeculativeOptions {
   // round's parts); sampled runs use modeled costs (weight bytes) so that a seed reproduces its output.
   // Otherwise always draft_max.
   bool adaptive = false;
+  // K from modeled costs even when the device has timestamps (a batch shares its passes between sequences,
+  // so a sequence's own draft and verify times cannot be measured).
+  bool timing_free = false;
 };
 
 struct SpeculativeStats {
@@ -46,6 +49,12 @@ struct SpeculativeStats {
 // The loop below, one round per call (so that a caller can bound the work it does at a time: the C API's
 // vkspec_step). round() emits the target's last choice g, then drafts, verifies [g, d1..dK] in one
 // submission and emits the accepted drafts; it returns false once `emit` said stop or the context is full.
+// A round in parts, for a batch of sequences sharing one submission (apps/batch_engine.cpp):
+//   start() emits g (false: the sequence has ended); the caller begins the recorder; record_drafts()
+//   records this sequence's drafting and returns the rows to verify, read from verify_input(); the caller
+//   records the target's pass over them (LlamaModel::record_batch, Logits::All) and record_verify() with
+//   their logits rows; after the one submission, finish() reads the verdict, truncates the KV and emits
+//   the accepted drafts (false: the sequence has ended).
 class SpeculativeDecoder {
  public:
   using Emit = std::function<bool(uint32_t token, bool from_draft)>;
@@ -53,6 +62,12 @@ class SpeculativeDecoder {
                      std::vector<uint32_t>& context, const SpeculativeOptions& opts, Emit emit);
   bool round();
   const SpeculativeStats& stats() const { return stats_; }
+
+  bool start();
+  uint32_t record_drafts();
+  TokenInput verify_input() const { return chooser_.input(0); }
+  void record_verify(const Slice& target_logits);
+  bool finish(double draft_s = -1, double verify_s = -1);
 
  private:
   LlamaModel& target_;
@@ -67,6 +82,7 @@ class SpeculativeDecoder {
   DraftPolicy policy_;
   uint32_t g_;                      // the target's latest choice, emitted at the start of the next round
   std::vector<uint32_t> drafts_;
+  uint32_t k_ = 0, history_len_ = 0, base_ = 0;   // of the round being recorded
   SpeculativeStats stats_;
 };
 

@@ -1,0 +1,422 @@
+#include "apps/batch_engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace vkspec::cli {
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+}  // namespace
+
+// One sequence slot: its token chooser (allocated once) and the request it serves.
+struct BatchEngine::Slot {
+  uint32_t index = 0;                  // in slots_ (its row of logits_host_)
+  std::shared_ptr<BatchRequest> req;   // null: free
+  int seq = -1;
+  std::unique_ptr<TokenChooser> chooser;
+  std::unique_ptr<SpecAcceptor> acceptor;   // sampled speculation, created on first use
+  std::unique_ptr<Drafter> drafter;         // per request (a ModelDrafter holds a draft sequence)
+  std::unique_ptr<SpeculativeDecoder> spec;
+  std::vector<uint32_t> context;   // the prompt, then every token fed back (the penalty history)
+  uint32_t prefilled = 0;          // prompt tokens in the cache
+  bool decoding = false;
+  uint32_t reserved = 0, draft_reserved = 0;
+  std::string stop_reason;         // set by emit() when it ends the request
+  BatchResult result;
+  Clock::time_point admitted, first_token;
+  // this step
+  enum class Part { None, Prefill, PrefillLast, Decode, Verify } part = Part::None;
+  uint32_t rows = 0;   // in this step's pass
+};
+
+BatchEngine::BatchEngine(std::shared_ptr<TargetModel> target, const RunOptions& o, const Options& opts)
+    : t_(std::move(target)), o_(o), opts_(opts) {
+  LlamaModel& m = *t_->model;
+  if (opts.parallel == 0) throw Error("--parallel must be at least 1");
+  if (o.draft_max < 1 || o.draft_max > int(LlamaModel::kMaxBatch - 1) || o.draft_min < 0 || o.draft_min > o.draft_max)
+    throw Error("--draft-max must be 1.." + std::to_string(LlamaModel::kMaxBatch - 1) + " and --draft-min 0..draft-max");
+  if (!o.draft_model.empty()) {
+    draft_file_ = std::make_unique<GgufFile>(o.draft_model);
+    check_same_vocabulary(*t_->tok, *Tokenizer::from_gguf(*draft_file_));
+    ModelOptions dmo;
+    dmo.n_ctx = m.n_ctx();
+    dmo.max_sequences = opts.parallel;
+    draft_model_ = std::make_unique<LlamaModel>(*t_->ctx, *t_->pipelines, *draft_file_, dmo);
+    draft_kind_ = "draft-model";
+  } else if (o.draft == "ngram") {
+    draft_kind_ = "ngram";
+  } else if (!o.draft.empty()) {
+    throw Error("unknown drafter '" + o.draft + "' (--draft ngram, or -md DRAFT.gguf)");
+  }
+  const uint32_t V = m.hparams().n_vocab;
+  rec_ = std::make_unique<Recorder>(*t_->ctx, profiling_requested());
+  const VkDeviceSize rows = VkDeviceSize(opts.parallel) * LlamaModel::kMaxBatch;
+  logits_arena_ = std::make_unique<Arena>(*t_->ctx, MemoryKind::Device, rows * V * 4 + 4096);
+  logits_ = logits_arena_->alloc(rows * V * 4, "batch logits");
+  logits_readback_arena_ = std::make_unique<Arena>(*t_->ctx, MemoryKind::Readback, VkDeviceSize(opts.parallel) * V * 4 + 4096);
+  logits_host_ = logits_readback_arena_->alloc(VkDeviceSize(opts.parallel) * V * 4, "batch logits read back");
+  for (uint32_t i = 0; i < opts.parallel; ++i) {
+    auto s = std::make_unique<Slot>();
+    s->index = i;
+    s->chooser = std::make_unique<TokenChooser>(*t_->ctx, *t_->pipelines, V, m.n_ctx() + LlamaModel::kMaxBatch);
+    slots_.push_back(std::move(s));
+  }
+  metrics_.parallel = opts.parallel;
+  metrics_.kv_blocks_total = m.kv().total_blocks();
+}
+
+BatchEngine::~BatchEngine() {
+  for (auto& s : slots_)
+    if (s->req) end(*s, "cancelled");
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& r : queue_) {
+    BatchResult res;
+    res.stop_reason = "cancelled";
+    res.prompt_tokens = uint32_t(r->prompt.size());
+    if (r->on_done) r->on_done(res);
+  }
+}
+
+// The blocks a request may hold at most: its prompt, max_tokens and a round's drafts, within the context.
+uint32_t BatchEngine::reservation(const BatchRequest& r, uint32_t block_size) const {
+  const uint64_t longest = std::min<uint64_t>(uint64_t(r.prompt.size()) + r.max_tokens + LlamaModel::kMaxBatch,
+                                              t_->model->n_ctx());
+  return uint32_t((longest + block_size - 1) / block_size);
+}
+
+void BatchEngine::submit(std::shared_ptr<BatchRequest> r) {
+  LlamaModel& m = *t_->model;
+  if (r->prompt.empty()) throw Error("the prompt is empty");
+  if (r->prompt.size() >= m.n_ctx())
+    throw Error("the prompt is " + std::to_string(r->prompt.size()) + " tokens, which does not fit the context of " +
+                std::to_string(m.n_ctx()));
+  for (uint32_t id : r->prompt)
+    if (id >= m.hparams().n_vocab) throw Error("token id " + std::to_string(id) + " is outside the vocabulary");
+  if (r->max_tokens == 0) throw Error("max_tokens must be at least 1");
+  choice_mode(r->sp, m.hparams().n_vocab);   // throws for parameters the device cannot run
+  if (reservation(*r, m.kv().block_size()) > m.kv().total_blocks())
+    throw Error("the request needs more KV cache than the server has (" +
+                std::to_string(m.kv().total_blocks() * m.kv().block_size()) + " tokens)");
+  std::lock_guard<std::mutex> lock(mu_);
+  queue_.push_back(std::move(r));
+  queued_at_.push_back(Clock::now());
+  metrics_.requests++;
+  metrics_.queued = uint32_t(queue_.size());
+  cv_.notify_all();
+}
+
+void BatchEngine::wake() {
+  std::lock_guard<std::mutex> lock(mu_);
+  wake_ = true;
+  cv_.notify_all();
+}
+
+BatchMetrics BatchEngine::metrics() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return metrics_;
+}
+
+void BatchEngine::run(const std::atomic<bool>& stop) {
+  while (!stop.load()) {
+    if (step()) continue;
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !queue_.empty() || wake_ || stop.load(); });
+    wake_ = false;
+  }
+}
+
+void BatchEngine::admit() {
+  for (;;) {
+    std::shared_ptr<BatchRequest> r;
+    Clock::time_point queued_at;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queue_.empty()) return;
+      r = queue_.front();
+      queued_at = queued_at_.front();
+    }
+    if (!r->cancelled.load()) {
+      if (!admit_one(r)) return;   // waits (blocks, a free slot, or a prefix being prefilled)
+      for (auto& s : slots_)
+        if (s->req == r) s->result.queued_s = seconds(queued_at, Clock::now());
+    } else {
+      BatchResult res;
+      res.stop_reason = "cancelled";
+      res.prompt_tokens = uint32_t(r->prompt.size());
+      if (r->on_done) r->on_done(res);
+      std::lock_guard<std::mutex> lock(mu_);
+      metrics_.requests_done++;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.pop_front();
+    queued_at_.pop_front();
+    metrics_.queued = uint32_t(queue_.size());
+  }
+}
+
+bool BatchEngine::admit_one(const std::shared_ptr<BatchRequest>& r) {
+  LlamaModel& m = *t_->model;
+  PagedKvCache& kv = m.kv();
+  auto free_slot = std::find_if(slots_.begin(), slots_.end(), [](const auto& s) { return !s->req; });
+  if (free_slot == slots_.end()) return false;
+  const uint32_t need = reservation(*r, kv.block_size());
+  const uint32_t draft_need = draft_model_ ? reservation(*r, draft_model_->kv().block_size()) : 0;
+  if (reserved_ + need > kv.total_blocks()) return false;
+  if (draft_model_ && draft_reserved_ + draft_need > draft_model_->kv().total_blocks()) return false;
+  // The longest prefix of the prompt another sequence holds in its cache (at least one prompt token is
+  // left to run: its logits choose the first token); wait while a sequence is still prefilling one worth
+  // sharing.
+  const std::vector<uint32_t>& p = r->prompt;
+  const Slot* source = nullptr;
+  uint32_t shared = 0;
+  for (const auto& s : slots_) {
+    if (!s->req) continue;
+    const std::vector<uint32_t>& c = s->decoding ? s->context : s->req->prompt;
+    uint32_t common = 0;
+    while (common < c.size() && common < p.size() && c[common] == p[common]) ++common;
+    const uint32_t useful = std::min<uint32_t>(common, uint32_t(p.size()) - 1);
+    const uint32_t held = std::min(useful, kv.length(s->seq));
+    if (!s->decoding && held < useful && useful >= kv.block_size()) return false;
+    if (held > shared) shared = held, source = s.get();
+  }
+  Slot& s = **free_slot;
+  s.req = r;
+  s.seq = kv.new_sequence();
+  if (source) kv.share_prefix(s.seq, source->seq, shared);
+  s.context = p;
+  s.prefilled = shared;
+  s.decoding = false;
+  s.stop_reason.clear();
+  s.result = BatchResult{};
+  s.result.prompt_tokens = uint32_t(p.size());
+  s.result.shared = shared;
+  s.reserved = need;
+  s.draft_reserved = draft_need;
+  reserved_ += need;
+  draft_reserved_ += draft_need;
+  s.admitted = Clock::now();
+  s.chooser->start(r->sp);
+  const bool speculate = r->speculate && has_drafter() && !r->logits;
+  s.result.speculative = speculate;
+  if (speculate) {
+    if (draft_model_) s.drafter = std::make_unique<ModelDrafter>(*draft_model_, o_.draft_p_min);
+    else s.drafter = std::make_unique<NgramDrafter>();
+    if (!r->sp.greedy() && !s.acceptor)
+      s.acceptor = std::make_unique<SpecAcceptor>(*t_->ctx, *t_->pipelines, m.hparams().n_vocab,
+                                                  LlamaModel::kMaxBatch - 1, 1, m.n_ctx() + LlamaModel::kMaxBatch);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  metrics_.prompt_tokens += p.size();
+  metrics_.shared_tokens += shared;
+  metrics_.active++;
+  return true;
+}
+
+// Takes one generated token of `s`; false ends the request (stop_reason says why).
+bool BatchEngine::emit(Slot& s, uint32_t t, bool from_draft, const float* row) {
+  BatchRequest& r = *s.req;
+  if (r.cancelled.load()) {
+    s.stop_reason = "cancelled";
+    return false;
+  }
+  if (!r.ignore_eos && t_->tok->is_eog(t)) {
+    s.stop_reason = "eos";
+    return false;
+  }
+  if (s.result.completion_tokens == 0) s.first_token = Clock::now();
+  s.result.completion_tokens++;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    metrics_.generated_tokens++;
+  }
+  if (r.on_token && !r.on_token(t, from_draft, row)) {
+    s.stop_reason = "stop";
+    return false;
+  }
+  if (s.result.completion_tokens >= r.max_tokens) {
+    s.stop_reason = "length";
+    return false;
+  }
+  return true;
+}
+
+void BatchEngine::end(Slot& s, const std::string& reason, const std::string& error) {
+  const auto now = Clock::now();
+  BatchResult& res = s.result;
+  res.stop_reason = reason;
+  res.error = error;
+  if (s.spec) res.spec = s.spec->stats();
+  if (res.completion_tokens) {
+    res.prefill_s = seconds(s.admitted, s.first_token);
+    res.decode_s = seconds(s.first_token, now);
+  } else {
+    res.prefill_s = seconds(s.admitted, now);
+  }
+  s.spec.reset();
+  s.drafter.reset();   // frees the draft sequence
+  t_->model->kv().free_sequence(s.seq);
+  s.seq = -1;
+  reserved_ -= s.reserved;
+  draft_reserved_ -= s.draft_reserved;
+  std::shared_ptr<BatchRequest> r = std::move(s.req);
+  s.req.reset();
+  s.part = Slot::Part::None;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    metrics_.kv_blocks_in_use = t_->model->kv().blocks_in_use();
+    metrics_.active--;
+    metrics_.requests_done++;
+    metrics_.drafted += res.spec.drafted;
+    metrics_.accepted += res.spec.accepted;
+  }
+  if (r->on_done) r->on_done(res);
+}
+
+bool BatchEngine::step() {
+  admit();
+  LlamaModel& m = *t_->model;
+  PagedKvCache& kv = m.kv();
+  const uint32_t V = m.hparams().n_vocab;
+  const VkDeviceSize row_bytes = VkDeviceSize(V) * 4;
+  for (auto& s : slots_)
+    if (s->req && s->req->cancelled.load()) end(*s, "cancelled");
+
+  Recorder& rec = *rec_;
+  rec.begin();
+  std::vector<SeqRows> rows;
+  std::vector<Slot*> in_step;
+  uint32_t n_rows = 0;
+  try {
+    // Decoding sequences first (a step's latency is every running stream's), then prefill in the rest of
+    // the row budget (at least one chunk, so that a new request always makes progress).
+    for (auto& sp : slots_) {
+      Slot& s = *sp;
+      if (!s.req || !s.decoding) continue;
+      if (s.spec) {
+        if (!s.spec->start()) {
+          end(s, s.stop_reason.empty() ? "context" : s.stop_reason);
+          continue;
+        }
+        const uint32_t n = s.spec->record_drafts();
+        rows.push_back({s.seq, s.spec->verify_input(), n, Logits::All});
+        s.part = Slot::Part::Verify;
+        s.rows = n;
+        n_rows += n;
+      } else {
+        rows.push_back({s.seq, s.chooser->input(0), 1, Logits::Last});
+        s.part = Slot::Part::Decode;
+        s.rows = 1;
+        n_rows += 1;
+      }
+      in_step.push_back(&s);
+    }
+    const uint32_t budget = std::max(opts_.step_rows, n_rows + LlamaModel::kMaxBatch);
+    for (auto& sp : slots_) {
+      Slot& s = *sp;
+      if (!s.req || s.decoding || n_rows >= budget) continue;
+      const uint32_t take = std::min<uint32_t>(budget - n_rows, uint32_t(s.context.size()) - s.prefilled);
+      const bool last = s.prefilled + take == s.context.size();
+      rows.push_back({s.seq, m.write_tokens(std::span(s.context).subspan(s.prefilled, take)), take,
+                      last ? Logits::Last : Logits::None});
+      s.part = last ? Slot::Part::PrefillLast : Slot::Part::Prefill;
+      s.rows = take;
+      n_rows += take;
+      in_step.push_back(&s);
+    }
+    if (rows.empty()) return false;
+    m.record_batch(rec, rows, logits_);
+    // Each sequence's choice or verification from its logits rows.
+    uint32_t at = 0;
+    for (Slot* s : in_step) {
+      const Slice logits = logits_.sub(at * row_bytes, logits_.size - at * row_bytes);
+      if (s->part == Slot::Part::Verify) {
+        s->spec->record_verify(logits);
+        at += s->rows;
+      } else if (s->part == Slot::Part::Decode || s->part == Slot::Part::PrefillLast) {
+        TokenChooser& ch = *s->chooser;
+        const uint32_t history = ch.mode() == ChoiceMode::Device ? ch.set_history(s->context) : 0;
+        if (s->req->logits) {   // read back before the sampler penalizes the row in place
+          rec.copy(logits.sub(0, row_bytes), logits_host_.sub(s->index * row_bytes, row_bytes));
+          rec.barrier();
+        }
+        ch.record_choice(rec, m.kernels(), logits, 1, 0, history, s->context.size(), DeviceSampler::kStreamPlain);
+        at += 1;
+      }
+    }
+  } catch (const std::exception& e) {
+    // Recording failed (nothing was submitted): the sequences of this step end with the error.
+    kv.drop_pending_copies();
+    for (Slot* s : in_step)
+      if (s->req) end(*s, "error", e.what());
+    return true;
+  }
+  rec.submit_and_wait();
+
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    metrics_.steps++;
+    metrics_.step_rows += n_rows;
+  }
+  for (Slot* sp : in_step) {
+    Slot& s = *sp;
+    if (!s.req) continue;
+    try {
+      const float* row = s.req->logits ? logits_host_.host<float>() + size_t(s.index) * V : nullptr;
+      switch (s.part) {
+        case Slot::Part::Prefill: {
+          const uint32_t n = s.rows;
+          s.prefilled += n;
+          s.result.prefilled += n;
+          std::lock_guard<std::mutex> lock(mu_);
+          metrics_.prefilled_tokens += n;
+          break;
+        }
+        case Slot::Part::PrefillLast: {
+          const uint32_t n = s.rows;
+          s.prefilled += n;
+          s.result.prefilled += n;
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            metrics_.prefilled_tokens += n;
+          }
+          s.decoding = true;
+          if (s.drafter) {
+            SpeculativeOptions so{uint32_t(o_.draft_max), uint32_t(o_.draft_min), s.acceptor.get(),
+                                  o_.draft_policy == "adaptive", /*timing_free=*/true};
+            s.spec = std::make_unique<SpeculativeDecoder>(m, s.seq, *s.drafter, *s.chooser, rec, s.context, so,
+                                                          [this, &s](uint32_t t, bool d) { return emit(s, t, d, nullptr); });
+            break;   // the decoder emits the first token at its first round
+          }
+          [[fallthrough]];
+        }
+        case Slot::Part::Decode: {
+          const uint32_t t = s.chooser->token(0);
+          if (!emit(s, t, false, row)) {
+            end(s, s.stop_reason);
+            break;
+          }
+          s.context.push_back(t);
+          if (s.context.size() >= m.n_ctx()) end(s, "context");
+          break;
+        }
+        case Slot::Part::Verify:
+          if (!s.spec->finish()) end(s, s.stop_reason.empty() ? "context" : s.stop_reason);
+          break;
+        case Slot::Part::None:
+          break;
+      }
+    } catch (const std::exception& e) {   // non-finite logits: this request fails, the others go on
+      if (s.req) end(s, "error", e.what());
+    }
+    s.part = Slot::Part::None;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    metrics_.kv_blocks_in_use = kv.blocks_in_use();
+    metrics_.kv_blocks_allocated = kv.blocks_allocated();
+  }
+  return true;
+}
+
+}  // namespace vkspec::cli

@@ -1,0 +1,112 @@
+#pragma once
+// Continuous batching for the server (`vkspec serve`) and `run --samples`: many requests on one target
+// model, each in its own KV sequence, advanced together one step at a time. A step is one submission:
+// every decoding sequence's row (or its speculative round: its drafts, recorded per sequence, and the rows
+// [g, d1..dK] to verify) and as much prefill as the step's row budget allows, in one batched target pass
+// (LlamaModel::record_batch), then every sequence's token choice or verification. Every kernel is
+// batch-invariant, so a request's tokens do not depend on what else is in the batch.
+//
+// Admission (in arrival order) needs a free sequence and KV blocks: a request reserves the blocks of its
+// longest possible length (prompt + max_tokens + a round's drafts, at most the context) in the target's pool
+// and, with a draft model, in the draft's; a request that does not fit waits in the queue, and a running one
+// never runs out. A new prompt that shares a prefix with a sequence already running takes that prefix's
+// blocks by reference (PagedKvCache::share_prefix) and prefills only the rest; when that prefix is still
+// being prefilled by another sequence (n completions of one prompt), the request waits for it.
+//
+// Threads: submit() and metrics() from any thread; step()/run() on one engine thread, which is where the
+// requests' callbacks run.
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "apps/engine.h"
+
+namespace vkspec::cli {
+
+struct BatchResult {
+  // "eos", "length" (max_tokens), "context" (the context is full), "stop" (on_token said stop),
+  // "cancelled", "error" (message in `error`)
+  std::string stop_reason, error;
+  uint32_t prompt_tokens = 0, prefilled = 0, shared = 0;   // shared: prompt tokens taken from another sequence
+  uint32_t completion_tokens = 0;
+  bool speculative = false;
+  SpeculativeStats spec;
+  double queued_s = 0, prefill_s = 0, decode_s = 0;   // admission wait, first token, the rest
+};
+
+struct BatchRequest {
+  std::vector<uint32_t> prompt;   // 1 .. n_ctx - 1 tokens
+  SamplingParams sp;              // seed included
+  uint32_t max_tokens = 16;
+  bool ignore_eos = false;
+  bool speculate = true;          // when the engine has a drafter
+  bool logits = false;            // keep each generated token's logits row (logits_row) for logprobs; no speculation
+  // On the engine thread, for each accepted token in order: its id, whether it was a verified draft, and
+  // (with `logits`) the row it was chosen from. False ends the request ("stop").
+  std::function<bool(uint32_t token, bool from_draft, const float* logits_row)> on_token;
+  std::function<void(const BatchResult&)> on_done;   // once, on the engine thread
+  std::atomic<bool> cancelled{false};                // any thread: ends the request at the next step
+};
+
+struct BatchMetrics {
+  uint64_t requests = 0, requests_done = 0, prompt_tokens = 0, prefilled_tokens = 0, shared_tokens = 0;
+  uint64_t generated_tokens = 0, drafted = 0, accepted = 0, steps = 0, step_rows = 0;
+  uint64_t kv_blocks_allocated = 0;   // ever taken from the pool (copies on write included)
+  uint32_t active = 0, queued = 0, kv_blocks_in_use = 0, kv_blocks_total = 0, parallel = 0;
+};
+
+class BatchEngine {
+ public:
+  struct Options {
+    uint32_t parallel = 4;     // sequences decoded together
+    uint32_t step_rows = 64;   // rows per step (decode/verify rows first, then prefill)
+  };
+  // `target` must have been loaded with max_sequences >= parallel; loads the drafter of `o` (-md with
+  // `parallel` sequences, or --draft ngram).
+  BatchEngine(std::shared_ptr<TargetModel> target, const RunOptions& o, const Options& opts);
+  ~BatchEngine();
+
+  const Tokenizer& tokenizer() const { return *t_->tok; }
+  TargetModel& target() { return *t_; }
+  bool has_drafter() const { return !draft_kind_.empty(); }
+  const std::string& drafter_name() const { return draft_kind_; }
+
+  void submit(std::shared_ptr<BatchRequest> r);   // throws Error for a prompt that can never run
+  // One step when there is work (false: idle). Engine thread only.
+  bool step();
+  // Steps until `stop` is set, sleeping while idle.
+  void run(const std::atomic<bool>& stop);
+  void wake();   // makes run() look at `stop` now
+  BatchMetrics metrics() const;
+
+ private:
+  struct Slot;
+  void admit();
+  bool admit_one(const std::shared_ptr<BatchRequest>& r);
+  void end(Slot& s, const std::string& reason, const std::string& error = {});
+  bool emit(Slot& s, uint32_t t, bool from_draft, const float* row);
+  uint32_t reservation(const BatchRequest& r, uint32_t block_size) const;
+
+  std::shared_ptr<TargetModel> t_;
+  RunOptions o_;
+  Options opts_;
+  std::string draft_kind_;
+  std::unique_ptr<GgufFile> draft_file_;
+  std::unique_ptr<LlamaModel> draft_model_;
+  std::unique_ptr<Recorder> rec_;
+  std::unique_ptr<Arena> logits_arena_, logits_readback_arena_;
+  Slice logits_, logits_host_;   // [step rows + parallel][n_vocab]: the step's logits rows; rows read back
+  std::vector<std::unique_ptr<Slot>> slots_;
+  uint32_t reserved_ = 0, draft_reserved_ = 0;   // KV blocks reserved by the running requests
+
+  mutable std::mutex mu_;   // guards queue_, metrics_, wake_
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<BatchRequest>> queue_;
+  std::deque<std::chrono::steady_clock::time_point> queued_at_;
+  BatchMetrics metrics_;
+  bool wake_ = false;
+};
+
+}  // namespace vkspec::cli

@@ -1,0 +1,182 @@
+// Continuous batching (apps/batch_engine.h): requests decoded together, queued past --parallel, give each
+// exactly the tokens of its run alone (Engine::generate, one sequence), greedy and sampled, plain and
+// speculative with both drafters; n completions of one prompt share its prefix; cancelled and failing
+// requests free their blocks; admission waits for KV blocks instead of failing.
+#include <map>
+
+#include "apps/batch_engine.h"
+#include "tests/vk_test_env.h"
+
+namespace vkspec::test {
+namespace {
+
+using cli::BatchEngine;
+using cli::BatchRequest;
+using cli::BatchResult;
+
+const char* kPrompts[] = {"def fibonacci(n):\n", "import os\nimport sys\n\n", "class Stack:\n    def __init__(self):\n",
+                          "for i in range(10):\n", "    return self.", "with open(path) as f:\n"};
+
+struct Outcome {
+  std::vector<uint32_t> ids;
+  BatchResult result;
+  bool done = false;
+};
+
+class BatchEngineTest : public VkTest {
+ protected:
+  static std::shared_ptr<cli::TargetModel> target(uint32_t sequences, uint32_t kv_blocks = 0) {
+    cli::TargetModel::Options to;
+    to.path = shared_path("models/pycode-target-f16.gguf");
+    to.n_ctx = 256;
+    to.max_sequences = sequences;
+    to.kv_blocks = kv_blocks;
+    return std::make_shared<cli::TargetModel>(to);
+  }
+  static std::shared_ptr<BatchRequest> request(const std::vector<uint32_t>& prompt, const SamplingParams& sp,
+                                               uint32_t n, Outcome& out) {
+    auto r = std::make_shared<BatchRequest>();
+    r->prompt = prompt;
+    r->sp = sp;
+    r->max_tokens = n;
+    r->ignore_eos = true;
+    r->on_token = [&out](uint32_t t, bool, const float*) {
+      out.ids.push_back(t);
+      return true;
+    };
+    r->on_done = [&out](const BatchResult& res) {
+      out.result = res;
+      out.done = true;
+    };
+    return r;
+  }
+  static void drain(BatchEngine& e) {
+    for (int guard = 0; guard < 100000 && e.step(); ++guard) {
+    }
+  }
+};
+
+TEST_F(BatchEngineTest, EveryRequestGetsTheTokensOfItsRunAlone) {
+  auto t = target(5);
+  struct Mode { const char* name; std::string draft_model, draft; float temp; };
+  const Mode modes[] = {{"greedy", "", "", 0.0f},
+                        {"sampled", "", "", 0.9f},
+                        {"greedy + ngram", "", "ngram", 0.0f},
+                        {"greedy + draft model", shared_path("models/pycode-draft-f16.gguf"), "", 0.0f},
+                        {"sampled + draft model", shared_path("models/pycode-draft-f16.gguf"), "", 0.9f}};
+  for (const Mode& mode : modes) {
+    SCOPED_TRACE(mode.name);
+    cli::RunOptions o;
+    o.draft_model = mode.draft_model;
+    o.draft = mode.draft;
+    o.draft_max = 4;
+    cli::Engine solo(t, o);
+    BatchEngine batch(t, o, {4, 24});   // 4 at once (6 requests: two wait), small steps: prefill spans steps
+    std::vector<Outcome> runs(std::size(kPrompts));
+    std::vector<std::vector<uint32_t>> want;
+    for (size_t i = 0; i < std::size(kPrompts); ++i) {
+      SamplingParams sp;
+      sp.temperature = mode.temp;
+      sp.seed = 100 + i;
+      const auto prompt = solo.encode_prompt(kPrompts[i]);
+      want.push_back(solo.generate(prompt, sp, 20 + int(i), true, solo.drafter() != nullptr).ids);
+      batch.submit(request(prompt, sp, 20 + uint32_t(i), runs[i]));
+    }
+    drain(batch);
+    for (size_t i = 0; i < runs.size(); ++i) {
+      ASSERT_TRUE(runs[i].done) << i;
+      EXPECT_EQ(runs[i].result.stop_reason, "length") << runs[i].result.error;
+      EXPECT_EQ(runs[i].ids, want[i]) << "prompt " << i;
+      EXPECT_EQ(runs[i].result.speculative, !mode.draft_model.empty() || !mode.draft.empty());
+    }
+    const cli::BatchMetrics m = batch.metrics();
+    EXPECT_EQ(m.requests_done, runs.size());
+    EXPECT_EQ(m.active, 0u);
+    EXPECT_EQ(m.kv_blocks_in_use, 0u);   // every block back in the pool
+    if (!mode.draft_model.empty() || !mode.draft.empty()) {
+      EXPECT_GT(m.drafted, 0u);
+    }
+    t->model->kv().check_invariants();
+  }
+}
+
+TEST_F(BatchEngineTest, CompletionsOfOnePromptPrefillItOnceAndShareItsBlocks) {
+  auto t = target(4);
+  BatchEngine batch(t, {}, {4, 64});
+  const auto& tok = batch.tokenizer();
+  std::string text;
+  for (int i = 0; i < 12; ++i) text += "    value_" + std::to_string(i) + " = compute(items[" + std::to_string(i) + "])\n";
+  const std::vector<uint32_t> prompt = tok.encode(text, true, true);
+  ASSERT_GT(prompt.size(), 100u);
+  const uint32_t L = uint32_t(prompt.size()), bs = t->model->kv().block_size();
+  std::vector<Outcome> runs(4);
+  for (uint32_t i = 0; i < 4; ++i) {
+    SamplingParams sp;
+    sp.seed = i;   // different draws, one prompt
+    batch.submit(request(prompt, sp, 8, runs[i]));
+  }
+  drain(batch);
+  const cli::BatchMetrics m = batch.metrics();
+  // The prompt once, then only each completion's last prompt token (its logits choose its first token).
+  EXPECT_EQ(m.prefilled_tokens, L + 3);
+  EXPECT_EQ(m.shared_tokens, 3 * (L - 1));
+  // Blocks: the prompt's once; each sharer copies the partial block it writes into (or starts a new one)
+  // and takes the blocks its 8 tokens need.
+  const uint32_t prompt_blocks = (L + bs - 1) / bs;
+  EXPECT_LE(m.kv_blocks_allocated, prompt_blocks + 3 * (1 + (8 + bs - 1) / bs) + 1);
+  for (const Outcome& r : runs) {
+    EXPECT_EQ(r.result.stop_reason, "length");
+    EXPECT_EQ(r.ids.size(), 8u);
+  }
+  EXPECT_EQ(runs[1].result.shared, L - 1);
+  EXPECT_EQ(m.kv_blocks_in_use, 0u);
+}
+
+TEST_F(BatchEngineTest, AdmissionWaitsForBlocksAndCancelledRequestsFreeThem) {
+  // A pool of 40 blocks (640 tokens) with 4 sequences: requests reserving 17 blocks each run two at a time.
+  auto t = target(4, 40);
+  BatchEngine batch(t, {}, {4, 64});
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  std::vector<Outcome> runs(5);
+  const auto prompt = batch.tokenizer().encode("def f(x):\n", true, true);
+  for (size_t i = 0; i < runs.size(); ++i) batch.submit(request(prompt, greedy, 240, runs[i]));
+  batch.step();
+  cli::BatchMetrics m = batch.metrics();
+  EXPECT_EQ(m.active, 2u);
+  EXPECT_EQ(m.queued, 3u);
+  drain(batch);
+  for (const Outcome& r : runs) {
+    EXPECT_TRUE(r.done);
+    EXPECT_EQ(r.result.stop_reason, "length");
+    EXPECT_EQ(r.ids, runs[0].ids);   // the same prompt alone or with others: the same tokens
+  }
+  Outcome a, b;
+  auto ra = request(prompt, greedy, 240, a), rb = request(prompt, greedy, 240, b);
+  batch.submit(ra);
+  batch.submit(rb);
+  batch.step();
+  batch.step();
+  ra->cancelled = true;
+  batch.step();
+  EXPECT_TRUE(a.done);
+  EXPECT_EQ(a.result.stop_reason, "cancelled");
+  EXPECT_LT(a.ids.size(), 240u);
+  drain(batch);
+  EXPECT_EQ(b.result.stop_reason, "length");
+  m = batch.metrics();
+  EXPECT_EQ(m.kv_blocks_in_use, 0u);
+  EXPECT_EQ(m.active, 0u);
+  // A request that can never fit is refused at once.
+  Outcome c;
+  EXPECT_THROW(batch.submit(request(std::vector<uint32_t>(300, 5), greedy, 4, c)), Error);
+  auto huge = request(prompt, greedy, 4, c);
+  huge->prompt.assign(200, 5);
+  huge->max_tokens = 1000;   // 200 + up to the context: 16 blocks, fits
+  EXPECT_NO_THROW(batch.submit(huge));
+  drain(batch);
+  EXPECT_EQ(c.result.stop_reason, "context");
+}
+
+}  // namespace
+}  // namespace vkspec::test
