@@ -66,11 +66,20 @@ BatchEngine::BatchEngine(std::shared_ptr<TargetModel> target, const RunOptions& 
   metrics_.kv_blocks_total = m.kv().total_blocks();
 }
 
-BatchEngine::~BatchEngine() {
+BatchEngine::~BatchEngine() { shutdown(); }
+
+void BatchEngine::shutdown() {
   for (auto& s : slots_)
     if (s->req) end(*s, "cancelled");
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& r : queue_) {
+  std::deque<std::shared_ptr<BatchRequest>> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    queued.swap(queue_);
+    queued_at_.clear();
+    metrics_.queued = 0;
+  }
+  for (auto& r : queued) {
     BatchResult res;
     res.stop_reason = "cancelled";
     res.prompt_tokens = uint32_t(r->prompt.size());
@@ -99,6 +108,7 @@ void BatchEngine::submit(std::shared_ptr<BatchRequest> r) {
     throw Error("the request needs more KV cache than the server has (" +
                 std::to_string(m.kv().total_blocks() * m.kv().block_size()) + " tokens)");
   std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) throw Error("the server is shutting down");
   queue_.push_back(std::move(r));
   queued_at_.push_back(Clock::now());
   metrics_.requests++;

@@ -79,6 +79,9 @@ class BatchEngine {
   // Steps until `stop` is set, sleeping while idle.
   void run(const std::atomic<bool>& stop);
   void wake();   // makes run() look at `stop` now
+  // Once the engine thread has stopped: every running and queued request ends ("cancelled"), and submit()
+  // refuses new ones.
+  void shutdown();
   BatchMetrics metrics() const;
 
  private:
@@ -106,7 +109,7 @@ class BatchEngine {
   std::deque<std::shared_ptr<BatchRequest>> queue_;
   std::deque<std::chrono::steady_clock::time_point> queued_at_;
   BatchMetrics metrics_;
-  bool wake_ = false;
+  bool wake_ = false, closed_ = false;
 };
 
 }  // namespace vkspec::cli

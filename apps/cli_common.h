@@ -44,6 +44,18 @@ struct ChatOptions {
   bool no_generation_prompt = false;
 };
 
+struct ServeOptions {
+  std::string host = "127.0.0.1";   // loopback unless asked
+  int port = 8080;                  // 0: any free port (printed)
+  uint32_t parallel = 4;            // sequences decoded together (--parallel)
+  std::string api_key;              // --api-key: required as "Authorization: Bearer KEY" when set
+  std::string alias;                // the model's id in the API (default: the file's name)
+  std::string chat_template;        // --chat-template FILE instead of the model's
+  size_t max_body = 4u << 20;       // request body bytes
+  int timeout_s = 30;               // socket read/write timeout: a stalled client is dropped
+  uint32_t http_threads = 64;       // connections served at once
+};
+
 struct PerplexityOptions {
   int ctx = 512;      // --ctx: tokens per chunk (llama-perplexity's -c)
   int chunks = -1;    // --chunks: at most this many (-1: all)
@@ -56,6 +68,7 @@ int cmd_chat(const RunOptions& o, const ChatOptions& chat);
 int cmd_apply_template(const RunOptions& o, const ChatOptions& chat);
 int cmd_bench(const RunOptions& o, const BenchOptions& b);
 int cmd_tokenize(const RunOptions& o);
+int cmd_serve(const RunOptions& o, const ServeOptions& s);
 
 // Text files are read whole up to this size (perplexity texts, tokenize); a prompt for generation up to what
 // its context can hold.

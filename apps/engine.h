@@ -41,6 +41,12 @@ struct Completion {
 // The sampling flags of `o` (the seed is left to the caller).
 SamplingParams sampling_params(const RunOptions& o);
 
+// A prompt's token ids (BOS added when the model wants it); throws when it is empty.
+std::vector<uint32_t> encode_prompt(const Tokenizer& tok, const std::string& text);
+// A prompt rendered by a chat template: special tokens parsed, BOS added only when the model wants one and
+// the template did not write it.
+std::vector<uint32_t> encode_chat(const Tokenizer& tok, const std::string& text);
+
 // A KV sequence that outlives one completion. Invariant (asserted after every completion): the cache of
 // `seq` holds exactly the K/V of `tokens`, in order.
 struct Session {

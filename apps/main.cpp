@@ -1,4 +1,4 @@
-// vkspec command line: devices | run | chat | apply-template | bench | tokenize | perplexity.
+// vkspec command line: devices | run | chat | apply-template | bench | tokenize | perplexity | serve.
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -148,6 +148,21 @@ static int run_main(int argc, char** argv) {
   perplexity->add_option("--device", o.device, "Vulkan device index");
   perplexity->add_flag("--json", o.json, "Print JSON");
 
+  vkspec::cli::ServeOptions so;
+  auto* serve = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
+  serve->add_option("-m,--model", o.model, "GGUF model file")->required();
+  serve->add_option("--host", so.host, "Address to listen on (default 127.0.0.1: this machine only)");
+  serve->add_option("--port", so.port, "Port (0: any free port, printed)");
+  serve->add_option("--parallel", so.parallel, "Sequences decoded together (further requests queue)");
+  serve->add_option("-c,--ctx", o.ctx, "Context per sequence (0 = model's, capped at 4096)");
+  serve->add_option("--api-key", so.api_key, "Require 'Authorization: Bearer KEY'");
+  serve->add_option("--alias", so.alias, "The model's id in the API (default: the file name)");
+  serve->add_option("--chat-template", so.chat_template, "Jinja chat template file instead of the model's");
+  serve->add_option("--max-body", so.max_body, "Largest request body in bytes")->check(CLI::Range(size_t(1024), size_t(1) << 30));
+  serve->add_option("--timeout", so.timeout_s, "Seconds a client may stall a read or write")->check(CLI::Range(1, 3600));
+  serve->add_option("--device", o.device, "Vulkan device index");
+  add_draft_options(serve, o);
+
   // llama.cpp spells the draft model -md; CLI11 wants one-letter short options.
   std::vector<std::string> args(argv + 1, argv + argc);
   for (auto& a : args) {
@@ -173,7 +188,7 @@ static int run_main(int argc, char** argv) {
       throw vkspec::Error("give a prompt with -p TEXT or -f FILE");
     for (auto* c : {run, tokenize})   // (bench's -p is a prompt length)
       if (c->count("-p") && c->count("-f")) throw vkspec::Error("give either -p TEXT or -f FILE, not both");
-    for (auto* c : {run, bench, chat_cmd})
+    for (auto* c : {run, bench, chat_cmd, serve})
       if (c->count("--model-draft") && o.draft_model.empty()) throw vkspec::Error("-md needs a draft model file");
     if (*run && !chat.chat && (run->count("--system") || run->count("--chat-template")))
       throw vkspec::Error("--system and --chat-template go with --chat");
@@ -190,6 +205,7 @@ static int run_main(int argc, char** argv) {
     }
     if (*tokenize) return vkspec::cli::cmd_tokenize(o);
     if (*perplexity) return vkspec::cli::cmd_perplexity(o, po);
+    if (*serve) return vkspec::cli::cmd_serve(o, so);
   } catch (const std::exception& e) {
     fprintf(stderr, "vkspec: error: %s\n", printable(e.what()).c_str());
     return 1;

@@ -1,0 +1,471 @@
+// `vkspec serve`: an OpenAI-compatible HTTP server (cpp-httplib) on the BatchEngine (apps/batch_engine.h).
+// Threads: httplib's pool serves connections; one engine thread steps the batch; the requests' callbacks
+// (on the engine thread) only append to their Job under its mutex, so a slow or stalled client never
+// blocks the engine or other clients (its connection times out, its sequence is cancelled and freed).
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <deque>
+#include <filesystem>
+#include <thread>
+
+#include <httplib.h>
+#include <pthread.h>
+
+#include "apps/batch_engine.h"
+#include "apps/server_api.h"
+
+namespace vkspec::cli {
+namespace {
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// One HTTP request's n choices, shared by its handler and the engine's callbacks.
+struct Job {
+  struct Choice {
+    std::shared_ptr<BatchRequest> req;
+    std::unique_ptr<TextStream> text;
+    std::string content;               // what was produced (non-streamed responses)
+    json logprobs = json::array();
+    std::string finish_reason;         // set when the choice ends
+    BatchResult result;
+  };
+  CompletionSpec spec;
+  std::string id, model;
+  int64_t created = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Choice> choices;
+  std::deque<std::string> events;      // SSE payloads not yet sent
+  uint32_t done = 0;
+  std::string error;                   // a choice failed
+  bool all_done() const { return done == choices.size(); }
+  void cancel() {
+    for (auto& c : choices) c.req->cancelled = true;
+  }
+};
+
+std::string finish_reason(const std::string& stop_reason) {
+  return stop_reason == "length" || stop_reason == "context" ? "length" : "stop";
+}
+
+json chunk(const Job& j, uint32_t index, const json& delta_or_text, const json& logprobs, const json& finish) {
+  json c = {{"id", j.id}, {"object", j.spec.chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", j.created}, {"model", j.model}};
+  json choice = {{"index", index}};
+  if (j.spec.chat) choice["delta"] = delta_or_text;
+  else choice["text"] = delta_or_text;
+  choice["logprobs"] = logprobs;
+  choice["finish_reason"] = finish;
+  c["choices"] = json::array({choice});
+  return c;
+}
+
+json usage(const Job& j) {
+  uint64_t completion = 0;
+  for (const auto& c : j.choices) completion += c.result.completion_tokens;
+  return {{"prompt_tokens", j.spec.prompt.size()}, {"completion_tokens", completion},
+          {"total_tokens", j.spec.prompt.size() + completion}};
+}
+
+// vkspec's own figures per response: speculation, prefix sharing, timings.
+json vkspec_fields(const Job& j, const std::string& drafter) {
+  json per = json::array();
+  for (const auto& c : j.choices) {
+    const BatchResult& r = c.result;
+    json x = {{"prefilled_tokens", r.prefilled}, {"shared_prompt_tokens", r.shared},
+              {"queued_s", r.queued_s}, {"prefill_s", r.prefill_s}, {"decode_s", r.decode_s}};
+    if (r.speculative)
+      x["speculative"] = {{"drafter", drafter}, {"drafted", r.spec.drafted}, {"accepted", r.spec.accepted},
+                          {"acceptance_rate", r.spec.acceptance_rate()}, {"verify_passes", r.spec.verify_passes},
+                          {"tokens_per_verify", r.spec.tokens_per_verify()}};
+    per.push_back(x);
+  }
+  return {{"choices", per}};
+}
+
+json full_response(const Job& j, const std::string& drafter) {
+  json choices = json::array();
+  for (uint32_t i = 0; i < j.choices.size(); ++i) {
+    const auto& c = j.choices[i];
+    json ch = {{"index", i}};
+    if (j.spec.chat) {
+      ch["message"] = {{"role", "assistant"}, {"content", c.content}};
+      ch["logprobs"] = j.spec.logprobs ? json{{"content", c.logprobs}} : json(nullptr);
+    } else {
+      ch["text"] = c.content;
+      ch["logprobs"] = nullptr;
+    }
+    ch["finish_reason"] = c.finish_reason;
+    choices.push_back(ch);
+  }
+  return {{"id", j.id}, {"object", j.spec.chat ? "chat.completion" : "text_completion"}, {"created", j.created},
+          {"model", j.model}, {"choices", choices}, {"usage", usage(j)}, {"vkspec", vkspec_fields(j, drafter)}};
+}
+
+bool equal_constant_time(const std::string& a, const std::string& b) {
+  unsigned diff = unsigned(a.size() ^ b.size());
+  const size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i)
+    diff |= unsigned(uint8_t(i < a.size() ? a[i] : 0) ^ uint8_t(i < b.size() ? b[i] : 0));
+  return diff == 0;
+}
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(dump(body), "application/json");
+}
+
+class Server {
+ public:
+  Server(const RunOptions& o, const ServeOptions& so) : o_(o), so_(so) {}
+
+  int run();
+
+ private:
+  void routes();
+  void completion(const httplib::Request& req, httplib::Response& res, bool chat);
+  std::shared_ptr<Job> start_job(CompletionSpec spec);
+  std::string metrics_text() const;
+
+  RunOptions o_;
+  ServeOptions so_;
+  httplib::Server http_;
+  std::atomic<bool> ready_{false}, stop_{false};
+  std::string model_id_;
+  std::shared_ptr<TargetModel> target_;
+  std::unique_ptr<ChatFormatter> fmt_;
+  std::unique_ptr<BatchEngine> engine_;
+  ServerLimits lim_;
+  std::atomic<uint64_t> ids_{0}, http_4xx_{0}, http_5xx_{0};
+  int64_t started_ = std::time(nullptr);
+};
+
+std::shared_ptr<Job> Server::start_job(CompletionSpec spec) {
+  auto job = std::make_shared<Job>();
+  job->spec = std::move(spec);
+  char id[48];
+  snprintf(id, sizeof id, "%s-%llx%08x", job->spec.chat ? "chatcmpl" : "cmpl",
+           (unsigned long long)ids_.fetch_add(1), unsigned(std::random_device{}()));
+  job->id = id;
+  job->model = model_id_;
+  job->created = std::time(nullptr);
+  const Tokenizer& tok = engine_->tokenizer();
+  job->choices.resize(job->spec.n);
+  for (uint32_t i = 0; i < job->spec.n; ++i) {
+    Job::Choice& c = job->choices[i];
+    c.text = std::make_unique<TextStream>(job->spec.stop);
+    auto r = std::make_shared<BatchRequest>();
+    r->prompt = job->spec.prompt;
+    r->sp = job->spec.sp;
+    r->sp.seed = job->spec.sp.seed + i;   // n choices: seeds s, s + 1, ...
+    r->max_tokens = job->spec.max_tokens;
+    r->logits = job->spec.logprobs;
+    Job* jp = job.get();
+    r->on_token = [jp, i, &tok](uint32_t t, bool, const float* row) {
+      std::lock_guard<std::mutex> lock(jp->mu);
+      Job::Choice& c = jp->choices[i];
+      const std::string text = c.text->push(tok.piece(t));
+      json lp = nullptr;
+      if (jp->spec.logprobs && row) {
+        json e = token_logprob(tok, t, row, jp->spec.top_logprobs);
+        if (jp->spec.stream) lp = {{"content", json::array({e})}};
+        else c.logprobs.push_back(std::move(e));
+      }
+      if (jp->spec.stream) {
+        if (!text.empty() || !lp.is_null())
+          jp->events.push_back(dump(chunk(*jp, i, jp->spec.chat ? json{{"content", text}} : json(text), lp, nullptr)));
+      } else {
+        c.content += text;
+      }
+      jp->cv.notify_all();
+      return !c.text->stopped();
+    };
+    // The job outlives the handler when a stream ends early: the callbacks keep it.
+    r->on_done = [job, i](const BatchResult& res) {
+      std::lock_guard<std::mutex> lock(job->mu);
+      Job::Choice& c = job->choices[i];
+      c.result = res;
+      const std::string tail = c.text->finish();
+      c.finish_reason = finish_reason(res.stop_reason);
+      if (res.stop_reason == "error") job->error = res.error;
+      if (job->spec.stream) {
+        if (!tail.empty())
+          job->events.push_back(dump(chunk(*job, i, job->spec.chat ? json{{"content", tail}} : json(tail), nullptr, nullptr)));
+        job->events.push_back(dump(chunk(*job, i, job->spec.chat ? json::object() : json(""), nullptr, c.finish_reason)));
+      } else {
+        c.content += tail;
+      }
+      if (++job->done == job->choices.size() && job->spec.stream) {
+        if (!job->error.empty())
+          job->events.push_back(dump(ApiError(500, "generation failed: " + job->error, {}, {}, "server_error").body()));
+        if (job->spec.include_usage) {
+          json u = {{"id", job->id}, {"object", job->spec.chat ? "chat.completion.chunk" : "text_completion"},
+                    {"created", job->created}, {"model", job->model}, {"choices", json::array()}, {"usage", usage(*job)}};
+          job->events.push_back(dump(u));
+        }
+        job->events.push_back("[DONE]");
+      }
+      job->cv.notify_all();
+    };
+    c.req = r;
+    if (job->spec.stream && job->spec.chat)
+      job->events.push_back(dump(chunk(*job, i, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr)));
+  }
+  try {
+    for (auto& c : job->choices) engine_->submit(c.req);
+  } catch (const Error& e) {
+    job->cancel();
+    throw ApiError(400, e.what());
+  }
+  return job;
+}
+
+void Server::completion(const httplib::Request& req, httplib::Response& res, bool chat) {
+  const nlohmann::ordered_json body = parse_body(req.body, lim_);
+  std::shared_ptr<Job> job = start_job(parse_completion(body, chat, lim_, engine_->tokenizer(), fmt_.get(), model_id_));
+  const std::string drafter = engine_->drafter_name();
+  if (!job->spec.stream) {
+    // Wait a little for the answer; a longer one is sent by a content provider that writes a space (JSON
+    // allows leading whitespace) every two seconds meanwhile, so that a client that left is noticed and its
+    // choices cancelled. Its status is then 200 even if generation fails (the body is the error object).
+    {
+      std::unique_lock<std::mutex> lock(job->mu);
+      if (job->cv.wait_for(lock, std::chrono::seconds(1), [&] { return job->all_done(); })) {
+        if (!job->error.empty()) throw ApiError(500, "generation failed: " + job->error, {}, {}, "server_error");
+        send_json(res, 200, full_response(*job, drafter));
+        return;
+      }
+    }
+    res.set_chunked_content_provider(
+        "application/json",
+        [job, drafter](size_t, httplib::DataSink& sink) {
+          std::unique_lock<std::mutex> lock(job->mu);
+          while (!job->cv.wait_for(lock, std::chrono::seconds(2), [&] { return job->all_done(); })) {
+            lock.unlock();
+            const bool ok = sink.write(" ", 1);
+            lock.lock();
+            if (!ok) {
+              job->cancel();
+              return false;
+            }
+          }
+          const std::string body = job->error.empty()
+                                       ? dump(full_response(*job, drafter))
+                                       : dump(ApiError(500, "generation failed: " + job->error, {}, {}, "server_error").body());
+          lock.unlock();
+          if (!sink.write(body.data(), body.size())) return false;
+          sink.done();
+          return true;
+        },
+        [job](bool success) {
+          if (!success) job->cancel();
+        });
+    return;
+  }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [job](size_t, httplib::DataSink& sink) {
+        // Sends what is ready; a write that fails (the client left) cancels every choice of the job.
+        auto last_write = Clock::now();
+        for (;;) {
+          std::deque<std::string> ready;
+          {
+            std::unique_lock<std::mutex> lock(job->mu);
+            job->cv.wait_for(lock, std::chrono::milliseconds(250), [&] { return !job->events.empty(); });
+            ready.swap(job->events);
+          }
+          for (const std::string& e : ready) {
+            const std::string line = "data: " + e + "\n\n";
+            if (!sink.write(line.data(), line.size())) {
+              job->cancel();
+              return false;
+            }
+            last_write = Clock::now();
+            if (e == "[DONE]") {
+              sink.done();
+              return true;
+            }
+          }
+          if (Clock::now() - last_write > std::chrono::seconds(2)) {   // also notices a client that left
+            static const char ping[] = ": keep-alive\n\n";
+            if (!sink.write(ping, sizeof ping - 1)) {
+              job->cancel();
+              return false;
+            }
+            last_write = Clock::now();
+          }
+        }
+      },
+      [job](bool success) {
+        if (!success) job->cancel();
+      });
+}
+
+std::string Server::metrics_text() const {
+  std::string out;
+  auto metric = [&](const char* name, const char* type, const char* help, double v) {
+    char line[512];
+    snprintf(line, sizeof line, "# HELP vkspec_%s %s\n# TYPE vkspec_%s %s\nvkspec_%s %.17g\n", name, help, name, type, name, v);
+    out += line;
+  };
+  metric("ready", "gauge", "1 once the model is loaded", ready_ ? 1 : 0);
+  if (engine_ && ready_) {
+    const BatchMetrics m = engine_->metrics();
+    metric("requests_total", "counter", "Sequences (choices) submitted", double(m.requests));
+    metric("requests_done_total", "counter", "Sequences ended", double(m.requests_done));
+    metric("requests_active", "gauge", "Sequences being decoded", m.active);
+    metric("requests_queued", "gauge", "Sequences waiting for admission", m.queued);
+    metric("prompt_tokens_total", "counter", "Prompt tokens of admitted sequences", double(m.prompt_tokens));
+    metric("prompt_tokens_prefilled_total", "counter", "Prompt tokens run through the model", double(m.prefilled_tokens));
+    metric("prompt_tokens_shared_total", "counter", "Prompt tokens taken from another sequence's KV blocks",
+           double(m.shared_tokens));
+    metric("generated_tokens_total", "counter", "Tokens generated", double(m.generated_tokens));
+    metric("draft_tokens_total", "counter", "Draft tokens verified", double(m.drafted));
+    metric("draft_tokens_accepted_total", "counter", "Draft tokens accepted", double(m.accepted));
+    metric("acceptance_rate", "gauge", "Accepted / verified draft tokens", m.drafted ? double(m.accepted) / double(m.drafted) : 0);
+    metric("steps_total", "counter", "Batched steps (one submission each)", double(m.steps));
+    metric("step_rows_total", "counter", "Rows run by the batched steps", double(m.step_rows));
+    metric("kv_blocks_in_use", "gauge", "KV cache blocks held by sequences", m.kv_blocks_in_use);
+    metric("kv_blocks_total", "gauge", "KV cache blocks in the pool", m.kv_blocks_total);
+    metric("kv_blocks_allocated_total", "counter", "KV blocks taken from the pool", double(m.kv_blocks_allocated));
+    metric("parallel", "gauge", "Sequences decoded together at most", m.parallel);
+  }
+  metric("http_client_errors_total", "counter", "HTTP responses with a 4xx status", double(http_4xx_));
+  metric("http_server_errors_total", "counter", "HTTP responses with a 5xx status", double(http_5xx_));
+  return out;
+}
+
+void Server::routes() {
+  auto guarded = [this](bool chat) {
+    return [this, chat](const httplib::Request& req, httplib::Response& res) {
+      if (!ready_) throw ApiError(503, "the model is still loading", {}, {}, "server_error");
+      completion(req, res, chat);
+    };
+  };
+  http_.Post("/v1/completions", guarded(false));
+  http_.Post("/v1/chat/completions", guarded(true));
+  http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200, {{"object", "list"},
+                         {"data", json::array({{{"id", model_id_}, {"object", "model"}, {"created", started_},
+                                                {"owned_by", "vkspec"}}})}});
+  });
+  http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (ready_) send_json(res, 200, {{"status", "ok"}});
+    else send_json(res, 503, {{"status", "loading"}});
+  });
+  http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_text(), "text/plain; version=0.0.4");
+  });
+  http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (so_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    const std::string auth = req.get_header_value("Authorization");
+    const std::string prefix = "Bearer ";
+    const std::string given = auth.rfind(prefix, 0) == 0 ? auth.substr(prefix.size()) : std::string();
+    if (equal_constant_time(given, so_.api_key)) return httplib::Server::HandlerResponse::Unhandled;
+    send_json(res, 401, ApiError(401, "invalid or missing API key (Authorization: Bearer KEY)", {}, "invalid_api_key").body());
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  http_.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    try {
+      std::rethrow_exception(ep);
+    } catch (const ApiError& e) {
+      send_json(res, e.status, e.body());
+    } catch (const std::exception& e) {
+      send_json(res, 500, ApiError(500, e.what(), {}, {}, "server_error").body());
+    } catch (...) {
+      send_json(res, 500, ApiError(500, "unknown error", {}, {}, "server_error").body());
+    }
+  });
+  // Errors httplib answers itself (unknown path, body too large, bad request line) in OpenAI's shape too.
+  http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string message = "HTTP error " + std::to_string(res.status);
+    if (res.status == 404) message = "no route for " + req.method + " " + req.path;
+    if (res.status == 413) message = "the request body is too large";
+    if (res.status == 400) message = "malformed HTTP request";
+    send_json(res, res.status, ApiError(res.status, message).body());
+  });
+  http_.set_logger([this](const httplib::Request&, const httplib::Response& res) {
+    if (res.status >= 500) ++http_5xx_;
+    else if (res.status >= 400) ++http_4xx_;
+  });
+}
+
+int Server::run() {
+  // Signals go to the main thread's sigwait only (every thread started here inherits the mask).
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  http_.new_task_queue = [n = so_.http_threads] { return new httplib::ThreadPool(n); };
+  http_.set_payload_max_length(lim_.max_body = so_.max_body);
+  http_.set_read_timeout(so_.timeout_s, 0);
+  http_.set_write_timeout(so_.timeout_s, 0);
+  http_.set_keep_alive_timeout(5);
+  routes();
+  int port = so_.port;
+  if (port == 0) {
+    port = http_.bind_to_any_port(so_.host);
+    if (port < 0) throw Error("cannot listen on " + so_.host);
+  } else if (!http_.bind_to_port(so_.host, port)) {
+    throw Error("cannot listen on " + so_.host + ":" + std::to_string(port) + " (in use, or not an address of this machine)");
+  }
+  fprintf(stderr, "vkspec: listening on http://%s:%d\n", so_.host.c_str(), port);
+  std::thread listener([this] { http_.listen_after_bind(); });
+
+  // Load (/health answers 503 meanwhile), then step the engine until a signal.
+  std::string load_error;
+  std::thread worker([&] {
+    try {
+      TargetModel::Options to;
+      to.path = o_.model;
+      to.device = o_.device;
+      to.n_ctx = uint32_t(o_.ctx);
+      to.max_sequences = so_.parallel;
+      target_ = std::make_shared<TargetModel>(to);
+      lim_.n_ctx = target_->model->n_ctx();
+      model_id_ = so_.alias.empty() ? std::filesystem::path(o_.model).filename().string() : so_.alias;
+      try {
+        fmt_ = std::make_unique<ChatFormatter>(*target_->file, *target_->tok, so_.chat_template);
+      } catch (const Error& e) {
+        if (!so_.chat_template.empty()) throw;
+        fprintf(stderr, "vkspec: warning: %s: /v1/chat/completions will answer 400\n", e.what());
+      }
+      engine_ = std::make_unique<BatchEngine>(target_, o_, BatchEngine::Options{so_.parallel, 64});
+      ready_ = true;
+      fprintf(stderr, "vkspec: model %s loaded (%s, context %u, %u sequences)\n", model_id_.c_str(),
+              target_->ctx->facts().name.c_str(), lim_.n_ctx, so_.parallel);
+      engine_->run(stop_);
+    } catch (const std::exception& e) {
+      load_error = e.what();
+      kill(getpid(), SIGTERM);
+    }
+  });
+  int sig = 0;
+  sigwait(&signals, &sig);
+  stop_ = true;
+  if (engine_) engine_->wake();
+  worker.join();
+  if (engine_) engine_->shutdown();   // ends what is left: waiting handlers answer, streams end
+  http_.stop();
+  listener.join();
+  engine_.reset();
+  if (!load_error.empty()) throw Error(load_error);
+  fprintf(stderr, "vkspec: stopped (%s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  return 0;
+}
+
+}  // namespace
+
+int cmd_serve(const RunOptions& o, const ServeOptions& so) {
+  if (so.parallel < 1 || so.parallel > 64) throw Error("--parallel must be 1..64");
+  if (so.port < 0 || so.port > 65535) throw Error("--port must be 0..65535 (0: any free port)");
+  Server s(o, so);
+  return s.run();
+}
+
+}  // namespace vkspec::cli

@@ -1,0 +1,290 @@
+#include "apps/server_api.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "apps/engine.h"
+
+namespace vkspec::cli {
+namespace {
+using ojson = nlohmann::ordered_json;
+
+std::string type_name(const ojson& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "an array";
+  return "an object";
+}
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) { throw ApiError(400, message, param); }
+
+// Typed, range-checked readers of optional fields (absent or null: the default).
+const ojson* field(const ojson& body, const char* name) {
+  auto it = body.find(name);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+double number(const ojson& body, const char* name, double def, double lo, double hi) {
+  const ojson* v = field(body, name);
+  if (!v) return def;
+  if (!v->is_number()) bad(name, std::string("'") + name + "' must be a number, not " + type_name(*v));
+  const double d = v->get<double>();
+  if (!std::isfinite(d) || d < lo || d > hi)
+    bad(name, std::string("'") + name + "' must be between " + nlohmann::json(lo).dump() + " and " +
+                  nlohmann::json(hi).dump());
+  return d;
+}
+
+int64_t integer(const ojson& body, const char* name, int64_t def, int64_t lo, int64_t hi) {
+  const ojson* v = field(body, name);
+  if (!v) return def;
+  if (!v->is_number_integer() && !(v->is_number_float() && std::floor(v->get<double>()) == v->get<double>()))
+    bad(name, std::string("'") + name + "' must be an integer, not " + type_name(*v));
+  if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX)) bad(name, std::string("'") + name + "' is too large");
+  const double d = v->get<double>();
+  if (d < double(lo) || d > double(hi))
+    bad(name, std::string("'") + name + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+  return v->is_number_float() ? int64_t(d) : v->get<int64_t>();
+}
+
+bool boolean(const ojson& body, const char* name, bool def) {
+  const ojson* v = field(body, name);
+  if (!v) return def;
+  if (!v->is_boolean()) bad(name, std::string("'") + name + "' must be a boolean, not " + type_name(*v));
+  return v->get<bool>();
+}
+
+// Message content: a string, or an array of {"type": "text", "text": ...} parts (joined).
+std::string message_text(const ojson& content, size_t i) {
+  const std::string param = "messages[" + std::to_string(i) + "].content";
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) bad(param, "'" + param + "' must be a string or an array of text parts");
+  std::string text;
+  for (const ojson& part : content) {
+    if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+        !part["text"].is_string())
+      bad(param, "'" + param + "': only parts of type 'text' with a string 'text' are supported");
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+ojson chat_messages(const ojson& body) {
+  const ojson* m = field(body, "messages");
+  if (!m) bad("messages", "'messages' is required");
+  if (!m->is_array() || m->empty()) bad("messages", "'messages' must be a non-empty array");
+  ojson out = ojson::array();
+  for (size_t i = 0; i < m->size(); ++i) {
+    const ojson& msg = (*m)[i];
+    const std::string p = "messages[" + std::to_string(i) + "]";
+    if (!msg.is_object()) bad(p, "'" + p + "' must be an object");
+    if (!msg.contains("role") || !msg["role"].is_string()) bad(p + ".role", "'" + p + ".role' must be a string");
+    const std::string role = msg["role"].get<std::string>();
+    if (role != "system" && role != "user" && role != "assistant" && role != "developer")
+      bad(p + ".role", "'" + p + ".role' must be system, developer, user or assistant (tools are not supported), not '" + role + "'");
+    if (msg.contains("tool_calls") || msg.contains("function_call")) bad(p, "tool calls are not supported");
+    ojson o = {{"role", role == "developer" ? "system" : role}};
+    o["content"] = msg.contains("content") && !msg["content"].is_null() ? message_text(msg["content"], i) : "";
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+std::vector<uint32_t> completion_prompt(const ojson& body, const Tokenizer& tok) {
+  const ojson* p = field(body, "prompt");
+  if (!p) bad("prompt", "'prompt' is required");
+  if (p->is_string()) return encode_prompt(tok, p->get<std::string>());
+  if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) return encode_prompt(tok, (*p)[0].get<std::string>());
+  if (p->is_array() && !p->empty() && std::all_of(p->begin(), p->end(), [](const ojson& v) { return v.is_number_integer(); })) {
+    std::vector<uint32_t> ids;
+    for (const ojson& v : *p) {
+      const int64_t id = v.get<int64_t>();
+      if (id < 0 || id >= int64_t(tok.n_vocab())) bad("prompt", "token id " + std::to_string(id) + " is outside the vocabulary");
+      ids.push_back(uint32_t(id));
+    }
+    return ids;
+  }
+  bad("prompt", "'prompt' must be a string or an array of token ids (one prompt per request)");
+}
+
+}  // namespace
+
+nlohmann::json ApiError::body() const {
+  nlohmann::json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+  if (!param.empty()) e["param"] = param;
+  if (!code.empty()) e["code"] = code;
+  return {{"error", e}};
+}
+
+ojson parse_body(const std::string& text, const ServerLimits& lim) {
+  if (text.size() > lim.max_body) throw ApiError(413, "the request body is larger than " + std::to_string(lim.max_body) + " bytes");
+  ojson body;
+  try {
+    body = ojson::parse(text, [&](int depth, ojson::parse_event_t, ojson&) {
+      if (uint32_t(depth) > lim.max_json_depth)
+        throw ApiError(400, "the request body nests deeper than " + std::to_string(lim.max_json_depth) + " levels");
+      return true;
+    });
+  } catch (const nlohmann::json::exception& e) {
+    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
+  }
+  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  return body;
+}
+
+CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits& lim, const Tokenizer& tok,
+                                const ChatFormatter* fmt, const std::string& model_id) {
+  CompletionSpec s;
+  s.chat = chat;
+  if (const ojson* m = field(body, "model")) {
+    if (!m->is_string()) bad("model", "'model' must be a string");
+    if (m->get<std::string>() != model_id)
+      throw ApiError(404, "the model '" + m->get<std::string>() + "' does not exist (this server has '" + model_id + "')",
+                     "model", "model_not_found");
+  }
+  // Fields that would change the output and that vkspec does not implement are refused, not ignored.
+  for (const char* f : {"tools", "tool_choice", "functions", "function_call", "logit_bias", "suffix", "audio",
+                        "prediction", "response_format"}) {
+    const ojson* v = field(body, f);
+    if (v && !(v->is_array() && v->empty()) && !(v->is_object() && v->empty()) &&
+        !(std::string(f) == "response_format" && v->is_object() && v->value("type", "") == "text"))
+      bad(f, std::string("'") + f + "' is not supported by this server");
+  }
+  if (number(body, "presence_penalty", 0, -2, 2) != 0 || number(body, "frequency_penalty", 0, -2, 2) != 0)
+    bad("presence_penalty", "presence_penalty and frequency_penalty are not supported (use repeat_penalty)");
+  if (boolean(body, "echo", false)) bad("echo", "'echo' is not supported");
+  if (integer(body, "best_of", 1, 1, 1) != 1) bad("best_of", "'best_of' must be 1");
+
+  if (chat) {
+    if (!fmt) throw ApiError(400, "the model has no chat template: use /v1/completions, or start the server with --chat-template FILE");
+    const ojson messages = chat_messages(body);
+    std::string text;
+    try {
+      text = fmt->render(messages, true);
+    } catch (const Error& e) {
+      throw ApiError(400, std::string("the chat template refused the messages: ") + e.what(), "messages");
+    }
+    s.prompt = encode_chat(tok, text);
+  } else {
+    s.prompt = completion_prompt(body, tok);
+  }
+  if (s.prompt.size() >= lim.n_ctx)
+    throw ApiError(400, "the prompt is " + std::to_string(s.prompt.size()) + " tokens; this server's context holds " +
+                            std::to_string(lim.n_ctx) + " (prompt and completion)",
+                   chat ? "messages" : "prompt", "context_length_exceeded");
+
+  const uint32_t room = lim.n_ctx - uint32_t(s.prompt.size());
+  int64_t max_tokens = integer(body, "max_tokens", -1, 1, lim.n_ctx);
+  max_tokens = integer(body, "max_completion_tokens", max_tokens, 1, lim.n_ctx);
+  s.max_tokens = max_tokens < 0 ? room : uint32_t(max_tokens);
+  s.sp.temperature = float(number(body, "temperature", 1.0, 0, 2));
+  s.sp.top_p = float(number(body, "top_p", 1.0, 0, 1));
+  if (s.sp.top_p == 0.0f) s.sp.top_p = 1e-6f;   // OpenAI allows 0: the single most likely token
+  s.sp.top_k = int(integer(body, "top_k", 0, 0, int64_t(tok.n_vocab())));
+  s.sp.min_p = float(number(body, "min_p", 0.0, 0, 1));
+  s.sp.repeat_penalty = float(number(body, "repeat_penalty", 1.0, 0.01, 100));
+  s.sp.repeat_last_n = int(integer(body, "repeat_last_n", 64, -1, lim.n_ctx));
+  if (s.sp.repeat_last_n == -1) s.sp.repeat_last_n = int(lim.n_ctx);
+  if (field(body, "seed")) {
+    const ojson& v = body["seed"];
+    if (!v.is_number_integer()) bad("seed", "'seed' must be an integer");
+    s.sp.seed = v.is_number_unsigned() ? v.get<uint64_t>() : uint64_t(v.get<int64_t>());
+  } else {
+    std::random_device rd;
+    s.sp.seed = (uint64_t(rd()) << 32) | rd();
+  }
+  s.n = uint32_t(integer(body, "n", 1, 1, lim.max_n));
+  s.stream = boolean(body, "stream", false);
+  if (const ojson* so = field(body, "stream_options")) {
+    if (!so->is_object()) bad("stream_options", "'stream_options' must be an object");
+    if (!s.stream) bad("stream_options", "'stream_options' is only allowed with stream: true");
+    s.include_usage = boolean(*so, "include_usage", false);
+  }
+  if (const ojson* st = field(body, "stop")) {
+    std::vector<ojson> items;
+    if (st->is_string()) items.push_back(*st);
+    else if (st->is_array()) items.assign(st->begin(), st->end());
+    else bad("stop", "'stop' must be a string or an array of strings");
+    if (items.size() > lim.max_stop) bad("stop", "at most " + std::to_string(lim.max_stop) + " stop strings");
+    for (const ojson& v : items) {
+      if (!v.is_string()) bad("stop", "'stop' must be a string or an array of strings");
+      const std::string str = v.get<std::string>();
+      if (str.empty() || str.size() > lim.max_stop_bytes)
+        bad("stop", "each stop string must be 1.." + std::to_string(lim.max_stop_bytes) + " bytes");
+      s.stop.push_back(str);
+    }
+  }
+  if (chat) {
+    s.logprobs = boolean(body, "logprobs", false);
+    s.top_logprobs = uint32_t(integer(body, "top_logprobs", 0, 0, lim.max_top_logprobs));
+    if (s.top_logprobs && !s.logprobs) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+  } else if (field(body, "logprobs")) {
+    bad("logprobs", "'logprobs' is supported for chat completions only");
+  }
+  return s;
+}
+
+std::string TextStream::push(const std::string& bytes) {
+  if (stopped_) return {};
+  held_ += utf8_.push(bytes);
+  size_t first = std::string::npos;
+  for (const std::string& s : stops_) first = std::min(first, held_.find(s));
+  if (first != std::string::npos) {
+    stopped_ = true;
+    std::string out = held_.substr(0, first);
+    held_.clear();
+    return out;
+  }
+  // Hold back the longest tail that is the start of a stop string.
+  size_t keep = 0;
+  for (const std::string& s : stops_)
+    for (size_t k = std::min(s.size() - 1, held_.size()); k > keep; --k)
+      if (held_.compare(held_.size() - k, k, s, 0, k) == 0) {
+        keep = k;
+        break;
+      }
+  std::string out = held_.substr(0, held_.size() - keep);
+  held_.erase(0, held_.size() - keep);
+  return out;
+}
+
+std::string TextStream::finish() {
+  if (stopped_) return {};
+  std::string out = push("");
+  if (stopped_) return out;
+  out += held_;
+  held_.clear();
+  out += utf8_.finish();
+  return out;
+}
+
+nlohmann::json token_logprob(const Tokenizer& tok, uint32_t token, const float* logits, uint32_t top) {
+  const uint32_t V = tok.n_vocab();
+  float mx = -INFINITY;
+  for (uint32_t i = 0; i < V; ++i) mx = std::max(mx, logits[i]);
+  double sum = 0;
+  for (uint32_t i = 0; i < V; ++i) sum += std::exp(double(logits[i]) - mx);
+  const double lse = mx + std::log(sum);
+  auto entry = [&](uint32_t id) {
+    const std::string piece = tok.piece(id);
+    nlohmann::json bytes = nlohmann::json::array();
+    for (unsigned char c : piece) bytes.push_back(int(c));
+    return nlohmann::json{{"token", piece}, {"logprob", double(logits[id]) - lse}, {"bytes", bytes}};
+  };
+  nlohmann::json e = entry(token);
+  std::vector<uint32_t> ids(V);
+  for (uint32_t i = 0; i < V; ++i) ids[i] = i;
+  top = std::min(top, V);
+  std::partial_sort(ids.begin(), ids.begin() + top, ids.end(),
+                    [&](uint32_t a, uint32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  e["top_logprobs"] = nlohmann::json::array();
+  for (uint32_t i = 0; i < top; ++i) e["top_logprobs"].push_back(entry(ids[i]));
+  return e;
+}
+
+std::string dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
+}  // namespace vkspec::cli
