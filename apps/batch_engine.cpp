@@ -34,8 +34,7 @@ BatchEngine::BatchEngine(std::shared_ptr<TargetModel> target, const RunOptions& 
     : t_(std::move(target)), o_(o), opts_(opts) {
   LlamaModel& m = *t_->model;
   if (opts.parallel == 0) throw Error("--parallel must be at least 1");
-  if (o.draft_max < 1 || o.draft_max > int(LlamaModel::kMaxBatch - 1) || o.draft_min < 0 || o.draft_min > o.draft_max)
-    throw Error("--draft-max must be 1.." + std::to_string(LlamaModel::kMaxBatch - 1) + " and --draft-min 0..draft-max");
+  check_engine_options(o);
   if (!o.draft_model.empty()) {
     draft_file_ = std::make_unique<GgufFile>(o.draft_model);
     check_same_vocabulary(*t_->tok, *Tokenizer::from_gguf(*draft_file_));

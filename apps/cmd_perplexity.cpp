@@ -49,15 +49,16 @@ int cmd_perplexity(const RunOptions& run_opts, const PerplexityOptions& p) {
   double nll = 0, nll2 = 0;
   size_t count = 0;
   std::vector<uint32_t> chunk(n_ctx);
+  const int seq = model.kv().new_sequence();
   for (size_t c = 0; c < n_chunk; ++c) {
     std::copy_n(tokens.begin() + c * n_ctx, n_ctx, chunk.begin());
     chunk[0] = uint32_t(tok.bos());
-    model.kv().truncate(0, 0);
+    model.kv().truncate(seq, 0);
     // the first half only fills the cache: one submission, no logits
-    model.forward(0, std::span(chunk).first(first), Logits::None);
+    model.forward(seq, std::span(chunk).first(first), Logits::None);
     for (uint32_t j = first; j < n_ctx - 1; j += LlamaModel::kMaxBatch) {
       const uint32_t n = std::min(LlamaModel::kMaxBatch, n_ctx - 1 - j);
-      model.forward(0, std::span(chunk).subspan(j, n), Logits::All);
+      model.forward(seq, std::span(chunk).subspan(j, n), Logits::All);
       for (uint32_t r = 0; r < n; ++r) {
         const double v = nll_of(model.logits(r), n_vocab, chunk[j + r + 1]);
         nll += v;

@@ -11,6 +11,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+}  // namespace
+
 void progress_bar(uint64_t done, uint64_t total) {
   static int last = -1;
   int pct = total ? int(done * 100 / total) : 100;
@@ -19,8 +21,6 @@ void progress_bar(uint64_t done, uint64_t total) {
   fprintf(stderr, "\rloading weights [%-40.*s] %3d%%%s", pct * 40 / 100, "########################################", pct,
           pct == 100 ? "\n" : "");
 }
-
-}  // namespace
 
 SamplingParams sampling_params(const RunOptions& o) {
   // Values the device sampler would turn into NaN or infinite probabilities are refused here.
@@ -41,7 +41,6 @@ SamplingParams sampling_params(const RunOptions& o) {
   return sp;
 }
 
-namespace {
 void check_engine_options(const RunOptions& o) {
   if (!o.draft_model.empty() && !o.draft.empty()) throw Error("give either -md DRAFT.gguf or --draft ngram, not both");
   if (o.draft_max < 1 || o.draft_max > int(LlamaModel::kMaxBatch - 1) || o.draft_min < 0 || o.draft_min > o.draft_max)
@@ -50,7 +49,6 @@ void check_engine_options(const RunOptions& o) {
   if (!(o.draft_p_min >= 0.0f && o.draft_p_min <= 1.0f)) throw Error("--draft-p-min must be in [0, 1] (0 = off)");
   if (o.device < -1) throw Error("--device must be a device index (0, 1, ...; see `vkspec devices`)");
 }
-}  // namespace
 
 TargetModel::TargetModel(const Options& o) {
   const auto t_load = std::chrono::steady_clock::now();
@@ -340,8 +338,12 @@ Completion Engine::finish() {
 bool Engine::adaptive_k() const { return o_.draft_policy == "adaptive"; }
 
 nlohmann::json Engine::speculative_json(const SpeculativeStats& s) const {
-  return {{"drafter", drafter_->name()}, {"draft_max", o_.draft_max}, {"draft_min", o_.draft_min},
-          {"draft_p_min", o_.draft_p_min}, {"draft_policy", adaptive_k() ? "adaptive" : "fixed"},
+  return cli::speculative_json(o_, drafter_->name(), s);
+}
+
+nlohmann::json speculative_json(const RunOptions& o, const std::string& drafter, const SpeculativeStats& s) {
+  return {{"drafter", drafter}, {"draft_max", o.draft_max}, {"draft_min", o.draft_min},
+          {"draft_p_min", o.draft_p_min}, {"draft_policy", o.draft_policy == "adaptive" ? "adaptive" : "fixed"},
           {"drafted", s.drafted}, {"accepted", s.accepted}, {"acceptance_rate", s.acceptance_rate()},
           {"tokens_per_verify", s.tokens_per_verify()}, {"verify_passes", s.verify_passes}};
 }

@@ -41,6 +41,13 @@ struct Completion {
 // The sampling flags of `o` (the seed is left to the caller).
 SamplingParams sampling_params(const RunOptions& o);
 
+// The loading progress bar on stderr (TargetModel::Options::progress).
+void progress_bar(uint64_t done, uint64_t total);
+// Checks the engine flags of `o` (drafter choice, --draft-max/min, --draft-p-min, --ctx, --device).
+void check_engine_options(const RunOptions& o);
+// "speculative":{"drafter", "draft_max", ..., "drafted", "accepted", "acceptance_rate", "tokens_per_verify"}
+nlohmann::json speculative_json(const RunOptions& o, const std::string& drafter, const SpeculativeStats& s);
+
 // A prompt's token ids (BOS added when the model wants it); throws when it is empty.
 std::vector<uint32_t> encode_prompt(const Tokenizer& tok, const std::string& text);
 // A prompt rendered by a chat template: special tokens parsed, BOS added only when the model wants one and

@@ -1,0 +1,432 @@
+// `vkspec serve` over loopback: the protocol layer (stop strings across token boundaries, request
+// validation, logprobs) against direct references; the running server with 32 concurrent streams whose
+// tokens must equal each prompt's run alone (plain, n-gram and draft-model speculation); a burst of
+// malformed requests and abrupt disconnects after which the server is healthy, correct and holds no KV
+// block; n = 4 prefilling its prompt once; the API key; the official `openai` npm client.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include <httplib.h>
+
+#include "apps/server_api.h"
+#include "loader/gguf.h"
+#include "tests/run_command.h"
+#include "tests/vk_test_env.h"
+
+namespace vkspec::test {
+namespace {
+using json = nlohmann::json;
+
+// ---- the protocol layer ----
+
+// TextStream against the obvious reference: the whole text cut at the first stop string, for every way of
+// splitting it into tokens.
+TEST(ServerApi, StopStringsAreFoundAcrossTokenBoundaries) {
+  const std::string text = "def f(x):\n    return x + 1\n\nprint(f(2))\n";
+  const std::vector<std::vector<std::string>> stop_sets = {{"\n\n"}, {"return"}, {"x + 1", "zzz"}, {"nothing"}, {"(2)", "f("}};
+  for (const auto& stops : stop_sets) {
+    size_t cut = std::string::npos;
+    for (const auto& s : stops) cut = std::min(cut, text.find(s));
+    const std::string want = text.substr(0, cut);
+    for (size_t piece = 1; piece <= 5; ++piece) {
+      cli::TextStream ts(stops);
+      std::string got;
+      for (size_t i = 0; i < text.size() && !ts.stopped(); i += piece) got += ts.push(text.substr(i, piece));
+      got += ts.finish();
+      EXPECT_EQ(got, want) << stops[0] << " piece " << piece;
+      EXPECT_EQ(ts.stopped(), cut != std::string::npos);
+    }
+  }
+  // Incomplete UTF-8 is held back, then completed; a stop string made of a multi-byte character too.
+  cli::TextStream ts({"é!"});
+  EXPECT_EQ(ts.push("a\xC3"), "a");
+  EXPECT_EQ(ts.push("\xA9"), "");   // "é" could start the stop string
+  EXPECT_EQ(ts.push("?"), "\xC3\xA9?");
+  EXPECT_EQ(ts.push("\xC3\xA9!"), "");
+  EXPECT_TRUE(ts.stopped());
+}
+
+class ServerApiParse : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    file_ = std::make_unique<GgufFile>(shared_path("models/pycode-target-f16.gguf"));
+    tok_ = Tokenizer::from_gguf(*file_);
+    lim_.n_ctx = 512;
+  }
+  int status_of(const std::string& body, bool chat = false, std::string* param = nullptr) {
+    try {
+      cli::parse_completion(cli::parse_body(body, lim_), chat, lim_, *tok_, nullptr, "m");
+      return 200;
+    } catch (const cli::ApiError& e) {
+      if (param) *param = e.param;
+      EXPECT_FALSE(e.message.empty());
+      EXPECT_EQ(e.body()["error"]["message"], e.message);
+      return e.status;
+    }
+  }
+  std::unique_ptr<GgufFile> file_;
+  std::unique_ptr<Tokenizer> tok_;
+  cli::ServerLimits lim_;
+};
+
+TEST_F(ServerApiParse, EveryFieldIsTypeAndRangeChecked) {
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"prompt": 5})", "prompt"}, {R"({"prompt": []})", "prompt"}, {R"({"prompt": ["a", "b"]})", "prompt"},
+      {R"({"prompt": [1, 99999]})", "prompt"}, {R"({"prompt": [-1]})", "prompt"},
+      {R"({"prompt": "x", "max_tokens": "9"})", "max_tokens"}, {R"({"prompt": "x", "max_tokens": 0})", "max_tokens"},
+      {R"({"prompt": "x", "max_tokens": 1e12})", "max_tokens"}, {R"({"prompt": "x", "max_tokens": 2.5})", "max_tokens"},
+      {R"({"prompt": "x", "temperature": "hot"})", "temperature"}, {R"({"prompt": "x", "temperature": -1})", "temperature"},
+      {R"({"prompt": "x", "top_p": 1.5})", "top_p"}, {R"({"prompt": "x", "top_k": -3})", "top_k"},
+      {R"({"prompt": "x", "min_p": 2})", "min_p"}, {R"({"prompt": "x", "n": 0})", "n"}, {R"({"prompt": "x", "n": 1000})", "n"},
+      {R"({"prompt": "x", "seed": "a"})", "seed"}, {R"({"prompt": "x", "seed": 1.5})", "seed"},
+      {R"({"prompt": "x", "stream": 1})", "stream"}, {R"({"prompt": "x", "stop": 3})", "stop"},
+      {R"({"prompt": "x", "stop": [1]})", "stop"}, {R"({"prompt": "x", "stop": ["a","b","c","d","e"]})", "stop"},
+      {R"({"prompt": "x", "stop": [""]})", "stop"}, {R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options"},
+      {R"({"prompt": "x", "logit_bias": {"5": 3}})", "logit_bias"}, {R"({"prompt": "x", "presence_penalty": 1})", "presence_penalty"},
+      {R"({"prompt": "x", "logprobs": 2})", "logprobs"}, {R"({"prompt": "x", "model": 3})", "model"},
+      {R"({"prompt": "x", "repeat_penalty": 0})", "repeat_penalty"}, {R"({"max_tokens": 3})", "prompt"},
+  };
+  for (const auto& [body, param] : bad) {
+    std::string got;
+    EXPECT_EQ(status_of(body, false, &got), 400) << body;
+    EXPECT_EQ(got, param) << body;
+  }
+  EXPECT_EQ(status_of(R"({"prompt": "x", "model": "gpt-4"})"), 404);
+  EXPECT_EQ(status_of("{bad json"), 400);
+  EXPECT_EQ(status_of("[1, 2]"), 400);
+  EXPECT_EQ(status_of(std::string(200, '[') + std::string(200, ']')), 400);   // nesting limit
+  EXPECT_EQ(status_of("{\"prompt\": [" + [] { std::string s = "1"; for (int i = 0; i < 600; ++i) s += ",1"; return s; }() + "]}"), 400);
+  EXPECT_EQ(status_of(R"({"messages": [{"role": "user", "content": "hi"}]})", true), 400);   // no template
+  // Accepted: every field at its bounds, nulls as absent, OpenAI's top_p 0.
+  EXPECT_EQ(status_of(R"({"prompt": [1, 5, 7], "max_tokens": 511, "temperature": 2, "top_p": 0, "top_k": 0, "min_p": 1,
+                         "n": 8, "seed": 18446744073709551615, "stop": ["a", "b", "c", "d"], "stream": true,
+                         "stream_options": {"include_usage": true}, "user": "u", "logprobs": null, "model": "m"})"), 200);
+  const cli::CompletionSpec s = cli::parse_completion(cli::parse_body(R"({"prompt": "def f():", "seed": 3})", lim_), false,
+                                                      lim_, *tok_, nullptr, "m");
+  EXPECT_EQ(s.prompt, tok_->encode("def f():", true, true));
+  EXPECT_EQ(s.max_tokens, 512 - s.prompt.size());   // default: up to the context
+  EXPECT_EQ(s.sp.seed, 3u);
+  EXPECT_EQ(s.sp.temperature, 1.0f);
+}
+
+TEST(ServerApi, TokenLogprobsAreTheLogSoftmax) {
+  GgufFile f(shared_path("models/pycode-target-f16.gguf"));
+  auto tok = Tokenizer::from_gguf(f);
+  std::vector<float> logits(tok->n_vocab());
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = float(std::sin(double(i) * 0.37) * 6.0);
+  double z = 0;
+  for (float l : logits) z += std::exp(double(l));
+  const json e = cli::token_logprob(*tok, 100, logits.data(), 5);
+  EXPECT_NEAR(e["logprob"].get<double>(), double(logits[100]) - std::log(z), 1e-9);
+  ASSERT_EQ(e["top_logprobs"].size(), 5u);
+  const uint32_t best = uint32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  EXPECT_EQ(e["top_logprobs"][0]["token"], tok->piece(best));
+  for (size_t i = 1; i < 5; ++i) EXPECT_LE(e["top_logprobs"][i]["logprob"].get<double>(), e["top_logprobs"][i - 1]["logprob"].get<double>());
+}
+
+// ---- the running server ----
+
+class ServerProcess {
+ public:
+  explicit ServerProcess(const std::string& args) {
+    log_ = ::testing::TempDir() + "/vkspec-serve-" + std::to_string(getpid()) + "-" + std::to_string(counter_++) + ".log";
+    pid_ = fork();
+    if (pid_ == 0) {
+      const std::string cmd = std::string("exec ") + VKSPEC_BIN + " serve --port 0 " + args + " 2>" + log_;
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    const std::regex listening("listening on http://127\\.0\\.0\\.1:([0-9]+)");
+    for (int i = 0; i < 600 && port_ == 0; ++i) {   // up to 60 s
+      std::ifstream in(log_);
+      std::string text((std::istreambuf_iterator<char>(in)), {});
+      std::smatch m;
+      if (std::regex_search(text, m, listening)) port_ = std::stoi(m[1]);
+      else std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (port_ == 0) return;
+    for (int i = 0; i < 600; ++i) {
+      auto r = client().Get("/health");
+      if (r && r->status == 200) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    port_ = 0;
+  }
+  ~ServerProcess() { stop(); }
+  int stop() {   // SIGTERM; the exit status
+    if (pid_ <= 0) return -1;
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  }
+  bool up() const { return port_ != 0; }
+  int port() const { return port_; }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(300, 0);
+    return c;
+  }
+  json post(const std::string& path, const json& body, int* status = nullptr) const {
+    auto r = client().Post(path.c_str(), body.dump(), "application/json");
+    if (!r) return json{{"transport_error", int(r.error())}};
+    if (status) *status = r->status;
+    return json::parse(r->body, nullptr, false);
+  }
+  // A streamed completion's text, its finish reason and the number of data events.
+  struct Streamed { std::string text, finish; int events = 0; bool done = false; };
+  Streamed stream(const json& body) const {
+    Streamed s;
+    std::string buf;
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = body.dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+                             buf.append(data, n);
+                             for (size_t at; (at = buf.find("\n\n")) != std::string::npos; buf.erase(0, at + 2)) {
+                               const std::string ev = buf.substr(0, at);
+                               if (ev.rfind("data: ", 0) != 0) continue;
+                               const std::string payload = ev.substr(6);
+                               s.events++;
+                               if (payload == "[DONE]") { s.done = true; continue; }
+                               const json j = json::parse(payload, nullptr, false);
+                               if (!j.contains("choices") || j["choices"].empty()) continue;
+                               s.text += j["choices"][0].value("text", "");
+                               if (!j["choices"][0]["finish_reason"].is_null()) s.finish = j["choices"][0]["finish_reason"];
+                             }
+                             return true;
+                           };
+    auto r = client().send(req);
+    (void)r;
+    return s;
+  }
+  double metric(const std::string& name) const {
+    auto r = client().Get("/metrics");
+    if (!r) return -1;
+    std::smatch m;
+    const std::regex re("\nvkspec_" + name + " ([-0-9.e+]+)");
+    return std::regex_search(r->body, m, re) ? std::stod(m[1]) : -1;
+  }
+  std::string log() const {
+    std::ifstream in(log_);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  }
+
+ private:
+  static inline int counter_ = 0;
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::string log_;
+};
+
+std::string model_arg() { return "-m " + shared_path("models/pycode-target-f16.gguf") + " --ctx 256"; }
+
+std::vector<std::string> load_prompts() {
+  const char* stems[] = {"def ", "class ", "import ", "for ", "with ", "    return ", "if __name__", "# "};
+  std::vector<std::string> p;
+  for (int i = 0; i < 32; ++i) p.push_back(std::string(stems[i % 8]) + "item_" + std::to_string(i) + (i % 3 ? "(x):\n" : " = "));
+  return p;
+}
+
+// Each prompt alone (one request at a time): the reference the batched runs must equal.
+std::vector<std::string> solo_texts(const ServerProcess& s, const std::vector<std::string>& prompts) {
+  std::vector<std::string> out;
+  for (const auto& p : prompts) {
+    const json r = s.post("/v1/completions", {{"prompt", p}, {"max_tokens", 12}, {"temperature", 0}});
+    out.push_back(r["choices"][0]["text"]);
+  }
+  return out;
+}
+
+void expect_concurrent_streams_equal(const ServerProcess& s, const std::vector<std::string>& prompts,
+                                     const std::vector<std::string>& want, const char* what) {
+  std::vector<ServerProcess::Streamed> got(prompts.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    threads.emplace_back([&, i] {
+      got[i] = s.stream({{"prompt", prompts[i]}, {"max_tokens", 12}, {"temperature", 0}, {"stream", true}});
+    });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_TRUE(got[i].done) << what << " " << i;
+    EXPECT_EQ(got[i].text, want[i]) << what << " prompt " << i;
+    EXPECT_FALSE(got[i].finish.empty()) << what << " " << i;
+  }
+}
+
+bool wait_idle(const ServerProcess& s) {
+  for (int i = 0; i < 300; ++i) {
+    if (s.metric("requests_active") == 0 && s.metric("requests_queued") == 0 && s.metric("kv_blocks_in_use") == 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+// Sends a streamed request on a raw socket, reads a little of the answer and closes the connection.
+void disconnect_mid_stream(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    const std::string body = R"({"prompt": "def f(x):\n", "max_tokens": 200, "stream": true, "temperature": 0})";
+    const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                            std::to_string(body.size()) + "\r\n\r\n" + body;
+    (void)!write(fd, req.data(), req.size());
+    char buf[300];
+    (void)!read(fd, buf, sizeof buf);
+  }
+  close(fd);
+}
+
+TEST(Server, ConcurrentStreamsGetTheirSoloTokensAndSurviveHostileClients) {
+  const std::vector<std::string> prompts = load_prompts();
+  ServerProcess plain(model_arg() + " --parallel 8 --max-body 65536");
+  ASSERT_TRUE(plain.up()) << plain.log();
+  const std::vector<std::string> want = solo_texts(plain, prompts);
+  for (const auto& w : want) ASSERT_FALSE(w.empty());
+  expect_concurrent_streams_equal(plain, prompts, want, "plain");
+
+  // Hostile: malformed JSON, a body over --max-body, wrong types, unknown model, abrupt disconnects.
+  httplib::Client c = plain.client();
+  for (const char* body : {"{", "nul", "{\"prompt\": }", "[]", "{\"prompt\": \"x\", \"n\": \"two\"}", "\xff\xfe"}) {
+    auto r = c.Post("/v1/completions", body, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << body;
+    EXPECT_TRUE(json::parse(r->body, nullptr, false).contains("error")) << r->body;
+  }
+  auto big = c.Post("/v1/completions", "{\"prompt\": \"" + std::string(100000, 'a') + "\"}", "application/json");
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 413);
+  EXPECT_TRUE(json::parse(big->body, nullptr, false).contains("error"));
+  int status = 0;
+  plain.post("/v1/completions", {{"prompt", "x"}, {"model", "gpt-4"}}, &status);
+  EXPECT_EQ(status, 404);
+  plain.post("/v1/chat/completions", {{"messages", "hi"}}, &status);
+  EXPECT_EQ(status, 400);
+  auto unknown = c.Get("/v2/nothing");
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 404);
+  const double generated0 = plain.metric("generated_tokens_total");
+  std::vector<std::thread> leavers;
+  for (int i = 0; i < 6; ++i) leavers.emplace_back([&] { disconnect_mid_stream(plain.port()); });
+  for (auto& t : leavers) t.join();
+  EXPECT_TRUE(wait_idle(plain)) << "sequences or KV blocks left behind after disconnects";
+  // Each left after its first event: its sequence was cancelled long before its 200 tokens.
+  EXPECT_LT(plain.metric("generated_tokens_total") - generated0, 6 * 100);
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  const json again = plain.post("/v1/completions", {{"prompt", prompts[0]}, {"max_tokens", 12}, {"temperature", 0}});
+  EXPECT_EQ(again["choices"][0]["text"], want[0]);
+  EXPECT_GE(plain.metric("http_client_errors_total"), 10);
+
+  // Stop strings cut the text (also inside a token) and finish with "stop".
+  const std::string stop = want[1].substr(want[1].size() / 2, 3);
+  const json stopped = plain.post("/v1/completions", {{"prompt", prompts[1]}, {"max_tokens", 12}, {"temperature", 0}, {"stop", stop}});
+  EXPECT_EQ(stopped["choices"][0]["text"], want[1].substr(0, want[1].find(stop)));
+  EXPECT_EQ(stopped["choices"][0]["finish_reason"], "stop");
+
+  // n = 4 on a long prompt: the prompt is prefilled once, the others share its blocks.
+  std::string long_prompt;
+  for (int i = 0; i < 20; ++i) long_prompt += "    total_" + std::to_string(i) + " += values[" + std::to_string(i) + "]\n";
+  const double prefilled0 = plain.metric("prompt_tokens_prefilled_total"), alloc0 = plain.metric("kv_blocks_allocated_total");
+  const json four = plain.post("/v1/completions", {{"prompt", long_prompt}, {"max_tokens", 4}, {"n", 4}, {"seed", 1}});
+  ASSERT_EQ(four["choices"].size(), 4u) << four.dump();
+  const double L = four["usage"]["prompt_tokens"].get<double>();
+  ASSERT_GT(L, 150);
+  EXPECT_EQ(plain.metric("prompt_tokens_prefilled_total") - prefilled0, L + 3);
+  EXPECT_LE(plain.metric("kv_blocks_allocated_total") - alloc0, std::ceil(L / 16) + 3 * 2 + 1);
+  EXPECT_EQ(four["vkspec"]["choices"][3]["shared_prompt_tokens"], L - 1);
+  EXPECT_TRUE(wait_idle(plain));
+  EXPECT_EQ(plain.stop(), 0) << plain.log();
+
+  // Speculation per sequence: the same 32 streams, the same tokens.
+  for (const std::string& draft : {std::string("--draft ngram"), "-md " + shared_path("models/pycode-draft-f16.gguf")}) {
+    ServerProcess spec(model_arg() + " --parallel 8 " + draft);
+    ASSERT_TRUE(spec.up()) << spec.log();
+    expect_concurrent_streams_equal(spec, prompts, want, draft.c_str());
+    EXPECT_GT(spec.metric("draft_tokens_total"), 0) << draft;
+    EXPECT_TRUE(wait_idle(spec));
+  }
+}
+
+TEST(Server, ApiKeyChatTemplateAndLogprobs) {
+  ServerProcess s(model_arg() + " --parallel 2 --api-key s3cret --chat-template " +
+                  shared_path("chat-templates/meta-llama-Llama-3.2-3B-Instruct.jinja"));
+  ASSERT_TRUE(s.up()) << s.log();
+  httplib::Client c = s.client();
+  auto r = c.Get("/v1/models");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  EXPECT_EQ(json::parse(r->body)["error"]["code"], "invalid_api_key");
+  r = c.Get("/v1/models", {{"Authorization", "Bearer s3cre"}});
+  EXPECT_EQ(r->status, 401);
+  c.set_bearer_token_auth("s3cret");
+  r = c.Get("/v1/models");
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(json::parse(r->body)["data"][0]["id"], "pycode-target-f16.gguf");
+  const json body = {{"messages", {{{"role", "user"}, {"content", "Write a loop."}}}}, {"max_tokens", 6}, {"temperature", 0},
+                     {"logprobs", true}, {"top_logprobs", 3}};
+  r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  const json& entries = j["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(entries.size(), 6u) << r->body;
+  std::string joined;
+  for (const json& e : entries) {
+    joined += e["token"].get<std::string>();
+    ASSERT_EQ(e["top_logprobs"].size(), 3u);
+    EXPECT_EQ(e["top_logprobs"][0]["token"], e["token"]);   // greedy: the chosen token is the most likely
+    EXPECT_EQ(e["top_logprobs"][0]["logprob"], e["logprob"]);
+    EXPECT_LE(e["logprob"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(joined, j["choices"][0]["message"]["content"]);
+  EXPECT_EQ(s.stop(), 0);
+}
+
+TEST(Server, OfficialOpenAiClient) {
+  if (run_command("command -v npm && command -v node").code != 0) GTEST_SKIP() << "npm or node is missing: the openai client test is skipped";
+  const std::string dir = VKSPEC_NPM_DIR;
+  if (run_command("test -d " + dir + "/node_modules/openai").code != 0) {
+    const Result inst = run_command("npm install --prefix " + dir + " openai@5 --no-audit --no-fund --loglevel=error");
+    if (inst.code != 0) GTEST_SKIP() << "npm could not install the openai package (offline?): " << inst.err;
+  }
+  ServerProcess s(model_arg() + " --parallel 4 --chat-template " + shared_path("chat-templates/meta-llama-Llama-3.2-3B-Instruct.jinja"));
+  ASSERT_TRUE(s.up()) << s.log();
+  const Result r = run_command("node " + std::string(VKSPEC_SOURCE_DIR) + "/tests/openai_client.mjs " + dir +
+                               " http://127.0.0.1:" + std::to_string(s.port()) + "/v1 pycode-target-f16.gguf");
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  const json j = json::parse(r.out);
+  const json direct = s.post("/v1/completions", {{"prompt", "def fibonacci(n):\n"}, {"max_tokens", 12}, {"temperature", 0}});
+  EXPECT_EQ(j["completion"]["text"], direct["choices"][0]["text"]);
+  EXPECT_EQ(j["completion"]["usage"]["completion_tokens"], direct["usage"]["completion_tokens"]);
+  EXPECT_EQ(j["chat"]["role"], "assistant");
+  EXPECT_FALSE(j["chat"]["content"].get<std::string>().empty());
+  EXPECT_EQ(j["stream"]["content"], j["chat"]["content"]);   // greedy: streamed == not streamed
+  EXPECT_EQ(j["stream"]["finish_reason"], j["chat"]["finish_reason"]);
+  EXPECT_EQ(j["stream"]["usage"]["completion_tokens"].get<int>() > 0, true);
+  EXPECT_EQ(j["n3"]["count"], 3);
+  EXPECT_EQ(j["n3"]["indexes"], json::array({0, 1, 2}));
+  EXPECT_EQ(j["models"], json::array({"pycode-target-f16.gguf"}));
+  EXPECT_EQ(j["unknown_model"]["status"], 404);
+  EXPECT_EQ(s.stop(), 0);
+}
+
+}  // namespace
+}  // namespace vkspec::test
