@@ -23,7 +23,9 @@ using Clock = std::chrono::steady_clock;
 // One HTTP request's n choices, shared by its handler and the engine's callbacks.
 struct Job {
   struct Choice {
-    std::shared_ptr<BatchRequest> req;
+    // The engine owns the request while it runs and the request's callbacks own the Job: no cycle, and a
+    // Job outlives its handler (a stream that ended early) until its last request has ended.
+    std::weak_ptr<BatchRequest> req;
     std::unique_ptr<TextStream> text;
     std::string content;               // what was produced (non-streamed responses)
     json logprobs = json::array();
@@ -41,7 +43,8 @@ struct Job {
   std::string error;                   // a choice failed
   bool all_done() const { return done == choices.size(); }
   void cancel() {
-    for (auto& c : choices) c.req->cancelled = true;
+    for (auto& c : choices)
+      if (auto r = c.req.lock()) r->cancelled = true;
   }
 };
 
@@ -152,6 +155,7 @@ std::shared_ptr<Job> Server::start_job(CompletionSpec spec) {
   job->created = std::time(nullptr);
   const Tokenizer& tok = engine_->tokenizer();
   job->choices.resize(job->spec.n);
+  std::vector<std::shared_ptr<BatchRequest>> requests;
   for (uint32_t i = 0; i < job->spec.n; ++i) {
     Job::Choice& c = job->choices[i];
     c.text = std::make_unique<TextStream>(job->spec.stop);
@@ -160,9 +164,9 @@ std::shared_ptr<Job> Server::start_job(CompletionSpec spec) {
     r->sp = job->spec.sp;
     r->sp.seed = job->spec.sp.seed + i;   // n choices: seeds s, s + 1, ...
     r->max_tokens = job->spec.max_tokens;
+    r->ignore_eos = job->spec.ignore_eos;
     r->logits = job->spec.logprobs;
-    Job* jp = job.get();
-    r->on_token = [jp, i, &tok](uint32_t t, bool, const float* row) {
+    r->on_token = [jp = job, i, &tok](uint32_t t, bool, const float* row) {
       std::lock_guard<std::mutex> lock(jp->mu);
       Job::Choice& c = jp->choices[i];
       const std::string text = c.text->push(tok.piece(t));
@@ -181,7 +185,6 @@ std::shared_ptr<Job> Server::start_job(CompletionSpec spec) {
       jp->cv.notify_all();
       return !c.text->stopped();
     };
-    // The job outlives the handler when a stream ends early: the callbacks keep it.
     r->on_done = [job, i](const BatchResult& res) {
       std::lock_guard<std::mutex> lock(job->mu);
       Job::Choice& c = job->choices[i];
@@ -209,11 +212,12 @@ std::shared_ptr<Job> Server::start_job(CompletionSpec spec) {
       job->cv.notify_all();
     };
     c.req = r;
+    requests.push_back(r);
     if (job->spec.stream && job->spec.chat)
       job->events.push_back(dump(chunk(*job, i, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr)));
   }
   try {
-    for (auto& c : job->choices) engine_->submit(c.req);
+    for (auto& r : requests) engine_->submit(r);
   } catch (const Error& e) {
     job->cancel();
     throw ApiError(400, e.what());

@@ -196,6 +196,7 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
     std::random_device rd;
     s.sp.seed = (uint64_t(rd()) << 32) | rd();
   }
+  s.ignore_eos = boolean(body, "ignore_eos", false);
   s.n = uint32_t(integer(body, "n", 1, 1, lim.max_n));
   s.stream = boolean(body, "stream", false);
   if (const ojson* so = field(body, "stream_options")) {

@@ -43,6 +43,7 @@ struct CompletionSpec {
   std::vector<uint32_t> prompt;
   SamplingParams sp;               // seed: the request's, or random
   uint32_t max_tokens = 0;
+  bool ignore_eos = false;         // llama.cpp's extension: generate max_tokens whatever the model says
   uint32_t n = 1;
   bool stream = false, include_usage = false;
   std::vector<std::string> stop;
