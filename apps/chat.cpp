@@ -4,29 +4,6 @@
 
 namespace vkspec::cli {
 
-ChatFormatter::ChatFormatter(const GgufFile& f, const Tokenizer& tok, const std::string& template_file)
-    : ChatFormatter(tok, template_file.empty() ? ChatTemplate::from_gguf(f)
-                                               : read_text_file(template_file, 1u << 20, "chat template file")) {}
-
-ChatFormatter::ChatFormatter(const Tokenizer& tok, const std::optional<std::string>& source) {
-  if (!source)
-    throw Error("the model has no chat template (tokenizer.chat_template); give one with --chat-template FILE");
-  t_ = std::make_unique<ChatTemplate>(*source);
-  if (tok.bos() >= 0) bos_ = tok.text(uint32_t(tok.bos()));
-  if (tok.eos() >= 0) eos_ = tok.text(uint32_t(tok.eos()));
-}
-
-std::string ChatFormatter::render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
-                                  const std::optional<nlohmann::ordered_json>& tools) const {
-  ChatInputs in;
-  in.messages = messages;
-  in.tools = tools;
-  in.add_generation_prompt = add_generation_prompt;
-  in.bos_token = bos_;
-  in.eos_token = eos_;
-  return t_->apply(in);
-}
-
 Conversation::Conversation(Engine& engine, const ChatFormatter& fmt, std::string system)
     : engine_(engine), fmt_(fmt), system_(std::move(system)), session_(engine.open_session()) {
   clear();

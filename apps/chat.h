@@ -8,23 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/engine.h"
+#include "apps/prompt.h"
 #include "loader/chat_template.h"
 
 namespace vkspec::cli {
-
-// The template of the GGUF, or of `template_file` when given; throws a clear error when there is none.
-class ChatFormatter {
- public:
-  ChatFormatter(const GgufFile& f, const Tokenizer& tok, const std::string& template_file);
-  // From Jinja source (nullopt: none, which is the clear error above).
-  ChatFormatter(const Tokenizer& tok, const std::optional<std::string>& source);
-  std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
-                     const std::optional<nlohmann::ordered_json>& tools = std::nullopt) const;
-
- private:
-  std::unique_ptr<ChatTemplate> t_;
-  std::string bos_, eos_;
-};
 
 // One conversation on one Session. Each turn renders the whole conversation; the tokens are the previous
 // turn's tokens (prompt and reply, exactly as generated) followed by the tokenized rest of the new text, so

@@ -114,23 +114,6 @@ Engine::~Engine() {
   draft_model_.reset();
 }
 
-std::vector<uint32_t> encode_prompt(const Tokenizer& tok, const std::string& text) {
-  std::vector<uint32_t> ids = tok.encode(text, tok.add_bos(), true);
-  if (ids.empty()) throw Error("the prompt is empty and the model adds no BOS token");
-  if (tok.add_bos() && ids.size() >= 2 && int(ids[0]) == tok.bos() && int(ids[1]) == tok.bos())   // as llama.cpp
-    fprintf(stderr, "vkspec: warning: the prompt starts with a BOS token and the model adds one too: it now starts "
-                    "with two (leave BOS out of the prompt text)\n");
-  return ids;
-}
-
-std::vector<uint32_t> encode_chat(const Tokenizer& tok, const std::string& text) {
-  const int bos = tok.bos();
-  const bool has_bos = bos >= 0 && !tok.text(uint32_t(bos)).empty() && text.rfind(tok.text(uint32_t(bos)), 0) == 0;
-  std::vector<uint32_t> ids = tok.encode(text, tok.add_bos() && !has_bos, true);
-  if (ids.empty()) throw Error("the chat template rendered an empty prompt");
-  return ids;
-}
-
 std::vector<uint32_t> Engine::encode_prompt(const std::string& text) const { return cli::encode_prompt(*t_->tok, text); }
 
 std::vector<uint32_t> Engine::encode_chat(const std::string& text) const { return cli::encode_chat(*t_->tok, text); }

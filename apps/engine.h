@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/cli_common.h"
+#include "apps/prompt.h"
 #include "loader/tokenizer.h"
 #include "runtime/model.h"
 #include "runtime/sampler.h"
@@ -48,11 +49,6 @@ void check_engine_options(const RunOptions& o);
 // "speculative":{"drafter", "draft_max", ..., "drafted", "accepted", "acceptance_rate", "tokens_per_verify"}
 nlohmann::json speculative_json(const RunOptions& o, const std::string& drafter, const SpeculativeStats& s);
 
-// A prompt's token ids (BOS added when the model wants it); throws when it is empty.
-std::vector<uint32_t> encode_prompt(const Tokenizer& tok, const std::string& text);
-// A prompt rendered by a chat template: special tokens parsed, BOS added only when the model wants one and
-// the template did not write it.
-std::vector<uint32_t> encode_chat(const Tokenizer& tok, const std::string& text);
 
 // A KV sequence that outlives one completion. Invariant (asserted after every completion): the cache of
 // `seq` holds exactly the K/V of `tokens`, in order.

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <random>
 
-#include "apps/engine.h"
+#include "runtime/core.h"
 
 namespace vkspec::cli {
 namespace {
@@ -159,17 +159,25 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
   if (integer(body, "best_of", 1, 1, 1) != 1) bad("best_of", "'best_of' must be 1");
 
   if (chat) {
-    if (!fmt) throw ApiError(400, "the model has no chat template: use /v1/completions, or start the server with --chat-template FILE");
     const ojson messages = chat_messages(body);
+    if (!fmt) throw ApiError(400, "the model has no chat template: use /v1/completions, or start the server with --chat-template FILE");
     std::string text;
     try {
       text = fmt->render(messages, true);
     } catch (const Error& e) {
       throw ApiError(400, std::string("the chat template refused the messages: ") + e.what(), "messages");
     }
-    s.prompt = encode_chat(tok, text);
+    try {
+      s.prompt = encode_chat(tok, text);
+    } catch (const Error& e) {
+      throw ApiError(400, e.what(), "messages");
+    }
   } else {
-    s.prompt = completion_prompt(body, tok);
+    try {
+      s.prompt = completion_prompt(body, tok);
+    } catch (const Error& e) {   // an empty prompt on a model without BOS
+      throw ApiError(400, e.what(), "prompt");
+    }
   }
   if (s.prompt.size() >= lim.n_ctx)
     throw ApiError(400, "the prompt is " + std::to_string(s.prompt.size()) + " tokens; this server's context holds " +

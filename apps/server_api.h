@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "apps/chat.h"
+#include "apps/prompt.h"
 #include "loader/tokenizer.h"
 #include "runtime/sampler.h"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the GGUF parser, tokenizer and chat-template fuzzers with clang's libFuzzer (+ASan/UBSan) and runs each
+# Builds the GGUF parser, tokenizer, chat-template and server-request fuzzers with clang's libFuzzer (+ASan/UBSan) and runs each
 # for a fixed time, seeded with the shared GGUF files and tokenizer test strings.   scripts/fuzz.sh [seconds]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,3 +52,14 @@ for f in ../shared/chat-templates/*.jinja; do
   [ -f "$f" ] && cp "$f" "$out/corpus-jinja/"
 done
 "$out/fuzz_chat_template" "$out/corpus-jinja" -max_total_time="$(( (secs + 1) / 2 ))" -max_len=8192 -rss_limit_mb=2048 -timeout=10
+
+# server requests: arbitrary bodies through the OpenAI protocol layer (half the time)
+"${fuzz_cxx[@]}" $(pkg-config --cflags sentencepiece libpcre2-8) tests/fuzz/fuzz_server_request.cpp apps/server_api.cpp apps/prompt.cpp \
+  apps/cli_common.cpp loader/chat_template.cpp loader/jinja_value.cpp loader/jinja_lex.cpp loader/jinja_parse.cpp \
+  loader/jinja_render.cpp loader/jinja_builtins.cpp loader/jinja_filters.cpp loader/gguf.cpp loader/tokenizer.cpp \
+  loader/tokenizer_bpe.cpp loader/tokenizer_spm.cpp runtime/quant.cpp $(pkg-config --libs sentencepiece libpcre2-8) \
+  -o "$out/fuzz_server_request"
+mkdir -p "$out/corpus-server"
+cp tests/fuzz/server-seeds/* "$out/corpus-server/"
+VKSPEC_SHARED="$PWD/../shared" "$out/fuzz_server_request" "$out/corpus-server" -max_total_time="$(( (secs + 1) / 2 ))" \
+  -max_len=16384 -rss_limit_mb=2048 -timeout=10

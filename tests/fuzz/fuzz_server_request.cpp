@@ -1,0 +1,47 @@
+// libFuzzer target for the server's request parsing (apps/server_api.h): arbitrary bytes as the body of a
+// completion (first byte even) or chat completion (odd) request, with a real vocabulary and the Llama 3.2 chat
+// template. Every outcome must be a CompletionSpec within the limits or an ApiError with a 4xx status; any
+// other exception, a crash, an ASan/UBSan finding or a hang is a bug. Seeds: tests/fuzz/server-seeds.
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "apps/server_api.h"
+
+namespace {
+std::string shared(const char* rel) {
+  const char* root = getenv("VKSPEC_SHARED");
+  return std::string(root ? root : "../shared") + "/" + rel;
+}
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace vkspec;
+  static const GgufFile file(shared("models/stories260K.gguf"));
+  static const std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(file);
+  static const cli::ChatFormatter fmt(*tok, [] {
+    std::ifstream in(shared("chat-templates/meta-llama-Llama-3.2-3B-Instruct.jinja"));
+    return std::optional<std::string>(std::string(std::istreambuf_iterator<char>(in), {}));
+  }());
+  static const cli::ServerLimits lim = [] {
+    cli::ServerLimits l;
+    l.n_ctx = 512;
+    return l;
+  }();
+  if (size == 0) return 0;
+  const bool chat = data[0] & 1;
+  const std::string body(reinterpret_cast<const char*>(data) + 1, size - 1);
+  try {
+    const cli::CompletionSpec s = cli::parse_completion(cli::parse_body(body, lim), chat, lim, *tok, &fmt, "m");
+    if (s.prompt.empty() || s.prompt.size() >= lim.n_ctx || s.max_tokens == 0 || s.max_tokens > lim.n_ctx ||
+        s.n == 0 || s.n > lim.max_n || s.stop.size() > lim.max_stop || s.top_logprobs > lim.max_top_logprobs)
+      abort();
+    for (uint32_t id : s.prompt)
+      if (id >= tok->n_vocab()) abort();
+  } catch (const cli::ApiError& e) {
+    if (e.status < 400 || e.status >= 500) abort();
+  }
+  return 0;
+}
