@@ -277,6 +277,22 @@ bool wait_idle(const ServerProcess& s) {
   return false;
 }
 
+// Sends a streamed request on a raw socket and returns it without reading anything (a stalled client).
+int stalled_stream(int port, int max_tokens) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    const std::string body = "{\"prompt\": \"import os\\n\", \"stream\": true, \"max_tokens\": " + std::to_string(max_tokens) + "}";
+    const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                            std::to_string(body.size()) + "\r\n\r\n" + body;
+    (void)!write(fd, req.data(), req.size());
+  }
+  return fd;
+}
+
 // Sends a streamed request on a raw socket, reads a little of the answer and closes the connection.
 void disconnect_mid_stream(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -323,6 +339,12 @@ TEST(Server, ConcurrentStreamsGetTheirSoloTokensAndSurviveHostileClients) {
   auto unknown = c.Get("/v2/nothing");
   ASSERT_TRUE(unknown);
   EXPECT_EQ(unknown->status, 404);
+  // A client that never reads its stream does not hold up anyone else.
+  const int stalled = stalled_stream(plain.port(), 200);
+  const json beside = plain.post("/v1/completions", {{"prompt", prompts[2]}, {"max_tokens", 12}, {"temperature", 0}});
+  EXPECT_EQ(beside["choices"][0]["text"], want[2]);
+  close(stalled);
+  EXPECT_TRUE(wait_idle(plain));
   const double generated0 = plain.metric("generated_tokens_total");
   std::vector<std::thread> leavers;
   for (int i = 0; i < 6; ++i) leavers.emplace_back([&] { disconnect_mid_stream(plain.port()); });
