@@ -225,7 +225,7 @@ void Context::adopt(const ExternalDevice& e) {
   lock_queue_ = e.lock_queue;
   unlock_queue_ = e.unlock_queue;
   lock_user_ = e.lock_user;
-  vk::load_device(device_);
+  vk::load_device(instance_, device_);
 }
 
 Context::Context(const ContextOptions& opts) {
@@ -318,7 +318,7 @@ Context::Context(const ContextOptions& opts) {
     dci.queueCreateInfoCount = 1;
     dci.pQueueCreateInfos = &qci;
     vk_check(vk::vkCreateDevice(physical_, &dci, nullptr, &device_), "vkCreateDevice");
-    vk::load_device(device_);
+    vk::load_device(instance_, device_);
     vk::vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
   } catch (...) {
     if (messenger_) vk::vkDestroyDebugUtilsMessengerEXT(instance_, messenger_, nullptr);

@@ -124,61 +124,54 @@ void Kernels::matmul_swiglu(Recorder& r, const DeviceMatrix& gate, const DeviceM
 }
 
 void Kernels::rope_store_kv(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& k, const Slice& v,
-                            const Slice& rope_table, const PagedKvView& kv, uint32_t pos0, uint32_t n) {
+                            const Slice& rope_table, const PagedKvView& kv, const KvRows& rows, uint32_t n) {
   RopeKvPC pc{q.address, k.address, v.address, rope_table.address, kv.k_pool.address, kv.v_pool.address,
-              kv.block_table.address, pos0, s.n_heads, s.n_kv_heads, s.head_dim, s.n_rot, s.q_row(), s.kv_row()};
+              kv.block_tables.address, rows.rows.address, s.n_heads, s.n_kv_heads, s.head_dim, s.n_rot, s.q_row(), s.kv_row()};
   r.dispatch(pipelines_.get("rope_store_kv", {64, kv.block_size}), &pc, sizeof pc, n);
 }
 
 bool Kernels::attention_texels(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const {
   return family_ == KernelFamily::RowPerLane && s.head_dim % 4 == 0 && s.q_row() % 4 == 0 &&
          s.n_heads / s.n_kv_heads <= 4 && texel_readable(q) && texel_readable(kv.k_pool) &&
-         texel_readable(kv.v_pool) && texel_readable(kv.block_table);
+         texel_readable(kv.v_pool) && texel_readable(kv.block_tables);
 }
 
 const char* Kernels::attention_shader(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const {
   return attention_texels(s, q, kv) ? "attention_rows" : "attention";
 }
 
-VkDeviceSize Kernels::attention_partials(const AttentionShape& s, const Slice& q, const PagedKvView& kv, uint32_t pos0,
-                                        uint32_t n) const {
-  if (attention_texels(s, q, kv) || pos0 + n <= kAttentionSplit) return 0;
-  return VkDeviceSize(n) * s.n_heads * ceil_div(pos0 + n, kAttentionSplit) * (s.head_dim + 2) * 4;
-}
-
 void Kernels::attention(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& out,
-                        const PagedKvView& kv, uint32_t pos0, uint32_t n, VkDeviceSize partials_offset) {
+                        const PagedKvView& kv, const KvRows& rows, uint32_t n) {
   if (s.head_dim > contract::MAX_HEAD_DIM) throw Error("head_dim > " + std::to_string(contract::MAX_HEAD_DIM) + " is not supported");
   const float scale = float(1.0 / std::sqrt(double(s.head_dim)));
   const uint32_t group = s.n_heads / s.n_kv_heads;
   if (attention_texels(s, q, kv)) {
-    AttentionRowsPC pc{out.address, texel_offset(q), texel_offset(kv.k_pool), texel_offset(kv.v_pool),
-                       texel_offset(kv.block_table), pos0, s.n_heads, s.n_kv_heads, s.head_dim, scale, s.q_row()};
+    AttentionRowsPC pc{out.address, rows.rows.address, texel_offset(q), texel_offset(kv.k_pool), texel_offset(kv.v_pool),
+                       texel_offset(kv.block_tables), s.n_heads, s.n_kv_heads, s.head_dim, scale, s.q_row()};
     const VkBufferView views[Pipelines::kTexelBindings] = {q.texels, kv.k_pool.texels, kv.v_pool.texels,
-                                                           kv.block_table.texels};
+                                                           kv.block_tables.texels};
     const uint32_t wg = std::max(ctx_.facts().subgroup_size, s.head_dim / 4);   // one output texel per lane
     const Pipeline& p = pipelines_.get("attention_rows", {wg, kv.block_size, group}, Pipelines::Layout::Texels);
     r.dispatch(p, views, &pc, sizeof pc, s.n_kv_heads, n);
     return;
   }
   const uint32_t wg = family_ == KernelFamily::RowPerLane ? 32 : 64;
-  const uint32_t split = pos0 + n > kAttentionSplit ? kAttentionSplit : 0;
-  const uint32_t n_splits = split ? ceil_div(pos0 + n, split) : 1;
-  Slice partials;
+  // A row splits when it has more keys than kAttentionSplit; a row's splits depend only on its position, so
+  // the decision for the pass (its longest row) changes nothing for a row with one split.
+  const uint32_t split = rows.max_len > kAttentionSplit ? kAttentionSplit : 0;
+  const uint32_t n_splits = split ? ceil_div(rows.max_len, split) : 1;
   if (split) {
     // Grown, never shrunk or freed: passes recorded earlier keep reading the buffer they were given.
-    const VkDeviceSize bytes = attention_partials(s, q, kv, pos0, n);
-    if (partials_->size < partials_offset + bytes)
-      *partials_ = scratch_arena_->alloc(std::max(partials_offset + bytes, 2 * partials_->size), "attention partials");
-    partials = partials_->sub(partials_offset, bytes);
+    const VkDeviceSize bytes = VkDeviceSize(n) * s.n_heads * n_splits * (s.head_dim + 2) * 4;
+    if (partials_->size < bytes) *partials_ = scratch_arena_->alloc(std::max(bytes, 2 * partials_->size), "attention partials");
   }
-  AttentionPC pc{q.address, out.address, kv.k_pool.address, kv.v_pool.address, kv.block_table.address,
-                 pos0, s.n_heads, s.n_kv_heads, s.head_dim, scale, s.q_row(), split,
-                 split ? partials.address : 0};
+  AttentionPC pc{q.address, out.address, kv.k_pool.address, kv.v_pool.address, kv.block_tables.address,
+                 rows.rows.address, split ? partials_->address : 0, s.n_heads, s.n_kv_heads, s.head_dim, scale,
+                 s.q_row(), split};
   r.dispatch(pipelines_.get("attention", {wg, kv.block_size}), &pc, sizeof pc, s.n_heads, n, n_splits);
   if (split) {
     r.barrier();
-    AttentionCombinePC cpc{partials.address, out.address, pos0, s.n_heads, s.head_dim, split, n_splits};
+    AttentionCombinePC cpc{partials_->address, out.address, rows.rows.address, s.n_heads, s.head_dim, split, n_splits};
     r.dispatch(pipelines_.get("attention_combine", {64}), &cpc, sizeof cpc, s.n_heads, n);
   }
 }

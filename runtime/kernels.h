@@ -19,10 +19,18 @@ namespace vkspec {
 
 enum class KernelFamily { Auto, RowPerLane, Subgroup };
 
-struct PagedKvView {        // one layer of one sequence's KV cache, as the kernels see it
+struct PagedKvView {        // one layer of the KV cache, as the kernels see it
   Slice k_pool, v_pool;     // [n_blocks][block_size][n_kv_heads][head_dim] f32
-  Slice block_table;        // [max_blocks] uint: logical block -> physical block
+  Slice block_tables;       // every sequence's table, logical block -> physical block (uint)
   uint32_t block_size = 16;
+};
+
+// Where the rows of a pass are: rows[t] = {position, first uint of its sequence's table in block_tables}
+// (host-written uint pairs), so that one dispatch serves rows of several sequences. max_len: 1 + the
+// largest position (the longest row's keys).
+struct KvRows {
+  Slice rows;
+  uint32_t max_len = 0;
 };
 
 // Token ids an embedding reads: `ids` holds them `stride` uints apart (1: host-written prompt tokens;
@@ -75,17 +83,13 @@ class Kernels {
   // y[t] = silu(Wg x[t]) * (Wu x[t]).
   void matmul_swiglu(Recorder& r, const DeviceMatrix& gate, const DeviceMatrix& up, const MatmulInput& x,
                      const Slice& y, uint32_t n);
-  // Rotate q, k of tokens at positions pos0.. in place and append k, v to the paged cache.
+  // Rotate q, k of rows 0..n-1 (each at its position) in place and write k, v to its sequence's paged
+  // cache. rope_table: (cos, sin) of every position.
   void rope_store_kv(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& k, const Slice& v,
-                     const Slice& rope_table, const PagedKvView& kv, uint32_t pos0, uint32_t n);
-  // out[t] = causal GQA attention of q[t] (position pos0+t) over cached keys 0..pos0+t.
-  // A split pass keeps its partials in scratch at partials_offset: attention passes of several sequences
-  // recorded without a barrier between them (a batch) each take their own range (attention_partials).
+                     const Slice& rope_table, const PagedKvView& kv, const KvRows& rows, uint32_t n);
+  // out[t] = causal GQA attention of q[t] (at position p) over its sequence's cached keys 0..p.
   void attention(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& out, const PagedKvView& kv,
-                 uint32_t pos0, uint32_t n, VkDeviceSize partials_offset = 0);
-  // Bytes of scratch attention() uses for these operands (0 when it does not split).
-  VkDeviceSize attention_partials(const AttentionShape& s, const Slice& q, const PagedKvView& kv, uint32_t pos0,
-                                  uint32_t n) const;
+                 const KvRows& rows, uint32_t n);
   // Which shader attention() records: attention_rows (texel reads, G = n_heads/n_kv_heads <= 4 query heads
   // per workgroup) for the row-per-lane family when q, the pools and the table are texel-readable.
   const char* attention_shader(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const;

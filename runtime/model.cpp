@@ -111,6 +111,8 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
   hb_ = act_arena_->alloc(B * hp_.ffn_dim * 4, "activations");
   x_out_ = act_arena_->alloc(B * hp_.dim * 4, "activations");
   tokens_ = upload_arena_->alloc(2ull * std::max(opts.max_sequences, 1u) * n_ctx_ * 4, "token ids");
+  // A submission's chunks each take kMaxBatch pairs at most; it runs at most n_ctx + kMaxBatch rows per sequence.
+  kv_rows_ = upload_arena_->alloc(2ull * std::max(opts.max_sequences, 1u) * (n_ctx_ + 2 * kMaxBatch) * 8, "KV rows");
   logits_ = act_arena_->alloc(B * hp_.n_vocab * 4, "logits");
   logits_host_ = readback_arena_->alloc(B * hp_.n_vocab * 4, "logits read back");
   ids_ = readback_arena_->alloc(B * contract::TOKEN_SLOT_UINTS * 4, "argmax token slots");
@@ -252,17 +254,25 @@ uint32_t LlamaModel::record_batch(Recorder& r, std::span<const SeqRows> rows, co
 // llama2.c's forward(). Returns the logits rows written at logits_row.
 uint32_t LlamaModel::record_chunk(Recorder& r, std::span<const ChunkPart> parts, uint32_t n, const Slice& logits,
                                   uint32_t logits_row) {
-  std::vector<uint32_t> pos0(parts.size());
-  for (size_t i = 0; i < parts.size(); ++i) {
-    pos0[i] = kv_->length(parts[i].seq);
-    kv_->grow(parts[i].seq, pos0[i] + parts[i].n);
+  // Each row's position and block table (KvRows), from a ring like the input tokens'.
+  if (kv_rows_cursor_ + kMaxBatch > kv_rows_.size / 8) kv_rows_cursor_ = 0;
+  KvRows kv_rows{kv_rows_.sub(VkDeviceSize(kv_rows_cursor_) * 8, VkDeviceSize(n) * 8), 0};
+  kv_rows_cursor_ += n;
+  for (const ChunkPart& p : parts) {
+    const uint32_t pos0 = kv_->length(p.seq);
+    kv_->grow(p.seq, pos0 + p.n);
+    for (uint32_t i = 0; i < p.n; ++i) {
+      kv_rows.rows.host<uint32_t>()[2 * (p.row0 + i)] = pos0 + i;
+      kv_rows.rows.host<uint32_t>()[2 * (p.row0 + i) + 1] = kv_->table_offset(p.seq);
+    }
+    kv_rows.max_len = std::max(kv_rows.max_len, pos0 + p.n);
   }
   kv_->record_copies(r);   // copy-on-write of shared blocks, before this chunk writes them
 
   const uint32_t q_dim = hp_.n_heads * hp_.head_dim, kv_dim = hp_.n_kv_heads * hp_.head_dim;
   const uint32_t qkv_w = q_dim + 2 * kv_dim;   // one token's q, k, v side by side
   const AttentionShape shape{hp_.n_heads, hp_.n_kv_heads, hp_.head_dim, hp_.n_rot, qkv_w, qkv_w};
-  const VkDeviceSize qkv_row = VkDeviceSize(qkv_w) * 4, att_row = VkDeviceSize(q_dim) * 4, x_row = VkDeviceSize(hp_.dim) * 4;
+  const VkDeviceSize x_row = VkDeviceSize(hp_.dim) * 4;
   const Slice q_rows = qkv_, k_rows = qkv_.sub(q_dim * 4ull, qkv_.size - q_dim * 4ull),
               v_rows = qkv_.sub((q_dim + kv_dim) * 4ull, qkv_.size - (q_dim + kv_dim) * 4ull);
   auto rows_of = [](const Slice& s, VkDeviceSize row_bytes, uint32_t row0) {
@@ -283,21 +293,10 @@ uint32_t LlamaModel::record_chunk(Recorder& r, std::span<const ChunkPart> parts,
       k.matmul(r, L.wv, xa, v_rows, n, false, 0, qkv_w);                     // v = Wv xn
     }
     r.barrier();
-    for (size_t i = 0; i < parts.size(); ++i) {                              // rope(q, k); cache <- k, v
-      const ChunkPart& p = parts[i];
-      const Slice rope = rope_.sub(VkDeviceSize(pos0[i]) * hp_.n_rot / 2 * 8, VkDeviceSize(p.n) * hp_.n_rot / 2 * 8);
-      k.rope_store_kv(r, shape, rows_of(q_rows, qkv_row, p.row0), rows_of(k_rows, qkv_row, p.row0),
-                      rows_of(v_rows, qkv_row, p.row0), rope, kv_->view(l, p.seq), pos0[i], p.n);
-    }
+    const PagedKvView kv = kv_->view(l);
+    k.rope_store_kv(r, shape, q_rows, k_rows, v_rows, rope_, kv, kv_rows, n);   // rope(q, k); cache <- k, v
     r.barrier();
-    VkDeviceSize partials = 0;                                               // each sequence its own scratch
-    for (size_t i = 0; i < parts.size(); ++i) {                              // att = softmax(q K^T / sqrt(hd)) V
-      const ChunkPart& p = parts[i];
-      const Slice q = rows_of(q_rows, qkv_row, p.row0);
-      const PagedKvView kv = kv_->view(l, p.seq);
-      k.attention(r, shape, q, rows_of(att_, att_row, p.row0), kv, pos0[i], p.n, partials);
-      partials += k.attention_partials(shape, q, kv, pos0[i], p.n);
-    }
+    k.attention(r, shape, q_rows, att_, kv, kv_rows, n);                      // att = softmax(q K^T / sqrt(hd)) V
     r.barrier();
     k.matmul(r, L.wo, att_, x_, n, /*accumulate=*/true);                     // x += Wo att
     r.barrier();

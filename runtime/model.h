@@ -121,6 +121,8 @@ class LlamaModel {
   Slice rope_;            // [n_ctx][n_rot/2] (cos, sin), computed in double at load (device-resident)
   Slice tokens_;          // [2 * max_sequences * n_ctx] uint ring: host-written input tokens (write_tokens)
   uint32_t tokens_cursor_ = 0;
+  Slice kv_rows_;         // ring of {position, block table} pairs, one per row of each chunk (KvRows)
+  uint32_t kv_rows_cursor_ = 0;
   Slice logits_, ids_;    // [kMaxBatch][n_vocab] logits (device); [kMaxBatch] token slots of forward()'s argmax
   Slice logits_host_;     // [kMaxBatch][n_vocab] host-readable mirror (record_logits_readback)
 };

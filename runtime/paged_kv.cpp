@@ -18,10 +18,9 @@ PagedKvCache::PagedKvCache(Arena& device, Arena& upload, uint32_t n_layers, uint
   for (uint32_t b = n_blocks; b-- > 0;) free_.push_back(b);
   refs_.assign(n_blocks, 0);
   seqs_.resize(max_sequences);
-  for (auto& s : seqs_) {
-    s.table = upload.alloc(max_blocks_per_seq_ * sizeof(uint32_t), "KV block table");
-    memset(s.table.mapped, 0, s.table.size);
-  }
+  tables_ = upload.alloc(VkDeviceSize(max_sequences) * max_blocks_per_seq_ * sizeof(uint32_t), "KV block tables");
+  memset(tables_.mapped, 0, tables_.size);
+  for (size_t i = 0; i < seqs_.size(); ++i) seqs_[i].table = tables_.host<uint32_t>() + i * max_blocks_per_seq_;
 }
 
 int PagedKvCache::new_sequence() {
@@ -69,12 +68,12 @@ void PagedKvCache::grow(int seq, uint32_t new_len) {
     const uint32_t from = s.blocks[first], to = take_block();
     release_block(from);   // still held by the sequences sharing it
     s.blocks[first] = to;
-    s.table.host<uint32_t>()[first] = to;
+    s.table[first] = to;
     pending_copies_.emplace_back(from, to);
   }
   while (s.blocks.size() < need) {
     const uint32_t b = take_block();
-    s.table.host<uint32_t>()[s.blocks.size()] = b;
+    s.table[s.blocks.size()] = b;
     s.blocks.push_back(b);
   }
   s.length = new_len;
@@ -100,7 +99,7 @@ uint32_t PagedKvCache::share_prefix(int dst, int src, uint32_t n) {
   for (uint32_t i = 0; i < blocks; ++i) {
     ++refs_[s.blocks[i]];
     d.blocks.push_back(s.blocks[i]);
-    d.table.host<uint32_t>()[i] = s.blocks[i];
+    d.table[i] = s.blocks[i];
   }
   d.length = n;
   return blocks;
@@ -125,7 +124,7 @@ void PagedKvCache::check_invariants() const {
     if (s.blocks.size() != (s.length + block_size_ - 1) / block_size_)
       throw Error("internal KV invariant: a sequence's table does not match its length");
     for (size_t i = 0; i < s.blocks.size(); ++i) {
-      if (s.table.host<uint32_t>()[i] != s.blocks[i]) throw Error("internal KV invariant: device table out of date");
+      if (s.table[i] != s.blocks[i]) throw Error("internal KV invariant: device table out of date");
       ++counted.at(s.blocks[i]);
     }
   }
@@ -138,8 +137,8 @@ void PagedKvCache::check_invariants() const {
       throw Error("internal KV invariant: block " + std::to_string(b) + " reference count is wrong");
 }
 
-PagedKvView PagedKvCache::view(uint32_t layer, int seq) const {
-  return PagedKvView{k_pools_.at(layer), v_pools_.at(layer), seqs_.at(seq).table, block_size_};
+PagedKvView PagedKvCache::view(uint32_t layer) const {
+  return PagedKvView{k_pools_.at(layer), v_pools_.at(layer), tables_, block_size_};
 }
 
 }  // namespace vkspec

@@ -1,7 +1,7 @@
 #pragma once
 // Block-paged KV cache for one model: a pool of fixed-size blocks shared by all sequences, and per
-// sequence a block table (logical block -> physical block) kept on the host and mirrored in a
-// host-visible device buffer the kernels read.
+// sequence a block table (logical block -> physical block) kept on the host and mirrored in one
+// host-visible buffer of every sequence's table that the kernels read (a row of a pass names its table).
 //
 // Blocks are reference-counted so that sequences can share a prompt prefix (share_prefix): a shared block
 // is never written. When a sequence's next write lands in a block it shares (the partial last block of a
@@ -42,7 +42,9 @@ class PagedKvCache {
   // that grew in it are freed by the caller).
   void drop_pending_copies() { pending_copies_.clear(); }
 
-  PagedKvView view(uint32_t layer, int seq) const;
+  PagedKvView view(uint32_t layer) const;
+  // Where seq's table starts in view().block_tables, in uints (KvRows).
+  uint32_t table_offset(int seq) const { return uint32_t(seq) * max_blocks_per_seq_; }
   const std::vector<uint32_t>& block_table(int seq) const { return seqs_.at(seq).blocks; }
   uint32_t free_blocks() const { return uint32_t(free_.size()); }
   uint32_t total_blocks() const { return uint32_t(refs_.size()); }
@@ -59,7 +61,7 @@ class PagedKvCache {
     bool used = false;
     uint32_t length = 0;
     std::vector<uint32_t> blocks;
-    Slice table;   // [max_blocks_per_seq] uint, host-visible
+    uint32_t* table = nullptr;   // its part of tables_
   };
   uint32_t take_block();
   void release_block(uint32_t b);
@@ -67,6 +69,7 @@ class PagedKvCache {
   uint32_t block_size_, max_seq_len_, max_blocks_per_seq_;
   VkDeviceSize block_bytes_;
   std::vector<Slice> k_pools_, v_pools_;   // per layer: [n_blocks][block_size][n_kv_heads][head_dim] f32
+  Slice tables_;                           // [max_sequences][max_blocks_per_seq] uint, host-visible
   std::vector<uint32_t> free_;             // free physical blocks (LIFO: recently freed reused first)
   std::vector<uint32_t> refs_;             // per physical block: table entries naming it
   std::vector<std::pair<uint32_t, uint32_t>> pending_copies_;   // (from, to) queued by grow()

@@ -65,14 +65,20 @@ void load_instance(VkInstance instance) {
 #undef LOAD
 }
 
-void load_device(VkDevice device) {
+// Device-level commands are the loader's trampolines (vkGetInstanceProcAddr), which dispatch on the device
+// handle, not vkGetDeviceProcAddr's per-device pointers: these pointers are process-wide, and several
+// devices may live at once (two models, an application's device beside ours). A pointer that
+// vkGetDeviceProcAddr gave for one device may be dead once that device is destroyed (an implicit layer's
+// dispatch): a Context destroyed after another was created made the first one crash in vkDestroyQueryPool.
+void load_device(VkInstance instance, VkDevice device) {
+  (void)device;
 #define LOAD(name)                                                                  \
-  name = reinterpret_cast<PFN_##name>(vkGetDeviceProcAddr(device, #name));          \
+  name = reinterpret_cast<PFN_##name>(vkGetInstanceProcAddr(instance, #name));      \
   if (!name) throw Error("Vulkan driver lacks " #name);
   VKSPEC_DEVICE_FUNCS(LOAD)
 #undef LOAD
   vkCmdPushDescriptorSetKHR =
-      reinterpret_cast<PFN_vkCmdPushDescriptorSetKHR>(vkGetDeviceProcAddr(device, "vkCmdPushDescriptorSetKHR"));
+      reinterpret_cast<PFN_vkCmdPushDescriptorSetKHR>(vkGetInstanceProcAddr(instance, "vkCmdPushDescriptorSetKHR"));
 }
 }  // namespace vk
 }  // namespace vkspec

@@ -42,7 +42,7 @@ namespace vk {
 VKSPEC_INSTANCE_FUNCS(VKSPEC_DECLARE)
 VKSPEC_DEVICE_FUNCS(VKSPEC_DECLARE)
 extern PFN_vkGetInstanceProcAddr vkGetInstanceProcAddr;
-extern PFN_vkCmdPushDescriptorSetKHR vkCmdPushDescriptorSetKHR;   // null unless VK_KHR_push_descriptor is enabled
+extern PFN_vkCmdPushDescriptorSetKHR vkCmdPushDescriptorSetKHR;   // callable when DeviceFacts::push_descriptor
 extern PFN_vkCreateInstance vkCreateInstance;
 extern PFN_vkEnumerateInstanceLayerProperties vkEnumerateInstanceLayerProperties;
 extern PFN_vkEnumerateInstanceExtensionProperties vkEnumerateInstanceExtensionProperties;
@@ -51,6 +51,7 @@ extern PFN_vkEnumerateInstanceExtensionProperties vkEnumerateInstanceExtensionPr
 void load_loader();                     // dlopen libvulkan.so.1; throws Error if absent
 void use_loader(PFN_vkGetInstanceProcAddr gipa);   // an application's loader entry point instead
 void load_instance(VkInstance instance);
-void load_device(VkDevice device);
+// Device-level commands: the loader's trampolines, valid for every device of any instance (see the .cpp).
+void load_device(VkInstance instance, VkDevice device);
 }  // namespace vk
 }  // namespace vkspec

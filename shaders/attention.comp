@@ -1,5 +1,6 @@
 #version 460
-// Causal grouped-query attention over the paged KV cache for n query tokens at positions pos0 .. pos0+n-1.
+// Causal grouped-query attention over the paged KV cache for n query rows, each at its own position over its
+// own sequence's block table (rows[t]: the rows may belong to several sequences).
 // One workgroup per (head, token), or with pc.split > 0 per (head, token, split of `split` keys) (flash
 // decoding: at long context a decode step has thousands of workgroups instead of n_heads): each writes its
 // unnormalized partial {acc, m, l} and attention_combine.comp merges the splits in order. Keys are visited
@@ -23,7 +24,8 @@ void main() {
   const uint kvh = h / (pc.n_heads / pc.n_kv_heads);
   const uint q_base = t * pc.q_stride + h * pc.head_dim;
   const uint o_base = (t * pc.n_heads + h) * pc.head_dim;
-  const uint len = pc.pos0 + t + 1u;   // causal: keys 0 .. pos
+  const uvec2 row = kv_row_of(pc.rows, t);   // {position, block table}
+  const uint len = row.x + 1u;               // causal: keys 0 .. pos
   const uint split = gl_WorkGroupID.z;
   const uint k_begin = pc.split > 0u ? split * pc.split : 0u;
   const uint k_end = pc.split > 0u ? min(len, k_begin + pc.split) : len;
@@ -41,7 +43,7 @@ void main() {
     const uint j = c0 + lane;
     precise float s = -1.0 / 0.0;
     if (j < k_end) {
-      const uint kb = kv_index(pc.block_table, j, kvh, pc.n_kv_heads, pc.head_dim);
+      const uint kb = kv_index(pc.block_tables, row.y, j, kvh, pc.n_kv_heads, pc.head_dim);
       s = 0.0;
       for (uint d = 0; d < pc.head_dim; ++d) s += q_s[d] * Floats(pc.k_pool).v[kb + d];
       s *= pc.scale;
@@ -58,7 +60,7 @@ void main() {
       if (d >= pc.head_dim) break;
       precise float a = acc[i] * corr;
       for (uint jj = 0; jj < cn; ++jj)
-        a += p_s[jj] * Floats(pc.v_pool).v[kv_index(pc.block_table, c0 + jj, kvh, pc.n_kv_heads, pc.head_dim) + d];
+        a += p_s[jj] * Floats(pc.v_pool).v[kv_index(pc.block_tables, row.y, c0 + jj, kvh, pc.n_kv_heads, pc.head_dim) + d];
       acc[i] = a;
     }
     m = m_new;

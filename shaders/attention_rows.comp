@@ -18,7 +18,7 @@ const uint C = 64;                          // keys per chunk
 layout(set = 0, binding = 0) uniform usamplerBuffer Q;    // block holding q [n][q_stride] (rotated)
 layout(set = 0, binding = 1) uniform usamplerBuffer KP;   // block holding the K pool
 layout(set = 0, binding = 2) uniform usamplerBuffer VP;   // block holding the V pool
-layout(set = 0, binding = 3) uniform usamplerBuffer BT;   // block holding the block table
+layout(set = 0, binding = 3) uniform usamplerBuffer BT;   // block holding the block tables
 
 layout(push_constant) uniform PC { PC_ATTENTION_ROWS } pc;   // shaders/contract.h
 
@@ -49,10 +49,11 @@ vec4 wg_sum4(vec4 v) {
   return s;
 }
 
-// texel index (within a pool, in rows of head_dim/4 texels) of position pos, kv head kvh
-uint kv_row(uint pos, uint kvh) {
-  const uint lb = pos / BLOCK_SIZE;
-  const uint block = texelFetch(BT, int(pc.block_table + lb / 4u))[lb % 4u];
+// texel index (within a pool, in rows of head_dim/4 texels) of position pos, kv head kvh, for the sequence
+// whose block table starts at uint `table` of the tables
+uint kv_row(uint table, uint pos, uint kvh) {
+  const uint i = pc.block_tables * 4u + table + pos / BLOCK_SIZE;   // in uints
+  const uint block = texelFetch(BT, int(i / 4u))[i % 4u];
   return (block * BLOCK_SIZE + pos % BLOCK_SIZE) * pc.n_kv_heads + kvh;
 }
 
@@ -63,7 +64,8 @@ vec4 qv(uint t, uint head, uint d4) {
 void main() {
   const uint kvh = gl_WorkGroupID.x, t = gl_WorkGroupID.y, lane = gl_LocalInvocationID.x;
   const uint hd4 = pc.head_dim / 4u, h0 = kvh * G;
-  const uint len = pc.pos0 + t + 1u;   // causal: keys 0 .. pos
+  const uvec2 row = Uvec2s(pc.rows).v[t];   // {position, block table}: rows may be of several sequences
+  const uint len = row.x + 1u;              // causal: keys 0 .. pos
   vec4 m = vec4(-1.0 / 0.0), l = vec4(0.0);   // running max and sum per query head g (component g)
   vec4 acc0 = vec4(0.0), acc1 = vec4(0.0), acc2 = vec4(0.0), acc3 = vec4(0.0);
 
@@ -71,7 +73,7 @@ void main() {
     const uint cn = min(C, len - c0);
     vec4 smax = vec4(-1.0 / 0.0);
     for (uint jj = lane; jj < cn; jj += WG) {
-      const uint kb = pc.k_pool + kv_row(c0 + jj, kvh) * hd4;
+      const uint kb = pc.k_pool + kv_row(row.y, c0 + jj, kvh) * hd4;
       vec4 s = vec4(0.0);
       for (uint d4 = 0; d4 < hd4; ++d4) {
         const vec4 k4 = uintBitsToFloat(texelFetch(KP, int(kb + d4)));
@@ -99,7 +101,7 @@ void main() {
     if (lane < hd4) {
       acc0 *= corr.x; acc1 *= corr.y; acc2 *= corr.z; acc3 *= corr.w;
       for (uint jj = 0; jj < cn; ++jj) {
-        const vec4 v4 = uintBitsToFloat(texelFetch(VP, int(pc.v_pool + kv_row(c0 + jj, kvh) * hd4 + lane)));
+        const vec4 v4 = uintBitsToFloat(texelFetch(VP, int(pc.v_pool + kv_row(row.y, c0 + jj, kvh) * hd4 + lane)));
         acc0 += p_s[jj] * v4;
         if (G > 1u) acc1 += p_s[C + jj] * v4;
         if (G > 2u) acc2 += p_s[2u * C + jj] * v4;

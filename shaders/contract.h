@@ -63,30 +63,32 @@ VKSPEC_CONST MODE_RMSNORM = 4u;       // matmul: x is rmsnorm(x) * norm, compute
 
 #define PC_ROPE_STORE_KV                                                                                \
   vk_addr q; vk_addr k; vk_addr v;     /* q: [n][q_stride], k/v: [n][kv_stride] (q, k rotated in place) */ \
-  vk_addr rope;                        /* [n][n_rot/2] vec2(cos, sin), from position pos0 */            \
-  vk_addr k_pool; vk_addr v_pool; vk_addr block_table;                                                  \
-  vk_uint pos0; vk_uint n_heads; vk_uint n_kv_heads; vk_uint head_dim; vk_uint n_rot;                   \
+  vk_addr rope;                        /* [n_ctx][n_rot/2] vec2(cos, sin) of every position */          \
+  vk_addr k_pool; vk_addr v_pool; vk_addr block_tables;                                                 \
+  vk_addr rows;                        /* [n] uvec2 {position, first uint of its block table} */        \
+  vk_uint n_heads; vk_uint n_kv_heads; vk_uint head_dim; vk_uint n_rot;                                 \
   vk_uint q_stride; vk_uint kv_stride; /* floats between consecutive tokens' rows */
 
 #define PC_ATTENTION                                                                                    \
   vk_addr q;                           /* [n][q_stride] (already rotated) */                            \
   vk_addr out_;                        /* [n][n_heads*head_dim] */                                      \
-  vk_addr k_pool; vk_addr v_pool; vk_addr block_table;                                                  \
-  vk_uint pos0; vk_uint n_heads; vk_uint n_kv_heads; vk_uint head_dim;                                  \
+  vk_addr k_pool; vk_addr v_pool; vk_addr block_tables;                                                 \
+  vk_addr rows;                        /* [n] uvec2 {position, first uint of its block table} */        \
+  vk_addr partials;                    /* split > 0: [n][n_heads][n_splits][head_dim + 2] */            \
+  vk_uint n_heads; vk_uint n_kv_heads; vk_uint head_dim;                                                \
   vk_float scale;                      /* 1/sqrt(head_dim) */                                           \
   vk_uint q_stride;                                                                                     \
-  vk_uint split;                       /* keys per workgroup (0: one workgroup per head and token) */   \
-  vk_addr partials;                    /* split > 0: [n][n_heads][n_splits][head_dim + 2] */
+  vk_uint split;                       /* keys per workgroup (0: one workgroup per head and token) */
 
-// Flash-decoding combine: out[t][h] from the per-split partials {acc[head_dim], m, l} of attention.comp.
 #define PC_ATTENTION_COMBINE                                                                            \
-  vk_addr partials; vk_addr out_;                                                                       \
-  vk_uint pos0; vk_uint n_heads; vk_uint head_dim; vk_uint split; vk_uint n_splits;
+  vk_addr partials; vk_addr out_; vk_addr rows;                                                         \
+  vk_uint n_heads; vk_uint head_dim; vk_uint split; vk_uint n_splits;
 
 #define PC_ATTENTION_ROWS                                                                               \
   vk_addr out_;                        /* [n][n_heads*head_dim] f32 */                                  \
-  vk_uint q; vk_uint k_pool; vk_uint v_pool; vk_uint block_table; /* texel offsets in their blocks */   \
-  vk_uint pos0; vk_uint n_heads; vk_uint n_kv_heads; vk_uint head_dim;                                  \
+  vk_addr rows;                        /* [n] uvec2 {position, first uint of its block table} */        \
+  vk_uint q; vk_uint k_pool; vk_uint v_pool; vk_uint block_tables; /* texel offsets in their blocks */  \
+  vk_uint n_heads; vk_uint n_kv_heads; vk_uint head_dim;                                                \
   vk_float scale;                      /* 1/sqrt(head_dim) */                                           \
   vk_uint q_stride;                    /* multiple of 4 */
 

@@ -1,8 +1,8 @@
 #version 460
-// RoPE on q and k of token t (position pos0 + t), then k and v appended to the paged KV cache.
+// RoPE on q and k of row t (at its position, rows[t].x), then k and v written to its sequence's paged KV.
 // Pairs are adjacent elements (2i, 2i+1) of each head, as GGUF llama / llama2.c lay them out; only the
 // first n_rot dims rotate. cos/sin come from a host table [n][n_rot/2] computed in double precision
-// (with Llama 3 frequency scaling folded in), so no large-angle GPU sin/cos is involved.
+// (with Llama 3 frequency scaling folded in), indexed by position, so no large-angle GPU sin/cos is involved.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "contract.h"
@@ -19,18 +19,19 @@ void rotate(uvec2 buf, uint base, uint i, vec2 cs) {
 void main() {
   const uint t = gl_WorkGroupID.x, half_rot = pc.n_rot / 2u;
   const uint kv_dim = pc.n_kv_heads * pc.head_dim;
+  const uvec2 row = kv_row_of(pc.rows, t);   // {position, block table}
   for (uint j = gl_LocalInvocationID.x; j < pc.n_heads * half_rot; j += WG) {
     const uint h = j / half_rot, i = j % half_rot;
-    rotate(pc.q, t * pc.q_stride + h * pc.head_dim, i, Vec2s(pc.rope).v[t * half_rot + i]);
+    rotate(pc.q, t * pc.q_stride + h * pc.head_dim, i, Vec2s(pc.rope).v[row.x * half_rot + i]);
   }
   for (uint j = gl_LocalInvocationID.x; j < pc.n_kv_heads * half_rot; j += WG) {
     const uint h = j / half_rot, i = j % half_rot;
-    rotate(pc.k, t * pc.kv_stride + h * pc.head_dim, i, Vec2s(pc.rope).v[t * half_rot + i]);
+    rotate(pc.k, t * pc.kv_stride + h * pc.head_dim, i, Vec2s(pc.rope).v[row.x * half_rot + i]);
   }
   barrier();   // k of this token is rotated by this workgroup before it is copied
   for (uint j = gl_LocalInvocationID.x; j < kv_dim; j += WG) {
     const uint h = j / pc.head_dim, d = j % pc.head_dim;
-    const uint dst = kv_index(pc.block_table, pc.pos0 + t, h, pc.n_kv_heads, pc.head_dim) + d;
+    const uint dst = kv_index(pc.block_tables, row.y, row.x, h, pc.n_kv_heads, pc.head_dim) + d;
     Floats(pc.k_pool).v[dst] = Floats(pc.k).v[t * pc.kv_stride + j];
     Floats(pc.v_pool).v[dst] = Floats(pc.v).v[t * pc.kv_stride + j];
   }

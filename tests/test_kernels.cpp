@@ -368,8 +368,17 @@ TEST_P(KernelTest, RopeAndPagedAttentionMatchReferenceAndAreBatchInvariant) {
       }
     AttentionShape shape{c.n_heads, c.n_kv, hd, hd};
     auto run_attention = [&](bool batched) {
-      Slice qs = upload(q), ks = upload(kk), vs = upload(v), rs = upload(rope), tbl = upload(table);
+      // The tables buffer holds another sequence's table first: the rows name theirs by offset.
+      std::vector<uint32_t> tables(n_blocks);
+      std::iota(tables.rbegin(), tables.rend(), 0u);
+      tables.insert(tables.end(), table.begin(), table.end());
+      Slice qs = upload(q), ks = upload(kk), vs = upload(v), rs = upload(rope), tbl = upload(tables);
       PagedKvView kv{zeros<float>(n_blocks * c.block * kvd), zeros<float>(n_blocks * c.block * kvd), tbl, c.block};
+      auto rows = [&](uint32_t pos0, uint32_t n) {   // {position, table offset} of rows at pos0 .. pos0 + n - 1
+        std::vector<uint32_t> r;
+        for (uint32_t i = 0; i < n; ++i) r.insert(r.end(), {pos0 + i, n_blocks});
+        return KvRows{upload(r), pos0 + n};
+      };
       Slice out = zeros<float>(total * qd);
       Kernels k = kernels();
       // the texel kernel serves up to 4 query heads per kv head on CPU devices; the device-address one the rest
@@ -379,18 +388,20 @@ TEST_P(KernelTest, RopeAndPagedAttentionMatchReferenceAndAreBatchInvariant) {
       auto at = [&](const Slice& s, uint32_t t, uint32_t width) { return s.sub(size_t(t) * width * 4, size_t(width) * 4 * (total - t)); };
       run([&](Recorder& r) {
         if (c.prior) {
-          k.rope_store_kv(r, shape, qs, ks, vs, rs, kv, 0, c.prior);
+          k.rope_store_kv(r, shape, qs, ks, vs, rs, kv, rows(0, c.prior), c.prior);
           r.barrier();
         }
         if (batched) {
-          k.rope_store_kv(r, shape, at(qs, c.prior, qd), at(ks, c.prior, kvd), at(vs, c.prior, kvd), at(rs, c.prior, hd), kv, c.prior, c.n);
+          const KvRows rs_n = rows(c.prior, c.n);
+          k.rope_store_kv(r, shape, at(qs, c.prior, qd), at(ks, c.prior, kvd), at(vs, c.prior, kvd), rs, kv, rs_n, c.n);
           r.barrier();
-          k.attention(r, shape, at(qs, c.prior, qd), at(out, c.prior, qd), kv, c.prior, c.n);
+          k.attention(r, shape, at(qs, c.prior, qd), at(out, c.prior, qd), kv, rs_n, c.n);
         } else {
           for (uint32_t t = c.prior; t < total; ++t) {
-            k.rope_store_kv(r, shape, at(qs, t, qd), at(ks, t, kvd), at(vs, t, kvd), at(rs, t, hd), kv, t, 1);
+            const KvRows one = rows(t, 1);
+            k.rope_store_kv(r, shape, at(qs, t, qd), at(ks, t, kvd), at(vs, t, kvd), rs, kv, one, 1);
             r.barrier();
-            k.attention(r, shape, at(qs, t, qd), at(out, t, qd), kv, t, 1);
+            k.attention(r, shape, at(qs, t, qd), at(out, t, qd), kv, one, 1);
             r.barrier();
           }
         }

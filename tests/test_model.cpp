@@ -239,6 +239,28 @@ TEST_F(ModelTest, BatchOfSequencesEqualsEachSequenceAloneBitForBit) {
   }
 }
 
+// Several devices in one process (two models, an application's device beside vkspec's): one created and
+// destroyed while another lives leaves the other working. (The device-level function pointers were once
+// vkGetDeviceProcAddr's of the latest device: the first device crashed in its next vkDestroyQueryPool.)
+TEST_F(ModelTest, ADeviceComingAndGoingLeavesTheOtherWorking) {
+  GgufFile f(shared_path("models/stories260K.gguf"));
+  LlamaModel model(gpu().ctx, gpu().pipelines, f);
+  const std::vector<uint32_t> tokens = {1, 403, 261, 17, 300};
+  const int s0 = model.kv().new_sequence();
+  model.forward(s0, std::vector<uint32_t>(tokens.begin(), tokens.begin() + 1), Logits::Last);
+  {
+    Context second(ContextOptions{});
+    Pipelines pipelines(second);
+    LlamaModel other(second, pipelines, f);
+    other.forward(other.kv().new_sequence(), tokens, Logits::Last);
+  }
+  model.forward(s0, std::vector<uint32_t>(tokens.begin() + 1, tokens.end()), Logits::Last);
+  const std::vector<float> after(model.logits(0), model.logits(0) + model.hparams().n_vocab);
+  const int s1 = model.kv().new_sequence();
+  model.forward(s1, tokens, Logits::Last);
+  for (uint32_t v = 0; v < model.hparams().n_vocab; ++v) ASSERT_EQ(model.logits(0)[v], after[v]);
+}
+
 TEST_F(ModelTest, ReproducesLlamaCppGreedyContinuations) {
   for (const char* name : {"stories260K", "pycode-target", "pycode-draft"}) {
     std::ifstream in(shared_path(std::string("models/reference/") + name + "-greedy.jsonl"));
