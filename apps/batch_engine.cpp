@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 namespace vkspec::cli {
 namespace {
@@ -65,7 +66,10 @@ BatchEngine::BatchEngine(std::shared_ptr<TargetModel> target, const RunOptions& 
   metrics_.kv_blocks_total = m.kv().total_blocks();
 }
 
-BatchEngine::~BatchEngine() { shutdown(); }
+BatchEngine::~BatchEngine() {
+  shutdown();
+  if (rec_ && rec_->profiling()) fprintf(stderr, "batched steps %s", rec_->profile_report().c_str());
+}
 
 void BatchEngine::shutdown() {
   for (auto& s : slots_)

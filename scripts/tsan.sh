@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # ThreadSanitizer job for the C API's threading rules (include/vkspec.h): two contexts on one model used
 # from two threads, a second thread on a busy context, vkspec_cancel from another thread during a prefill,
-# stepped generation. A separate build (build-tsan/) of the library and test_c_api only.
+# stepped generation; and the batch engine's (apps/batch_engine.h: submitters on many threads while the
+# engine thread runs, a cancel from another thread). A separate build (build-tsan/) of those tests only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVKSPEC_WERROR=ON -DVKSPEC_TSAN=ON > /dev/null
-cmake --build build-tsan -j"$(nproc)" --target test_c_api
+cmake --build build-tsan -j"$(nproc)" --target test_c_api test_batch_engine
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
 VKSPEC_SHARED="$PWD/../shared" TEST_TMPDIR="$PWD/build-tsan" build-tsan/tests/test_c_api \
   --gtest_filter='CApi.ThreadingRules:CApi.CancelStopsGenerationAndPrefill:CApi.StepsAreBoundedAndGiveGenerateTokens:CApi.FreedHandlesAndBadFilesAreErrors'
+VKSPEC_SHARED="$PWD/../shared" TEST_TMPDIR="$PWD/build-tsan" build-tsan/tests/test_batch_engine \
+  --gtest_filter='BatchEngineTest.SubmittersOnManyThreadsWhileTheEngineRuns'

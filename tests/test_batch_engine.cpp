@@ -2,7 +2,9 @@
 // exactly the tokens of its run alone (Engine::generate, one sequence), greedy and sampled, plain and
 // speculative with both drafters; n completions of one prompt share its prefix; cancelled and failing
 // requests free their blocks; admission waits for KV blocks instead of failing.
+#include <condition_variable>
 #include <map>
+#include <thread>
 
 #include "apps/batch_engine.h"
 #include "tests/vk_test_env.h"
@@ -176,6 +178,80 @@ TEST_F(BatchEngineTest, AdmissionWaitsForBlocksAndCancelledRequestsFreeThem) {
   EXPECT_NO_THROW(batch.submit(huge));
   drain(batch);
   EXPECT_EQ(c.result.stop_reason, "context");
+}
+
+// The threading contract (apps/batch_engine.h): submit() and metrics() from any thread while the engine
+// thread runs; cancel from another thread; callbacks on the engine thread. Run under ThreadSanitizer by
+// scripts/tsan.sh.
+TEST_F(BatchEngineTest, SubmittersOnManyThreadsWhileTheEngineRuns) {
+  auto t = target(4);
+  BatchEngine batch(t, {}, {4, 32});
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  std::vector<std::vector<uint32_t>> prompts;
+  for (const char* p : kPrompts) prompts.push_back(batch.tokenizer().encode(p, true, true));
+  // Alone first (the engine stepped on this thread), then from four threads at once.
+  std::vector<Outcome> alone(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    batch.submit(request(prompts[i], greedy, 10, alone[i]));
+    drain(batch);
+  }
+  std::atomic<bool> stop{false};
+  std::thread engine([&] { batch.run(stop); });
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Outcome> together(prompts.size() * 2);
+  std::atomic<int> finished{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 4; ++c)
+    clients.emplace_back([&, c] {
+      for (size_t k = size_t(c); k < together.size(); k += 4) {
+        Outcome& out = together[k];
+        auto r = std::make_shared<BatchRequest>();
+        r->prompt = prompts[k % prompts.size()];
+        r->sp = greedy;
+        r->max_tokens = 10;
+        r->ignore_eos = true;
+        r->on_token = [&out](uint32_t tok, bool, const float*) {
+          out.ids.push_back(tok);   // engine thread; read after on_done under mu
+          return true;
+        };
+        r->on_done = [&](const BatchResult& res) {
+          std::lock_guard<std::mutex> lock(mu);
+          out.result = res;
+          out.done = true;
+          finished++;
+          cv.notify_all();
+        };
+        batch.submit(r);
+        (void)batch.metrics();
+      }
+    });
+  // A request cancelled from this thread while the others run.
+  Outcome cancelled;
+  auto victim = request(prompts[0], greedy, 200, cancelled);
+  auto done = victim->on_done;
+  victim->on_done = [&](const BatchResult& res) {
+    std::lock_guard<std::mutex> lock(mu);
+    done(res);
+    cv.notify_all();
+  };
+  batch.submit(victim);
+  victim->cancelled = true;
+  for (auto& c : clients) c.join();
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(300), [&] { return finished == int(together.size()) && cancelled.done; }));
+  }
+  stop = true;
+  batch.wake();
+  engine.join();
+  for (size_t k = 0; k < together.size(); ++k) {
+    EXPECT_EQ(together[k].result.stop_reason, "length");
+    EXPECT_EQ(together[k].ids, alone[k % prompts.size()].ids) << k;
+  }
+  EXPECT_EQ(cancelled.result.stop_reason, "cancelled");
+  EXPECT_EQ(batch.metrics().kv_blocks_in_use, 0u);
 }
 
 }  // namespace
