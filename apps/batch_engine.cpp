@@ -56,6 +56,11 @@ BatchEngine::BatchEngine(std::shared_ptr<TargetModel> target, const RunOptions& 
   logits_ = logits_arena_->alloc(rows * V * 4, "batch logits");
   logits_readback_arena_ = std::make_unique<Arena>(*t_->ctx, MemoryKind::Readback, VkDeviceSize(opts.parallel) * V * 4 + 4096);
   logits_host_ = logits_readback_arena_->alloc(VkDeviceSize(opts.parallel) * V * 4, "batch logits read back");
+  if (draft_model_) {   // one row per sequence for each batched draft step
+    const VkDeviceSize bytes = VkDeviceSize(opts.parallel) * draft_model_->hparams().n_vocab * 4;
+    draft_logits_arena_ = std::make_unique<Arena>(*t_->ctx, MemoryKind::Device, bytes + 4096);
+    draft_logits_ = draft_logits_arena_->alloc(bytes, "batched draft logits");
+  }
   for (uint32_t i = 0; i < opts.parallel; ++i) {
     auto s = std::make_unique<Slot>();
     s->index = i;
@@ -303,25 +308,45 @@ bool BatchEngine::step() {
   try {
     // Decoding sequences first (a step's latency is every running stream's), then prefill in the rest of
     // the row budget (at least one chunk, so that a new request always makes progress).
+    // Speculative rounds: every sequence's drafts first (a draft model's steps batched across sequences),
+    // then its verify rows.
+    std::vector<BatchedDraft> batched;
+    std::vector<Slot*> drafted;
     for (auto& sp : slots_) {
       Slot& s = *sp;
-      if (!s.req || !s.decoding) continue;
-      if (s.spec) {
-        if (!s.spec->start()) {
-          end(s, s.stop_reason.empty() ? "context" : s.stop_reason);
-          continue;
-        }
-        const uint32_t n = s.spec->record_drafts();
-        rows.push_back({s.seq, s.spec->verify_input(), n, Logits::All});
-        s.part = Slot::Part::Verify;
-        s.rows = n;
-        n_rows += n;
-      } else {
-        rows.push_back({s.seq, s.chooser->input(0), 1, Logits::Last});
-        s.part = Slot::Part::Decode;
-        s.rows = 1;
-        n_rows += 1;
+      if (!s.req || !s.decoding || !s.spec) continue;
+      if (!s.spec->start()) {
+        end(s, s.stop_reason.empty() ? "context" : s.stop_reason);
+        continue;
       }
+      const uint32_t k_max = s.spec->drafts_planned();
+      if (draft_model_ && k_max) {
+        batched.push_back({static_cast<ModelDrafter*>(s.drafter.get()), s.context, k_max, &s.spec->draft_round()});
+      } else {
+        s.rows = s.spec->drafts_recorded(k_max ? s.drafter->draft(s.context, k_max, s.spec->draft_round()) : 0);
+      }
+      drafted.push_back(&s);
+    }
+    if (!batched.empty()) {
+      record_batched_drafts(*draft_model_, batched, draft_logits_);
+      size_t j = 0;
+      for (Slot* s : drafted)
+        if (draft_model_ && batched.size() > j && &s->spec->draft_round() == batched[j].round)
+          s->rows = s->spec->drafts_recorded(batched[j++].k);
+    }
+    for (Slot* s : drafted) {
+      rows.push_back({s->seq, s->spec->verify_input(), s->rows, Logits::All});
+      s->part = Slot::Part::Verify;
+      n_rows += s->rows;
+      in_step.push_back(s);
+    }
+    for (auto& sp : slots_) {   // plain decoding
+      Slot& s = *sp;
+      if (!s.req || !s.decoding || s.spec) continue;
+      rows.push_back({s.seq, s.chooser->input(0), 1, Logits::Last});
+      s.part = Slot::Part::Decode;
+      s.rows = 1;
+      n_rows += 1;
       in_step.push_back(&s);
     }
     const uint32_t budget = std::max(opts_.step_rows, n_rows + LlamaModel::kMaxBatch);

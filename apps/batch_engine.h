@@ -1,8 +1,8 @@
 #pragma once
 // Continuous batching for the server (`vkspec serve`) and `run --samples`: many requests on one target
 // model, each in its own KV sequence, advanced together one step at a time. A step is one submission:
-// every decoding sequence's row (or its speculative round: its drafts, recorded per sequence, and the rows
-// [g, d1..dK] to verify) and as much prefill as the step's row budget allows, in one batched target pass
+// every decoding sequence's row (or its speculative round: its drafts, a draft model's steps batched across
+// the sequences (record_batched_drafts), and the rows [g, d1..dK] to verify) and as much prefill as the step's row budget allows, in one batched target pass
 // (LlamaModel::record_batch), then every sequence's token choice or verification. Every kernel is
 // batch-invariant, so a request's tokens do not depend on what else is in the batch.
 //
@@ -99,8 +99,9 @@ class BatchEngine {
   std::unique_ptr<GgufFile> draft_file_;
   std::unique_ptr<LlamaModel> draft_model_;
   std::unique_ptr<Recorder> rec_;
-  std::unique_ptr<Arena> logits_arena_, logits_readback_arena_;
-  Slice logits_, logits_host_;   // [step rows + parallel][n_vocab]: the step's logits rows; rows read back
+  std::unique_ptr<Arena> logits_arena_, logits_readback_arena_, draft_logits_arena_;
+  Slice logits_, logits_host_;   // [parallel * kMaxBatch][n_vocab]: the step's logits rows; [parallel] rows read back
+  Slice draft_logits_;           // [parallel][draft n_vocab]: a batched draft step's rows
   std::vector<std::unique_ptr<Slot>> slots_;
   uint32_t reserved_ = 0, draft_reserved_ = 0;   // KV blocks reserved by the running requests
 

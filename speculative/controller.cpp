@@ -29,7 +29,8 @@ SpeculativeDecoder::SpeculativeDecoder(LlamaModel& target, int seq, Drafter& dra
       // sampled runs stay reproducible: K from the acceptance and modeled costs, not timings
       policy_(opts.draft_max, opts.adaptive, /*timing_free=*/sampling_ || opts.timing_free || !rec.can_mark(),
               drafter.relative_cost(target)),
-      g_(chooser.token(0)) {   // the target's choice after the prefilled context
+      g_(chooser.token(0)),   // the target's choice after the prefilled context
+      round_{rec, chooser, opts.acceptor, 0} {
   if (sampling_ && !opts.acceptor) throw Error("internal: sampling verification needs a SpecAcceptor");
   drafts_.reserve(LlamaModel::kMaxBatch);
 }
@@ -55,15 +56,23 @@ bool SpeculativeDecoder::start() {
 }
 
 uint32_t SpeculativeDecoder::record_drafts() {
+  const uint32_t k_max = drafts_planned();
+  return drafts_recorded(k_max ? drafter_.draft(context_, k_max, round_) : 0);
+}
+
+uint32_t SpeculativeDecoder::drafts_planned() {
   // K is chosen before recording; never past the end of the context (K = 0: a plain decoding pass).
   const uint32_t room = target_.n_ctx() - uint32_t(context_.size());
   uint32_t k_max = std::min({policy_.next_k(), room, LlamaModel::kMaxBatch - 1});
   if (k_max < opts_.draft_min) k_max = 0;
   chooser_.set_token(0, g_);
   history_len_ = chooser_.mode() == ChoiceMode::Device ? chooser_.set_history(context_) : 0;
-  DraftRound round{rec_, chooser_, opts_.acceptor, history_len_};
-  k_ = k_max ? drafter_.draft(context_, k_max, round) : 0;
-  if (k_ < opts_.draft_min) k_ = 0;   // a short n-gram proposal: decode plainly
+  round_.history_len = history_len_;
+  return k_max;
+}
+
+uint32_t SpeculativeDecoder::drafts_recorded(uint32_t k) {
+  k_ = k < opts_.draft_min ? 0 : k;   // a short n-gram proposal: decode plainly
   base_ = target_.kv().length(seq_);
   return k_ + 1;   // verify: one target pass over [g, d1..dK] gives its distribution after each of them
 }

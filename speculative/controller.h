@@ -64,7 +64,13 @@ class SpeculativeDecoder {
   const SpeculativeStats& stats() const { return stats_; }
 
   bool start();
-  uint32_t record_drafts();
+  uint32_t record_drafts();   // = drafts_planned() + the drafter's draft() + drafts_recorded()
+  // record_drafts() in parts, for drafts of several sequences recorded together (record_batched_drafts):
+  // the K to draft (slot 0 and the penalty history set), then the rows to verify once they are recorded.
+  uint32_t drafts_planned();
+  uint32_t drafts_recorded(uint32_t k);
+  DraftRound& draft_round() { return round_; }
+  Drafter& drafter() { return drafter_; }
   TokenInput verify_input() const { return chooser_.input(0); }
   void record_verify(const Slice& target_logits);
   bool finish(double draft_s = -1, double verify_s = -1);
@@ -83,6 +89,7 @@ class SpeculativeDecoder {
   uint32_t g_;                      // the target's latest choice, emitted at the start of the next round
   std::vector<uint32_t> drafts_;
   uint32_t k_ = 0, history_len_ = 0, base_ = 0;   // of the round being recorded
+  DraftRound round_;
   SpeculativeStats stats_;
 };
 

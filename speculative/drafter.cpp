@@ -16,9 +16,7 @@ uint32_t keep_drafts(const TokenChooser& chooser, uint32_t k, float p_min) {
   return k;
 }
 
-uint32_t ModelDrafter::draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) {
-  TokenChooser& ch = round.chooser;
-  const bool sampling = !ch.greedy();
+ModelDrafter::Steps ModelDrafter::begin(std::span<const uint32_t> context, uint32_t k) {
   // Keep the cached prefix the context still agrees with; drop the rest (rejected drafts).
   size_t common = 0;
   while (common < cached_.size() && common < context.size() && cached_[common] == context[common]) ++common;
@@ -26,25 +24,72 @@ uint32_t ModelDrafter::draft(std::span<const uint32_t> context, uint32_t k, Draf
   model_.kv().truncate(seq_, uint32_t(common));
   cached_.resize(common);
   pending_ = 0;
-  k = std::min<uint32_t>(k, model_.n_ctx() - uint32_t(context.size()));
-  if (k == 0) return 0;
+  Steps st;
+  st.k = std::min<uint32_t>(k, model_.n_ctx() - uint32_t(context.size()));
+  if (st.k == 0) return st;
+  st.in = model_.write_tokens(context.subspan(common));
+  st.n_in = uint32_t(context.size() - common);
+  return st;
+}
+
+// Step i's choice: draft i + 1 into slot i + 1 (argmax, or a draw from q_i, left in the acceptor's q row i).
+void ModelDrafter::choose(uint32_t i, DraftRound& round, const Slice& logits_row, size_t context_size) {
+  TokenChooser& ch = round.chooser;
+  const bool sampling = !ch.greedy();
   const VkDeviceSize row = VkDeviceSize(model_.hparams().n_vocab) * 4;
-  // Step i runs the draft over its input (step 0: the context it has not seen; then draft i, slot i) and
-  // chooses draft i + 1 into slot i + 1: k steps for k drafts.
-  TokenInput in = model_.write_tokens(context.subspan(common));
-  uint32_t n_in = uint32_t(context.size() - common);
-  for (uint32_t i = 0; i < k; ++i) {
-    model_.record_forward(round.rec, seq_, in, n_in, Logits::Last);
-    if (i > 0) ch.record_append_history(round.rec, i, 1, round.history_len + i - 1);
-    const Slice q = sampling ? round.acceptor->q_rows().sub(i * row, row) : Slice{};
-    ch.record_choice(round.rec, model_.kernels(), model_.logits_rows(), 1, i + 1, round.history_len + i,
-                     context.size() + i, DeviceSampler::kStreamDraft, sampling ? &q : nullptr, p_min_ > 0);
-    in = ch.input(i + 1);
-    n_in = 1;
-  }
+  if (i > 0) ch.record_append_history(round.rec, i, 1, round.history_len + i - 1);
+  const Slice q = sampling ? round.acceptor->q_rows().sub(i * row, row) : Slice{};
+  ch.record_choice(round.rec, model_.kernels(), logits_row, 1, i + 1, round.history_len + i, context_size + i,
+                   DeviceSampler::kStreamDraft, sampling ? &q : nullptr, p_min_ > 0);
+}
+
+void ModelDrafter::end(std::span<const uint32_t> context, uint32_t k) {
   cached_.assign(context.begin(), context.end());
   pending_ = k - 1;   // drafts whose K/V the steps appended (all but the last)
-  return k;
+}
+
+uint32_t ModelDrafter::draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) {
+  // Step i runs the draft over its input (step 0: the context it has not seen; then draft i, slot i) and
+  // chooses draft i + 1 into slot i + 1: k steps for k drafts.
+  Steps st = begin(context, k);
+  if (st.k == 0) return 0;
+  for (uint32_t i = 0; i < st.k; ++i) {
+    model_.record_forward(round.rec, seq_, st.in, st.n_in, Logits::Last);
+    choose(i, round, model_.logits_rows(), context.size());
+    st.in = round.chooser.input(i + 1);
+    st.n_in = 1;
+  }
+  end(context, st.k);
+  return st.k;
+}
+
+void record_batched_drafts(LlamaModel& draft, std::span<BatchedDraft> jobs, const Slice& logits) {
+  std::vector<ModelDrafter::Steps> steps;
+  uint32_t k_max = 0;
+  for (BatchedDraft& j : jobs) {
+    if (&j.drafter->model() != &draft) throw Error("internal: batched drafts on different draft models");
+    steps.push_back(j.k ? j.drafter->begin(j.context, j.k) : ModelDrafter::Steps{});
+    j.k = steps.back().k;
+    k_max = std::max(k_max, j.k);
+  }
+  const VkDeviceSize row = VkDeviceSize(draft.hparams().n_vocab) * 4;
+  std::vector<SeqRows> rows;
+  for (uint32_t i = 0; i < k_max; ++i) {
+    rows.clear();
+    for (size_t j = 0; j < jobs.size(); ++j)
+      if (jobs[j].k > i) rows.push_back({jobs[j].drafter->sequence(), steps[j].in, steps[j].n_in, Logits::Last});
+    Recorder& rec = jobs[0].round->rec;
+    draft.record_batch(rec, rows, logits);
+    uint32_t r = 0;
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      if (jobs[j].k <= i) continue;
+      jobs[j].drafter->choose(i, *jobs[j].round, logits.sub(r++ * row, row), jobs[j].context.size());
+      steps[j].in = jobs[j].round->chooser.input(i + 1);
+      steps[j].n_in = 1;
+    }
+  }
+  for (BatchedDraft& j : jobs)
+    if (j.k) j.drafter->end(j.context, j.k);
 }
 
 void ModelDrafter::round_done(std::span<const uint32_t> drafts) {

@@ -66,6 +66,17 @@ class ModelDrafter : public Drafter {
   void round_done(std::span<const uint32_t> drafts) override;
   float p_min() const override { return p_min_; }
 
+  // draft() in parts, which record_batched_drafts interleaves for several sequences: begin() trims the
+  // cache to what still agrees with the context and writes the tokens the first step runs (k clamped to the
+  // context); step i runs `in` (n_in tokens) and choose(i) draws draft i + 1 from that step's logits row;
+  // end() records what the cache now holds.
+  struct Steps { TokenInput in; uint32_t n_in = 0, k = 0; };
+  Steps begin(std::span<const uint32_t> context, uint32_t k);
+  void choose(uint32_t i, DraftRound& round, const Slice& logits_row, size_t context_size);
+  void end(std::span<const uint32_t> context, uint32_t k);
+  int sequence() const { return seq_; }
+  LlamaModel& model() { return model_; }
+
  private:
   LlamaModel& model_;
   float p_min_;
@@ -87,6 +98,18 @@ class NgramDrafter : public Drafter {
  private:
   uint32_t max_n_, min_n_;
 };
+
+// The drafts of several sequences on one draft model, recorded together: step i of every sequence that
+// drafts more than i tokens runs in one batched pass (LlamaModel::record_batch), then each draws its draft
+// from its row. Drafts are those each ModelDrafter::draft would give alone (batch invariance). `logits`
+// holds a row per job. Returns nothing; each job's k becomes what it drafted.
+struct BatchedDraft {
+  ModelDrafter* drafter;
+  std::span<const uint32_t> context;
+  uint32_t k;
+  DraftRound* round;
+};
+void record_batched_drafts(LlamaModel& draft, std::span<BatchedDraft> jobs, const Slice& logits);
 
 // Draft and target must share a vocabulary (size, texts, types, special ids); throws Error otherwise.
 void check_same_vocabulary(const Tokenizer& target, const Tokenizer& draft);
