@@ -303,7 +303,7 @@ bool BatchEngine::step() {
   Recorder& rec = *rec_;
   rec.begin();
   std::vector<SeqRows> rows;
-  std::vector<Slot*> in_step;
+  std::vector<Slot*> in_step, drafted;
   uint32_t n_rows = 0;
   try {
     // Decoding sequences first (a step's latency is every running stream's), then prefill in the rest of
@@ -311,7 +311,6 @@ bool BatchEngine::step() {
     // Speculative rounds: every sequence's drafts first (a draft model's steps batched across sequences),
     // then its verify rows.
     std::vector<BatchedDraft> batched;
-    std::vector<Slot*> drafted;
     for (auto& sp : slots_) {
       Slot& s = *sp;
       if (!s.req || !s.decoding || !s.spec) continue;
@@ -330,8 +329,8 @@ bool BatchEngine::step() {
     if (!batched.empty()) {
       record_batched_drafts(*draft_model_, batched, draft_logits_);
       size_t j = 0;
-      for (Slot* s : drafted)
-        if (draft_model_ && batched.size() > j && &s->spec->draft_round() == batched[j].round)
+      for (Slot* s : drafted)   // the batched ones, in the order they were added
+        if (j < batched.size() && &s->spec->draft_round() == batched[j].round)
           s->rows = s->spec->drafts_recorded(batched[j++].k);
     }
     for (Slot* s : drafted) {
@@ -385,6 +384,8 @@ bool BatchEngine::step() {
   } catch (const std::exception& e) {
     // Recording failed (nothing was submitted): the sequences of this step end with the error.
     kv.drop_pending_copies();
+    for (Slot* s : drafted)
+      if (s->req) end(*s, "error", e.what());
     for (Slot* s : in_step)
       if (s->req) end(*s, "error", e.what());
     return true;
