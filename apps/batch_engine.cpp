@@ -402,23 +402,16 @@ bool BatchEngine::step() {
     if (!s.req) continue;
     try {
       const float* row = s.req->logits ? logits_host_.host<float>() + size_t(s.index) * V : nullptr;
+      if (s.part == Slot::Part::Prefill || s.part == Slot::Part::PrefillLast) {
+        s.prefilled += s.rows;
+        s.result.prefilled += s.rows;
+        std::lock_guard<std::mutex> lock(mu_);
+        metrics_.prefilled_tokens += s.rows;
+      }
       switch (s.part) {
-        case Slot::Part::Prefill: {
-          const uint32_t n = s.rows;
-          s.prefilled += n;
-          s.result.prefilled += n;
-          std::lock_guard<std::mutex> lock(mu_);
-          metrics_.prefilled_tokens += n;
+        case Slot::Part::Prefill:
           break;
-        }
         case Slot::Part::PrefillLast: {
-          const uint32_t n = s.rows;
-          s.prefilled += n;
-          s.result.prefilled += n;
-          {
-            std::lock_guard<std::mutex> lock(mu_);
-            metrics_.prefilled_tokens += n;
-          }
           s.decoding = true;
           if (s.drafter) {
             SpeculativeOptions so{uint32_t(o_.draft_max), uint32_t(o_.draft_min), s.acceptor.get(),

@@ -277,15 +277,14 @@ bool wait_idle(const ServerProcess& s) {
   return false;
 }
 
-// Sends a streamed request on a raw socket and returns it without reading anything (a stalled client).
-int stalled_stream(int port, int max_tokens) {
+// Opens a raw connection and sends a streamed completion request on it; returns the socket, unread.
+int raw_stream_request(int port, const std::string& body) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(uint16_t(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-    const std::string body = "{\"prompt\": \"import os\\n\", \"stream\": true, \"max_tokens\": " + std::to_string(max_tokens) + "}";
     const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
                             std::to_string(body.size()) + "\r\n\r\n" + body;
     (void)!write(fd, req.data(), req.size());
@@ -293,21 +292,16 @@ int stalled_stream(int port, int max_tokens) {
   return fd;
 }
 
-// Sends a streamed request on a raw socket, reads a little of the answer and closes the connection.
+// A client that never reads its stream.
+int stalled_stream(int port, int max_tokens) {
+  return raw_stream_request(port, R"({"prompt": "import os\n", "stream": true, "max_tokens": )" + std::to_string(max_tokens) + "}");
+}
+
+// A client that reads a little of its stream and leaves.
 void disconnect_mid_stream(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(uint16_t(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-    const std::string body = R"({"prompt": "def f(x):\n", "max_tokens": 200, "stream": true, "temperature": 0})";
-    const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
-                            std::to_string(body.size()) + "\r\n\r\n" + body;
-    (void)!write(fd, req.data(), req.size());
-    char buf[300];
-    (void)!read(fd, buf, sizeof buf);
-  }
+  const int fd = raw_stream_request(port, R"({"prompt": "def f(x):\n", "max_tokens": 200, "stream": true, "temperature": 0})");
+  char buf[300];
+  (void)!read(fd, buf, sizeof buf);
   close(fd);
 }
 
