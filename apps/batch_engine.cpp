@@ -51,7 +51,8 @@ BatchEngine::BatchEngine(std::shared_ptr<TargetModel> target, const RunOptions& 
   }
   const uint32_t V = m.hparams().n_vocab;
   rec_ = std::make_unique<Recorder>(*t_->ctx, profiling_requested());
-  const VkDeviceSize rows = VkDeviceSize(opts.parallel) * LlamaModel::kMaxBatch;
+  // A step's logits rows: one per sequence (its decode row or its prompt's last), K + 1 when it speculates.
+  const VkDeviceSize rows = VkDeviceSize(opts.parallel) * (has_drafter() ? uint32_t(o.draft_max) + 1 : 1);
   logits_arena_ = std::make_unique<Arena>(*t_->ctx, MemoryKind::Device, rows * V * 4 + 4096);
   logits_ = logits_arena_->alloc(rows * V * 4, "batch logits");
   logits_readback_arena_ = std::make_unique<Arena>(*t_->ctx, MemoryKind::Readback, VkDeviceSize(opts.parallel) * V * 4 + 4096);

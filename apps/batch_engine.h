@@ -100,7 +100,7 @@ class BatchEngine {
   std::unique_ptr<LlamaModel> draft_model_;
   std::unique_ptr<Recorder> rec_;
   std::unique_ptr<Arena> logits_arena_, logits_readback_arena_, draft_logits_arena_;
-  Slice logits_, logits_host_;   // [parallel * kMaxBatch][n_vocab]: the step's logits rows; [parallel] rows read back
+  Slice logits_, logits_host_;   // [parallel * (K + 1)][n_vocab]: the step's logits rows; [parallel] rows read back
   Slice draft_logits_;           // [parallel][draft n_vocab]: a batched draft step's rows
   std::vector<std::unique_ptr<Slot>> slots_;
   uint32_t reserved_ = 0, draft_reserved_ = 0;   // KV blocks reserved by the running requests
