@@ -11,6 +11,7 @@
 
 #include <httplib.h>
 #include <pthread.h>
+#include <sys/socket.h>
 
 #include "apps/batch_engine.h"
 #include "apps/server_api.h"
@@ -411,6 +412,16 @@ int Server::run() {
   http_.set_write_timeout(so_.timeout_s, 0);
   http_.set_keep_alive_timeout(5);
   routes();
+  // httplib listens with a backlog of 5: a burst of clients connecting at once (32 streams) overflowed it and
+  // some connections were reset. The listening socket is captured here and its backlog raised after bind.
+  // SO_REUSEADDR only (httplib's default adds SO_REUSEPORT, with which a second server could bind the same
+  // port and silently take half of the connections): a port in use is an error.
+  int listen_fd = -1;
+  http_.set_socket_options([&listen_fd](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd = sock;
+  });
   int port = so_.port;
   if (port == 0) {
     port = http_.bind_to_any_port(so_.host);
@@ -418,6 +429,7 @@ int Server::run() {
   } else if (!http_.bind_to_port(so_.host, port)) {
     throw Error("cannot listen on " + so_.host + ":" + std::to_string(port) + " (in use, or not an address of this machine)");
   }
+  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
   fprintf(stderr, "vkspec: listening on http://%s:%d\n", so_.host.c_str(), port);
   std::thread listener([this] { http_.listen_after_bind(); });
 

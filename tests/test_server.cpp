@@ -187,7 +187,7 @@ class ServerProcess {
     return json::parse(r->body, nullptr, false);
   }
   // A streamed completion's text, its finish reason and the number of data events.
-  struct Streamed { std::string text, finish; int events = 0; bool done = false; };
+  struct Streamed { std::string text, finish, error; int events = 0; bool done = false; };
   Streamed stream(const json& body) const {
     Streamed s;
     std::string buf;
@@ -212,7 +212,8 @@ class ServerProcess {
                              return true;
                            };
     auto r = client().send(req);
-    (void)r;
+    if (!r) s.error = "transport error " + std::to_string(int(r.error()));
+    else if (r->status != 200) s.error = "HTTP " + std::to_string(r->status) + " " + buf;
     return s;
   }
   double metric(const std::string& name) const {
@@ -263,7 +264,7 @@ void expect_concurrent_streams_equal(const ServerProcess& s, const std::vector<s
     });
   for (auto& t : threads) t.join();
   for (size_t i = 0; i < prompts.size(); ++i) {
-    EXPECT_TRUE(got[i].done) << what << " " << i;
+    EXPECT_TRUE(got[i].done) << what << " " << i << ": " << got[i].error;
     EXPECT_EQ(got[i].text, want[i]) << what << " prompt " << i;
     EXPECT_FALSE(got[i].finish.empty()) << what << " " << i;
   }
@@ -415,6 +416,10 @@ TEST(Server, ApiKeyChatTemplateAndLogprobs) {
     EXPECT_LE(e["logprob"].get<double>(), 0.0);
   }
   EXPECT_EQ(joined, j["choices"][0]["message"]["content"]);
+  // A second server on the same port is refused before it loads anything.
+  const Result twice = run_vkspec(VKSPEC_BIN, "serve " + model_arg() + " --port " + std::to_string(s.port()));
+  EXPECT_NE(twice.code, 0);
+  EXPECT_NE(twice.err.find("cannot listen on 127.0.0.1:" + std::to_string(s.port())), std::string::npos) << twice.err;
   EXPECT_EQ(s.stop(), 0);
 }
 
