@@ -8,8 +8,18 @@ if ! command -v clang++ >/dev/null; then echo "fuzz: clang++ not installed, skip
 out=build-fuzz
 mkdir -p "$out/corpus"
 fuzz_cxx=(clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-          -DVK_NO_PROTOTYPES -I.)
-"${fuzz_cxx[@]}" tests/fuzz/fuzz_gguf.cpp loader/gguf.cpp loader/model_file.cpp runtime/quant.cpp -o "$out/fuzz_gguf"
+          -DVK_NO_PROTOTYPES -I. $(pkg-config --cflags sentencepiece libpcre2-8))
+# The sources the fuzzers share, compiled once (two at a time), then each fuzzer is its harness + objects.
+shared_src=(loader/gguf.cpp loader/model_file.cpp runtime/quant.cpp loader/tokenizer.cpp loader/tokenizer_bpe.cpp
+            loader/tokenizer_spm.cpp loader/chat_template.cpp loader/jinja_value.cpp loader/jinja_lex.cpp
+            loader/jinja_parse.cpp loader/jinja_render.cpp loader/jinja_builtins.cpp loader/jinja_filters.cpp
+            apps/server_api.cpp apps/prompt.cpp apps/cli_common.cpp)
+mkdir -p "$out/obj"
+printf '%s\n' "${shared_src[@]}" | xargs -P "$(nproc)" -I{} sh -c \
+  'o="$1/obj/$(echo "$2" | tr / _).o"; shift 2; "$@" -c "$0" -o "$o"' {} "$out" {} "${fuzz_cxx[@]}"
+obj() { for f in "$@"; do printf '%s ' "$out/obj/$(echo "$f" | tr / _).o"; done; }
+libs=$(pkg-config --libs sentencepiece libpcre2-8)
+"${fuzz_cxx[@]}" tests/fuzz/fuzz_gguf.cpp $(obj loader/gguf.cpp loader/model_file.cpp runtime/quant.cpp) -o "$out/fuzz_gguf"
 # a seed with one small tensor of every quantized type (random blocks), so the decoders are reached at once
 python3 - "$out/corpus/quantized.gguf" <<'PY'
 import random, struct, sys
@@ -33,9 +43,8 @@ done
 "$out/fuzz_gguf" "$out/corpus" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 -timeout=10
 
 # tokenizers: both vocabularies over arbitrary bytes (half the time)
-"${fuzz_cxx[@]}" $(pkg-config --cflags sentencepiece libpcre2-8) tests/fuzz/fuzz_tokenizer.cpp loader/gguf.cpp loader/tokenizer.cpp \
-  loader/tokenizer_bpe.cpp loader/tokenizer_spm.cpp runtime/quant.cpp $(pkg-config --libs sentencepiece libpcre2-8) \
-  -o "$out/fuzz_tokenizer"
+"${fuzz_cxx[@]}" tests/fuzz/fuzz_tokenizer.cpp $(obj loader/gguf.cpp loader/tokenizer.cpp loader/tokenizer_bpe.cpp \
+  loader/tokenizer_spm.cpp runtime/quant.cpp) $libs -o "$out/fuzz_tokenizer"
 mkdir -p "$out/corpus-tok"
 for f in ../shared/tokenizer-tests/*.inp; do
   [ -f "$f" ] && split -b 2048 -d "$f" "$out/corpus-tok/$(basename "$f")."
@@ -44,9 +53,9 @@ VKSPEC_SHARED="$PWD/../shared" "$out/fuzz_tokenizer" "$out/corpus-tok" -max_tota
   -max_len=8192 -rss_limit_mb=4096 -timeout=10
 
 # chat templates: arbitrary template source rendered with a fixed conversation (half the time)
-"${fuzz_cxx[@]}" tests/fuzz/fuzz_chat_template.cpp loader/chat_template.cpp loader/jinja_value.cpp loader/jinja_lex.cpp loader/jinja_parse.cpp \
-  loader/jinja_render.cpp loader/jinja_builtins.cpp loader/jinja_filters.cpp loader/gguf.cpp runtime/quant.cpp \
-  -o "$out/fuzz_chat_template"
+jinja=(loader/chat_template.cpp loader/jinja_value.cpp loader/jinja_lex.cpp loader/jinja_parse.cpp loader/jinja_render.cpp
+       loader/jinja_builtins.cpp loader/jinja_filters.cpp)
+"${fuzz_cxx[@]}" tests/fuzz/fuzz_chat_template.cpp $(obj "${jinja[@]}" loader/gguf.cpp runtime/quant.cpp) -o "$out/fuzz_chat_template"
 mkdir -p "$out/corpus-jinja"
 for f in ../shared/chat-templates/*.jinja; do
   [ -f "$f" ] && cp "$f" "$out/corpus-jinja/"
@@ -54,10 +63,8 @@ done
 "$out/fuzz_chat_template" "$out/corpus-jinja" -max_total_time="$(( (secs + 1) / 2 ))" -max_len=8192 -rss_limit_mb=2048 -timeout=10
 
 # server requests: arbitrary bodies through the OpenAI protocol layer (half the time)
-"${fuzz_cxx[@]}" $(pkg-config --cflags sentencepiece libpcre2-8) tests/fuzz/fuzz_server_request.cpp apps/server_api.cpp apps/prompt.cpp \
-  apps/cli_common.cpp loader/chat_template.cpp loader/jinja_value.cpp loader/jinja_lex.cpp loader/jinja_parse.cpp \
-  loader/jinja_render.cpp loader/jinja_builtins.cpp loader/jinja_filters.cpp loader/gguf.cpp loader/tokenizer.cpp \
-  loader/tokenizer_bpe.cpp loader/tokenizer_spm.cpp runtime/quant.cpp $(pkg-config --libs sentencepiece libpcre2-8) \
+"${fuzz_cxx[@]}" tests/fuzz/fuzz_server_request.cpp $(obj apps/server_api.cpp apps/prompt.cpp apps/cli_common.cpp "${jinja[@]}" \
+  loader/gguf.cpp loader/tokenizer.cpp loader/tokenizer_bpe.cpp loader/tokenizer_spm.cpp runtime/quant.cpp) $libs \
   -o "$out/fuzz_server_request"
 mkdir -p "$out/corpus-server"
 cp tests/fuzz/server-seeds/* "$out/corpus-server/"
