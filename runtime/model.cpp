@@ -7,6 +7,9 @@
 
 namespace vkspec {
 
+static constexpr VkDeviceSize kKvRowBytes = contract::KV_ROW_UINTS * 4;
+static_assert(contract::KV_ROW_UINTS == 2, "shaders read a KvRows entry as one uvec2");
+
 LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file, const ModelOptions& opts)
     : ctx_(ctx), hp_(read_llama_hparams(file)) {
   const LlamaTensors t = find_llama_tensors(file, hp_);
@@ -112,7 +115,8 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
   x_out_ = act_arena_->alloc(B * hp_.dim * 4, "activations");
   tokens_ = upload_arena_->alloc(2ull * std::max(opts.max_sequences, 1u) * n_ctx_ * 4, "token ids");
   // A submission's chunks each take kMaxBatch pairs at most; it runs at most n_ctx + kMaxBatch rows per sequence.
-  kv_rows_ = upload_arena_->alloc(2ull * std::max(opts.max_sequences, 1u) * (n_ctx_ + 2 * kMaxBatch) * 8, "KV rows");
+  kv_rows_ = upload_arena_->alloc(2ull * std::max(opts.max_sequences, 1u) * (n_ctx_ + 2 * kMaxBatch) * kKvRowBytes,
+                                  "KV rows");
   logits_ = act_arena_->alloc(B * hp_.n_vocab * 4, "logits");
   logits_host_ = readback_arena_->alloc(B * hp_.n_vocab * 4, "logits read back");
   ids_ = readback_arena_->alloc(B * contract::TOKEN_SLOT_UINTS * 4, "argmax token slots");
@@ -255,15 +259,16 @@ uint32_t LlamaModel::record_batch(Recorder& r, std::span<const SeqRows> rows, co
 uint32_t LlamaModel::record_chunk(Recorder& r, std::span<const ChunkPart> parts, uint32_t n, const Slice& logits,
                                   uint32_t logits_row) {
   // Each row's position and block table (KvRows), from a ring like the input tokens'.
-  if (kv_rows_cursor_ + kMaxBatch > kv_rows_.size / 8) kv_rows_cursor_ = 0;
-  KvRows kv_rows{kv_rows_.sub(VkDeviceSize(kv_rows_cursor_) * 8, VkDeviceSize(n) * 8), 0};
+  if (kv_rows_cursor_ + kMaxBatch > kv_rows_.size / kKvRowBytes) kv_rows_cursor_ = 0;
+  KvRows kv_rows{kv_rows_.sub(VkDeviceSize(kv_rows_cursor_) * kKvRowBytes, VkDeviceSize(n) * kKvRowBytes), 0};
   kv_rows_cursor_ += n;
   for (const ChunkPart& p : parts) {
     const uint32_t pos0 = kv_->length(p.seq);
     kv_->grow(p.seq, pos0 + p.n);
     for (uint32_t i = 0; i < p.n; ++i) {
-      kv_rows.rows.host<uint32_t>()[2 * (p.row0 + i)] = pos0 + i;
-      kv_rows.rows.host<uint32_t>()[2 * (p.row0 + i) + 1] = kv_->table_offset(p.seq);
+      uint32_t* row = kv_rows.rows.host<uint32_t>() + contract::KV_ROW_UINTS * (p.row0 + i);
+      row[0] = pos0 + i;
+      row[1] = kv_->table_offset(p.seq);
     }
     kv_rows.max_len = std::max(kv_rows.max_len, pos0 + p.n);
   }

@@ -32,6 +32,8 @@ VKSPEC_CONST MAX_TOP_K = 256u;        // top-k the sampler ranks in shared memor
 VKSPEC_CONST MAX_HEAD_DIM = 256u;     // attention.comp keeps one head's output dims in registers
 VKSPEC_CONST NON_FINITE_TOKEN = 0xffffffffu;   // argmax's token for a row of logits holding NaN or Inf
 VKSPEC_CONST TOKEN_SLOT_UINTS = 2u;   // a token slot: {token, aux (float bits: top probability)}
+VKSPEC_CONST KV_ROW_UINTS = 2u;       // a row of a pass (KvRows): {position, first uint of its block table}
+                                      // (read as one uvec2 by shaders/paged_kv.glsl, attention_rows.comp)
 #define SLOT_TOKEN(i) (TOKEN_SLOT_UINTS * (i))        // uint index of slot i's token
 #define SLOT_AUX(i) (TOKEN_SLOT_UINTS * (i) + 1u)     // uint index of slot i's aux
 VKSPEC_CONST MODE_ACCUMULATE = 1u;    // matmul: y += W x

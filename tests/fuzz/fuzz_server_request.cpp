@@ -1,7 +1,8 @@
 // libFuzzer target for the server's request parsing (apps/server_api.h): arbitrary bytes as the body of a
 // completion (first byte even) or chat completion (odd) request, with a real vocabulary and the Llama 3.2 chat
 // template. Every outcome must be a CompletionSpec within the limits or an ApiError with a 4xx status; any
-// other exception, a crash, an ASan/UBSan finding or a hang is a bug. Seeds: tests/fuzz/server-seeds.
+// other exception, a crash, an ASan/UBSan finding or a hang is a bug. Seeds: tests/fuzz/server-seeds (text:
+// first byte 'P', even, or 'C', odd, then the body).
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
