@@ -1,8 +1,15 @@
 // SentencePiece tokenizer: a ModelProto is serialized in memory from the GGUF vocabulary (pieces, scores,
 // types; BPE model, identity normalizer, byte fallback) and loaded into libsentencepiece. The dummy-prefix
 // space is added here, per fragment after a special token, as llama.cpp does.
+//
+// Long text is encoded in pieces cut after a "barrier" byte: an ASCII byte that no vocabulary entry longer
+// than one byte contains (in Llama's vocabulary: '\n' among others). BPE never merges such a byte with a
+// neighbour, so it stays a symbol of its own and the merges on either side of it are independent: the
+// pieces' ids concatenated are exactly the ids of the whole text. libsentencepiece's BPE is linear but
+// heavy (10 MB of code took 20 s and 1 GB in one call); pieces of a few KB keep it cache-sized.
 #include <sentencepiece_processor.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "loader/tokenizer.h"
@@ -61,6 +68,18 @@ class SpmTokenizer : public Tokenizer {
     model.bytes(3, norm.buf);
     auto st = sp_.LoadFromSerializedProto(model.buf);
     if (!st.ok()) throw Error("SentencePiece rejected the GGUF vocabulary: " + st.ToString());
+
+    // A barrier must also never be an unknown symbol (without byte fallback libsentencepiece joins a run of
+    // unknown characters into one <unk>, across any cut): byte fallback is on, or the byte is a piece itself.
+    bool piece_of_one[256] = {};
+    for (size_t i = 0; i < texts_.size(); ++i)
+      if (types_[i] != TokenType::Byte && texts_[i].size() == 1) piece_of_one[uint8_t(texts_[i][0])] = true;
+    for (int b = 1; b < 0x80; ++b) barrier_[b] = has_bytes || piece_of_one[b];
+    for (size_t i = 0; i < texts_.size(); ++i) {
+      if (types_[i] == TokenType::Byte || texts_[i].size() < 2) continue;
+      for (unsigned char c : texts_[i]) if (c < 0x80) barrier_[c] = false;
+    }
+    barrier_[uint8_t(' ')] = false;   // the normalizer turns ' ' into U+2581 (three bytes, in many pieces)
   }
 
   std::string piece(uint32_t id) const override {
@@ -84,14 +103,21 @@ class SpmTokenizer : public Tokenizer {
     if (add_space_prefix_ && after_special) s = " ";
     s.append(text);
     std::vector<int> ids;
-    auto st = sp_.Encode(s, &ids);
-    if (!st.ok()) throw Error("SentencePiece encode failed: " + st.ToString());
-    for (int id : ids) out.push_back(uint32_t(id));
+    for (size_t begin = 0; begin < s.size();) {
+      size_t end = std::min(s.size(), begin + kPieceBytes);
+      while (end < s.size() && !barrier_[uint8_t(s[end - 1])]) ++end;   // cut just after a barrier byte
+      auto st = sp_.Encode(std::string_view(s).substr(begin, end - begin), &ids);
+      if (!st.ok()) throw Error("SentencePiece encode failed: " + st.ToString());
+      for (int id : ids) out.push_back(uint32_t(id));
+      begin = end;
+    }
   }
 
  private:
+  static constexpr size_t kPieceBytes = 4096;   // a piece ends at the first barrier after this many bytes
   sentencepiece::SentencePieceProcessor sp_;
   bool add_space_prefix_ = true;
+  bool barrier_[256] = {};   // bytes that never merge with a neighbour (see the top of the file)
 };
 
 }  // namespace

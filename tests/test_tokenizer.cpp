@@ -249,3 +249,38 @@ TEST(Tokenizer, VocabularyMetadataIsValidatedAtLoad) {
 
 }  // namespace
 }  // namespace vkspec::test
+
+#include <sentencepiece_processor.h>
+
+namespace vkspec::test {
+namespace {
+
+// Long SPM text is encoded in pieces cut after bytes that never merge (loader/tokenizer_spm.cpp): the ids
+// must equal one libsentencepiece call over the whole text with Llama 2's own tokenizer.model (the
+// reference; its normalizer adds the dummy prefix itself). The text has lines longer than a piece, runs of
+// newlines, indentation, non-ASCII text and characters outside the vocabulary (byte fallback).
+TEST(Tokenizer, SpmLongTextInPiecesEqualsOneSentencePieceCall) {
+  sentencepiece::SentencePieceProcessor reference;
+  ASSERT_TRUE(reference.Load(shared_path("tokenizer-tests/llama2-tokenizer.model")).ok());
+  GgufFile f(shared_path("tokenizer-tests/ggml-vocab-llama-spm.gguf"));
+  auto tok = Tokenizer::from_gguf(f);
+  std::ifstream in(shared_path("models/reference/heldout-code.txt"));
+  const std::string code((std::istreambuf_iterator<char>(in)), {});
+  std::string text;
+  for (int i = 0; text.size() < 300000; ++i) {
+    text += code.substr(size_t(i) * 7919 % code.size(), 3000);
+    text += i % 3 == 0 ? "\n\n\n" : "\n";
+    if (i % 5 == 0) text += std::string(9000, "xy.=("[i % 5]) + " Grüße, 日本語のテキスト 🦙\n";
+    if (i % 7 == 0) text += "    " + std::string(5000, 'a') + "\t\n";
+  }
+  std::vector<int> want;
+  ASSERT_TRUE(reference.Encode(text, &want).ok());
+  const auto got = tok->encode(text, false, false);
+  ASSERT_EQ(got.size(), want.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < got.size(); ++i) differ += got[i] != uint32_t(want[i]);
+  EXPECT_EQ(differ, 0u);
+}
+
+}  // namespace
+}  // namespace vkspec::test
