@@ -5,6 +5,9 @@
 
 shared float lane_mass[1024];
 shared uint chosen;
+shared bool masses_non_finite;
+
+bool non_finite(float x) { return isnan(x) || isinf(x); }
 
 // max(0, p - q) at v for a residual draw, p itself for the bonus draw.
 float mass(uint row, uint v, bool residual) {
@@ -14,16 +17,25 @@ float mass(uint row, uint v, bool residual) {
 
 // Inverse-CDF draw from the unnormalized masses of `row`. Lane l owns a contiguous slice of the vocabulary;
 // slice totals are prefix-summed in lane order, so the lanes' intervals [before, before + s) tile [0, total)
-// exactly in float and the lane whose interval holds u * total scans its slice. Returns V if total == 0.
+// exactly in float and the lane whose interval holds u * total scans its slice. Returns V if total == 0,
+// NON_FINITE_TOKEN if a p (or, for a residual, q) of the row is NaN or infinite: max(0, NaN) may be 0, so
+// without the check a broken row would be sampled from silently.
 uint draw(uint row, bool residual, float u) {
   const uint lane = gl_LocalInvocationID.x, per = (accept_V + WG - 1u) / WG;
   const uint lo = min(lane * per, accept_V), hi = min(lo + per, accept_V);
   float s = 0.0;
-  for (uint v = lo; v < hi; ++v) s += mass(row, v, residual);
+  bool bad = false;
+  for (uint v = lo; v < hi; ++v) {
+    bad = bad || non_finite(p_at(row, v)) || (residual && non_finite(q_at(row, v)));
+    s += mass(row, v, residual);
+  }
   barrier();
   lane_mass[lane] = s;
-  if (lane == 0u) chosen = accept_V;
+  if (lane == 0u) { chosen = accept_V; masses_non_finite = false; }
   barrier();
+  if (bad) masses_non_finite = true;
+  barrier();
+  if (masses_non_finite) return NON_FINITE_TOKEN;   // uniform: every lane reads the same flag
   float before = 0.0, total = 0.0;
   bool last_nonzero = s > 0.0;
   for (uint l = 0; l < WG; ++l) {
@@ -53,18 +65,22 @@ uint draw(uint row, bool residual, float u) {
 
 
 // For i = 0..K-1 accept t_i with probability min(1, p_i(t_i) / q_i(t_i)); at the first rejection draw from
-// norm(max(0, p_i - q_i)) and stop; if all are accepted draw the bonus token from p_K. Returns {accepted, next}.
+// norm(max(0, p_i - q_i)) and stop; if all are accepted draw the bonus token from p_K. Returns {accepted, next};
+// next is NON_FINITE_TOKEN when a draft is not a token (the draft's own logits were non-finite) or a
+// probability the chain reads is NaN or infinite. Every lane reads the same values: the returns are uniform.
 uvec2 accept_chain(uint K, uvec2 seed, uint position) {
   uint i = 0;
   bool rejected = false;
   for (; i < K; ++i) {
     const uint t = draft_at(i);
+    if (t >= accept_V) return uvec2(i, NON_FINITE_TOKEN);
     const float pt = p_at(i, t), qt = q_at(i, t);
+    if (non_finite(pt) || non_finite(qt)) return uvec2(i, NON_FINITE_TOKEN);
     const float u = counter_uniform(seed, position + i, STREAM_ACCEPT);
     if (!(u * qt < pt)) { rejected = true; break; }   // accept iff u < p/q
   }
   const float u = counter_uniform(seed, position + i, STREAM_DRAW);
   uint next = draw(i, rejected, u);
-  if (next == accept_V) next = draw(i, false, u);   // p == q up to rounding: the residual is empty, p is exact
+  if (next == accept_V) next = draw(i, false, u);   // (NON_FINITE_TOKEN is never accept_V: ids are < 2^32 - 1)   // p == q up to rounding: the residual is empty, p is exact
   return uvec2(i, next);
 }

@@ -109,7 +109,7 @@ VKSPEC_CONST MODE_RMSNORM = 4u;       // matmul: x is rmsnorm(x) * norm, compute
   vk_float penalty; vk_float temperature; vk_float top_p; vk_float min_p;                               \
   vk_uint top_k; vk_uint position; vk_uint stream; vk_uint draw;                                        \
   vk_float draft_p_min;                /* fused verify: drafts after one below it are not verified */   \
-  vk_addr q; vk_addr tokens; vk_addr result; vk_addr counter; /* fused verify: [K][V], slots, {acc, next}, uint */ \
+  vk_addr q; vk_addr tokens; vk_addr result; vk_addr counter; /* fused verify: [K][V], slots, {acc, next}, uint[2] */ \
   vk_uint K; vk_uint accept;
 
 #define PC_SPEC_ACCEPT                                                                                  \

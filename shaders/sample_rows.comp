@@ -17,9 +17,11 @@
 // The penalty is applied to the logits row in place.
 // Draws go to `draws` as token slots ({token, top probability} pairs), which the next step's embedding reads.
 // Fused verify (accept != 0): the rows are the target's p_0..p_K; each workgroup publishes its row and counts
-// itself done on `counter`; the last one runs the accept/resample chain (accept.glsl) over all rows and the
+// itself done on `counter`[0]; the last one runs the accept/resample chain (accept.glsl) over all rows and the
 // draft's q rows, writes {accepted, next} and resets the counter. Rows go through coherent references so
-// the last workgroup sees the others' writes.
+// the last workgroup sees the others' writes. A row whose logits are non-finite sets `counter`[1] first:
+// then nothing is sampled and next is NON_FINITE_TOKEN (its probabilities may look finite: NaN keys rank
+// arbitrarily).
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "contract.h"
@@ -43,7 +45,7 @@ uint draft_at(uint i) { return Uints(pc.tokens).v[SLOT_TOKEN(i)]; }
 #define accept_V pc.V
 #include "accept.glsl"
 
-shared bool last_done;
+shared bool last_done, rows_non_finite;
 
 shared uint digit_count[256];
 shared uint lane_ties[256];
@@ -352,21 +354,25 @@ void main() {
 
   // 8. fused verify: the last workgroup to finish its row runs accept/reject over all of them
   if (pc.accept == 0u) return;
+  if (lane == 0u && row_non_finite) atomicOr(CoherentUints(pc.counter).v[1], 1u);
   memoryBarrierBuffer();   // this row's writes are visible device-wide before it counts as done
   barrier();
   if (lane == 0u) last_done = atomicAdd(CoherentUints(pc.counter).v[0], 1u) == gl_NumWorkGroups.x - 1u;
   barrier();
   if (!last_done) return;   // uniform per workgroup
   memoryBarrierBuffer();
+  if (lane == 0u) rows_non_finite = CoherentUints(pc.counter).v[1] != 0u;
+  barrier();
   // --draft-p-min on the device: the draft ran all K steps, but a draft after one it was unsure of is not
   // verified (the host applies the same rule to its count of drafts: keep_drafts, speculative/drafter.h).
   uint k = pc.K;
   for (uint i = 1u; i < pc.K && pc.draft_p_min > 0.0; ++i)
     if (uintBitsToFloat(Uints(pc.tokens).v[SLOT_AUX(i)]) < pc.draft_p_min) { k = i; break; }
-  const uvec2 r = accept_chain(k, pc.seed, pc.position);
+  const uvec2 r = rows_non_finite ? uvec2(0u, NON_FINITE_TOKEN) : accept_chain(k, pc.seed, pc.position);
   if (lane == 0u) {
     Uints(pc.result).v[0] = r.x;
     Uints(pc.result).v[1] = r.y;
     CoherentUints(pc.counter).v[0] = 0u;   // ready for the next verify
+    CoherentUints(pc.counter).v[1] = 0u;
   }
 }

@@ -19,7 +19,7 @@ SpecAcceptor::SpecAcceptor(Context& ctx, Pipelines& pipelines, uint32_t n_vocab,
   p_ = upload_->alloc(row * (max_k + 1), "speculative p rows");
   q_ = upload_->alloc(row * std::max(max_k, 1u), "speculative q rows");
   tokens_ = upload_->alloc(VkDeviceSize(max_trials) * std::max(max_k, 1u) * 4, "speculative tokens");
-  counter_ = upload_->alloc(4, "fused verify counter");
+  counter_ = upload_->alloc(8, "fused verify counter");   // {rows done, a row was non-finite}
   draft_slots_ = upload_->alloc(VkDeviceSize(std::max(max_k, 1u)) * contract::TOKEN_SLOT_UINTS * 4,
                                 "host drafts as token slots");
   device_ = std::make_unique<Arena>(ctx, MemoryKind::Device, row * (2 * max_k + 1) + 8192);
@@ -73,7 +73,8 @@ void SpecAcceptor::record_fused(Recorder& r, const SamplingParams& p, const Slic
                                 float draft_p_min, const Slice& q, const Slice& p_out) {
   if (k > max_k_) throw Error("internal: SpecAcceptor::record_verify out of range");
   const VkDeviceSize rows = VkDeviceSize(k + 1) * n_vocab_ * 4;
-  counter_.host<uint32_t>()[0] = 0;   // the kernel leaves it zeroed; set anyway in case a submission failed
+  // the kernel leaves the counter zeroed; set anyway in case a submission failed
+  counter_.host<uint32_t>()[0] = counter_.host<uint32_t>()[1] = 0;
   const uint32_t window = sampler_->set_history(p, context);
   if (p.repeat_penalty != 1.0f && p.repeat_last_n != 0 && k > 0) {
     sampler_->record_append_history(r, draft_slots, 0, k, window);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "runtime/sampler.h"
@@ -186,6 +187,63 @@ TEST_F(DeviceSamplerTest, FusedVerifyEqualsAcceptKernelOnItsRows) {
   }
   EXPECT_GT(rejections, 0);
   EXPECT_GT(all_accepted, 0);
+}
+
+// Non-finite inputs never become a token: the accept chain answers NON_FINITE_TOKEN (which the host turns
+// into "the model produced non-finite logits") for a NaN where the residual draw reads it (max(0, NaN) may
+// be 0: without the check the row would be sampled from), an infinite q at a draft, and a draft that is not a
+// token (the draft's own logits were non-finite); the fused verify does for a NaN anywhere in a logits row,
+// even where the chain would not read it (NaN keys rank arbitrarily), with top-k on and off.
+TEST_F(DeviceSamplerTest, NonFiniteRowsNeverBecomeATokenInTheAcceptChain) {
+  const uint32_t V = 300, K = 2;
+  SpecAcceptor acceptor(gpu().ctx, gpu().pipelines, V, 4, 1);
+  const auto fill = [&](float* row, uint32_t hot) { std::fill(row, row + V, 0.0f); row[hot] = 1.0f; };
+  struct Case { const char* name; uint32_t row, at; float value; uint32_t draft0; };
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (const Case& c : {Case{"NaN in p_0 where the residual reads it", 0, 7, nan, 5},
+                        Case{"NaN in the bonus row p_K", K, 250, nan, 3},
+                        Case{"infinite q_0 at the draft", V, 3, inf, 3},
+                        Case{"a draft that is not a token", 0, 0, 0.0f, contract::NON_FINITE_TOKEN}}) {
+    SCOPED_TRACE(c.name);
+    for (uint32_t i = 0; i <= K; ++i) fill(acceptor.p_row(i), 3);   // p: token 3 for sure
+    for (uint32_t i = 0; i < K; ++i) fill(acceptor.q_row(i), 3);
+    if (c.row < V && c.value != 0.0f) acceptor.p_row(c.row)[c.at] = c.value;
+    if (c.row == V) acceptor.q_row(0)[c.at] = c.value;
+    acceptor.tokens(0)[0] = c.draft0;
+    acceptor.tokens(0)[1] = 3;
+    const SpecAcceptor::Outcome o = acceptor.run(K, 9, 0, 1)[0];
+    EXPECT_EQ(o.next, contract::NON_FINITE_TOKEN) << "accepted " << o.accepted;
+  }
+  // the finite control: the same rows without the bad value give a real token
+  for (uint32_t i = 0; i <= K; ++i) fill(acceptor.p_row(i), 3);
+  for (uint32_t i = 0; i < K; ++i) fill(acceptor.q_row(i), 3);
+  acceptor.tokens(0)[0] = acceptor.tokens(0)[1] = 3;
+  EXPECT_EQ(acceptor.run(K, 9, 0, 1)[0].next, 3u);
+
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 1.5f);
+  for (int top_k : {40, 0}) {
+    SamplingParams p;
+    p.top_k = top_k; p.top_p = 0.95f; p.min_p = 0.0f; p.temperature = 1.0f; p.seed = 4;
+    for (uint32_t bad_row : {0u, K}) {
+      const std::vector<uint32_t> context = {1, 2};
+      std::vector<float> logits(size_t(K + 1) * V);
+      for (auto& x : logits) x = nd(rng);
+      for (uint32_t i = 0; i < K; ++i) acceptor.set_row(acceptor.q_row(i), Sampler(p).distribution(
+          std::span<const float>(logits).subspan(size_t(i) * V, V), {}));
+      const std::vector<uint32_t> drafts = {Sampler(p).distribution(std::span<const float>(logits).first(V), {}).ids[0],
+                                            0};
+      const SpecAcceptor::Outcome ok = acceptor.verify(p, upload(logits), context, drafts);
+      EXPECT_LT(ok.next, V) << "finite rows, top-k " << top_k;
+      logits[size_t(bad_row) * V + 123] = nan;
+      const SpecAcceptor::Outcome o = acceptor.verify(p, upload(logits), context, drafts);
+      EXPECT_EQ(o.next, contract::NON_FINITE_TOKEN) << "NaN in row " << bad_row << ", top-k " << top_k;
+      const SpecAcceptor::Outcome again = acceptor.verify(p, upload(logits), context, drafts);
+      EXPECT_EQ(again.next, contract::NON_FINITE_TOKEN) << "the flag is per verify, and reset after it";
+      logits[size_t(bad_row) * V + 123] = 0.0f;
+      EXPECT_LT(acceptor.verify(p, upload(logits), context, drafts).next, V) << "reset after a non-finite verify";
+    }
+  }
 }
 
 // Draws over many positions follow the row's distribution (chi-square, significance ~1e-6), on both paths
