@@ -54,22 +54,6 @@ void add_chat_options(CLI::App* c, vkspec::cli::ChatOptions& chat) {
 }
 }  // namespace
 
-// Control characters from a file (a tensor name, a key) are shown escaped, never sent raw to the terminal.
-static std::string printable(const char* s) {
-  std::string out;
-  for (; *s; ++s) {
-    const unsigned char c = static_cast<unsigned char>(*s);
-    if (c < 0x20 || c == 0x7f) {
-      char esc[8];
-      snprintf(esc, sizeof esc, "\\x%02x", c);
-      out += esc;
-    } else {
-      out += char(c);
-    }
-  }
-  return out;
-}
-
 static int run_main(int argc, char** argv) {
   CLI::App app{"vkspec: portable Llama inference on Vulkan with lossless speculative decoding"};
   app.require_subcommand(1);
@@ -207,7 +191,8 @@ static int run_main(int argc, char** argv) {
     if (*perplexity) return vkspec::cli::cmd_perplexity(o, po);
     if (*serve) return vkspec::cli::cmd_serve(o, so);
   } catch (const std::exception& e) {
-    fprintf(stderr, "vkspec: error: %s\n", printable(e.what()).c_str());
+    // vkspec::Error escapes control characters itself; other exceptions (options, JSON) may quote raw input
+    fprintf(stderr, "vkspec: error: %s\n", vkspec::Error::escape_controls(e.what()).c_str());
     return 1;
   }
   return 0;

@@ -1,15 +1,35 @@
 #pragma once
 // The Vulkan-free core that loader/, runtime/ and the fuzzer share: the error type and the weight types.
 #include <cstdint>
+#include <cstdio>
 #include <stdexcept>
+#include <string>
 
 #include "shaders/contract.h"
 
 namespace vkspec {
 
-// Every failure surfaces as this exception with a message a user can act on.
+// Every failure surfaces as this exception with a message a user can act on. Messages quote text from
+// files and requests (key and tensor names, template source): control characters are escaped here, once
+// for every path (CLI, C API, server), so a message is one printable line and a NUL cannot cut it short
+// where it is read back as a C string (what(), vkspec_last_error()).
 struct Error : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit Error(const std::string& message) : std::runtime_error(escape_controls(message)) {}
+  static std::string escape_controls(const std::string& s) {
+    std::string out;
+    out.reserve(s.size());
+    for (const char ch : s) {
+      const unsigned char c = static_cast<unsigned char>(ch);
+      if (c < 0x20 || c == 0x7f) {
+        char esc[8];
+        snprintf(esc, sizeof esc, "\\x%02x", c);
+        out += esc;
+      } else {
+        out += ch;
+      }
+    }
+    return out;
+  }
 };
 
 // Weight types as a GGUF file stores them; the values are GGML's type codes. How each is laid out on the

@@ -379,6 +379,15 @@ TEST(Cli, ErrorsEscapeControlCharactersAndMdEqualsWorks) {
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << "raw escape character in: " << r.err;
   EXPECT_NE(r.err.find("gp\\x1b[2Jt2"), std::string::npos) << r.err;
+  // a NUL inside a file's string is escaped too: the message is not cut short where it is read as a C string
+  GgufWriter nul;
+  nul.str("general.architecture", "llama");
+  nul.str("tokenizer.ggml.model", std::string("gp\0t2\nend", 9));
+  nul.write(path);
+  r = run_cli("run -m " + path + " -p hi");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("gp\\x00t2\\x0aend'"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
   const std::string draft = shared_path("models/pycode-draft-f16.gguf");
   r = run_cli("run -m " + shared_path("models/pycode-target-f16.gguf") + " -md=" + draft + " -p 'def f(' -n 8 --temp 0 --json");
   ASSERT_EQ(r.code, 0) << r.err;
