@@ -35,6 +35,8 @@ BatchEngine::BatchEngine(std::shared_ptr<TargetModel> target, const RunOptions& 
     : t_(std::move(target)), o_(o), opts_(opts) {
   LlamaModel& m = *t_->model;
   if (opts.parallel == 0) throw Error("--parallel must be at least 1");
+  if (m.kv().max_sequences() < opts.parallel + opts.cached_sequences)
+    throw Error("internal: the target's KV cache has too few sequences for the batch and its prompt cache");
   check_engine_options(o);
   if (!o.draft_model.empty()) {
     draft_file_ = std::make_unique<GgufFile>(o.draft_model);
@@ -80,6 +82,7 @@ BatchEngine::~BatchEngine() {
 void BatchEngine::shutdown() {
   for (auto& s : slots_)
     if (s->req) end(*s, "cancelled");
+  while (!cache_.empty()) evict(0);
   std::deque<std::shared_ptr<BatchRequest>> queued;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -174,6 +177,45 @@ void BatchEngine::admit() {
   }
 }
 
+// Blocks counted for the prompt cache: each cached sequence's length in blocks (shared ones included, so the
+// count is an upper bound of what evicting them all would free).
+uint32_t BatchEngine::cached_blocks() const {
+  uint32_t n = 0;
+  for (const CachedSequence& c : cache_) n += t_->model->kv().blocks_for(t_->model->kv().length(c.seq));
+  return n;
+}
+
+void BatchEngine::evict(size_t i) {
+  t_->model->kv().free_sequence(cache_[i].seq);
+  cache_.erase(cache_.begin() + long(i));
+  std::lock_guard<std::mutex> lock(mu_);
+  metrics_.cached_sequences = uint32_t(cache_.size());
+  metrics_.kv_blocks_in_use = t_->model->kv().blocks_in_use();
+  metrics_.cache_evictions++;
+}
+
+void BatchEngine::retire(int seq, std::vector<uint32_t> tokens) {
+  PagedKvCache& kv = t_->model->kv();
+  if (opts_.cached_sequences == 0 || tokens.empty()) {
+    kv.free_sequence(seq);
+    return;
+  }
+  // an entry whose tokens the new one starts with is subsumed by it
+  for (size_t i = cache_.size(); i-- > 0;) {
+    const auto& t = cache_[i].tokens;
+    if (t.size() <= tokens.size() && std::equal(t.begin(), t.end(), tokens.begin())) evict(i);
+  }
+  cache_.push_back({seq, std::move(tokens), ++cache_clock_});
+  if (cache_.size() > opts_.cached_sequences) {
+    size_t lru = 0;
+    for (size_t i = 1; i < cache_.size(); ++i)
+      if (cache_[i].last_used < cache_[lru].last_used) lru = i;
+    evict(lru);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  metrics_.cached_sequences = uint32_t(cache_.size());
+}
+
 bool BatchEngine::admit_one(const std::shared_ptr<BatchRequest>& r) {
   LlamaModel& m = *t_->model;
   PagedKvCache& kv = m.kv();
@@ -183,26 +225,54 @@ bool BatchEngine::admit_one(const std::shared_ptr<BatchRequest>& r) {
   const uint32_t draft_need = draft_model_ ? reservation(*r, draft_model_->kv().block_size()) : 0;
   if (reserved_ + need > kv.total_blocks()) return false;
   if (draft_model_ && draft_reserved_ + draft_need > draft_model_->kv().total_blocks()) return false;
-  // The longest prefix of the prompt another sequence holds in its cache (at least one prompt token is
-  // left to run: its logits choose the first token); wait while a sequence is still prefilling one worth
-  // sharing.
+  // The longest prefix of the prompt another sequence holds in its cache, running or cached (at least one
+  // prompt token is left to run: its logits choose the first token); wait while a sequence is still
+  // prefilling one worth sharing.
   const std::vector<uint32_t>& p = r->prompt;
-  const Slot* source = nullptr;
+  const auto common_prefix = [&p](const std::vector<uint32_t>& c, int seq_len) {
+    uint32_t common = 0;
+    while (common < c.size() && common < p.size() && c[common] == p[common]) ++common;
+    return std::min({common, uint32_t(p.size()) - 1, uint32_t(seq_len)});
+  };
+  int source = -1;
   uint32_t shared = 0;
   for (const auto& s : slots_) {
     if (!s->req) continue;
     const std::vector<uint32_t>& c = s->decoding ? s->context : s->req->prompt;
-    uint32_t common = 0;
-    while (common < c.size() && common < p.size() && c[common] == p[common]) ++common;
-    const uint32_t useful = std::min<uint32_t>(common, uint32_t(p.size()) - 1);
+    const uint32_t useful = common_prefix(c, int(p.size()));
     const uint32_t held = std::min(useful, kv.length(s->seq));
     if (!s->decoding && held < useful && useful >= kv.block_size()) return false;
-    if (held > shared) shared = held, source = s.get();
+    if (held > shared) shared = held, source = s->seq;
   }
+  CachedSequence* cached_source = nullptr;
+  for (CachedSequence& c : cache_) {
+    const uint32_t held = common_prefix(c.tokens, int(kv.length(c.seq)));
+    if (held > shared) shared = held, source = c.seq, cached_source = &c;
+  }
+  // Make room: cached sequences give way to the reservation, least recently used first, the source last.
+  while (reserved_ + need + cached_blocks() > kv.total_blocks()) {
+    size_t lru = cache_.size();
+    for (size_t i = 0; i < cache_.size(); ++i)
+      if (&cache_[i] != cached_source && (lru == cache_.size() || cache_[i].last_used < cache_[lru].last_used)) lru = i;
+    if (lru == cache_.size()) break;
+    const int keep = cached_source ? cached_source->seq : -1;
+    evict(lru);   // (erasing moves entries: find the source again)
+    cached_source = nullptr;
+    for (CachedSequence& c : cache_)
+      if (c.seq == keep) cached_source = &c;
+  }
+  if (reserved_ + need + cached_blocks() > kv.total_blocks()) {
+    if (!cached_source) return false;   // running requests hold the pool: wait
+    source = -1, shared = 0;            // the source itself must go too
+    for (size_t i = 0; i < cache_.size(); ++i)
+      if (&cache_[i] == cached_source) { evict(i); break; }
+    cached_source = nullptr;
+  }
+  if (cached_source) cached_source->last_used = ++cache_clock_;
   Slot& s = **free_slot;
   s.req = r;
   s.seq = kv.new_sequence();
-  if (source) kv.share_prefix(s.seq, source->seq, shared);
+  if (source >= 0) kv.share_prefix(s.seq, source, shared);
   s.context = p;
   s.prefilled = shared;
   s.decoding = false;
@@ -274,7 +344,11 @@ void BatchEngine::end(Slot& s, const std::string& reason, const std::string& err
   }
   s.spec.reset();
   s.drafter.reset();   // frees the draft sequence
-  t_->model->kv().free_sequence(s.seq);
+  // the cache holds the first length(seq) tokens of the context (the last chosen token is never fed back);
+  // after a failed step it may not, and is not kept
+  const uint32_t held = t_->model->kv().length(s.seq);
+  retire(s.seq, reason == "error" ? std::vector<uint32_t>{}
+                                  : std::vector<uint32_t>(s.context.begin(), s.context.begin() + std::min<size_t>(held, s.context.size())));
   s.seq = -1;
   reserved_ -= s.reserved;
   draft_reserved_ -= s.draft_reserved;

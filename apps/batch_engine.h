@@ -13,6 +13,14 @@
 // blocks by reference (PagedKvCache::share_prefix) and prefills only the rest; when that prefix is still
 // being prefilled by another sequence (n completions of one prompt), the request waits for it.
 //
+// Prompt cache: a finished sequence's KV is kept (up to Options::cached_sequences of them, least recently
+// used evicted first), so that the next request that starts with its tokens — the next turn of a chat, which
+// resends the whole conversation, or a repeated system prompt — shares those blocks instead of prefilling
+// them again. Cached sequences give way: admission evicts them (least recently used first) whenever a new
+// request's reservation needs their blocks, so the cache never makes a request wait. Block accounting:
+// every block in use is covered by a running request's reservation or counted by a cached sequence's length,
+// so reserved + cached + a new reservation <= pool keeps "a running request never runs out".
+//
 // Threads: submit() and metrics() from any thread; step()/run() on one engine thread, which is where the
 // requests' callbacks run.
 #include <atomic>
@@ -55,6 +63,8 @@ struct BatchMetrics {
   uint64_t generated_tokens = 0, drafted = 0, accepted = 0, steps = 0, step_rows = 0;
   uint64_t kv_blocks_allocated = 0;   // ever taken from the pool (copies on write included)
   uint32_t active = 0, queued = 0, kv_blocks_in_use = 0, kv_blocks_total = 0, parallel = 0;
+  uint32_t cached_sequences = 0;      // finished sequences kept for their prefix (prompt cache)
+  uint64_t cache_evictions = 0;
 };
 
 class BatchEngine {
@@ -62,9 +72,10 @@ class BatchEngine {
   struct Options {
     uint32_t parallel = 4;     // sequences decoded together
     uint32_t step_rows = 64;   // rows per step (decode/verify rows first, then prefill)
+    uint32_t cached_sequences = 0;   // finished sequences kept as a prompt cache (0: none)
   };
-  // `target` must have been loaded with max_sequences >= parallel; loads the drafter of `o` (-md with
-  // `parallel` sequences, or --draft ngram).
+  // `target` must have been loaded with max_sequences >= parallel + cached_sequences; loads the drafter of
+  // `o` (-md with `parallel` sequences, or --draft ngram).
   BatchEngine(std::shared_ptr<TargetModel> target, const RunOptions& o, const Options& opts);
   ~BatchEngine();
 
@@ -91,6 +102,10 @@ class BatchEngine {
   void end(Slot& s, const std::string& reason, const std::string& error = {});
   bool emit(Slot& s, uint32_t t, bool from_draft, const float* row);
   uint32_t reservation(const BatchRequest& r, uint32_t block_size) const;
+  // Prompt cache: keeps a finished sequence whose cache holds `tokens` (or frees it), evicts one entry.
+  void retire(int seq, std::vector<uint32_t> tokens);
+  void evict(size_t i);
+  uint32_t cached_blocks() const;
 
   std::shared_ptr<TargetModel> t_;
   RunOptions o_;
@@ -104,6 +119,13 @@ class BatchEngine {
   Slice draft_logits_;           // [parallel][draft n_vocab]: a batched draft step's rows
   std::vector<std::unique_ptr<Slot>> slots_;
   uint32_t reserved_ = 0, draft_reserved_ = 0;   // KV blocks reserved by the running requests
+  struct CachedSequence {
+    int seq;
+    std::vector<uint32_t> tokens;   // what its KV holds, in order
+    uint64_t last_used;
+  };
+  std::vector<CachedSequence> cache_;
+  uint64_t cache_clock_ = 0;
 
   mutable std::mutex mu_;   // guards queue_, metrics_, wake_
   std::condition_variable cv_;

@@ -48,6 +48,7 @@ struct ServeOptions {
   std::string host = "127.0.0.1";   // loopback unless asked
   int port = 8080;                  // 0: any free port (printed)
   uint32_t parallel = 4;            // sequences decoded together (--parallel)
+  uint32_t prompt_cache = 4;        // finished sequences kept for their prefix (--prompt-cache; 0: off)
   std::string api_key;              // --api-key: required as "Authorization: Bearer KEY" when set
   std::string alias;                // the model's id in the API (default: the file's name)
   std::string chat_template;        // --chat-template FILE instead of the model's

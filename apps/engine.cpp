@@ -60,6 +60,7 @@ TargetModel::TargetModel(const Options& o) {
   mo.n_ctx = o.n_ctx;
   mo.max_sequences = o.max_sequences;
   mo.kv_blocks = o.kv_blocks;
+  mo.kv_pool_sequences = o.kv_pool_sequences;
   mo.progress = o.progress;
   model = std::make_unique<LlamaModel>(*ctx, *pipelines, *file, mo);
   if (tok->n_vocab() != model->hparams().n_vocab) throw Error("tokenizer and model disagree on the vocabulary size");

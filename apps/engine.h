@@ -65,7 +65,8 @@ struct TargetModel {
     int device = -1;
     uint32_t n_ctx = 0;           // 0: the model's, capped at 4096
     uint32_t max_sequences = 1;   // Sessions that may be open at once (each needs KV for n_ctx)
-    uint32_t kv_blocks = 0;       // KV pool blocks (0: n_ctx for each sequence)
+    uint32_t kv_blocks = 0;       // KV pool blocks (0: n_ctx for each of kv_pool_sequences)
+    uint32_t kv_pool_sequences = 0;   // 0: max_sequences
     std::function<void(uint64_t done, uint64_t total)> progress;
     std::optional<ExternalDevice> external;   // the application's device (C API external device mode)
   };

@@ -138,6 +138,10 @@ static int run_main(int argc, char** argv) {
   serve->add_option("--host", so.host, "Address to listen on (default 127.0.0.1: this machine only)");
   serve->add_option("--port", so.port, "Port (0: any free port, printed)");
   serve->add_option("--parallel", so.parallel, "Sequences decoded together (further requests queue)");
+  serve->add_option("--prompt-cache", so.prompt_cache,
+                    "Finished sequences whose KV is kept for later prompts that start the same way (a chat's next "
+                    "turn); evicted when running requests need the blocks. 0: off (default: 4)")
+      ->check(CLI::Range(0u, 256u));
   serve->add_option("-c,--ctx", o.ctx, "Context per sequence (0 = model's, capped at 4096)");
   serve->add_option("--api-key", so.api_key, "Require 'Authorization: Bearer KEY'");
   serve->add_option("--alias", so.alias, "The model's id in the API (default: the file name)");

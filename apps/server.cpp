@@ -332,7 +332,9 @@ std::string Server::metrics_text() const {
     metric("acceptance_rate", "gauge", "Accepted / verified draft tokens", m.drafted ? double(m.accepted) / double(m.drafted) : 0);
     metric("steps_total", "counter", "Batched steps (one submission each)", double(m.steps));
     metric("step_rows_total", "counter", "Rows run by the batched steps", double(m.step_rows));
-    metric("kv_blocks_in_use", "gauge", "KV cache blocks held by sequences", m.kv_blocks_in_use);
+    metric("kv_blocks_in_use", "gauge", "KV cache blocks held by sequences (running and cached)", m.kv_blocks_in_use);
+    metric("prompt_cache_sequences", "gauge", "Finished sequences kept for their prefix", m.cached_sequences);
+    metric("prompt_cache_evictions_total", "counter", "Cached sequences dropped", double(m.cache_evictions));
     metric("kv_blocks_total", "gauge", "KV cache blocks in the pool", m.kv_blocks_total);
     metric("kv_blocks_allocated_total", "counter", "KV blocks taken from the pool", double(m.kv_blocks_allocated));
     metric("parallel", "gauge", "Sequences decoded together at most", m.parallel);
@@ -441,7 +443,8 @@ int Server::run() {
       to.path = o_.model;
       to.device = o_.device;
       to.n_ctx = uint32_t(o_.ctx);
-      to.max_sequences = so_.parallel;
+      to.max_sequences = so_.parallel + so_.prompt_cache;   // the cached ones share the pool of `parallel`
+      to.kv_pool_sequences = so_.parallel;
       target_ = std::make_shared<TargetModel>(to);
       lim_.n_ctx = target_->model->n_ctx();
       model_id_ = so_.alias.empty() ? std::filesystem::path(o_.model).filename().string() : so_.alias;
@@ -451,7 +454,7 @@ int Server::run() {
         if (!so_.chat_template.empty()) throw;
         fprintf(stderr, "vkspec: warning: %s: /v1/chat/completions will answer 400\n", e.what());
       }
-      engine_ = std::make_unique<BatchEngine>(target_, o_, BatchEngine::Options{so_.parallel, 64});
+      engine_ = std::make_unique<BatchEngine>(target_, o_, BatchEngine::Options{so_.parallel, 64, so_.prompt_cache});
       ready_ = true;
       fprintf(stderr, "vkspec: model %s loaded (%s, context %u, %u sequences)\n", model_id_.c_str(),
               target_->ctx->facts().name.c_str(), lim_.n_ctx, so_.parallel);

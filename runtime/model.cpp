@@ -132,10 +132,8 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
   up.upload(rope_, rope.data(), rope.size() * 4);
   up.flush();
 
-  const uint32_t bs = opts.kv_block_size;
-  const uint32_t blocks_per_seq = (n_ctx_ + bs - 1) / bs;
-  kv_ = std::make_unique<PagedKvCache>(*act_arena_, *upload_arena_, hp_.n_layers, hp_.n_kv_heads, hp_.head_dim, bs,
-                                       opts.kv_blocks ? opts.kv_blocks : blocks_per_seq * opts.max_sequences, n_ctx_,
+  kv_ = std::make_unique<PagedKvCache>(*act_arena_, *upload_arena_, hp_.n_layers, hp_.n_kv_heads, hp_.head_dim,
+                                       opts.kv_block_size, uint32_t(opts.kv_pool_blocks(n_ctx_)), n_ctx_,
                                        opts.max_sequences);
 }
 
@@ -148,8 +146,7 @@ MemoryEstimate LlamaModel::estimate_memory(const Context& ctx, const GgufFile& f
   e.n_ctx = opts.n_ctx ? opts.n_ctx : std::min<uint32_t>(hp.n_ctx_train, 4096);
   for (const auto& g : file.tensors()) e.weights += device_bytes(DType(g.type), g.elements());
   const uint64_t kv_dim = uint64_t(hp.n_kv_heads) * hp.head_dim, q_dim = uint64_t(hp.n_heads) * hp.head_dim;
-  const uint64_t blocks = opts.kv_blocks ? opts.kv_blocks
-                                         : (uint64_t(e.n_ctx) + opts.kv_block_size - 1) / opts.kv_block_size * opts.max_sequences;
+  const uint64_t blocks = opts.kv_pool_blocks(e.n_ctx);
   e.kv = 2ull * hp.n_layers * blocks * opts.kv_block_size * kv_dim * 4;
   e.activations = uint64_t(kMaxBatch) * (2 * hp.dim + 2 * q_dim + 2 * kv_dim + hp.ffn_dim + hp.n_vocab) * 4 +
                   uint64_t(e.n_ctx) * hp.n_rot * 4;
@@ -176,8 +173,8 @@ void LlamaModel::check_memory(Context& ctx, const GgufFile& file, const ModelOpt
   };
   if (e.total() > e.device)
     throw Error("'" + file.path() + "' needs " + gib(e.total()) + " of device memory (weights " + gib(e.weights) +
-                ", KV cache " + gib(e.kv) + " for a context of " + std::to_string(n_ctx_) + " x " +
-                std::to_string(opts.max_sequences) + " sequences, activations " + gib(e.activations) + ") but " +
+                ", KV cache " + gib(e.kv) + " for " + std::to_string(opts.kv_pool_blocks(n_ctx_) * opts.kv_block_size) +
+                " positions (a context of " + std::to_string(n_ctx_) + "), activations " + gib(e.activations) + ") but " +
                 ctx.facts().name + " has " + gib(e.device) + ": use a smaller --ctx or a smaller quantization");
 }
 

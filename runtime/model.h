@@ -18,7 +18,12 @@ struct ModelOptions {
   uint32_t n_ctx = 0;               // 0: the model's training context (capped at 4096)
   uint32_t kv_block_size = 16;
   uint32_t max_sequences = 2;
-  uint32_t kv_blocks = 0;           // blocks in the KV pool; 0: n_ctx positions for each of max_sequences
+  uint32_t kv_blocks = 0;           // blocks in the KV pool; 0: n_ctx positions for each of kv_pool_sequences
+  uint32_t kv_pool_sequences = 0;   // 0: max_sequences (more sequences than that may share a smaller pool)
+  uint64_t kv_pool_blocks(uint32_t n_ctx) const {
+    return kv_blocks ? kv_blocks
+                     : (uint64_t(n_ctx) + kv_block_size - 1) / kv_block_size * (kv_pool_sequences ? kv_pool_sequences : max_sequences);
+  }
   KernelFamily kernels = KernelFamily::Auto;
   std::function<void(uint64_t done, uint64_t total)> progress;   // bytes of weights uploaded
 };

@@ -52,6 +52,7 @@ class PagedKvCache {
   uint64_t blocks_allocated() const { return allocated_; }   // blocks taken from the free list, ever
   uint64_t blocks_copied() const { return copied_; }         // copy-on-write copies, ever
   uint32_t block_size() const { return block_size_; }
+  uint32_t max_sequences() const { return uint32_t(seqs_.size()); }
   uint32_t max_seq_len() const { return max_seq_len_; }
   uint32_t blocks_for(uint32_t positions) const { return (positions + block_size_ - 1) / block_size_; }
   void check_invariants() const;

@@ -185,6 +185,98 @@ TEST_F(BatchEngineTest, AdmissionWaitsForBlocksAndCancelledRequestsFreeThem) {
   EXPECT_EQ(c.result.stop_reason, "context");
 }
 
+// The prompt cache: a finished request's KV stays (Options::cached_sequences), so the next turn of a
+// conversation (the previous prompt, its reply and a new message) prefills only what is new, and gets
+// exactly the tokens of its run alone; the cache never makes a request wait (its sequences are evicted,
+// least recently used first, when a reservation needs their blocks) and holds at most its size.
+TEST_F(BatchEngineTest, PromptCacheServesTheNextTurnAndGivesWayToReservations) {
+  auto t = target(4 + 3, 22);   // 2 running + 3 cached (+ 2 for the solo runs); a pool of 22 blocks (352 positions)
+  cli::Engine solo(t, {});
+  BatchEngine batch(t, {}, {2, 64, 3});
+  const auto& tok = batch.tokenizer();
+  const uint32_t bs = t->model->kv().block_size();
+  for (const float temp : {0.0f, 0.9f}) {
+    SCOPED_TRACE(temp);
+    SamplingParams sp;
+    sp.temperature = temp;
+    sp.seed = 7;
+    const std::vector<uint32_t> p1 = solo.encode_prompt("class Parser:\n    def __init__(self, text):\n");
+    Outcome turn1;
+    batch.submit(request(p1, sp, 24, turn1));
+    drain(batch);
+    ASSERT_EQ(turn1.ids.size(), 24u);
+    std::vector<uint32_t> p2 = p1;
+    p2.insert(p2.end(), turn1.ids.begin(), turn1.ids.end());
+    const auto more = tok.encode("\n    def parse(self):\n", false, true);
+    p2.insert(p2.end(), more.begin(), more.end());
+    const cli::BatchMetrics before = batch.metrics();
+    Outcome turn2;
+    batch.submit(request(p2, sp, 16, turn2));
+    drain(batch);
+    // the cache held p1 and the first 23 generated tokens (the last one was never fed back)
+    EXPECT_EQ(turn2.result.shared, p1.size() + 23);
+    EXPECT_EQ(batch.metrics().prefilled_tokens - before.prefilled_tokens, p2.size() - (p1.size() + 23));
+    EXPECT_EQ(turn2.ids, solo.generate(p2, sp, 16, true, false).ids) << "the cached prefix changes nothing";
+    EXPECT_EQ(turn1.ids, solo.generate(p1, sp, 24, true, false).ids);
+    t->model->kv().check_invariants();
+  }
+  cli::BatchMetrics m = batch.metrics();
+  EXPECT_LE(m.cached_sequences, 3u);
+  EXPECT_GT(m.kv_blocks_in_use, 0u);   // the cache holds blocks while nothing runs
+
+  // A request that needs most of the pool (16 of 22 blocks) is admitted at once: cached sequences go.
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  Outcome big;
+  auto rbig = request(std::vector<uint32_t>(200, 5), greedy, 1000, big);
+  batch.submit(rbig);
+  batch.step();
+  EXPECT_EQ(batch.metrics().active, 1u) << "the cache made a request wait";
+  EXPECT_GT(batch.metrics().cache_evictions, m.cache_evictions);
+  drain(batch);
+  EXPECT_EQ(big.result.stop_reason, "context");
+  t->model->kv().check_invariants();
+
+  // At most 3 cached sequences whatever the number of distinct prompts; each is shared when asked again.
+  for (size_t i = 0; i < std::size(kPrompts); ++i) {
+    Outcome o;
+    batch.submit(request(solo.encode_prompt(kPrompts[i]), greedy, 4, o));
+    drain(batch);
+  }
+  m = batch.metrics();
+  EXPECT_EQ(m.cached_sequences, 3u);
+  const auto last = solo.encode_prompt(kPrompts[std::size(kPrompts) - 1]);
+  Outcome again;
+  batch.submit(request(last, greedy, 4, again));
+  drain(batch);
+  EXPECT_EQ(again.result.shared, last.size() - 1);
+  EXPECT_LE(batch.metrics().kv_blocks_in_use, 3 * ((256 + bs - 1) / bs));
+  batch.shutdown();
+  EXPECT_EQ(t->model->kv().blocks_in_use(), 0u) << "shutdown frees the cache";
+  t->model->kv().check_invariants();
+
+  // With a draft model: the target's prefix comes from the cache, the draft prefills its own; greedy
+  // speculation gives exactly the plain greedy tokens.
+  cli::RunOptions o;
+  o.draft_model = shared_path("models/pycode-draft-f16.gguf");
+  o.draft_max = 4;
+  BatchEngine spec(t, o, {2, 64, 3});
+  const std::vector<uint32_t> p1 = solo.encode_prompt("def tokenize(text):\n");
+  Outcome s1, s2;
+  spec.submit(request(p1, greedy, 20, s1));
+  drain(spec);
+  std::vector<uint32_t> p2 = p1;
+  p2.insert(p2.end(), s1.ids.begin(), s1.ids.end());
+  p2.push_back(p1.back());
+  spec.submit(request(p2, greedy, 12, s2));
+  drain(spec);
+  EXPECT_GE(s2.result.shared, p1.size() + 15) << "speculative rounds leave the cache holding what was accepted";
+  EXPECT_EQ(s1.ids, solo.generate(p1, greedy, 20, true, false).ids);
+  EXPECT_EQ(s2.ids, solo.generate(p2, greedy, 12, true, false).ids);
+  EXPECT_GT(spec.metrics().drafted, 0u);
+  t->model->kv().check_invariants();
+}
+
 // The threading contract (apps/batch_engine.h): submit() and metrics() from any thread while the engine
 // thread runs; cancel from another thread; callbacks on the engine thread. Run under ThreadSanitizer by
 // scripts/tsan.sh.

@@ -270,6 +270,7 @@ void expect_concurrent_streams_equal(const ServerProcess& s, const std::vector<s
   }
 }
 
+// Idle with every KV block back in the pool (servers started with --prompt-cache 0: a cache keeps blocks).
 bool wait_idle(const ServerProcess& s) {
   for (int i = 0; i < 300; ++i) {
     if (s.metric("requests_active") == 0 && s.metric("requests_queued") == 0 && s.metric("kv_blocks_in_use") == 0) return true;
@@ -308,7 +309,7 @@ void disconnect_mid_stream(int port) {
 
 TEST(Server, ConcurrentStreamsGetTheirSoloTokensAndSurviveHostileClients) {
   const std::vector<std::string> prompts = load_prompts();
-  ServerProcess plain(model_arg() + " --parallel 8 --max-body 65536");
+  ServerProcess plain(model_arg() + " --parallel 8 --max-body 65536 --prompt-cache 0");
   ASSERT_TRUE(plain.up()) << plain.log();
   const std::vector<std::string> want = solo_texts(plain, prompts);
   for (const auto& w : want) ASSERT_FALSE(w.empty());
@@ -383,7 +384,7 @@ TEST(Server, ConcurrentStreamsGetTheirSoloTokensAndSurviveHostileClients) {
   const std::vector<std::string> drafts = {"--draft ngram", "-md " + shared_path("models/pycode-draft-f16.gguf")};
 #endif
   for (const std::string& draft : drafts) {
-    ServerProcess spec(model_arg() + " --parallel 8 " + draft);
+    ServerProcess spec(model_arg() + " --parallel 8 --prompt-cache 0 " + draft);
     ASSERT_TRUE(spec.up()) << spec.log();
     expect_concurrent_streams_equal(spec, prompts, want, draft.c_str());
     EXPECT_GT(spec.metric("draft_tokens_total"), 0) << draft;
@@ -423,6 +424,23 @@ TEST(Server, ApiKeyChatTemplateAndLogprobs) {
     EXPECT_LE(e["logprob"].get<double>(), 0.0);
   }
   EXPECT_EQ(joined, j["choices"][0]["message"]["content"]);
+  // The next turn of the conversation (the whole of it resent, as clients do) shares the first turn's KV
+  // from the prompt cache: at least that turn's prompt tokens are not prefilled again.
+  const std::string reply = j["choices"][0]["message"]["content"];
+  const json turn2 = {{"messages", {{{"role", "user"}, {"content", "Write a loop."}},
+                                    {{"role", "assistant"}, {"content", reply}},
+                                    {{"role", "user"}, {"content", "Now in reverse."}}}},
+                      {"max_tokens", 4}, {"temperature", 0}};
+  r = c.Post("/v1/chat/completions", turn2.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j2 = json::parse(r->body);
+  EXPECT_GE(j2["vkspec"]["choices"][0]["shared_prompt_tokens"].get<int>(), j["usage"]["prompt_tokens"].get<int>())
+      << j2.dump();
+  r = c.Get("/metrics");   // (behind the API key too)
+  ASSERT_TRUE(r);
+  EXPECT_NE(r->body.find("\nvkspec_prompt_cache_sequences "), std::string::npos);
+  EXPECT_EQ(r->body.find("\nvkspec_prompt_cache_sequences 0\n"), std::string::npos) << "nothing cached";
   // A second server on the same port is refused before it loads anything.
   const Result twice = run_vkspec(VKSPEC_BIN, "serve " + model_arg() + " --port " + std::to_string(s.port()));
   EXPECT_NE(twice.code, 0);
