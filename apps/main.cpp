@@ -205,9 +205,10 @@ static int run_main(int argc, char** argv) {
 int main(int argc, char** argv) {
   const int rc = run_main(argc, argv);
   // whatever a command printed must have reached its destination (> /dev/full, a closed pipe)
-  if (fflush(stdout) != 0 || ferror(stdout)) {
+  // (when the command failed it has said why: a failed write is reported once)
+  if ((fflush(stdout) != 0 || ferror(stdout)) && rc == 0) {
     fprintf(stderr, "vkspec: error: cannot write to standard output: %s\n", strerror(errno));
-    return rc ? rc : 1;
+    return 1;
   }
   return rc;
 }

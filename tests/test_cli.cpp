@@ -267,7 +267,9 @@ TEST(Cli, WriteFailuresExitNonZero) {
                            std::string("devices"), "tokenize " + kStories + " -p hi"}) {
     auto r = run_cli(args + " > /dev/full");
     EXPECT_EQ(r.code, 1) << args << "\n" << r.err;
-    EXPECT_NE(r.err.find("cannot write to standard output"), std::string::npos) << args << "\n" << r.err;
+    const size_t at = r.err.find("cannot write to standard output");
+    EXPECT_NE(at, std::string::npos) << args << "\n" << r.err;
+    EXPECT_EQ(r.err.find("cannot write to standard output", at + 1), std::string::npos) << "reported twice: " << r.err;
   }
 }
 
