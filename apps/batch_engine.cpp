@@ -229,46 +229,40 @@ bool BatchEngine::admit_one(const std::shared_ptr<BatchRequest>& r) {
   // prompt token is left to run: its logits choose the first token); wait while a sequence is still
   // prefilling one worth sharing.
   const std::vector<uint32_t>& p = r->prompt;
-  const auto common_prefix = [&p](const std::vector<uint32_t>& c, int seq_len) {
+  const auto useful_prefix = [&p](const std::vector<uint32_t>& c) {
     uint32_t common = 0;
     while (common < c.size() && common < p.size() && c[common] == p[common]) ++common;
-    return std::min({common, uint32_t(p.size()) - 1, uint32_t(seq_len)});
+    return std::min(common, uint32_t(p.size()) - 1);
   };
-  int source = -1;
+  int source = -1, cached_source = -1;   // sequences; cached_source: the source when it is a cached one
   uint32_t shared = 0;
   for (const auto& s : slots_) {
     if (!s->req) continue;
-    const std::vector<uint32_t>& c = s->decoding ? s->context : s->req->prompt;
-    const uint32_t useful = common_prefix(c, int(p.size()));
+    const uint32_t useful = useful_prefix(s->decoding ? s->context : s->req->prompt);
     const uint32_t held = std::min(useful, kv.length(s->seq));
     if (!s->decoding && held < useful && useful >= kv.block_size()) return false;
     if (held > shared) shared = held, source = s->seq;
   }
-  CachedSequence* cached_source = nullptr;
-  for (CachedSequence& c : cache_) {
-    const uint32_t held = common_prefix(c.tokens, int(kv.length(c.seq)));
-    if (held > shared) shared = held, source = c.seq, cached_source = &c;
+  for (const CachedSequence& c : cache_) {
+    const uint32_t held = std::min(useful_prefix(c.tokens), kv.length(c.seq));
+    if (held > shared) shared = held, source = cached_source = c.seq;
   }
   // Make room: cached sequences give way to the reservation, least recently used first, the source last.
-  while (reserved_ + need + cached_blocks() > kv.total_blocks()) {
-    size_t lru = cache_.size();
+  while (reserved_ + need + cached_blocks() > kv.total_blocks() && !cache_.empty()) {
+    size_t victim = cache_.size();
     for (size_t i = 0; i < cache_.size(); ++i)
-      if (&cache_[i] != cached_source && (lru == cache_.size() || cache_[i].last_used < cache_[lru].last_used)) lru = i;
-    if (lru == cache_.size()) break;
-    const int keep = cached_source ? cached_source->seq : -1;
-    evict(lru);   // (erasing moves entries: find the source again)
-    cached_source = nullptr;
-    for (CachedSequence& c : cache_)
-      if (c.seq == keep) cached_source = &c;
+      if (cache_[i].seq != cached_source && (victim == cache_.size() || cache_[i].last_used < cache_[victim].last_used))
+        victim = i;
+    if (victim == cache_.size()) {   // only the source is left: it goes too, and nothing is shared
+      victim = 0;
+      source = cached_source = -1;
+      shared = 0;
+    }
+    evict(victim);
   }
-  if (reserved_ + need + cached_blocks() > kv.total_blocks()) {
-    if (!cached_source) return false;   // running requests hold the pool: wait
-    source = -1, shared = 0;            // the source itself must go too
-    for (size_t i = 0; i < cache_.size(); ++i)
-      if (&cache_[i] == cached_source) { evict(i); break; }
-    cached_source = nullptr;
-  }
-  if (cached_source) cached_source->last_used = ++cache_clock_;
+  if (reserved_ + need + cached_blocks() > kv.total_blocks()) return false;   // (unreachable: reserved + need fit)
+  for (CachedSequence& c : cache_)
+    if (c.seq == cached_source) c.last_used = ++cache_clock_;
   Slot& s = **free_slot;
   s.req = r;
   s.seq = kv.new_sequence();
@@ -346,9 +340,8 @@ void BatchEngine::end(Slot& s, const std::string& reason, const std::string& err
   s.drafter.reset();   // frees the draft sequence
   // the cache holds the first length(seq) tokens of the context (the last chosen token is never fed back);
   // after a failed step it may not, and is not kept
-  const uint32_t held = t_->model->kv().length(s.seq);
-  retire(s.seq, reason == "error" ? std::vector<uint32_t>{}
-                                  : std::vector<uint32_t>(s.context.begin(), s.context.begin() + std::min<size_t>(held, s.context.size())));
+  const size_t held = std::min<size_t>(t_->model->kv().length(s.seq), s.context.size());
+  retire(s.seq, reason == "error" ? std::vector<uint32_t>{} : std::vector<uint32_t>(s.context.begin(), s.context.begin() + long(held)));
   s.seq = -1;
   reserved_ -= s.reserved;
   draft_reserved_ -= s.draft_reserved;

@@ -71,14 +71,13 @@ class SpmTokenizer : public Tokenizer {
 
     // A barrier must also never be an unknown symbol (without byte fallback libsentencepiece joins a run of
     // unknown characters into one <unk>, across any cut): byte fallback is on, or the byte is a piece itself.
-    bool piece_of_one[256] = {};
-    for (size_t i = 0; i < texts_.size(); ++i)
-      if (types_[i] != TokenType::Byte && texts_[i].size() == 1) piece_of_one[uint8_t(texts_[i][0])] = true;
-    for (int b = 1; b < 0x80; ++b) barrier_[b] = has_bytes || piece_of_one[b];
+    bool piece_of_one[256] = {}, in_longer_piece[256] = {};
     for (size_t i = 0; i < texts_.size(); ++i) {
-      if (types_[i] == TokenType::Byte || texts_[i].size() < 2) continue;
-      for (unsigned char c : texts_[i]) if (c < 0x80) barrier_[c] = false;
+      if (types_[i] == TokenType::Byte) continue;
+      if (texts_[i].size() == 1) piece_of_one[uint8_t(texts_[i][0])] = true;
+      else for (unsigned char c : texts_[i]) in_longer_piece[c] = true;
     }
+    for (int b = 1; b < 0x80; ++b) barrier_[b] = (has_bytes || piece_of_one[b]) && !in_longer_piece[b];
     barrier_[uint8_t(' ')] = false;   // the normalizer turns ' ' into U+2581 (three bytes, in many pieces)
   }
 

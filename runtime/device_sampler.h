@@ -51,7 +51,7 @@ class DeviceSampler {
   // Fused verify: the rows are p_0..p_k, and the last workgroup runs the accept/resample chain of
   // speculative sampling (shaders/accept.glsl) with the draft's q rows and drafts, at counter `position`
   // (the sequence position of the first draft), writing {accepted, next} to `result`. `counter` is a zeroed
-  // uint[2] (rows done, a row was non-finite) the kernel leaves zeroed.
+  // uint[contract::VERIFY_COUNTER_UINTS] the kernel leaves zeroed.
   // Convenience: set_history(context, extra) and record, drawing into this sampler's own slots (drawn()).
   void record(Recorder& r, const SamplingParams& p, const Slice& logits, const Slice& probs, uint32_t rows,
               std::span<const uint32_t> context, std::span<const uint32_t> extra, uint64_t position, bool draw,

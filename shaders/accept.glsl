@@ -9,11 +9,9 @@ shared bool masses_non_finite;
 
 bool non_finite(float x) { return isnan(x) || isinf(x); }
 
-// max(0, p - q) at v for a residual draw, p itself for the bonus draw.
-float mass(uint row, uint v, bool residual) {
-  const float pv = p_at(row, v);
-  return residual ? max(0.0, pv - q_at(row, v)) : pv;
-}
+// max(0, p - q) for a residual draw, p itself for the bonus draw.
+float mass_of(float pv, float qv, bool residual) { return residual ? max(0.0, pv - qv) : pv; }
+float mass(uint row, uint v, bool residual) { return mass_of(p_at(row, v), residual ? q_at(row, v) : 0.0, residual); }
 
 // Inverse-CDF draw from the unnormalized masses of `row`. Lane l owns a contiguous slice of the vocabulary;
 // slice totals are prefix-summed in lane order, so the lanes' intervals [before, before + s) tile [0, total)
@@ -25,9 +23,10 @@ uint draw(uint row, bool residual, float u) {
   const uint lo = min(lane * per, accept_V), hi = min(lo + per, accept_V);
   float s = 0.0;
   bool bad = false;
-  for (uint v = lo; v < hi; ++v) {
-    bad = bad || non_finite(p_at(row, v)) || (residual && non_finite(q_at(row, v)));
-    s += mass(row, v, residual);
+  for (uint v = lo; v < hi; ++v) {   // each p (and q) read once: the rows may be coherent (uncached) reads
+    const float pv = p_at(row, v), qv = residual ? q_at(row, v) : 0.0;
+    bad = bad || non_finite(pv) || non_finite(qv);
+    s += mass_of(pv, qv, residual);
   }
   barrier();
   lane_mass[lane] = s;
@@ -81,6 +80,6 @@ uvec2 accept_chain(uint K, uvec2 seed, uint position) {
   }
   const float u = counter_uniform(seed, position + i, STREAM_DRAW);
   uint next = draw(i, rejected, u);
-  if (next == accept_V) next = draw(i, false, u);   // (NON_FINITE_TOKEN is never accept_V: ids are < 2^32 - 1)   // p == q up to rounding: the residual is empty, p is exact
+  if (next == accept_V) next = draw(i, false, u);   // p == q up to rounding: the residual is empty, p is exact
   return uvec2(i, next);
 }

@@ -32,6 +32,9 @@ VKSPEC_CONST MAX_TOP_K = 256u;        // top-k the sampler ranks in shared memor
 VKSPEC_CONST MAX_HEAD_DIM = 256u;     // attention.comp keeps one head's output dims in registers
 VKSPEC_CONST NON_FINITE_TOKEN = 0xffffffffu;   // argmax's token for a row of logits holding NaN or Inf
 VKSPEC_CONST TOKEN_SLOT_UINTS = 2u;   // a token slot: {token, aux (float bits: top probability)}
+VKSPEC_CONST VERIFY_COUNTER_UINTS = 2u;   // the fused verify's counter: {rows done, a row was non-finite}
+VKSPEC_CONST VERIFY_ROWS_DONE = 0u;
+VKSPEC_CONST VERIFY_NON_FINITE = 1u;
 VKSPEC_CONST KV_ROW_UINTS = 2u;       // a row of a pass (KvRows): {position, first uint of its block table}
                                       // (read as one uvec2 by shaders/paged_kv.glsl, attention_rows.comp)
 #define SLOT_TOKEN(i) (TOKEN_SLOT_UINTS * (i))        // uint index of slot i's token
@@ -109,7 +112,7 @@ VKSPEC_CONST MODE_RMSNORM = 4u;       // matmul: x is rmsnorm(x) * norm, compute
   vk_float penalty; vk_float temperature; vk_float top_p; vk_float min_p;                               \
   vk_uint top_k; vk_uint position; vk_uint stream; vk_uint draw;                                        \
   vk_float draft_p_min;                /* fused verify: drafts after one below it are not verified */   \
-  vk_addr q; vk_addr tokens; vk_addr result; vk_addr counter; /* fused verify: [K][V], slots, {acc, next}, uint[2] */ \
+  vk_addr q; vk_addr tokens; vk_addr result; vk_addr counter; /* fused verify: [K][V], slots, {acc, next}, uint[VERIFY_COUNTER_UINTS] */ \
   vk_uint K; vk_uint accept;
 
 #define PC_SPEC_ACCEPT                                                                                  \

@@ -17,10 +17,10 @@
 // The penalty is applied to the logits row in place.
 // Draws go to `draws` as token slots ({token, top probability} pairs), which the next step's embedding reads.
 // Fused verify (accept != 0): the rows are the target's p_0..p_K; each workgroup publishes its row and counts
-// itself done on `counter`[0]; the last one runs the accept/resample chain (accept.glsl) over all rows and the
-// draft's q rows, writes {accepted, next} and resets the counter. Rows go through coherent references so
-// the last workgroup sees the others' writes. A row whose logits are non-finite sets `counter`[1] first:
-// then nothing is sampled and next is NON_FINITE_TOKEN (its probabilities may look finite: NaN keys rank
+// itself done on counter[VERIFY_ROWS_DONE]; the last one runs the accept/resample chain (accept.glsl) over
+// all rows and the draft's q rows, writes {accepted, next} and resets the counter. Rows go through coherent
+// references so the last workgroup sees the others' writes. A row whose logits are non-finite sets
+// counter[VERIFY_NON_FINITE] first: then nothing is sampled and next is NON_FINITE_TOKEN (its probabilities may look finite: NaN keys rank
 // arbitrarily).
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -354,14 +354,14 @@ void main() {
 
   // 8. fused verify: the last workgroup to finish its row runs accept/reject over all of them
   if (pc.accept == 0u) return;
-  if (lane == 0u && row_non_finite) atomicOr(CoherentUints(pc.counter).v[1], 1u);
+  if (lane == 0u && row_non_finite) atomicOr(CoherentUints(pc.counter).v[VERIFY_NON_FINITE], 1u);
   memoryBarrierBuffer();   // this row's writes are visible device-wide before it counts as done
   barrier();
-  if (lane == 0u) last_done = atomicAdd(CoherentUints(pc.counter).v[0], 1u) == gl_NumWorkGroups.x - 1u;
+  if (lane == 0u) last_done = atomicAdd(CoherentUints(pc.counter).v[VERIFY_ROWS_DONE], 1u) == gl_NumWorkGroups.x - 1u;
   barrier();
   if (!last_done) return;   // uniform per workgroup
   memoryBarrierBuffer();
-  if (lane == 0u) rows_non_finite = CoherentUints(pc.counter).v[1] != 0u;
+  if (lane == 0u) rows_non_finite = CoherentUints(pc.counter).v[VERIFY_NON_FINITE] != 0u;
   barrier();
   // --draft-p-min on the device: the draft ran all K steps, but a draft after one it was unsure of is not
   // verified (the host applies the same rule to its count of drafts: keep_drafts, speculative/drafter.h).
@@ -372,7 +372,7 @@ void main() {
   if (lane == 0u) {
     Uints(pc.result).v[0] = r.x;
     Uints(pc.result).v[1] = r.y;
-    CoherentUints(pc.counter).v[0] = 0u;   // ready for the next verify
-    CoherentUints(pc.counter).v[1] = 0u;
+    CoherentUints(pc.counter).v[VERIFY_ROWS_DONE] = 0u;   // ready for the next verify
+    CoherentUints(pc.counter).v[VERIFY_NON_FINITE] = 0u;
   }
 }

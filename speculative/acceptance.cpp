@@ -19,7 +19,7 @@ SpecAcceptor::SpecAcceptor(Context& ctx, Pipelines& pipelines, uint32_t n_vocab,
   p_ = upload_->alloc(row * (max_k + 1), "speculative p rows");
   q_ = upload_->alloc(row * std::max(max_k, 1u), "speculative q rows");
   tokens_ = upload_->alloc(VkDeviceSize(max_trials) * std::max(max_k, 1u) * 4, "speculative tokens");
-  counter_ = upload_->alloc(8, "fused verify counter");   // {rows done, a row was non-finite}
+  counter_ = upload_->alloc(contract::VERIFY_COUNTER_UINTS * 4, "fused verify counter");
   draft_slots_ = upload_->alloc(VkDeviceSize(std::max(max_k, 1u)) * contract::TOKEN_SLOT_UINTS * 4,
                                 "host drafts as token slots");
   device_ = std::make_unique<Arena>(ctx, MemoryKind::Device, row * (2 * max_k + 1) + 8192);
@@ -74,7 +74,7 @@ void SpecAcceptor::record_fused(Recorder& r, const SamplingParams& p, const Slic
   if (k > max_k_) throw Error("internal: SpecAcceptor::record_verify out of range");
   const VkDeviceSize rows = VkDeviceSize(k + 1) * n_vocab_ * 4;
   // the kernel leaves the counter zeroed; set anyway in case a submission failed
-  counter_.host<uint32_t>()[0] = counter_.host<uint32_t>()[1] = 0;
+  std::fill_n(counter_.host<uint32_t>(), contract::VERIFY_COUNTER_UINTS, 0u);
   const uint32_t window = sampler_->set_history(p, context);
   if (p.repeat_penalty != 1.0f && p.repeat_last_n != 0 && k > 0) {
     sampler_->record_append_history(r, draft_slots, 0, k, window);

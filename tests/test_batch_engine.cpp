@@ -194,7 +194,6 @@ TEST_F(BatchEngineTest, PromptCacheServesTheNextTurnAndGivesWayToReservations) {
   cli::Engine solo(t, {});
   BatchEngine batch(t, {}, {2, 64, 3});
   const auto& tok = batch.tokenizer();
-  const uint32_t bs = t->model->kv().block_size();
   for (const float temp : {0.0f, 0.9f}) {
     SCOPED_TRACE(temp);
     SamplingParams sp;
@@ -250,7 +249,6 @@ TEST_F(BatchEngineTest, PromptCacheServesTheNextTurnAndGivesWayToReservations) {
   batch.submit(request(last, greedy, 4, again));
   drain(batch);
   EXPECT_EQ(again.result.shared, last.size() - 1);
-  EXPECT_LE(batch.metrics().kv_blocks_in_use, 3 * ((256 + bs - 1) / bs));
   batch.shutdown();
   EXPECT_EQ(t->model->kv().blocks_in_use(), 0u) << "shutdown frees the cache";
   t->model->kv().check_invariants();
