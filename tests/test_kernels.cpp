@@ -79,9 +79,10 @@ void check_matmul(KernelTest* self, Kernels k, DType type, MatmulCase c, bool ac
 }
 
 TEST_P(KernelTest, MatmulMatchesReferenceAllTypesOddSizes) {
+  // K = 72: whole texels of every float type, but not whole 32-weight steps of the texel kernel
   for (DType type : kFloatTypes)
     for (uint32_t M : {1u, 7u, 64u, 257u})
-      for (uint32_t K : {1u, 7u, 64u, 257u, 4099u})
+      for (uint32_t K : {1u, 7u, 64u, 72u, 257u, 4099u})
         for (uint32_t n : {1u, 3u, 16u}) check_matmul(this, kernels(), type, {M, K, n}, false);
   for (DType type : kQuantTypes) {
     const uint32_t b = block_layout(type).elems;   // rows are whole blocks: 1, 3 and 17 of them
