@@ -75,9 +75,12 @@ const char* Kernels::matmul_shader(const DeviceMatrix& w, const Slice& x, uint32
 
 // Rows per lane for the texel kernel: each x texel is fetched once for all of a lane's rows (x fetches, not
 // weight fetches, dominate multi-token passes). Measured on lavapipe (f16, K=384, 6 tokens): 8192 rows
-// 2.47 -> 1.50 ms, 1024 rows 0.34 -> 0.23 ms; 1 token: 1.06 -> 0.77 ms, 0.18 -> 0.15 ms.
+// 2.47 -> 1.50 ms, 1024 rows 0.34 -> 0.23 ms; 1 token: 1.06 -> 0.77 ms, 0.18 -> 0.15 ms (1 -> 4 rows);
+// 1B shape Q4_K_M: 4 -> 8 rows, prefill +25%, decode +10%. At least two workgroups (two cores here).
 static uint32_t rows_per_lane(uint32_t rows, uint32_t wg) {
-  return rows >= 8 * wg * 2 ? 8 : rows >= 4 * wg * 2 ? 4 : rows >= 2 * wg * 2 ? 2 : 1;   // >= 2 workgroups (2 cores here)
+  for (uint32_t rpl : {8u, 4u, 2u})
+    if (rows >= rpl * wg * 2) return rpl;
+  return 1;
 }
 
 static void record_matmul(Recorder& r, Pipelines& pipes, KernelFamily fam, uint32_t wg, const DeviceMatrix& w,
