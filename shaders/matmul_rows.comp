@@ -142,7 +142,9 @@ void main() {
   const uint row0 = gl_GlobalInvocationID.x * RPL;
   const uint t0 = gl_WorkGroupID.y * TT;
   const uint kt = pc.K / EPT, xs4 = pc.x_stride / 4u;
-  const uint chunks = pc.K / EPC, steps = (pc.K + STEP - 1u) / STEP, gpr = pc.K / GROUP;
+  // rows are whole steps: float steps are one texel, and quantized rows are whole 32-weight steps (q4
+  // texels hold 32, q8 groups are 32 or the host asks for K % 32 == 0)
+  const uint steps = pc.K / STEP, gpr = pc.K / GROUP;
   const vec4 one = vec4(1.0, 0.0, 1.0, 0.0);
   const Wt zero = Wt(vec4(0.0), vec4(0.0), vec4(0.0), vec4(0.0), 1.0, 0.0);
   // Per row j: its index (rows past M repeat the last row; their results are dropped) and its sums (a: W,
@@ -173,7 +175,6 @@ void main() {
     }
     [[unroll]] for (uint c = 0; c < CPS; ++c) {
     const uint chunk = s * CPS + c;
-    if (chunk < chunks) {   // false only in the last step of a row that is not whole steps
     if (c % CPT == 0u) {    // a new weight texel for each row
       const uint i = chunk / CPT;
 #define FETCH(j)                                      \
@@ -222,7 +223,6 @@ void main() {
     TOKEN(4, h, x) TOKEN(5, h, y) TOKEN(6, h, z) TOKEN(7, h, w)
 #undef TOKEN
 #undef ROW
-    }
     }
   }
 
