@@ -102,8 +102,10 @@ float dot_chunk(Wt w, vec4 x0, vec4 x1, vec4 x2, vec4 x3, float xs) {
 
 float pick(vec4 lo, vec4 hi, uint t) { return t < 4u ? lo[t] : hi[t - 4u]; }
 
-const uint STEP = 32u;                    // weights per step
-const uint CPS = STEP / EPC;              // chunks per step: f32 8, f16/bf16 4, q8/q4 2
+// Weights per step: quantized, 32 (the scale texel is fetched once per step); float formats have no scales
+// and step a chunk at a time (an unrolled 8-chunk f32 step only made llvmpipe's JIT slower).
+const uint STEP = WTYPE >= WT_Q8 ? 32u : EPC;
+const uint CPS = STEP / EPC;              // chunks per step: q8/q4 2, float formats 1
 const uint XPC = EPC / 4u;                // x texels per chunk
 
 void main() {
