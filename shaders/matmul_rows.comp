@@ -152,7 +152,7 @@ void main() {
     uvec4 e0 = uvec4(0u), e1 = uvec4(0u), e2 = uvec4(0u), e3 = uvec4(0u);
     [[unroll]] for (uint c = 0; c < CPS; ++c) {
     const uint chunk = s * CPS + c;
-    if (chunk < chunks) {   // false only in the last step of a row that is not whole steps
+    if (chunk < chunks) {   // always true on the texel path (rows are whole steps); a guard, not a case
     if (c % CPT == 0u) {          // a new weight texel for each row
       const uint i = chunk / CPT;
       f0 = fetch(W, pc.w, r0, i, kt);
