@@ -113,7 +113,9 @@ void main() {
   const uint t0 = gl_WorkGroupID.y * TT;
   const bool swiglu = (pc.mode & MODE_SWIGLU) != 0u, normed = (pc.mode & MODE_RMSNORM) != 0u;
   const uint kt = pc.K / EPT, xs4 = pc.x_stride / 4u;
-  const uint chunks = pc.K / EPC, steps = (pc.K + STEP - 1u) / STEP, gpr = pc.K / GROUP;
+  // rows are whole steps: a float step is one texel; quantized rows are whole 32-weight steps (q4 texels hold
+  // 32, q8 groups are 32, or the host asks for K % 32 == 0)
+  const uint steps = pc.K / STEP, gpr = pc.K / GROUP;
   // rows past M repeat the last row (their results are dropped)
   const uint r0 = min(row0, pc.M - 1u), r1 = min(row0 + 1u, pc.M - 1u);
   const uint r2 = min(row0 + 2u, pc.M - 1u), r3 = min(row0 + 3u, pc.M - 1u);
@@ -152,7 +154,6 @@ void main() {
     uvec4 e0 = uvec4(0u), e1 = uvec4(0u), e2 = uvec4(0u), e3 = uvec4(0u);
     [[unroll]] for (uint c = 0; c < CPS; ++c) {
     const uint chunk = s * CPS + c;
-    if (chunk < chunks) {   // always true on the texel path (rows are whole steps); a guard, not a case
     if (c % CPT == 0u) {          // a new weight texel for each row
       const uint i = chunk / CPT;
       f0 = fetch(W, pc.w, r0, i, kt);
@@ -208,7 +209,6 @@ void main() {
     TOKEN(4, h, x) TOKEN(5, h, y) TOKEN(6, h, z) TOKEN(7, h, w)
 #undef TOKEN
 #undef ROW
-    }
     }
   }
 

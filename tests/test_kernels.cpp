@@ -79,7 +79,7 @@ void check_matmul(KernelTest* self, Kernels k, DType type, MatmulCase c, bool ac
 }
 
 TEST_P(KernelTest, MatmulMatchesReferenceAllTypesOddSizes) {
-  // K = 72: whole texels of every float type, but not whole 32-weight steps of the texel kernel
+  // K = 72: 18 f32 / 9 f16 texels, an odd count
   for (DType type : kFloatTypes)
     for (uint32_t M : {1u, 7u, 64u, 257u})
       for (uint32_t K : {1u, 7u, 64u, 72u, 257u, 4099u})
