@@ -19,7 +19,11 @@ if [ "${1:-}" = "--sanitize" ]; then
   # test_presets only drives the binary over llama.cpp's files (their decoders run under ASan in
   # test_kernels, their parsing in test_gguf and the fuzzer); it is the slowest suite under ASan.
   exclude=(-E test_presets)
+  # the plain build's shader cache, warm when it ran first (CI): LLVM under ASan is slow to JIT
+  flags+=(-DVKSPEC_TEST_SHADER_CACHE="$PWD/build/cache")
 fi
 cmake -S . -B "$build" "${flags[@]}"
 cmake --build "$build" -j"$(nproc)"
-ctest --test-dir "$build" --output-on-failure -j1 "${exclude[@]}"
+# Two suites at a time per core pair: a suite on lavapipe leaves cores idle while LLVM JITs its pipelines or
+# the host waits on a small dispatch (the suites share no files and their servers take ephemeral ports).
+ctest --test-dir "$build" --output-on-failure -j"$(nproc)" "${exclude[@]}"
