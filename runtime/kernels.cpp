@@ -75,9 +75,12 @@ const char* Kernels::matmul_shader(const DeviceMatrix& w, const Slice& x, uint32
 
 // Rows per lane for the texel kernel: each x texel is fetched once for all of a lane's rows (x fetches, not
 // weight fetches, dominate multi-token passes). Measured on lavapipe (f16, K=384, 6 tokens): 8192 rows
-// 2.47 -> 1.50 ms, 1024 rows 0.34 -> 0.23 ms; 1 token: 1.06 -> 0.77 ms, 0.18 -> 0.15 ms.
+// 2.47 -> 1.50 ms, 1024 rows 0.34 -> 0.23 ms; 1 token: 1.06 -> 0.77 ms, 0.18 -> 0.15 ms (1 -> 4 rows);
+// 1B shape Q4_K_M: 4 -> 8 rows, prefill +25%, decode +10%. At least two workgroups (two cores here).
 static uint32_t rows_per_lane(uint32_t rows, uint32_t wg) {
-  return rows >= 4 * wg * 2 ? 4 : rows >= 2 * wg * 2 ? 2 : 1;   // at least two workgroups (two cores here)
+  for (uint32_t rpl : {8u, 4u, 2u})
+    if (rows >= rpl * wg * 2) return rpl;
+  return 1;
 }
 
 static void record_matmul(Recorder& r, Pipelines& pipes, KernelFamily fam, uint32_t wg, const DeviceMatrix& w,
@@ -99,7 +102,8 @@ static void record_matmul(Recorder& r, Pipelines& pipes, KernelFamily fam, uint3
     const VkBufferView views[Pipelines::kTexelBindings] = {w.data.texels, w2 ? w2->data.texels : w.data.texels,
                                                            x.texels, in.norm ? in.norm.texels : x.texels};
     const uint32_t rpl = rows_per_lane(w.rows, wg);
-    const Pipeline& p = pipes.get(kMatmulRowsShader[f.storage], {wg, tt, rpl, f.group, f.has_min},
+    const Pipeline& p = pipes.get(kMatmulRowsShader[f.storage], {wg, tt, rpl, f.group, f.has_min,
+                                                                   mode & (contract::MODE_SWIGLU | contract::MODE_RMSNORM)},
                                   Pipelines::Layout::Texels);
     r.dispatch(p, views, &pc, sizeof pc, ceil_div(w.rows, wg * rpl), ceil_div(n, tt));
     return;

@@ -36,9 +36,15 @@ const uint EPC = EPT > 16u ? 16u : EPT;   // weights per decoded chunk
 const uint CPT = EPT / EPC;               // chunks per texel
 
 layout(constant_id = 1) const uint TT = 1;    // tokens per workgroup: 1..8
-layout(constant_id = 2) const uint RPL = 1;   // rows per lane: 1, 2 or 4 (x is fetched once for all of them)
+layout(constant_id = 2) const uint RPL = 1;   // rows per lane: 1, 2, 4 or 8 (x is fetched once for all of them)
 layout(constant_id = 3) const uint GROUP = 32;       // quantized: weights per scale (16 or 32)
 layout(constant_id = 4) const bool HAS_MIN = false;  // quantized: scales are {s, m} pairs
+// MODE_SWIGLU and MODE_RMSNORM as a specialization constant: on llvmpipe a branch on a push constant runs
+// both sides under a lane mask, and these branches sit in the innermost loop (as push constants they made
+// the 1B-shape decode 1.7x slower). MODE_ACCUMULATE only touches the store and stays in pc.mode, which
+// saves compiling a variant per use.
+layout(constant_id = 5) const uint MODE = 0;
+const bool SWIGLU = (MODE & MODE_SWIGLU) != 0u, NORMED = (MODE & MODE_RMSNORM) != 0u;
 
 layout(set = 0, binding = 0) uniform usamplerBuffer W;    // block holding W (and its scales)
 layout(set = 0, binding = 1) uniform usamplerBuffer W2;   // block holding W2 (MODE_SWIGLU only)
@@ -103,92 +109,102 @@ float dot_chunk(Wt w, vec4 x0, vec4 x1, vec4 x2, vec4 x3, float xs) {
 float pick(vec4 lo, vec4 hi, uint t) { return t < 4u ? lo[t] : hi[t - 4u]; }
 
 // Weights per step: quantized, 32 (the scale texel is fetched once per step); float formats have no scales
-// and step a chunk at a time (an unrolled 8-chunk f32 step only made llvmpipe's JIT slower).
+// and step a chunk at a time (a longer unrolled step only made the JIT slower).
 const uint STEP = WTYPE >= WT_Q8 ? 32u : EPC;
 const uint CPS = STEP / EPC;              // chunks per step: q8/q4 2, float formats 1
 const uint XPC = EPC / 4u;                // x texels per chunk
 
+// Per-row code is written once and expanded for rows 0..RPL-1 (llvmpipe keeps named vec4s in registers or
+// its stack frame, but an indexed array in scratch memory).
+#define FOR_ROWS(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7)
+#define FOR_ROWS_AT(M, h, c) M(0, h, c) M(1, h, c) M(2, h, c) M(3, h, c) M(4, h, c) M(5, h, c) M(6, h, c) M(7, h, c)
+
+// y[t][row] for the TT tokens of the workgroup from one row's sums (lo: tokens 0-3, hi: 4-7; up: SwiGLU's)
+void store_row(uint row, uint t0, vec4 lo, vec4 hi, vec4 up_lo, vec4 up_hi, vec4 ssl, vec4 ssh) {
+  for (uint t = 0; t < TT; ++t) {
+    const uint tok = t0 + t;
+    if (row < pc.M && tok < pc.n) {
+      const uint o = tok * pc.y_stride + row;
+      precise float v = pick(lo, hi, t), v2 = pick(up_lo, up_hi, t);
+      if (NORMED) {
+        const float scale = 1.0 / sqrt(pick(ssl, ssh, t) / float(pc.K) + pc.eps);
+        v *= scale;
+        v2 *= scale;
+      }
+      if (SWIGLU) v = v / (1.0 + exp(-v)) * v2;
+      if ((pc.mode & MODE_ACCUMULATE) != 0u) v += Floats(pc.y).v[o];
+      Floats(pc.y).v[o] = v;
+    }
+  }
+}
+
 void main() {
   const uint row0 = gl_GlobalInvocationID.x * RPL;
   const uint t0 = gl_WorkGroupID.y * TT;
-  const bool swiglu = (pc.mode & MODE_SWIGLU) != 0u, normed = (pc.mode & MODE_RMSNORM) != 0u;
   const uint kt = pc.K / EPT, xs4 = pc.x_stride / 4u;
-  // rows are whole steps: a float step is one texel; quantized rows are whole 32-weight steps (q4 texels hold
-  // 32, q8 groups are 32, or the host asks for K % 32 == 0)
+  // rows are whole steps: float steps are one texel, and quantized rows are whole 32-weight steps (q4
+  // texels hold 32, q8 groups are 32 or the host asks for K % 32 == 0)
   const uint steps = pc.K / STEP, gpr = pc.K / GROUP;
-  // rows past M repeat the last row (their results are dropped)
-  const uint r0 = min(row0, pc.M - 1u), r1 = min(row0 + 1u, pc.M - 1u);
-  const uint r2 = min(row0 + 2u, pc.M - 1u), r3 = min(row0 + 3u, pc.M - 1u);
-
-  // Accumulators (row j, tokens 0-3 / 4-7) live in vec4s, not float[TT]: llvmpipe puts indexed arrays
-  // in scratch memory, which made every += a per-lane memory round trip (4x slower overall).
-  precise vec4 a0l = vec4(0.0), a0h = vec4(0.0), a1l = vec4(0.0), a1h = vec4(0.0);
-  precise vec4 a2l = vec4(0.0), a2h = vec4(0.0), a3l = vec4(0.0), a3h = vec4(0.0);
-  precise vec4 g0l = vec4(0.0), g0h = vec4(0.0), g1l = vec4(0.0), g1h = vec4(0.0);   // SwiGLU's up rows
-  precise vec4 g2l = vec4(0.0), g2h = vec4(0.0), g3l = vec4(0.0), g3h = vec4(0.0);
+  const vec4 one = vec4(1.0, 0.0, 1.0, 0.0);
+  const Wt zero = Wt(vec4(0.0), vec4(0.0), vec4(0.0), vec4(0.0), 1.0, 0.0);
+  // Per row j: its index (rows past M repeat the last row; their results are dropped) and its sums (a: W,
+  // g: W2; tokens 0-3 in l, 4-7 in h). Nothing else lives across steps: llvmpipe writes a variable that a
+  // loop carries through memory under the lane mask (keeping the scale texels across steps was 20% slower).
+#define ROW_STATE(j)                                                                    \
+  const uint r##j = min(row0 + j, pc.M - 1u);                                           \
+  precise vec4 a##j##l = vec4(0.0), a##j##h = vec4(0.0), g##j##l = vec4(0.0), g##j##h = vec4(0.0);
+  FOR_ROWS(ROW_STATE)
+#undef ROW_STATE
   precise vec4 ssl = vec4(0.0), ssh = vec4(0.0);   // MODE_RMSNORM: sum of x^2, tokens 0-3 / 4-7
   const uint last = (pc.n - 1u) * xs4;   // tokens past n repeat the last one (their results are dropped)
   const uint x0 = min(t0 * xs4, last);
-  const vec4 one = vec4(1.0, 0.0, 1.0, 0.0);
   for (uint s = 0; s < steps; ++s) {
-    // the step's scale texel of each row (quantized formats)
-    const uint gs = s * STEP / GROUP;
-    vec4 s0 = one, s1 = one, s2 = one, s3 = one, t0s = one, t1s = one, t2s = one, t3s = one;
-    if (WTYPE >= WT_Q8) {
-      s0 = uintBitsToFloat(texelFetch(W, int(pc.w_scales + scale_texel(r0 * gpr + gs))));
-      if (RPL > 1u) s1 = uintBitsToFloat(texelFetch(W, int(pc.w_scales + scale_texel(r1 * gpr + gs))));
-      if (RPL > 2u) {
-        s2 = uintBitsToFloat(texelFetch(W, int(pc.w_scales + scale_texel(r2 * gpr + gs))));
-        s3 = uintBitsToFloat(texelFetch(W, int(pc.w_scales + scale_texel(r3 * gpr + gs))));
+    const uint gs = s * STEP / GROUP;   // the step's first group in a row
+    // per row: the step's scale texels (s: W, z: W2) and the current weight texels (f: W, e: W2)
+#define STEP_STATE(j) vec4 s##j = one, z##j = one; uvec4 f##j = uvec4(0u), e##j = uvec4(0u);
+    FOR_ROWS(STEP_STATE)
+#undef STEP_STATE
+    if (WTYPE >= WT_Q8) {               // the step's scale texel of each row
+#define SCALES(j)                                                                                        \
+      if (RPL > j) {                                                                                     \
+        s##j = uintBitsToFloat(texelFetch(W, int(pc.w_scales + scale_texel(r##j * gpr + gs))));         \
+        if (SWIGLU) z##j = uintBitsToFloat(texelFetch(W2, int(pc.w2_scales + scale_texel(r##j * gpr + gs)))); \
       }
-      if (swiglu) {
-        t0s = uintBitsToFloat(texelFetch(W2, int(pc.w2_scales + scale_texel(r0 * gpr + gs))));
-        if (RPL > 1u) t1s = uintBitsToFloat(texelFetch(W2, int(pc.w2_scales + scale_texel(r1 * gpr + gs))));
-        if (RPL > 2u) {
-          t2s = uintBitsToFloat(texelFetch(W2, int(pc.w2_scales + scale_texel(r2 * gpr + gs))));
-          t3s = uintBitsToFloat(texelFetch(W2, int(pc.w2_scales + scale_texel(r3 * gpr + gs))));
-        }
-      }
+      FOR_ROWS(SCALES)
+#undef SCALES
     }
-    uvec4 f0 = uvec4(0u), f1 = uvec4(0u), f2 = uvec4(0u), f3 = uvec4(0u);
-    uvec4 e0 = uvec4(0u), e1 = uvec4(0u), e2 = uvec4(0u), e3 = uvec4(0u);
     [[unroll]] for (uint c = 0; c < CPS; ++c) {
     const uint chunk = s * CPS + c;
-    if (c % CPT == 0u) {          // a new weight texel for each row
+    if (c % CPT == 0u) {    // a new weight texel for each row
       const uint i = chunk / CPT;
-      f0 = fetch(W, pc.w, r0, i, kt);
-      if (RPL > 1u) f1 = fetch(W, pc.w, r1, i, kt);
-      if (RPL > 2u) { f2 = fetch(W, pc.w, r2, i, kt); f3 = fetch(W, pc.w, r3, i, kt); }
-      if (swiglu) {
-        e0 = fetch(W2, pc.w2, r0, i, kt);
-        if (RPL > 1u) e1 = fetch(W2, pc.w2, r1, i, kt);
-        if (RPL > 2u) { e2 = fetch(W2, pc.w2, r2, i, kt); e3 = fetch(W2, pc.w2, r3, i, kt); }
+#define FETCH(j)                                      \
+      if (RPL > j) {                                  \
+        f##j = fetch(W, pc.w, r##j, i, kt);           \
+        if (SWIGLU) e##j = fetch(W2, pc.w2, r##j, i, kt); \
       }
+      FOR_ROWS(FETCH)
+#undef FETCH
     }
-    const Wt zero = Wt(vec4(0.0), vec4(0.0), vec4(0.0), vec4(0.0), 1.0, 0.0);
-    const Wt w0 = decode(f0, chunk, chunk_scale(s0, r0 * gpr + gs, c));
-    const Wt w1 = RPL > 1u ? decode(f1, chunk, chunk_scale(s1, r1 * gpr + gs, c)) : zero;
-    const Wt w2 = RPL > 2u ? decode(f2, chunk, chunk_scale(s2, r2 * gpr + gs, c)) : zero;
-    const Wt w3 = RPL > 2u ? decode(f3, chunk, chunk_scale(s3, r3 * gpr + gs, c)) : zero;
-    Wt u0 = zero, u1 = zero, u2 = zero, u3 = zero;
-    if (swiglu) {
-      u0 = decode(e0, chunk, chunk_scale(t0s, r0 * gpr + gs, c));
-      if (RPL > 1u) u1 = decode(e1, chunk, chunk_scale(t1s, r1 * gpr + gs, c));
-      if (RPL > 2u) {
-        u2 = decode(e2, chunk, chunk_scale(t2s, r2 * gpr + gs, c));
-        u3 = decode(e3, chunk, chunk_scale(t3s, r3 * gpr + gs, c));
-      }
+#define DECODE(j)                                                          \
+    Wt w##j = zero, u##j = zero;                                           \
+    if (RPL > j) {                                                         \
+      w##j = decode(f##j, chunk, chunk_scale(s##j, r##j * gpr + gs, c));   \
+      if (SWIGLU) u##j = decode(e##j, chunk, chunk_scale(z##j, r##j * gpr + gs, c)); \
     }
+    FOR_ROWS(DECODE)
+#undef DECODE
     const uint xi = chunk * XPC;   // the chunk's first x texel
     vec4 ga = vec4(1.0), gb = vec4(1.0), gc = vec4(1.0), gd = vec4(1.0);   // norm weights of this chunk
-    if (normed) {
+    if (NORMED) {
       ga = gv(xi);
       if (EPC > 4u) gb = gv(xi + 1u);
       if (EPC > 8u) { gc = gv(xi + 2u); gd = gv(xi + 3u); }
     }
-#define ROW(w, u, acc, acc2, c)                                          \
-    acc.c += dot_chunk(w, xa, xb, xc, xd, xs);                           \
-    if (swiglu) acc2.c += dot_chunk(u, xa, xb, xc, xd, xs);
+#define ROW(j, h, c)                                                     \
+    if (RPL > j) {                                                       \
+      a##j##h.c += dot_chunk(w##j, xa, xb, xc, xd, xs);                  \
+      if (SWIGLU) g##j##h.c += dot_chunk(u##j, xa, xb, xc, xd, xs);      \
+    }
 #define TOKEN(t, h, c)                                                   \
     if (TT > t) {                                                        \
       const uint xt = min(x0 + t * xs4, last) + xi;                      \
@@ -196,14 +212,12 @@ void main() {
       precise vec4 xb = EPC > 4u ? xv(xt + 1u) : vec4(0.0);              \
       precise vec4 xc = EPC > 8u ? xv(xt + 2u) : vec4(0.0);              \
       precise vec4 xd = EPC > 8u ? xv(xt + 3u) : vec4(0.0);              \
-      if (normed) {                                                      \
+      if (NORMED) {                                                      \
         ss##h.c += dot(xa, xa) + dot(xb, xb) + dot(xc, xc) + dot(xd, xd); \
         xa *= ga; xb *= gb; xc *= gc; xd *= gd;                          \
       }                                                                  \
       precise float xs = HAS_MIN ? dot(xa + xb + xc + xd, vec4(1.0)) : 0.0; \
-      ROW(w0, u0, a0##h, g0##h, c)                                       \
-      if (RPL > 1u) { ROW(w1, u1, a1##h, g1##h, c) }                     \
-      if (RPL > 2u) { ROW(w2, u2, a2##h, g2##h, c) ROW(w3, u3, a3##h, g3##h, c) } \
+      FOR_ROWS_AT(ROW, h, c)                                             \
     }
     TOKEN(0, l, x) TOKEN(1, l, y) TOKEN(2, l, z) TOKEN(3, l, w)
     TOKEN(4, h, x) TOKEN(5, h, y) TOKEN(6, h, z) TOKEN(7, h, w)
@@ -212,26 +226,7 @@ void main() {
     }
   }
 
-  for (uint j = 0; j < RPL; ++j) {
-    const uint row = row0 + j;
-    const vec4 lo = j == 0u ? a0l : j == 1u ? a1l : j == 2u ? a2l : a3l;
-    const vec4 hi = j == 0u ? a0h : j == 1u ? a1h : j == 2u ? a2h : a3h;
-    const vec4 glo = j == 0u ? g0l : j == 1u ? g1l : j == 2u ? g2l : g3l;
-    const vec4 ghi = j == 0u ? g0h : j == 1u ? g1h : j == 2u ? g2h : g3h;
-    for (uint t = 0; t < TT; ++t) {
-      const uint tok = t0 + t;
-      if (row < pc.M && tok < pc.n) {
-        const uint o = tok * pc.y_stride + row;
-        precise float v = pick(lo, hi, t), v2 = pick(glo, ghi, t);
-        if (normed) {
-          const float scale = 1.0 / sqrt(pick(ssl, ssh, t) / float(pc.K) + pc.eps);
-          v *= scale;
-          v2 *= scale;
-        }
-        if (swiglu) v = v / (1.0 + exp(-v)) * v2;
-        if ((pc.mode & MODE_ACCUMULATE) != 0u) v += Floats(pc.y).v[o];
-        Floats(pc.y).v[o] = v;
-      }
-    }
-  }
+#define STORE(j) if (RPL > j) store_row(row0 + j, t0, a##j##l, a##j##h, g##j##l, g##j##h, ssl, ssh);
+  FOR_ROWS(STORE)
+#undef STORE
 }

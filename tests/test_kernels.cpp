@@ -165,7 +165,7 @@ TEST_P(KernelTest, MatmulSwigluMatchesReference) {
   struct Case { DType gate, up; uint32_t K; };
   // stories260K's FFN shape in f32; Q4_K_M's q4_K gate with a q6_K up, read in their common format
   for (Case c : {Case{DType::F32, DType::F32, 64}, Case{DType::Q8_0, DType::Q8_0, 64}, Case{DType::Q4_K, DType::Q6_K, 256}}) {
-    const uint32_t M = 300, K = c.K, n = 9;   // 4 rows per lane in the texel kernel, a partial workgroup
+    const uint32_t M = 300, K = c.K, n = 9;   // 8 rows per lane in the texel kernel, a partial workgroup
     const TestMatrix g = test_matrix(c.gate, M, K, 1), u = test_matrix(c.up, M, K, 2);
     auto x = random_floats(n * K, 3);
     DeviceMatrix gm, um;
@@ -206,7 +206,7 @@ TEST_P(KernelTest, NormalizedMatmulMatchesReferenceAndIsBatchInvariant) {
   for (DType type : {DType::F32, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q5_K, DType::Q6_K})
     for (uint32_t K : {64u, 96u, 257u, 384u, 512u}) {
       if (K % block_layout(type).elems) continue;
-      const uint32_t M = 263, n = 16;   // 4 rows per lane in the texel kernel, a partial workgroup
+      const uint32_t M = 263, n = 16;   // 8 rows per lane in the texel kernel, a partial workgroup
       const float eps = 1e-5f;
       auto x = random_floats(n * K, 6, -3.f, 3.f), g = random_floats(K, 7, 0.5f, 1.5f);
       const TestMatrix w = test_matrix(type, M, K, K);
