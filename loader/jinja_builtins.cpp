@@ -8,6 +8,7 @@
 #include <locale.h>
 
 #include "loader/jinja_interp.h"
+#include "loader/utf8.h"
 
 namespace vkspec::jinja {
 
@@ -49,7 +50,7 @@ std::string change_case(const std::string& s, bool upper) {
       out += s[i++];
       continue;
     }
-    utf8_put(loc ? uint32_t(upper ? towupper_l(wint_t(cp), loc) : towlower_l(wint_t(cp), loc))
+    utf8::append(loc ? uint32_t(upper ? towupper_l(wint_t(cp), loc) : towlower_l(wint_t(cp), loc))
                  : uint32_t(cp < 0x80 ? (upper ? toupper(int(cp)) : tolower(int(cp))) : int(cp)), out);
     i += n;
   }

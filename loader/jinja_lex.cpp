@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "loader/jinja_lex.h"
+#include "loader/utf8.h"
 
 namespace vkspec::jinja {
 
@@ -219,7 +220,7 @@ class Lexer {
           cp = cp * 16 + uint32_t(isdigit(static_cast<unsigned char>(h)) ? h - '0' : (tolower(h) - 'a' + 10));
         }
         if (cp > 0x10ffff) fail_at(line, col, "illegal Unicode character in a string");
-        utf8_put(cp, v);
+        utf8::append(cp, v);
       };
       switch (n) {
         case 'n': v += '\n'; break;
@@ -240,7 +241,7 @@ class Lexer {
           if (n >= '0' && n <= '7') {
             uint32_t cp = uint32_t(n - '0');
             for (int k = 0; k < 2 && e + 1 < s_.size() && s_[e + 1] >= '0' && s_[e + 1] <= '7'; ++k) cp = cp * 8 + uint32_t(s_[++e] - '0');
-            utf8_put(cp, v);
+            utf8::append(cp, v);
           } else {
             v += '\\';
             v += n;

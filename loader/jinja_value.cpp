@@ -1,5 +1,7 @@
 #include "loader/jinja_value.h"
 
+#include "loader/utf8.h"
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -7,35 +9,13 @@
 namespace vkspec::jinja {
 
 size_t utf8_at(std::string_view s, size_t i, uint32_t* cp) {
-  const unsigned char c = static_cast<unsigned char>(s[i]);
-  size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-  if (n == 0 || i + n > s.size()) { *cp = c; return 1; }
-  uint32_t v = n == 1 ? c : n == 2 ? (c & 0x1f) : n == 3 ? (c & 0x0f) : (c & 0x07);
-  for (size_t k = 1; k < n; ++k) {
-    const unsigned char cc = static_cast<unsigned char>(s[i + k]);
-    if ((cc & 0xc0) != 0x80) { *cp = c; return 1; }
-    v = (v << 6) | (cc & 0x3f);
+  const size_t n = utf8::valid_len(s, i);
+  if (n == 0) {   // an invalid byte is one code point of its own, like Python's surrogateescape
+    *cp = static_cast<unsigned char>(s[i]);
+    return 1;
   }
-  *cp = v;
+  *cp = utf8::decode(s, i, n);
   return n;
-}
-
-void utf8_put(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xc0 | (cp >> 6));
-    out += char(0x80 | (cp & 0x3f));
-  } else if (cp < 0x10000) {
-    out += char(0xe0 | (cp >> 12));
-    out += char(0x80 | ((cp >> 6) & 0x3f));
-    out += char(0x80 | (cp & 0x3f));
-  } else {
-    out += char(0xf0 | (cp >> 18));
-    out += char(0x80 | ((cp >> 12) & 0x3f));
-    out += char(0x80 | ((cp >> 6) & 0x3f));
-    out += char(0x80 | (cp & 0x3f));
-  }
 }
 
 namespace {

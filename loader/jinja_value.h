@@ -113,7 +113,6 @@ int compare(const Value& a, const Value& b);
 
 // One UTF-8 sequence at s[i]: its length (1 for an invalid byte) and code point (the byte itself then).
 size_t utf8_at(std::string_view s, size_t i, uint32_t* cp);
-void utf8_put(uint32_t cp, std::string& out);
 // Strings in code points (UTF-8 inside; invalid bytes count as one code point each, like surrogateescape).
 size_t utf8_length(std::string_view s);
 std::vector<std::string_view> utf8_chars(std::string_view s);

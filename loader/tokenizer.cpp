@@ -1,4 +1,5 @@
 #include "loader/tokenizer.h"
+#include "loader/utf8.h"
 
 #include <algorithm>
 #include <cmath>
@@ -100,36 +101,26 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
   throw Error("tokenizer model '" + model + "' is not supported (llama = SentencePiece, gpt2 = byte-level BPE)");
 }
 
-namespace {
-size_t utf8_len(unsigned char c) {
-  if (c < 0x80) return 1;
-  if ((c >> 5) == 0x6) return 2;
-  if ((c >> 4) == 0xe) return 3;
-  if ((c >> 3) == 0x1e) return 4;
-  return 0;   // continuation or invalid lead byte
-}
-}  // namespace
-
+// Each maximal ill-formed subpart becomes one U+FFFD, like Python's decode(errors="replace"); a sequence cut
+// off by the end of what has come so far waits for the next piece.
 std::string Utf8Stream::push(const std::string& bytes) {
   pending_ += bytes;
   std::string out;
   size_t i = 0;
   while (i < pending_.size()) {
-    size_t len = utf8_len((unsigned char)pending_[i]);
-    if (len == 0) { out += "\xEF\xBF\xBD"; ++i; continue; }
-    if (i + len > pending_.size()) break;   // incomplete: hold back
-    bool ok = true;
-    for (size_t j = 1; j < len; ++j) ok &= ((unsigned char)pending_[i + j] >> 6) == 0x2;
-    if (!ok) { out += "\xEF\xBF\xBD"; ++i; continue; }
-    out.append(pending_, i, len);
-    i += len;
+    const utf8::Sequence q = utf8::scan(pending_, i);
+    if (q.kind == utf8::Sequence::Truncated) break;   // hold back
+    if (q.kind == utf8::Sequence::Valid) out.append(pending_, i, q.len);
+    else out += utf8::kReplacement;
+    i += q.len;
   }
   pending_.erase(0, i);
   return out;
 }
 
 std::string Utf8Stream::finish() {
-  std::string out = pending_.empty() ? "" : "\xEF\xBF\xBD";
+  // what is held back is one truncated prefix: one U+FFFD, never lost silently
+  std::string out = pending_.empty() ? "" : std::string(utf8::kReplacement);
   pending_.clear();
   return out;
 }

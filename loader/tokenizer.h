@@ -58,7 +58,7 @@ class Tokenizer {
 class Utf8Stream {
  public:
   std::string push(const std::string& bytes);
-  std::string finish();   // whatever is held back (invalid tails are replaced by U+FFFD)
+  std::string finish();   // whatever is held back: an unfinished sequence, as one U+FFFD
  private:
   std::string pending_;
 };

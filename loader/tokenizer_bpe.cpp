@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "loader/tokenizer.h"
+#include "loader/utf8.h"
 
 namespace vkspec {
 namespace {
@@ -18,14 +19,6 @@ const char* const kLlama3Pattern =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"
     " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 const char* const kGpt2Pattern = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-
-std::string utf8(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) s += char(cp);
-  else if (cp < 0x800) { s += char(0xC0 | (cp >> 6)); s += char(0x80 | (cp & 0x3F)); }
-  else { s += char(0xE0 | (cp >> 12)); s += char(0x80 | ((cp >> 6) & 0x3F)); s += char(0x80 | (cp & 0x3F)); }
-  return s;
-}
 
 class BpeTokenizer : public Tokenizer {
  public:
@@ -49,13 +42,13 @@ class BpeTokenizer : public Tokenizer {
       bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
       byte_to_cp_[b] = printable ? uint32_t(b) : uint32_t(256 + n++);
       cp_to_byte_[byte_to_cp_[b]] = uint8_t(b);
-      byte_text_[b] = utf8(byte_to_cp_[b]);
+      utf8::append(byte_to_cp_[b], byte_text_[b]);
     }
     // Token texts are UTF-8 (GPT-2's printable code points for bytes): a truncated sequence would make
     // piece() read past the text, so the vocabulary is checked here.
     for (uint32_t i = 0; i < texts_.size(); ++i) {
       for (size_t k = 0; k < texts_[i].size();) {
-        const size_t len = valid_utf8_at(texts_[i], k);
+        const size_t len = utf8::valid_len(texts_[i], k);
         if (len == 0)
           throw Error("'" + f.path() + "': tokenizer.ggml.tokens[" + std::to_string(i) + "] is not valid UTF-8");
         k += len;
@@ -78,15 +71,9 @@ class BpeTokenizer : public Tokenizer {
     const std::string& s = texts_[id];
     if (t == TokenType::UserDefined) return s;
     std::string out;
-    for (size_t i = 0; i < s.size();) {   // decode UTF-8 code points, map each back to its byte
-      unsigned char c = s[i];
-      uint32_t cp;
-      size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
-      if (len == 1) cp = c;
-      else if (len == 2) cp = ((c & 0x1F) << 6) | (s[i + 1] & 0x3F);
-      else if (len == 3) cp = ((c & 0x0F) << 12) | ((s[i + 1] & 0x3F) << 6) | (s[i + 2] & 0x3F);
-      else cp = UINT32_MAX;
-      auto it = cp_to_byte_.find(cp);
+    for (size_t i = 0; i < s.size();) {   // each code point back to its byte (texts are valid: checked at load)
+      const size_t len = utf8::valid_len(s, i);
+      auto it = cp_to_byte_.find(utf8::decode(s, i, len));
       if (it != cp_to_byte_.end()) out += char(it->second);
       else out.append(s, i, len);
       i += len;
@@ -103,7 +90,7 @@ class BpeTokenizer : public Tokenizer {
     for (size_t i = 0; i < text.size();) {
       size_t run = i;
       while (run < text.size()) {
-        const size_t len = valid_utf8_at(text, run);
+        const size_t len = utf8::valid_len(text, run);
         if (len == 0) break;
         run += len;
       }
@@ -115,26 +102,6 @@ class BpeTokenizer : public Tokenizer {
   }
 
  private:
-  // The length of the well-formed UTF-8 sequence at text[i] (no overlongs, surrogates or > U+10FFFF), or 0.
-  static size_t valid_utf8_at(std::string_view t, size_t i) {
-    const auto b = [&](size_t k) { return i + k < t.size() ? uint8_t(t[i + k]) : 0u; };
-    const uint32_t c = b(0);
-    if (c < 0x80) return 1;
-    const auto cont = [&](size_t k) { return (b(k) & 0xC0) == 0x80; };
-    if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
-    if (c >= 0xE0 && c <= 0xEF) {
-      const uint32_t c1 = b(1);
-      if ((c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 > 0x9F)) return 0;
-      return cont(1) && cont(2) ? 3 : 0;
-    }
-    if (c >= 0xF0 && c <= 0xF4) {
-      const uint32_t c1 = b(1);
-      if ((c == 0xF0 && c1 < 0x90) || (c == 0xF4 && c1 > 0x8F)) return 0;
-      return cont(1) && cont(2) && cont(3) ? 4 : 0;
-    }
-    return 0;
-  }
-
   void encode_valid(std::string_view text, pcre2_match_data* md, std::vector<uint32_t>& out) const {
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
     size_t start = 0;
@@ -146,7 +113,7 @@ class BpeTokenizer : public Tokenizer {
       }
       PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
       if (ov[1] == ov[0]) {   // an empty match: step over one code point
-        start += valid_utf8_at(text, start);
+        start += utf8::valid_len(text, start);
         continue;
       }
       if (ov[0] > start) encode_word(text.substr(start, ov[0] - start), out);

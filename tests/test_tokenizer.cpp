@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <random>
 #include <limits>
 #include <fstream>
 #include <iterator>
@@ -13,6 +14,7 @@
 
 #include "loader/tokenizer.h"
 #include "tests/gguf_writer.h"
+#include "tests/run_command.h"
 #include "tests/vk_test_env.h"
 
 namespace vkspec::test {
@@ -127,6 +129,51 @@ TEST(Tokenizer, Utf8StreamHoldsBackPartialSequences) {
   EXPECT_EQ(s.push(llama.substr(3) + "a"), llama + "a");
   EXPECT_EQ(s.push("\xE6\x97"), "");
   EXPECT_EQ(s.finish(), "\xEF\xBF\xBD");   // an unfinished tail becomes U+FFFD, never lost silently
+}
+
+// Streamed token bytes against Python's bytes.decode("utf-8", errors="replace") (an independent decoder:
+// one U+FFFD per maximal ill-formed subpart, no overlongs, surrogates or code points past U+10FFFF), on
+// random byte strings built from the edges of Unicode's table 3-7, pushed in random pieces.
+TEST(Tokenizer, Utf8StreamDecodesLikePython) {
+  const std::vector<std::string> atoms = {
+      "a", "\n", "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\xA6\x99",         // valid: e-acute, euro, llama
+      "\x80", "\xBF", "\x9F", "\xA0", "\x8F", "\x90",                            // continuation bytes
+      "\xC0", "\xC1", "\xC2", "\xDF", "\xE0", "\xED", "\xEF", "\xF0", "\xF4", "\xF5", "\xFF"};   // leads
+  std::mt19937 rng(7);
+  std::vector<std::string> cases;
+  for (int i = 0; i < 400; ++i) {
+    std::string s;
+    for (int n = int(rng() % 9); n > 0; --n) s += atoms[rng() % atoms.size()];
+    cases.push_back(s);
+  }
+  const auto hex = [](const std::string& s) {
+    std::string h;
+    char b[3];
+    for (unsigned char c : s) snprintf(b, sizeof b, "%02x", c), h += b;
+    return h;
+  };
+  const std::string in = ::testing::TempDir() + "/vkspec-utf8-cases.txt";
+  {
+    std::ofstream f(in);
+    for (const std::string& c : cases) f << hex(c) << "\n";
+  }
+  const Result py = run_command("/usr/bin/python3 -c 'import sys\nfor l in open(sys.argv[1]): "
+                                "print(bytes.fromhex(l.strip()).decode(\"utf-8\", \"replace\").encode().hex())' " + in);
+  ASSERT_EQ(py.code, 0) << py.err;
+  std::istringstream want(py.out);
+  for (const std::string& c : cases) {
+    Utf8Stream stream;
+    std::string got;
+    for (size_t i = 0; i < c.size();) {
+      const size_t piece = 1 + rng() % 4;
+      got += stream.push(c.substr(i, piece));
+      i += piece;
+    }
+    got += stream.finish();
+    std::string expected;
+    std::getline(want, expected);
+    EXPECT_EQ(hex(got), expected) << "bytes " << hex(c);
+  }
 }
 
 TEST(Tokenizer, SharedModelPromptsMatchReference) {
