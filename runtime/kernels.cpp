@@ -58,14 +58,14 @@ void Kernels::embed(Recorder& r, const DeviceMatrix& table, const TokenInput& to
 static bool texel_readable(const Slice& s) { return s.texels && s.offset % 16 == 0 && s.offset / 16 < UINT32_MAX; }
 
 // Texel path (row per lane on devices that read through texel buffers): every operand must be texel-readable,
-// rows must be whole texels, and a row of 16-weight groups whole 32-weight steps of matmul_rows.comp (a step's
-// two groups then lie in one scale texel); otherwise the device-address kernel.
+// rows must be whole texels, and quantized rows whole steps of matmul_rows.comp (contract::ROW_QUANT_STEP: a
+// step's scales then lie in one texel); otherwise the device-address kernel.
 static bool texel_path(KernelFamily fam, const DeviceMatrix& w, const DeviceMatrix* w2, const Slice& x,
                        uint32_t x_stride) {
   return fam == KernelFamily::RowPerLane && texel_readable(w.data) && texel_readable(x) &&
          (!w2 || texel_readable(w2->data)) &&
          w.cols % kElemsPerTexel[w.format.storage] == 0 && x_stride % 4 == 0 &&
-         (!w.format.quantized() || w.format.group == 32 || w.cols % 32 == 0);
+         (!w.format.quantized() || w.cols % contract::ROW_QUANT_STEP == 0);
 }
 
 const char* Kernels::matmul_shader(const DeviceMatrix& w, const Slice& x, uint32_t x_stride) const {

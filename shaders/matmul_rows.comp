@@ -108,9 +108,9 @@ float dot_chunk(Wt w, vec4 x0, vec4 x1, vec4 x2, vec4 x3, float xs) {
 
 float pick(vec4 lo, vec4 hi, uint t) { return t < 4u ? lo[t] : hi[t - 4u]; }
 
-// Weights per step: quantized, 32 (the scale texel is fetched once per step); float formats have no scales
-// and step a chunk at a time (a longer unrolled step only made the JIT slower).
-const uint STEP = WTYPE >= WT_Q8 ? 32u : EPC;
+// Weights per step: quantized, ROW_QUANT_STEP (the scale texel is fetched once per step); float formats have
+// no scales and step a chunk at a time (a longer unrolled step only made the JIT slower).
+const uint STEP = WTYPE >= WT_Q8 ? ROW_QUANT_STEP : EPC;
 const uint CPS = STEP / EPC;              // chunks per step: q8/q4 2, float formats 1
 const uint XPC = EPC / 4u;                // x texels per chunk
 
@@ -142,8 +142,8 @@ void main() {
   const uint row0 = gl_GlobalInvocationID.x * RPL;
   const uint t0 = gl_WorkGroupID.y * TT;
   const uint kt = pc.K / EPT, xs4 = pc.x_stride / 4u;
-  // rows are whole steps: float steps are one texel, and quantized rows are whole 32-weight steps (q4
-  // texels hold 32, q8 groups are 32 or the host asks for K % 32 == 0)
+  // rows are whole steps: float steps are one texel (the host asks for K % EPT == 0), quantized rows whole
+  // ROW_QUANT_STEPs (the host asks for K % ROW_QUANT_STEP == 0)
   const uint steps = pc.K / STEP, gpr = pc.K / GROUP;
   const vec4 one = vec4(1.0, 0.0, 1.0, 0.0);
   const Wt zero = Wt(vec4(0.0), vec4(0.0), vec4(0.0), vec4(0.0), 1.0, 0.0);
