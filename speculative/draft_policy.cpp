@@ -36,7 +36,10 @@ uint32_t DraftPolicy::best_k(double t_draft, double (DraftPolicy::*pass)(uint32_
 uint32_t DraftPolicy::next_k() const {
   if (!adaptive_) return max_;
   if (timing_free_) return best_k(draft_cost_, &DraftPolicy::modeled_pass);
-  if (t_draft_ < 0 || pass_cost(1) < 0) return max_;   // nothing measured yet
+  if (t_draft_ < 0) return max_;   // nothing measured yet
+  // One plain pass before choosing: until then the nearest measured pass would stand in for its cost, and
+  // a verify pass of K+1 tokens priced as a plain step makes speculating always look worth it.
+  if (t_pass_[1] < 0) return 0;
   return best_k(t_draft_, &DraftPolicy::pass_cost);
 }
 

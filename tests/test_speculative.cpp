@@ -344,6 +344,15 @@ TEST(Speculative, DraftPolicyPicksTheFastestKAndProbesAfterPlainRounds) {
   bad.observe(1, 0, 0.010, 0.0105);
   EXPECT_EQ(bad.next_k(), 0u);
 
+  // Only speculative rounds seen: one plain pass is measured first (pricing a plain step as the 6-token
+  // verify's 20 ms would make K = 1 look 1.3x faster than plain), then plain wins: drafts 5 ms, alpha 0.66,
+  // K = 1 gives 1.66 tokens per 17 ms against 1 per 10 ms.
+  DraftPolicy unseen(5, true);
+  unseen.observe(5, 1, 5 * 0.005, 0.020);
+  EXPECT_EQ(unseen.next_k(), 0u);
+  unseen.observe(0, 0, 0.0, 0.010);
+  EXPECT_EQ(unseen.next_k(), 0u) << "alpha " << unseen.alpha();
+
   // Middle ground, checked against the formula: alpha 0.6, drafts 2 ms, pass 10 ms + 1 ms per extra token.
   DraftPolicy mid(8, true);
   for (uint32_t n = 1; n <= 9; ++n) mid.observe(n - 1, 0, 0.002 * (n - 1), 0.010 + 0.001 * (n - 1));
