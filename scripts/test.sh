@@ -24,6 +24,6 @@ if [ "${1:-}" = "--sanitize" ]; then
 fi
 cmake -S . -B "$build" "${flags[@]}"
 cmake --build "$build" -j"$(nproc)"
-# Two suites at a time per core pair: a suite on lavapipe leaves cores idle while LLVM JITs its pipelines or
-# the host waits on a small dispatch (the suites share no files and their servers take ephemeral ports).
+# As many suites at once as cores: a suite on lavapipe leaves cores idle while LLVM JITs its pipelines or the
+# host waits on a small dispatch (the suites share no files and their servers take ephemeral ports).
 ctest --test-dir "$build" --output-on-failure -j"$(nproc)" "${exclude[@]}"

@@ -5,8 +5,8 @@
 // E(K) = (1 - alpha^(K+1)) / (1 - alpha) tokens and costs K * t_draft + t_verify(K + 1); the next K
 // maximizes E(K) / cost(K) over 0..draft_max, K = 0 being a plain decoding pass.
 // Estimates are exponential moving averages over rounds; verify costs for pass sizes not yet seen are
-// interpolated between seen ones, and the plain pass is measured (one round of K = 0) before any choice. After kProbeEvery plain rounds one draft is tried again, so a drafter
-// that starts agreeing again is noticed.
+// interpolated between seen ones, and the plain pass is measured (one round of K = 0) before any choice.
+// After kProbeEvery plain rounds one draft is tried again, so a drafter that starts agreeing again is noticed.
 // Sampled runs must not depend on timings: where a verify round ends decides which counter-based random
 // numbers are used, so a seed reproduces its output only if the K sequence is a function of the seed.
 // There (timing_free) the costs are fixed instead of measured: a draft costs `draft_cost` target steps
