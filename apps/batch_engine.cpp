@@ -359,102 +359,31 @@ void BatchEngine::end(Slot& s, const std::string& reason, const std::string& err
   if (r->on_done) r->on_done(res);
 }
 
+// A step: one pass over rows from every running sequence. Decoding sequences first (a step's latency is
+// every running stream's): speculative ones draft (a draft model's steps batched across sequences) and then
+// verify, plain ones decode one row; prefill fills the rest of the row budget (at least one chunk, so that a
+// new request always makes progress). One submission, one wait; then each sequence takes its result.
 bool BatchEngine::step() {
   admit();
-  LlamaModel& m = *t_->model;
-  PagedKvCache& kv = m.kv();
-  const uint32_t V = m.hparams().n_vocab;
-  const VkDeviceSize row_bytes = VkDeviceSize(V) * 4;
   for (auto& s : slots_)
     if (s->req && s->req->cancelled.load()) end(*s, "cancelled");
 
   Recorder& rec = *rec_;
   rec.begin();
-  std::vector<SeqRows> rows;
-  std::vector<Slot*> in_step, drafted;
-  uint32_t n_rows = 0;
+  StepRows plan;
   try {
-    // Decoding sequences first (a step's latency is every running stream's), then prefill in the rest of
-    // the row budget (at least one chunk, so that a new request always makes progress).
-    // Speculative rounds: every sequence's drafts first (a draft model's steps batched across sequences),
-    // then its verify rows.
-    std::vector<BatchedDraft> batched;
-    for (auto& sp : slots_) {
-      Slot& s = *sp;
-      if (!s.req || !s.decoding || !s.spec) continue;
-      if (!s.spec->start()) {
-        end(s, s.stop_reason.empty() ? "context" : s.stop_reason);
-        continue;
-      }
-      const uint32_t k_max = s.spec->drafts_planned();
-      if (draft_model_ && k_max) {
-        batched.push_back({static_cast<ModelDrafter*>(s.drafter.get()), s.context, k_max, &s.spec->draft_round()});
-      } else {
-        s.rows = s.spec->drafts_recorded(k_max ? s.drafter->draft(s.context, k_max, s.spec->draft_round()) : 0);
-      }
-      drafted.push_back(&s);
-    }
-    if (!batched.empty()) {
-      record_batched_drafts(*draft_model_, batched, draft_logits_);
-      size_t j = 0;
-      for (Slot* s : drafted)   // the batched ones, in the order they were added
-        if (j < batched.size() && &s->spec->draft_round() == batched[j].round)
-          s->rows = s->spec->drafts_recorded(batched[j++].k);
-    }
-    for (Slot* s : drafted) {
-      rows.push_back({s->seq, s->spec->verify_input(), s->rows, Logits::All});
-      s->part = Slot::Part::Verify;
-      n_rows += s->rows;
-      in_step.push_back(s);
-    }
-    for (auto& sp : slots_) {   // plain decoding
-      Slot& s = *sp;
-      if (!s.req || !s.decoding || s.spec) continue;
-      rows.push_back({s.seq, s.chooser->input(0), 1, Logits::Last});
-      s.part = Slot::Part::Decode;
-      s.rows = 1;
-      n_rows += 1;
-      in_step.push_back(&s);
-    }
-    const uint32_t budget = std::max(opts_.step_rows, n_rows + LlamaModel::kMaxBatch);
-    for (auto& sp : slots_) {
-      Slot& s = *sp;
-      if (!s.req || s.decoding || n_rows >= budget) continue;
-      const uint32_t take = std::min<uint32_t>(budget - n_rows, uint32_t(s.context.size()) - s.prefilled);
-      const bool last = s.prefilled + take == s.context.size();
-      rows.push_back({s.seq, m.write_tokens(std::span(s.context).subspan(s.prefilled, take)), take,
-                      last ? Logits::Last : Logits::None});
-      s.part = last ? Slot::Part::PrefillLast : Slot::Part::Prefill;
-      s.rows = take;
-      n_rows += take;
-      in_step.push_back(&s);
-    }
-    if (rows.empty()) return false;
-    m.record_batch(rec, rows, logits_);
-    // Each sequence's choice or verification from its logits rows.
-    uint32_t at = 0;
-    for (Slot* s : in_step) {
-      const Slice logits = logits_.sub(at * row_bytes, logits_.size - at * row_bytes);
-      if (s->part == Slot::Part::Verify) {
-        s->spec->record_verify(logits);
-        at += s->rows;
-      } else if (s->part == Slot::Part::Decode || s->part == Slot::Part::PrefillLast) {
-        TokenChooser& ch = *s->chooser;
-        const uint32_t history = ch.mode() == ChoiceMode::Device ? ch.set_history(s->context) : 0;
-        if (s->req->logits) {   // read back before the sampler penalizes the row in place
-          rec.copy(logits.sub(0, row_bytes), logits_host_.sub(s->index * row_bytes, row_bytes));
-          rec.barrier();
-        }
-        ch.record_choice(rec, m.kernels(), logits, 1, 0, history, s->context.size(), DeviceSampler::kStreamPlain);
-        at += 1;
-      }
-    }
+    plan_speculative_rows(plan);
+    plan_decode_rows(plan);
+    plan_prefill_rows(plan);
+    if (plan.rows.empty()) return false;
+    t_->model->record_batch(rec, plan.rows, logits_);
+    record_choices(plan);
   } catch (const std::exception& e) {
     // Recording failed (nothing was submitted): the sequences of this step end with the error.
-    kv.drop_pending_copies();
-    for (Slot* s : drafted)
+    t_->model->kv().drop_pending_copies();
+    for (Slot* s : plan.drafted)
       if (s->req) end(*s, "error", e.what());
-    for (Slot* s : in_step)
+    for (Slot* s : plan.in_step)
       if (s->req) end(*s, "error", e.what());
     return true;
   }
@@ -463,60 +392,149 @@ bool BatchEngine::step() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     metrics_.steps++;
-    metrics_.step_rows += n_rows;
+    metrics_.step_rows += plan.n_rows;
   }
-  for (Slot* sp : in_step) {
-    Slot& s = *sp;
-    if (!s.req) continue;
-    try {
-      const float* row = s.req->logits ? logits_host_.host<float>() + size_t(s.index) * V : nullptr;
-      if (s.part == Slot::Part::Prefill || s.part == Slot::Part::PrefillLast) {
-        s.prefilled += s.rows;
-        s.result.prefilled += s.rows;
-        std::lock_guard<std::mutex> lock(mu_);
-        metrics_.prefilled_tokens += s.rows;
+  for (Slot* s : plan.in_step) {
+    if (s->req) {
+      try {
+        take_result(*s);
+      } catch (const std::exception& e) {   // non-finite logits: this request fails, the others go on
+        if (s->req) end(*s, "error", e.what());
       }
-      switch (s.part) {
-        case Slot::Part::Prefill:
-          break;
-        case Slot::Part::PrefillLast: {
-          s.decoding = true;
-          if (s.drafter) {
-            SpeculativeOptions so{uint32_t(o_.draft_max), uint32_t(o_.draft_min), s.acceptor.get(),
-                                  o_.draft_policy == "adaptive", /*timing_free=*/true};
-            s.spec = std::make_unique<SpeculativeDecoder>(m, s.seq, *s.drafter, *s.chooser, rec, s.context, so,
-                                                          [this, &s](uint32_t t, bool d) { return emit(s, t, d, nullptr); });
-            break;   // the decoder emits the first token at its first round
-          }
-          [[fallthrough]];
-        }
-        case Slot::Part::Decode: {
-          const uint32_t t = s.chooser->token(0);
-          if (!emit(s, t, false, row)) {
-            end(s, s.stop_reason);
-            break;
-          }
-          s.context.push_back(t);
-          if (s.context.size() >= m.n_ctx()) end(s, "context");
-          break;
-        }
-        case Slot::Part::Verify:
-          if (!s.spec->finish()) end(s, s.stop_reason.empty() ? "context" : s.stop_reason);
-          break;
-        case Slot::Part::None:
-          break;
-      }
-    } catch (const std::exception& e) {   // non-finite logits: this request fails, the others go on
-      if (s.req) end(s, "error", e.what());
     }
-    s.part = Slot::Part::None;
+    s->part = Slot::Part::None;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    metrics_.kv_blocks_in_use = kv.blocks_in_use();
-    metrics_.kv_blocks_allocated = kv.blocks_allocated();
+    metrics_.kv_blocks_in_use = t_->model->kv().blocks_in_use();
+    metrics_.kv_blocks_allocated = t_->model->kv().blocks_allocated();
   }
   return true;
+}
+
+void BatchEngine::plan_speculative_rows(StepRows& plan) {
+  std::vector<BatchedDraft> batched;
+  for (auto& sp : slots_) {
+    Slot& s = *sp;
+    if (!s.req || !s.decoding || !s.spec) continue;
+    if (!s.spec->start()) {
+      end(s, s.stop_reason.empty() ? "context" : s.stop_reason);
+      continue;
+    }
+    const uint32_t k_max = s.spec->drafts_planned();
+    if (draft_model_ && k_max) {
+      batched.push_back({static_cast<ModelDrafter*>(s.drafter.get()), s.context, k_max, &s.spec->draft_round()});
+    } else {
+      s.rows = s.spec->drafts_recorded(k_max ? s.drafter->draft(s.context, k_max, s.spec->draft_round()) : 0);
+    }
+    plan.drafted.push_back(&s);
+  }
+  if (!batched.empty()) {
+    record_batched_drafts(*draft_model_, batched, draft_logits_);
+    size_t j = 0;
+    for (Slot* s : plan.drafted)   // the batched ones, in the order they were added
+      if (j < batched.size() && &s->spec->draft_round() == batched[j].round)
+        s->rows = s->spec->drafts_recorded(batched[j++].k);
+  }
+  for (Slot* s : plan.drafted) {
+    plan.rows.push_back({s->seq, s->spec->verify_input(), s->rows, Logits::All});
+    s->part = Slot::Part::Verify;
+    plan.n_rows += s->rows;
+    plan.in_step.push_back(s);
+  }
+}
+
+void BatchEngine::plan_decode_rows(StepRows& plan) {
+  for (auto& sp : slots_) {
+    Slot& s = *sp;
+    if (!s.req || !s.decoding || s.spec) continue;
+    plan.rows.push_back({s.seq, s.chooser->input(0), 1, Logits::Last});
+    s.part = Slot::Part::Decode;
+    s.rows = 1;
+    plan.n_rows += 1;
+    plan.in_step.push_back(&s);
+  }
+}
+
+void BatchEngine::plan_prefill_rows(StepRows& plan) {
+  LlamaModel& m = *t_->model;
+  const uint32_t budget = std::max(opts_.step_rows, plan.n_rows + LlamaModel::kMaxBatch);
+  for (auto& sp : slots_) {
+    Slot& s = *sp;
+    if (!s.req || s.decoding || plan.n_rows >= budget) continue;
+    const uint32_t take = std::min<uint32_t>(budget - plan.n_rows, uint32_t(s.context.size()) - s.prefilled);
+    const bool last = s.prefilled + take == s.context.size();
+    plan.rows.push_back({s.seq, m.write_tokens(std::span(s.context).subspan(s.prefilled, take)), take,
+                         last ? Logits::Last : Logits::None});
+    s.part = last ? Slot::Part::PrefillLast : Slot::Part::Prefill;
+    s.rows = take;
+    plan.n_rows += take;
+    plan.in_step.push_back(&s);
+  }
+}
+
+// Each sequence's choice or verification from its logits rows (in the order of the pass's rows).
+void BatchEngine::record_choices(const StepRows& plan) {
+  LlamaModel& m = *t_->model;
+  Recorder& rec = *rec_;
+  const VkDeviceSize row_bytes = VkDeviceSize(m.hparams().n_vocab) * 4;
+  uint32_t at = 0;
+  for (Slot* s : plan.in_step) {
+    const Slice logits = logits_.sub(at * row_bytes, logits_.size - at * row_bytes);
+    if (s->part == Slot::Part::Verify) {
+      s->spec->record_verify(logits);
+      at += s->rows;
+    } else if (s->part == Slot::Part::Decode || s->part == Slot::Part::PrefillLast) {
+      TokenChooser& ch = *s->chooser;
+      const uint32_t history = ch.mode() == ChoiceMode::Device ? ch.set_history(s->context) : 0;
+      if (s->req->logits) {   // read back before the sampler penalizes the row in place
+        rec.copy(logits.sub(0, row_bytes), logits_host_.sub(s->index * row_bytes, row_bytes));
+        rec.barrier();
+      }
+      ch.record_choice(rec, m.kernels(), logits, 1, 0, history, s->context.size(), DeviceSampler::kStreamPlain);
+      at += 1;
+    }
+  }
+}
+
+// After the step's wait: what its part of the pass gave this sequence (may end the request).
+void BatchEngine::take_result(Slot& s) {
+  LlamaModel& m = *t_->model;
+  const float* row = s.req->logits ? logits_host_.host<float>() + size_t(s.index) * m.hparams().n_vocab : nullptr;
+  if (s.part == Slot::Part::Prefill || s.part == Slot::Part::PrefillLast) {
+    s.prefilled += s.rows;
+    s.result.prefilled += s.rows;
+    std::lock_guard<std::mutex> lock(mu_);
+    metrics_.prefilled_tokens += s.rows;
+  }
+  switch (s.part) {
+    case Slot::Part::Prefill:
+    case Slot::Part::None:
+      break;
+    case Slot::Part::PrefillLast:
+      s.decoding = true;
+      if (s.drafter) {
+        SpeculativeOptions so{uint32_t(o_.draft_max), uint32_t(o_.draft_min), s.acceptor.get(),
+                              o_.draft_policy == "adaptive", /*timing_free=*/true};
+        s.spec = std::make_unique<SpeculativeDecoder>(m, s.seq, *s.drafter, *s.chooser, *rec_, s.context, so,
+                                                      [this, &s](uint32_t t, bool d) { return emit(s, t, d, nullptr); });
+        break;   // the decoder emits the first token at its first round
+      }
+      [[fallthrough]];
+    case Slot::Part::Decode: {
+      const uint32_t t = s.chooser->token(0);
+      if (!emit(s, t, false, row)) {
+        end(s, s.stop_reason);
+        break;
+      }
+      s.context.push_back(t);
+      if (s.context.size() >= m.n_ctx()) end(s, "context");
+      break;
+    }
+    case Slot::Part::Verify:
+      if (!s.spec->finish()) end(s, s.stop_reason.empty() ? "context" : s.stop_reason);
+      break;
+  }
 }
 
 }  // namespace vkspec::cli

@@ -97,6 +97,17 @@ class BatchEngine {
 
  private:
   struct Slot;
+  struct StepRows {                  // what one step's pass holds
+    std::vector<SeqRows> rows;       // per sequence in the pass
+    std::vector<Slot*> in_step;      // the sequences of `rows`, in order
+    std::vector<Slot*> drafted;      // speculative sequences whose drafts were recorded
+    uint32_t n_rows = 0;
+  };
+  void plan_speculative_rows(StepRows& plan);   // drafts recorded, then the verify rows
+  void plan_decode_rows(StepRows& plan);
+  void plan_prefill_rows(StepRows& plan);       // the rest of the row budget
+  void record_choices(const StepRows& plan);
+  void take_result(Slot& s);
   void admit();
   bool admit_one(const std::shared_ptr<BatchRequest>& r);
   void end(Slot& s, const std::string& reason, const std::string& error = {});
