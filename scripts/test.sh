@@ -11,7 +11,10 @@ flags=(-DCMAKE_BUILD_TYPE=Release -DVKSPEC_WERROR=ON)
 exclude=()
 if [ "${1:-}" = "--sanitize" ]; then
   build=build-asan
-  flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DVKSPEC_WERROR=ON -DVKSPEC_SANITIZE=ON)
+  # -O1 -g1 (line tables, enough for the reports' stack traces) compiles in half the time of -O2 -g, and the
+  # build is most of this job (tests/test_server.cpp under ASan: 44 -> 23 s)
+  flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DVKSPEC_WERROR=ON -DVKSPEC_SANITIZE=ON
+         "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
   # Leaks reported from inside Mesa/LLVM's own allocations are suppressed (see the file); ours are not.
   export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp:print_suppressions=0"
   export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"

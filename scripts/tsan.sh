@@ -5,7 +5,8 @@
 # engine thread runs, a cancel from another thread). A separate build (build-tsan/) of those tests only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVKSPEC_WERROR=ON -DVKSPEC_TSAN=ON > /dev/null
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVKSPEC_WERROR=ON -DVKSPEC_TSAN=ON \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" > /dev/null
 cmake --build build-tsan -j"$(nproc)" --target test_c_api test_batch_engine
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
 export XDG_CACHE_HOME="$PWD/build/cache"   # the plain build's shader cache (tests/CMakeLists.txt)
