@@ -206,7 +206,9 @@ VKSPEC_API vkspec_status vkspec_cancel(vkspec_context* ctx);
 typedef struct vkspec_metrics {
   uint64_t prompt_tokens, reused_tokens, prefilled_tokens, generated_tokens;
   double prefill_seconds, decode_seconds, prefill_tokens_per_second, decode_tokens_per_second;
-  uint64_t drafted, accepted, verify_passes; /* speculation; 0 without a drafter */
+  /* speculation (0 without a drafter): drafts verified, drafts accepted (the last verify pass may accept
+   * drafts past the generation's end, which are not delivered), verify passes */
+  uint64_t drafted, accepted, verify_passes;
   double acceptance_rate;
   uint64_t host_waits;                       /* submissions after the first token */
   char stop_reason[16];                      /* "eos", "length", "context", "stopped", "cancelled" */

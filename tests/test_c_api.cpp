@@ -298,7 +298,11 @@ TEST(CApi, SpeculativeMarksDraftsAndMatchesPlain) {
   vkspec_metrics m{};
   ASSERT_EQ(vkspec_get_metrics(ctx.c, &m), VKSPEC_OK);
   EXPECT_GT(m.verify_passes, 0u);
-  EXPECT_EQ(uint64_t(spec.drafts), m.accepted);
+  // Every delivered draft was accepted; `accepted` also counts drafts the last verify pass accepted past the
+  // 48th token (which K adaptive K picks there depends on measured timings): at most one round's K.
+  EXPECT_GT(spec.drafts, 0);
+  EXPECT_LE(uint64_t(spec.drafts), m.accepted);
+  EXPECT_LE(m.accepted - uint64_t(spec.drafts), uint64_t(sp.draft_max));
 }
 
 TEST(CApi, CancelStopsGenerationAndPrefill) {
