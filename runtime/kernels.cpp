@@ -59,7 +59,7 @@ static bool texel_readable(const Slice& s) { return s.texels && s.offset % 16 ==
 
 // Texel path (row per lane on devices that read through texel buffers): every operand must be texel-readable,
 // rows must be whole texels, and quantized rows whole steps of matmul_rows.comp (contract::ROW_QUANT_STEP: a
-// step's scales then lie in one texel); otherwise the device-address kernel.
+// step's scales then lie in one or two whole texels); otherwise the device-address kernel.
 static bool texel_path(KernelFamily fam, const DeviceMatrix& w, const DeviceMatrix* w2, const Slice& x,
                        uint32_t x_stride) {
   return fam == KernelFamily::RowPerLane && texel_readable(w.data) && texel_readable(x) &&

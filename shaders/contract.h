@@ -39,10 +39,10 @@ VKSPEC_CONST KV_ROW_UINTS = 2u;       // a row of a pass (KvRows): {position, fi
                                       // (read as one uvec2 by shaders/paged_kv.glsl, attention_rows.comp)
 #define SLOT_TOKEN(i) (TOKEN_SLOT_UINTS * (i))        // uint index of slot i's token
 #define SLOT_AUX(i) (TOKEN_SLOT_UINTS * (i) + 1u)     // uint index of slot i's aux
-// matmul_rows.comp walks a quantized row in steps of this many weights, whose scales share one texel (a
-// group of 32, or two of 16 as {s, m} pairs). Rows of quantized weights must be whole steps for that kernel
-// (runtime/kernels.cpp texel_path).
-VKSPEC_CONST ROW_QUANT_STEP = 32u;
+// matmul_rows.comp walks a quantized row in steps of at most this many weights (one token; multi-token
+// tiles take half), whose scales lie in one or two texels that are fetched once per step. Rows of quantized
+// weights must be whole steps for that kernel (runtime/kernels.cpp texel_path).
+VKSPEC_CONST ROW_QUANT_STEP = 64u;
 VKSPEC_CONST MODE_ACCUMULATE = 1u;    // matmul: y += W x
 VKSPEC_CONST MODE_SWIGLU = 2u;        // matmul: y = silu(W x) * (W2 x)
 VKSPEC_CONST MODE_RMSNORM = 4u;       // matmul: x is rmsnorm(x) * norm, computed on the fly

@@ -86,14 +86,18 @@ Wt decode(uvec4 u, uint chunk, vec2 sm) {
   return w;
 }
 
-// Quantized formats: a step's groups lie in one scale texel (the host checks that GROUP 16 rows are whole
-// steps): 4 scales, or 2 {s, m} pairs, per texel. gs = the row's group index at the step's start.
-uint scale_texel(uint gs) { return HAS_MIN ? gs / 2u : gs / 4u; }
-vec2 chunk_scale(vec4 t, uint gs, uint c) {
+// Quantized formats: scale texels hold SPT groups' scales (4 floats, or 2 {s, m} pairs); a step's groups
+// lie in one texel or, when they are more than SPT (GROUP 16 with a min), in two consecutive ones (rows are
+// whole steps, so a step's first group is a multiple of SPT then). gs = the row's group index at the step's
+// start; t0/t1 = the step's scale texels.
+const uint SPT = HAS_MIN ? 2u : 4u;
+uint scale_texel(uint gs) { return gs / SPT; }
+vec2 chunk_scale(vec4 t0, vec4 t1, uint gs, uint c) {
   if (WTYPE < WT_Q8) return vec2(1.0, 0.0);
-  const uint g = gs + c * EPC / GROUP;
-  if (HAS_MIN) return (g & 1u) == 0u ? t.xy : t.zw;
-  const uint k = g & 3u;
+  const uint lg = c * EPC / GROUP;   // the chunk's group within the step (a constant once c is unrolled)
+  const vec4 t = lg < SPT ? t0 : t1;
+  const uint k = (gs + lg) % SPT;
+  if (HAS_MIN) return k == 0u ? t.xy : t.zw;
   return vec2(k == 0u ? t.x : k == 1u ? t.y : k == 2u ? t.z : t.w, 0.0);
 }
 
@@ -108,10 +112,14 @@ float dot_chunk(Wt w, vec4 x0, vec4 x1, vec4 x2, vec4 x3, float xs) {
 
 float pick(vec4 lo, vec4 hi, uint t) { return t < 4u ? lo[t] : hi[t - 4u]; }
 
-// Weights per step: quantized, ROW_QUANT_STEP (the scale texel is fetched once per step); float formats have
-// no scales and step a chunk at a time (a longer unrolled step only made the JIT slower).
-const uint STEP = WTYPE >= WT_Q8 ? ROW_QUANT_STEP : EPC;
-const uint CPS = STEP / EPC;              // chunks per step: q8/q4 2, float formats 1
+// Weights per step: quantized, ROW_QUANT_STEP for one token (the step's scale texels are fetched once per
+// step: 1B-shape decode ~10% faster than with 32-weight steps) and half of it for multi-token tiles, whose
+// fetches are shared by TT tokens already (64-weight steps were no faster there, and every extra unrolled
+// chunk costs JIT time in every process: lavapipe compiles each pipeline when it is created). Float formats
+// have no scales and step a chunk at a time (a longer unrolled step only made the JIT slower).
+const uint STEP = WTYPE >= WT_Q8 ? (TT == 1u ? ROW_QUANT_STEP : ROW_QUANT_STEP / 2u) : EPC;
+const uint CPS = STEP / EPC;              // chunks per step: q8/q4 4, float formats 1
+const bool TWO_SCALE_TEXELS = STEP / GROUP > SPT;
 const uint XPC = EPC / 4u;                // x texels per chunk
 
 // Per-row code is written once and expanded for rows 0..RPL-1 (llvmpipe keeps named vec4s in registers or
@@ -161,14 +169,19 @@ void main() {
   for (uint s = 0; s < steps; ++s) {
     const uint gs = s * STEP / GROUP;   // the step's first group in a row
     // per row: the step's scale texels (s: W, z: W2) and the current weight texels (f: W, e: W2)
-#define STEP_STATE(j) vec4 s##j = one, z##j = one; uvec4 f##j = uvec4(0u), e##j = uvec4(0u);
+#define STEP_STATE(j) vec4 s##j = one, z##j = one, s##j##b = one, z##j##b = one; uvec4 f##j = uvec4(0u), e##j = uvec4(0u);
     FOR_ROWS(STEP_STATE)
 #undef STEP_STATE
     if (WTYPE >= WT_Q8) {               // the step's scale texel of each row
 #define SCALES(j)                                                                                        \
       if (RPL > j) {                                                                                     \
-        s##j = uintBitsToFloat(texelFetch(W, int(pc.w_scales + scale_texel(r##j * gpr + gs))));         \
-        if (SWIGLU) z##j = uintBitsToFloat(texelFetch(W2, int(pc.w2_scales + scale_texel(r##j * gpr + gs)))); \
+        const int st = int(scale_texel(r##j * gpr + gs));                                               \
+        s##j = uintBitsToFloat(texelFetch(W, int(pc.w_scales) + st));                                    \
+        if (TWO_SCALE_TEXELS) s##j##b = uintBitsToFloat(texelFetch(W, int(pc.w_scales) + st + 1));       \
+        if (SWIGLU) {                                                                                    \
+          z##j = uintBitsToFloat(texelFetch(W2, int(pc.w2_scales) + st));                                \
+          if (TWO_SCALE_TEXELS) z##j##b = uintBitsToFloat(texelFetch(W2, int(pc.w2_scales) + st + 1));   \
+        }                                                                                                \
       }
       FOR_ROWS(SCALES)
 #undef SCALES
@@ -188,8 +201,8 @@ void main() {
 #define DECODE(j)                                                          \
     Wt w##j = zero, u##j = zero;                                           \
     if (RPL > j) {                                                         \
-      w##j = decode(f##j, chunk, chunk_scale(s##j, r##j * gpr + gs, c));   \
-      if (SWIGLU) u##j = decode(e##j, chunk, chunk_scale(z##j, r##j * gpr + gs, c)); \
+      w##j = decode(f##j, chunk, chunk_scale(s##j, s##j##b, r##j * gpr + gs, c));   \
+      if (SWIGLU) u##j = decode(e##j, chunk, chunk_scale(z##j, z##j##b, r##j * gpr + gs, c)); \
     }
     FOR_ROWS(DECODE)
 #undef DECODE

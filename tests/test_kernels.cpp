@@ -85,9 +85,9 @@ TEST_P(KernelTest, MatmulMatchesReferenceAllTypesOddSizes) {
       for (uint32_t K : {1u, 7u, 64u, 72u, 257u, 4099u})
         for (uint32_t n : {1u, 3u, 16u}) check_matmul(this, kernels(), type, {M, K, n}, false);
   for (DType type : kQuantTypes) {
-    const uint32_t b = block_layout(type).elems;   // rows are whole blocks: 1, 3 and 17 of them
+    const uint32_t b = block_layout(type).elems;   // rows are whole blocks: 1, 3 and 18 of them
     for (uint32_t M : {1u, 7u, 257u})
-      for (uint32_t K : {b, 3 * b, 17 * b})
+      for (uint32_t K : {b, 3 * b, 18 * b})   // 18 blocks: whole 64-weight steps of the row kernel
         for (uint32_t n : {1u, 5u, 16u}) check_matmul(this, kernels(), type, {M, K, n}, false);
   }
 }
