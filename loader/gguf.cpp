@@ -288,13 +288,17 @@ const std::vector<std::string>* GgufFile::opt_strings(const std::string& key) co
 
 void GgufFile::read_tensor(const GgufTensor& t, std::vector<uint8_t>& out) const {
   out.resize(t.bytes);
+  read_tensor(t, out.data());
+}
+
+void GgufFile::read_tensor(const GgufTensor& t, uint8_t* out) const {
   if (fd_ < 0) {
-    memcpy(out.data(), t.data, t.bytes);
+    memcpy(out, t.data, t.bytes);
     return;
   }
   const off_t at = off_t(t.data - base_);
   for (size_t done = 0; done < t.bytes;) {
-    const ssize_t r = pread(fd_, out.data() + done, t.bytes - done, at + off_t(done));
+    const ssize_t r = pread(fd_, out + done, t.bytes - done, at + off_t(done));
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0)
       throw Error("'" + path_ + "': cannot read tensor '" + t.name + "' (" +

@@ -74,6 +74,7 @@ class GgufFile {
   // tensors this way rather than through the mapping: a file truncated while it loads then gives a clear
   // Error (a short read) instead of SIGBUS on a page past the new end of the mapping.
   void read_tensor(const GgufTensor& t, std::vector<uint8_t>& out) const;
+  void read_tensor(const GgufTensor& t, uint8_t* out) const;   // into t.bytes bytes at out
 
  private:
   void parse();

@@ -35,12 +35,25 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
     file.read_tensor(*g, bytes);
     return bytes.data();
   };
-  auto matrix = [&](const GgufTensor* g) {
-    DeviceMatrix m = upload_matrix(*weights_arena_, up, weight_dtype(*g), uint32_t(g->dims[1]), uint32_t(g->dims[0]),
-                                   read(g), g->name.c_str());
-    if (opts.progress) opts.progress(done += g->bytes, total);
+  // Parts stacked by rows into one matrix of format f, each written straight from its tensor's bytes.
+  auto stacked = [&](std::initializer_list<const GgufTensor*> parts, const WeightFormat& f) {
+    uint32_t rows = 0;
+    for (const GgufTensor* g : parts) rows += uint32_t(g->dims[1]);
+    const GgufTensor* first = *parts.begin();
+    DeviceMatrix m = alloc_matrix(*weights_arena_, weight_dtype(*first), f, rows, uint32_t(first->dims[0]),
+                                  first->name.c_str());
+    uint32_t row0 = 0;
+    for (const GgufTensor* g : parts) {
+      if (uint8_t* at = weight_dtype(*g) == m.type ? mapped_float_rows(m, row0) : nullptr)
+        file.read_tensor(*g, at);   // float rows: read in place (same type, so the same bytes per row)
+      else
+        write_rows(up, m, row0, weight_dtype(*g), uint32_t(g->dims[1]), read(g), g->name.c_str());
+      row0 += uint32_t(g->dims[1]);
+      if (opts.progress) opts.progress(done += g->bytes, total);
+    }
     return m;
   };
+  auto matrix = [&](const GgufTensor* g) { return stacked({g}, native_format(weight_dtype(*g))); };
   auto vec = [&](const GgufTensor* g) {
     Slice s = weights_arena_->alloc(g->bytes, g->name.c_str());
     up.upload(s, read(g), g->bytes);
@@ -67,24 +80,12 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
       if (!(native_format(weight_dtype(*g)) == f)) f = common_format(f, native_format(weight_dtype(*g)));
     return f;
   };
-  auto decoded = [&](const GgufTensor* g, const WeightFormat& f) {
-    HostMatrix m = decode_matrix(weight_dtype(*g), uint32_t(g->dims[1]), uint32_t(g->dims[0]), read(g),
-                                 g->name.c_str(), &f);
-    if (opts.progress) opts.progress(done += g->bytes, total);
-    return m;
-  };
-  auto stacked = [&](std::initializer_list<const GgufTensor*> parts) {
-    const WeightFormat f = shared_format(parts);
-    HostMatrix m = decoded(*parts.begin(), f);
-    for (auto it = parts.begin() + 1; it != parts.end(); ++it) m.append(decoded(*it, f));
-    return upload_matrix(*weights_arena_, up, m, (*parts.begin())->name.c_str());
-  };
   for (const auto& L : t.layers) {
     LayerWeights w;
     w.attn_norm = vec(L.attn_norm);
     w.fused_qkv = fusable({L.wq, L.wk, L.wv});   // shapes were checked on load
     if (w.fused_qkv) {
-      w.wqkv = stacked({L.wq, L.wk, L.wv});
+      w.wqkv = stacked({L.wq, L.wk, L.wv}, shared_format({L.wq, L.wk, L.wv}));
     } else {
       w.wq = matrix(L.wq);
       w.wk = matrix(L.wk);
@@ -97,8 +98,8 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
       w.w_up = matrix(L.w_up);
     } else {   // find_llama_tensors allows this for quantized types only
       const WeightFormat f = shared_format({L.w_gate, L.w_up});
-      w.w_gate = upload_matrix(*weights_arena_, up, decoded(L.w_gate, f), L.w_gate->name.c_str());
-      w.w_up = upload_matrix(*weights_arena_, up, decoded(L.w_up, f), L.w_up->name.c_str());
+      w.w_gate = stacked({L.w_gate}, f);
+      w.w_up = stacked({L.w_up}, f);
     }
     w.w_down = matrix(L.w_down);
     layers_.push_back(w);

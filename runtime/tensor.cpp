@@ -5,13 +5,6 @@
 
 namespace vkspec {
 
-void HostMatrix::append(const HostMatrix& o) {
-  if (!(o.format == format) || o.cols != cols) throw Error("internal: stacking matrices of different formats");
-  data.insert(data.end(), o.data.begin(), o.data.end());
-  scales.insert(scales.end(), o.scales.begin(), o.scales.end());
-  rows += o.rows;
-}
-
 HostMatrix decode_matrix(DType type, uint32_t rows, uint32_t cols, const void* bytes, const char* name,
                          const WeightFormat* format) {
   HostMatrix m;
@@ -57,17 +50,60 @@ DeviceMatrix upload_matrix(Arena& arena, Uploader& up, const HostMatrix& h, cons
   return m;
 }
 
-DeviceMatrix upload_matrix(Arena& arena, Uploader& up, DType type, uint32_t rows, uint32_t cols, const void* bytes,
-                           const char* name) {
-  if (is_quantized(type)) return upload_matrix(arena, up, decode_matrix(type, rows, cols, bytes, name), name);
+DeviceMatrix alloc_matrix(Arena& arena, DType type, const WeightFormat& format, uint32_t rows, uint32_t cols,
+                          const char* name) {
   DeviceMatrix m;
   m.type = type;
-  m.format = native_format(type);
+  m.format = format;
   m.rows = rows;
   m.cols = cols;
-  const uint64_t size = uint64_t(rows) * cols * block_layout(type).bytes;
-  m.data = arena.alloc(size, name);
-  up.upload(m.data, bytes, size);
+  const uint64_t n = uint64_t(rows) * cols;
+  if (!format.quantized()) {
+    m.data = arena.alloc(n * block_layout(type).bytes, name);   // float types: one weight per "block"
+    return m;
+  }
+  const VkDeviceSize data_bytes = (format.storage == WT_Q4 ? n / 2 : n), padded = (data_bytes + 255) / 256 * 256;
+  Slice both = arena.alloc(padded + n / format.group * (format.has_min ? 8 : 4), name);
+  m.data = both.sub(0, data_bytes);
+  m.scales = both.sub(padded, both.size - padded);
+  return m;
+}
+
+void write_rows(Uploader& up, const DeviceMatrix& m, uint32_t row0, DType type, uint32_t rows, const void* bytes,
+                const char* name) {
+  if (uint64_t(row0) + rows > m.rows) throw Error(std::string("internal: rows past the end of '") + name + "'");
+  const uint64_t n = uint64_t(rows) * m.cols, first = uint64_t(row0) * m.cols;   // weights, and the first one
+  const BlockLayout L = block_layout(type);
+  if (L.elems == 0 || m.cols % L.elems)
+    throw Error(std::string("tensor '") + name + "': " + dtype_name(type) + " row length " + std::to_string(m.cols) +
+                " is not a multiple of its block size " + std::to_string(L.elems));
+  if (!is_quantized(type)) {
+    if (!(m.format == native_format(type))) throw Error("internal: float matrices keep their own format");
+    up.upload(m.data, bytes, n * L.bytes, first * L.bytes);
+    return;
+  }
+  const WeightFormat& f = m.format;
+  const uint64_t data_off = f.storage == WT_Q4 ? first / 2 : first;
+  const uint64_t scale_off = first / f.group * (f.has_min ? 2 : 1), scale_n = n / f.group * (f.has_min ? 2 : 1);
+  if (m.data.mapped && m.scales.mapped) {   // straight into the device planes
+    repack_quant(type, f, static_cast<const uint8_t*>(bytes), n, m.data.mapped + data_off,
+                 reinterpret_cast<float*>(m.scales.mapped) + scale_off);
+    return;
+  }
+  const HostMatrix h = decode_matrix(type, rows, m.cols, bytes, name, &f);
+  up.upload(m.data, h.data.data(), h.data.size(), data_off);
+  up.upload(m.scales, h.scales.data(), scale_n * 4, scale_off * 4);
+}
+
+uint8_t* mapped_float_rows(const DeviceMatrix& m, uint32_t row0) {
+  if (m.format.quantized() || !m.data.mapped || row0 >= m.rows) return nullptr;
+  return m.data.mapped + uint64_t(row0) * m.cols * block_layout(m.type).bytes;
+}
+
+DeviceMatrix upload_matrix(Arena& arena, Uploader& up, DType type, uint32_t rows, uint32_t cols, const void* bytes,
+                           const char* name) {
+  DeviceMatrix m = alloc_matrix(arena, type, native_format(type), rows, cols, name);
+  write_rows(up, m, 0, type, rows, bytes, name);
   return m;
 }
 

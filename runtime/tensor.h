@@ -21,15 +21,14 @@ struct DeviceMatrix {
   Slice scales;   // quantized formats only
 };
 
-// A matrix decoded into a device format on the host, before upload. Matrices in the same format and with
-// the same row length stack (append) into one: fused QKV, and any mix of quantized types after widening.
+// A matrix decoded into a device format on the host (the staging form when device memory is not mapped,
+// and the tests' view of the device planes).
 struct HostMatrix {
   DType type = DType::F32;
   WeightFormat format;
   uint32_t rows = 0, cols = 0;
   std::vector<uint8_t> data;
   std::vector<float> scales;
-  void append(const HostMatrix& other);
 };
 
 class Uploader;
@@ -38,6 +37,21 @@ class Uploader;
 HostMatrix decode_matrix(DType type, uint32_t rows, uint32_t cols, const void* bytes, const char* name,
                          const WeightFormat* format = nullptr);
 DeviceMatrix upload_matrix(Arena& arena, Uploader& up, const HostMatrix& m, const char* name);
+// A [rows][cols] matrix in `format` on the device, not yet written: both planes of a quantized format in one
+// allocation (texel kernels bind one view).
+DeviceMatrix alloc_matrix(Arena& arena, DType type, const WeightFormat& format, uint32_t rows, uint32_t cols,
+                          const char* name);
+// Writes rows [row0, row0 + rows) of `m` from GGUF bytes of `type` (rows of m.cols weights; whole blocks,
+// checked, naming the tensor), decoded into m's format, which must hold `type` exactly (its native format,
+// or a common format of a fused matrix). Into mapped device memory the decoder writes directly (no host
+// copy: loading a 1B Q4_K_M model on lavapipe spent ~40% of its time zeroing and copying host planes);
+// otherwise through a host decode and the uploader's staging ring. Stacking parts by rows makes a fused
+// matrix (QKV, or gate/up of different quantized types).
+void write_rows(Uploader& up, const DeviceMatrix& m, uint32_t row0, DType type, uint32_t rows, const void* bytes,
+                const char* name);
+// Where row `row0` of a float matrix lies in mapped device memory, so that its GGUF bytes (float types keep
+// their encoding) can be read there in place; nullptr for quantized formats and unmapped memory.
+uint8_t* mapped_float_rows(const DeviceMatrix& m, uint32_t row0);
 // The same from GGUF bytes in the type's native format (float types straight from the mapping, no copy).
 DeviceMatrix upload_matrix(Arena& arena, Uploader& up, DType type, uint32_t rows, uint32_t cols, const void* bytes,
                            const char* name);

@@ -161,6 +161,42 @@ TEST_P(KernelTest, MatmulAccumulatesIntoResidual) {
     check_matmul(this, kernels(), type, {65, type == DType::Q4_K ? 256u : 96u, 4}, true);
 }
 
+// A matrix stacked from parts of different types at row offsets (fused QKV of Q4_K_M: q4_K q/k, q6_K v),
+// each part decoded by write_rows straight into its rows (mapped memory) or through staging (discrete).
+TEST_P(KernelTest, StackedPartsOfDifferentTypesMatchTheirOwnValues) {
+  struct Part { DType type; uint32_t rows; };
+  const Part parts[] = {{DType::Q4_K, 67}, {DType::Q6_K, 33}, {DType::Q4_K, 29}};
+  const uint32_t K = 512, n = 3, M = 67 + 33 + 29;
+  WeightFormat f = native_format(parts[0].type);
+  for (const Part& p : parts) f = f == native_format(p.type) ? f : common_format(f, native_format(p.type));
+  DeviceMatrix m = alloc_matrix(*arena_, parts[0].type, f, M, K, "qkv");
+  std::vector<float> values;
+  uint32_t row0 = 0;
+  for (const Part& p : parts) {
+    const TestMatrix t = test_matrix(p.type, p.rows, K, row0 + 5);
+    write_rows(gpu().uploader, m, row0, p.type, p.rows, t.bytes.data(), dtype_name(p.type));
+    values.insert(values.end(), t.values.begin(), t.values.end());
+    row0 += p.rows;
+  }
+  gpu().uploader.flush();
+  EXPECT_THROW(write_rows(gpu().uploader, m, M - 1, DType::Q4_K, 2, values.data(), "past the end"), Error);
+  auto x = random_floats(n * K, 11);
+  Slice xs = upload(x), ys = zeros<float>(n * M);
+  Kernels k = kernels();
+  run([&](Recorder& r) { k.matmul(r, m, xs, ys, n, false); });
+  auto y = download<float>(ys, n * M);
+  for (uint32_t t = 0; t < n; ++t)
+    for (uint32_t r = 0; r < M; ++r) {
+      double ref = 0, abs_sum = 0;
+      for (uint32_t i = 0; i < K; ++i) {
+        const double prod = double(values[size_t(r) * K + i]) * x[t * K + i];
+        ref += prod;
+        abs_sum += std::fabs(prod);
+      }
+      ASSERT_NEAR(y[t * M + r], ref, tolerance(DType::Q4_K, abs_sum)) << "t=" << t << " row=" << r;
+    }
+}
+
 TEST_P(KernelTest, MatmulSwigluMatchesReference) {
   struct Case { DType gate, up; uint32_t K; };
   // stories260K's FFN shape in f32; Q4_K_M's q4_K gate with a q6_K up, read in their common format
