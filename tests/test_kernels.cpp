@@ -112,6 +112,14 @@ TEST(Quant, RuntimeDecoderMatchesGgmlDequantizationBitForBit) {
     HostMatrix h = decode_matrix(type, 64, 256, blocks.data(), "w");
     for (size_t i = 0; i < n; ++i) ASSERT_EQ(packed_value(h, i), ref[i]) << dtype_name(type) << " packed element " << i;
   }
+  // large tensors are repacked by several threads, each taking its own blocks (9009 blocks: an odd split)
+  for (DType type : {DType::Q4_0, DType::Q6_K}) {
+    const uint32_t cols = block_layout(type).elems * 9, rows = 1001;
+    auto blocks = random_blocks(type, size_t(rows) * cols, 5);
+    auto ref = ref_dequantize(type, blocks.data(), size_t(rows) * cols);
+    HostMatrix h = decode_matrix(type, rows, cols, blocks.data(), "w");
+    for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(packed_value(h, i), ref[i]) << dtype_name(type) << " packed element " << i;
+  }
 }
 
 // Widening to a common format (fused QKV / gate-up of mixed types) keeps every value.
