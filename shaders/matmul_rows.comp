@@ -11,10 +11,10 @@
 // plane of the same memory block (shaders/weights.glsl). x rows are x_stride floats (x_stride % 4 == 0),
 // 4 floats per texel. A quantized chunk contributes s * dot(q, x) + m * sum(x): the sum of x is taken once
 // per token for all of a lane's rows.
-// The k loop runs in steps of 32 weights whose scales lie in one texel per row, fetched once per step: on
-// llvmpipe a texel fetch is a call of ~45 instructions whatever it reads, and fetching the scales once per
-// 16-weight chunk made the q4 matmul of the Llama-3.2-1B shape 1.4x slower (7.3 -> 5.3 ms, q8 -7%).
-// Batch invariance: each lane reduces its row in k order, one chunk at a time, whatever TT is.
+// The k loop runs in steps (64 or 32 weights, see STEP) whose scales are fetched once per step: on llvmpipe
+// a texel fetch is a call of ~45 instructions whatever it reads, and fetching the scales once per 16-weight
+// chunk made the q4 matmul of the Llama-3.2-1B shape 1.4x slower (7.3 -> 5.3 ms, q8 -7%).
+// Batch invariance: each lane reduces its row in k order, one chunk at a time, whatever TT (and so STEP) is.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "contract.h"
@@ -172,7 +172,7 @@ void main() {
 #define STEP_STATE(j) vec4 s##j = one, z##j = one, s##j##b = one, z##j##b = one; uvec4 f##j = uvec4(0u), e##j = uvec4(0u);
     FOR_ROWS(STEP_STATE)
 #undef STEP_STATE
-    if (WTYPE >= WT_Q8) {               // the step's scale texel of each row
+    if (WTYPE >= WT_Q8) {               // the step's scale texels of each row
 #define SCALES(j)                                                                                        \
       if (RPL > j) {                                                                                     \
         const int st = int(scale_texel(r##j * gpr + gs));                                               \
