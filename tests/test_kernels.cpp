@@ -54,6 +54,21 @@ struct MatmulCase { uint32_t M, K, n; };
 // by the texel kernel, whose terms can be larger than |w x| (a min cancels part of s*q): 1e-4 there.
 double tolerance(DType t, double abs_sum) { return (is_quantized(t) ? 1e-4 : 1e-5) * abs_sum + 1e-30; }
 
+// y [n][M] against the product of weights w [M][K] (values) and x [n][K] in double, plus y0 when given.
+void expect_product(const std::vector<float>& y, const std::vector<float>& w, const std::vector<float>& x, DType type,
+                    MatmulCase c, const std::vector<float>* y0 = nullptr) {
+  for (uint32_t t = 0; t < c.n; ++t)
+    for (uint32_t r = 0; r < c.M; ++r) {
+      double ref = y0 ? (*y0)[t * c.M + r] : 0.0, abs_sum = std::fabs(ref);
+      for (uint32_t i = 0; i < c.K; ++i) {
+        double p = double(w[size_t(r) * c.K + i]) * x[size_t(t) * c.K + i];
+        ref += p;
+        abs_sum += std::fabs(p);
+      }
+      ASSERT_NEAR(y[t * c.M + r], ref, tolerance(type, abs_sum)) << "t=" << t << " row=" << r;
+    }
+}
+
 void check_matmul(KernelTest* self, Kernels k, DType type, MatmulCase c, bool accumulate) {
   SCOPED_TRACE(std::string(dtype_name(type)) + " M=" + std::to_string(c.M) + " K=" + std::to_string(c.K) +
                " n=" + std::to_string(c.n) + (accumulate ? " accumulate" : ""));
@@ -65,17 +80,7 @@ void check_matmul(KernelTest* self, Kernels k, DType type, MatmulCase c, bool ac
   gpu().uploader.flush();
   Slice xs = self->upload(x), ys = self->upload(y0);
   self->run([&](Recorder& r) { k.matmul(r, m, xs, ys, c.n, accumulate); });
-  auto y = self->download<float>(ys, y0.size());
-  for (uint32_t t = 0; t < c.n; ++t)
-    for (uint32_t r = 0; r < c.M; ++r) {
-      double ref = accumulate ? y0[t * c.M + r] : 0.0, abs_sum = std::fabs(ref);
-      for (uint32_t i = 0; i < c.K; ++i) {
-        double p = double(wq[size_t(r) * c.K + i]) * x[size_t(t) * c.K + i];
-        ref += p;
-        abs_sum += std::fabs(p);
-      }
-      ASSERT_NEAR(y[t * c.M + r], ref, tolerance(type, abs_sum)) << "t=" << t << " row=" << r;
-    }
+  expect_product(self->download<float>(ys, y0.size()), wq, x, type, c, accumulate ? &y0 : nullptr);
 }
 
 TEST_P(KernelTest, MatmulMatchesReferenceAllTypesOddSizes) {
@@ -192,17 +197,7 @@ TEST_P(KernelTest, StackedPartsOfDifferentTypesMatchTheirOwnValues) {
   Slice xs = upload(x), ys = zeros<float>(n * M);
   Kernels k = kernels();
   run([&](Recorder& r) { k.matmul(r, m, xs, ys, n, false); });
-  auto y = download<float>(ys, n * M);
-  for (uint32_t t = 0; t < n; ++t)
-    for (uint32_t r = 0; r < M; ++r) {
-      double ref = 0, abs_sum = 0;
-      for (uint32_t i = 0; i < K; ++i) {
-        const double prod = double(values[size_t(r) * K + i]) * x[t * K + i];
-        ref += prod;
-        abs_sum += std::fabs(prod);
-      }
-      ASSERT_NEAR(y[t * M + r], ref, tolerance(DType::Q4_K, abs_sum)) << "t=" << t << " row=" << r;
-    }
+  expect_product(download<float>(ys, n * M), values, x, DType::Q4_K, {M, K, n});
 }
 
 TEST_P(KernelTest, MatmulSwigluMatchesReference) {
