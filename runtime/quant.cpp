@@ -109,7 +109,7 @@ WeightFormat native_format(DType t) {
 uint64_t device_bytes(DType t, uint64_t elements) {
   const WeightFormat f = native_format(t);
   if (!f.quantized()) return elements * block_layout(t).bytes;
-  return (f.storage == WT_Q4 ? elements / 2 : elements) + elements / f.group * (f.has_min ? 8 : 4);
+  return f.data_bytes(elements) + f.scale_floats(elements) * 4;
 }
 
 WeightFormat common_format(const WeightFormat& a, const WeightFormat& b) {

@@ -47,6 +47,9 @@ struct WeightFormat {
   uint32_t group = 0;          // quantized: weights per scale, 16 or 32
   bool has_min = false;
   bool quantized() const { return storage == WT_Q8 || storage == WT_Q4; }
+  // Quantized formats: the planes of `weights` consecutive weights of a row-major matrix (whole groups)
+  uint64_t data_bytes(uint64_t weights) const { return storage == WT_Q4 ? weights / 2 : weights; }
+  uint64_t scale_floats(uint64_t weights) const { return weights / group * (has_min ? 2 : 1); }
   bool operator==(const WeightFormat& o) const {
     return storage == o.storage && group == o.group && has_min == o.has_min;
   }

@@ -23,30 +23,16 @@ HostMatrix decode_matrix(DType type, uint32_t rows, uint32_t cols, const void* b
     memcpy(m.data.data(), bytes, m.data.size());
     return m;
   }
-  m.data.resize(m.format.storage == WT_Q4 ? n / 2 : n);
-  m.scales.resize(n / m.format.group * (m.format.has_min ? 2 : 1));
+  m.data.resize(m.format.data_bytes(n));
+  m.scales.resize(m.format.scale_floats(n));
   repack_quant(type, m.format, static_cast<const uint8_t*>(bytes), n, m.data.data(), m.scales.data());
   return m;
 }
 
 DeviceMatrix upload_matrix(Arena& arena, Uploader& up, const HostMatrix& h, const char* name) {
-  DeviceMatrix m;
-  m.type = h.type;
-  m.format = h.format;
-  m.rows = h.rows;
-  m.cols = h.cols;
-  if (!h.format.quantized()) {
-    m.data = arena.alloc(h.data.size(), name);
-    up.upload(m.data, h.data.data(), h.data.size());
-    return m;
-  }
-  // One allocation for both planes, so they share a memory block (texel kernels bind one view).
-  const VkDeviceSize data_bytes = (h.data.size() + 255) / 256 * 256;
-  Slice both = arena.alloc(data_bytes + h.scales.size() * 4, name);
-  m.data = both.sub(0, h.data.size());
-  m.scales = both.sub(data_bytes, h.scales.size() * 4);
+  DeviceMatrix m = alloc_matrix(arena, h.type, h.format, h.rows, h.cols, name);
   up.upload(m.data, h.data.data(), h.data.size());
-  up.upload(m.scales, h.scales.data(), h.scales.size() * 4);
+  if (h.format.quantized()) up.upload(m.scales, h.scales.data(), h.scales.size() * 4);
   return m;
 }
 
@@ -62,8 +48,9 @@ DeviceMatrix alloc_matrix(Arena& arena, DType type, const WeightFormat& format, 
     m.data = arena.alloc(n * block_layout(type).bytes, name);   // float types: one weight per "block"
     return m;
   }
-  const VkDeviceSize data_bytes = (format.storage == WT_Q4 ? n / 2 : n), padded = (data_bytes + 255) / 256 * 256;
-  Slice both = arena.alloc(padded + n / format.group * (format.has_min ? 8 : 4), name);
+  // One allocation for both planes, so they share a memory block (texel kernels bind one view).
+  const VkDeviceSize data_bytes = format.data_bytes(n), padded = (data_bytes + 255) / 256 * 256;
+  Slice both = arena.alloc(padded + format.scale_floats(n) * 4, name);
   m.data = both.sub(0, data_bytes);
   m.scales = both.sub(padded, both.size - padded);
   return m;
@@ -83,8 +70,7 @@ void write_rows(Uploader& up, const DeviceMatrix& m, uint32_t row0, DType type, 
     return;
   }
   const WeightFormat& f = m.format;
-  const uint64_t data_off = f.storage == WT_Q4 ? first / 2 : first;
-  const uint64_t scale_off = first / f.group * (f.has_min ? 2 : 1), scale_n = n / f.group * (f.has_min ? 2 : 1);
+  const uint64_t data_off = f.data_bytes(first), scale_off = f.scale_floats(first);
   if (m.data.mapped && m.scales.mapped) {   // straight into the device planes
     repack_quant(type, f, static_cast<const uint8_t*>(bytes), n, m.data.mapped + data_off,
                  reinterpret_cast<float*>(m.scales.mapped) + scale_off);
@@ -92,7 +78,7 @@ void write_rows(Uploader& up, const DeviceMatrix& m, uint32_t row0, DType type, 
   }
   const HostMatrix h = decode_matrix(type, rows, m.cols, bytes, name, &f);
   up.upload(m.data, h.data.data(), h.data.size(), data_off);
-  up.upload(m.scales, h.scales.data(), scale_n * 4, scale_off * 4);
+  up.upload(m.scales, h.scales.data(), h.scales.size() * 4, scale_off * 4);
 }
 
 uint8_t* mapped_float_rows(const DeviceMatrix& m, uint32_t row0) {

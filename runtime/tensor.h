@@ -52,7 +52,7 @@ void write_rows(Uploader& up, const DeviceMatrix& m, uint32_t row0, DType type, 
 // Where row `row0` of a float matrix lies in mapped device memory, so that its GGUF bytes (float types keep
 // their encoding) can be read there in place; nullptr for quantized formats and unmapped memory.
 uint8_t* mapped_float_rows(const DeviceMatrix& m, uint32_t row0);
-// The same from GGUF bytes in the type's native format (float types straight from the mapping, no copy).
+// A matrix of GGUF bytes in the type's native format: alloc_matrix + write_rows.
 DeviceMatrix upload_matrix(Arena& arena, Uploader& up, DType type, uint32_t rows, uint32_t cols, const void* bytes,
                            const char* name);
 // The same matrix as f32 on the host (CPU references, tests): value = s * q + m for quantized types.
