@@ -1,61 +1,58 @@
 #pragma once
-// Chat on top of the Engine: the model's chat template (loader/chat_template.h) and a Conversation that
-// keeps its KV cache between turns, so that each turn prefills only what is new. Shared by `vkspec chat`,
-// `vkspec run --chat` and `vkspec apply-template` (and later the C API and the server).
+// `vkspec chat`'s conversation on one context of the C API (apps/api.h), whose KV cache is kept between
+// turns, so that each turn prefills only what is new.
 #include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "apps/engine.h"
-#include "apps/prompt.h"
-#include "loader/chat_template.h"
+#include "cli_common.h"
 
 namespace vkspec::cli {
 
-// One conversation on one Session. Each turn renders the whole conversation; the tokens are the previous
+// One conversation on one context. Each turn renders the whole conversation; the tokens are the previous
 // turn's tokens (prompt and reply, exactly as generated) followed by the tokenized rest of the new text, so
 // the cache's common prefix covers every earlier turn and only the new turn is prefilled. When a template
 // rewrites earlier text (some put the system message into the last user turn), the text is tokenized whole
 // and the cache still keeps the longest common prefix.
 class Conversation {
  public:
-  Conversation(Engine& engine, const ChatFormatter& fmt, std::string system);
-  ~Conversation();
-  Conversation(const Conversation&) = delete;
-  Conversation& operator=(const Conversation&) = delete;
+  // template_source: --chat-template's, or nullopt for the model's own
+  Conversation(const api::Model& model, api::Context& ctx, std::optional<std::string> template_source, std::string system);
 
   struct Turn {
-    std::string prompt;   // the rendered conversation this turn continued
-    std::vector<uint32_t> prompt_ids;   // its tokens: earlier turns as generated, then the new text
-    std::string reply;    // the reply text (also added to the conversation)
-    Completion c;
+    std::string prompt;                 // the rendered conversation this turn continued
+    std::vector<int32_t> prompt_ids;    // its tokens: earlier turns as generated, then the new text
+    std::vector<int32_t> ids;           // the reply's tokens
+    std::string reply;                  // the reply text (also added to the conversation)
+    vkspec_metrics m{};
   };
   // Adds the user message and generates the reply; `on_text` receives it as it comes (valid UTF-8 pieces)
   // and returns false to stop it (the reply so far stays in the conversation). Throws Error when the
   // conversation no longer fits the context (then nothing was added).
-  Turn reply(const std::string& user_text, const SamplingParams& sp, int n,
-             const std::function<bool(const std::string&)>& on_text);
+  Turn reply(const std::string& user_text, int n, const std::function<bool(const std::string&)>& on_text);
   void clear();   // a new conversation (same system message); the cache is reused where it matches
-  uint32_t cached_tokens() const { return uint32_t(session_.tokens.size()); }
-  const nlohmann::ordered_json& messages() const { return messages_; }
+  uint32_t cached_tokens() const { return ctx_.info().cached_tokens; }
 
   // Totals over the conversation, for /stats.
   struct Totals {
     uint64_t turns = 0, generated = 0, prefilled = 0, reused = 0;
     double prefill_s = 0, decode_s = 0;
-    SpeculativeStats spec;
+    SpecTotals spec;
   };
   const Totals& totals() const { return totals_; }
 
  private:
-  Engine& engine_;
-  const ChatFormatter& fmt_;
+  const api::Model& model_;
+  api::Context& ctx_;
+  std::optional<std::string> template_;
   std::string system_;
-  Session session_;
   nlohmann::ordered_json messages_;
-  std::string last_text_;                // the text last_tokens_ stand for
-  std::vector<uint32_t> last_tokens_;    // the last turn's prompt and reply tokens
+  std::string last_text_;               // the text last_tokens_ stand for
+  std::vector<int32_t> last_tokens_;    // the last turn's prompt and reply tokens
+  uint32_t n_ctx_;
   Totals totals_;
 };
 

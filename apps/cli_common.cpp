@@ -1,15 +1,32 @@
-// Text input and output shared by the subcommands and the library (apps/cli_common.h).
+// Text input and output and the library's handles, shared by the subcommands (apps/cli_common.h).
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 
-#include "apps/cli_common.h"
-#include "runtime/core.h"
+#include "cli_common.h"
+
+#include <unistd.h>
 
 namespace vkspec::cli {
+
+std::string escape_controls(const std::string& s) {
+  std::string out;
+  for (const char ch : s) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7f) {
+      char esc[8];
+      snprintf(esc, sizeof esc, "\\x%02x", c);
+      out += esc;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
 
 std::string process_escapes(const std::string& s) {
   std::string out;
@@ -65,6 +82,91 @@ void write_stdout(const std::string& s) {
   if (s.empty()) return;
   if (fwrite(s.data(), 1, s.size(), stdout) != s.size() || fflush(stdout) != 0)
     throw Error(std::string("cannot write to standard output: ") + strerror(errno));
+}
+
+namespace {
+int progress_bar(float fraction, void*) {
+  static int last = -1;
+  const int pct = int(fraction * 100.0f);
+  if (pct != last) {
+    last = pct;
+    fprintf(stderr, "\rloading weights [%-40.*s] %3d%%%s", pct * 40 / 100, "########################################", pct,
+            pct == 100 ? "\n" : "");
+  }
+  return 0;
+}
+}  // namespace
+
+api::Model load_model(const RunOptions& o, uint32_t max_contexts) {
+  if (o.ctx < 0) throw Error("--ctx must be positive");
+  if (o.device < -1) throw Error("--device must be a device index (0, 1, ...; see `vkspec devices`)");
+  vkspec_model_params p = vkspec_model_default_params();
+  p.device = o.device;
+  p.n_ctx = uint32_t(o.ctx);
+  p.max_contexts = max_contexts;
+  if (isatty(STDERR_FILENO) && !o.json) p.progress = progress_bar;
+  return api::Model(o.model, p);
+}
+
+vkspec_context_params context_params(const RunOptions& o, uint64_t seed) {
+  if (!o.draft_model.empty() && !o.draft.empty()) throw Error("give either -md DRAFT.gguf or --draft ngram, not both");
+  vkspec_context_params p = vkspec_context_default_params();
+  p.draft.model = o.draft_model.empty() ? nullptr : o.draft_model.c_str();
+  p.draft.ngram = o.draft == "ngram";
+  // out of range stays out of range (the library names the flag): negative values are not wrapped
+  p.draft.max = uint32_t(std::max(o.draft_max, 0));
+  p.draft.min = o.draft_min < 0 ? 1000u : uint32_t(o.draft_min);
+  p.draft.p_min = o.draft_p_min;
+  p.draft.adaptive = o.draft_policy == "adaptive";
+  vkspec_sampling_params& s = p.sampling;
+  s.temperature = o.temp;
+  s.top_k = o.top_k;
+  s.top_p = o.top_p;
+  s.min_p = o.min_p;
+  s.repeat_penalty = o.repeat_penalty;
+  s.repeat_last_n = o.repeat_last_n;
+  s.seed = seed;
+  return p;
+}
+
+std::vector<int32_t> encode_prompt(const api::Model& m, const std::string& text) {
+  const std::vector<int32_t> ids = m.tokenize(text, VKSPEC_ADD_BOS, true);
+  if (ids.empty()) throw Error("the prompt is empty and the model adds no BOS token");
+  const vkspec_model_info info = m.info();
+  if (info.add_bos && ids.size() >= 2 && ids[0] == info.bos && ids[1] == info.bos)   // as llama.cpp
+    fprintf(stderr, "vkspec: warning: the prompt starts with a BOS token and the model adds one too: it now starts "
+                    "with two (leave BOS out of the prompt text)\n");
+  return ids;
+}
+
+std::vector<int32_t> encode_chat(const api::Model& m, const std::string& text) {
+  std::vector<int32_t> ids = m.tokenize(text, VKSPEC_ADD_BOS_UNLESS_PRESENT, true);
+  if (ids.empty()) throw Error("the chat template rendered an empty prompt");
+  return ids;
+}
+
+std::optional<std::string> chat_template_source(const api::Model& m, const std::string& template_file) {
+  if (!template_file.empty()) return read_text_file(template_file, 1u << 20, "chat template file");
+  if (!m.info().has_chat_template)
+    throw Error("the model has no chat template (tokenizer.chat_template); give one with --chat-template FILE");
+  return std::nullopt;
+}
+
+SpecTotals& SpecTotals::operator+=(const vkspec_metrics& m) {
+  drafted += m.drafted, accepted += m.accepted, verify_passes += m.verify_passes, round_tokens += m.round_tokens;
+  return *this;
+}
+
+nlohmann::json speculative_json(const RunOptions& o, const std::string& drafter, const SpecTotals& s) {
+  return {{"drafter", drafter}, {"draft_max", o.draft_max}, {"draft_min", o.draft_min},
+          {"draft_p_min", o.draft_p_min}, {"draft_policy", o.draft_policy == "adaptive" ? "adaptive" : "fixed"},
+          {"drafted", s.drafted}, {"accepted", s.accepted}, {"acceptance_rate", s.acceptance_rate()},
+          {"tokens_per_verify", s.tokens_per_verify()}, {"verify_passes", s.verify_passes}};
+}
+
+std::string stop_reason(const vkspec_metrics& m) {
+  const std::string r = m.stop_reason;
+  return r == "stopped" ? "interrupted" : r;
 }
 
 }  // namespace vkspec::cli

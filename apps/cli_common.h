@@ -1,10 +1,24 @@
 #pragma once
-// Pieces shared by the vkspec subcommands.
+// Pieces shared by the vkspec subcommands, which reach the library only through its C API (apps/api.h).
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "api.h"
 
 namespace vkspec::cli {
+
+// A CLI failure: main prints it on one line ("vkspec: error: ...") and exits 1.
+struct Error : std::runtime_error {
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+// Control characters shown as \xNN, so that an error quoting a file's text is one printable line. (The
+// library escapes its own messages the same way; this covers the CLI's, which quote paths and flags.)
+std::string escape_controls(const std::string& s);
 
 struct RunOptions {
   std::string model;
@@ -61,6 +75,33 @@ struct PerplexityOptions {
   int ctx = 512;      // --ctx: tokens per chunk (llama-perplexity's -c)
   int chunks = -1;    // --chunks: at most this many (-1: all)
 };
+
+// ---- the library through the C API ----
+// Checks --ctx and --device, then loads -m for `max_contexts` contexts at once (a progress bar on stderr
+// when it is a terminal and the output is not JSON).
+api::Model load_model(const RunOptions& o, uint32_t max_contexts = 1);
+// -md/--draft and the sampling flags of `o` with `seed` (the library checks the values).
+vkspec_context_params context_params(const RunOptions& o, uint64_t seed);
+// The prompt's ids (BOS when the model wants one; a doubled BOS is warned about, as llama.cpp does);
+// throws when it is empty.
+std::vector<int32_t> encode_prompt(const api::Model& m, const std::string& text);
+// A prompt rendered by a chat template: special tokens parsed, BOS unless the template wrote it.
+std::vector<int32_t> encode_chat(const api::Model& m, const std::string& text);
+// The chat template: --chat-template FILE's source, or nullopt for the model's own (a clear error when the
+// model has none).
+std::optional<std::string> chat_template_source(const api::Model& m, const std::string& template_file);
+
+// Speculation totals over one or more generations (vkspec_metrics).
+struct SpecTotals {
+  uint64_t drafted = 0, accepted = 0, verify_passes = 0, round_tokens = 0;
+  SpecTotals& operator+=(const vkspec_metrics& m);
+  double acceptance_rate() const { return drafted ? double(accepted) / double(drafted) : 0.0; }
+  double tokens_per_verify() const { return verify_passes ? double(round_tokens) / double(verify_passes) : 0.0; }
+};
+// "speculative":{"drafter", "draft_max", ..., "drafted", "accepted", "acceptance_rate", "tokens_per_verify"}
+nlohmann::json speculative_json(const RunOptions& o, const std::string& drafter, const SpecTotals& s);
+// The CLI's name for a stop reason ("interrupted" where the library says "stopped": a callback ended it).
+std::string stop_reason(const vkspec_metrics& m);
 
 int cmd_devices(bool json);
 int cmd_perplexity(const RunOptions& o, const PerplexityOptions& p);

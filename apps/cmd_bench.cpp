@@ -15,8 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "apps/cli_common.h"
-#include "apps/engine.h"
+#include "cli_common.h"
 
 namespace vkspec::cli {
 namespace {
@@ -49,28 +48,29 @@ double median(std::vector<double> v) {
 
 // Exactly `n` prompt tokens: the text's tokens, repeated (after BOS) when the text is shorter; n = 0: the
 // text's tokens as they are.
-std::vector<uint32_t> prompt_of_length(const Engine& engine, const std::string& text, uint32_t n) {
-  const std::vector<uint32_t> ids = engine.encode_prompt(text);
+std::vector<int32_t> prompt_of_length(const api::Model& model, const std::string& text, uint32_t n) {
+  const std::vector<int32_t> ids = encode_prompt(model, text);
   if (n == 0) return ids;
-  const size_t lead = int(ids.front()) == engine.tokenizer().bos() ? 1 : 0;
+  const size_t lead = ids.front() == model.info().bos ? 1 : 0;
   if (ids.size() == lead) throw Error("the bench prompt has no tokens");
-  std::vector<uint32_t> out(ids.begin(), ids.begin() + long(std::min<size_t>(n, ids.size())));
+  std::vector<int32_t> out(ids.begin(), ids.begin() + long(std::min<size_t>(n, ids.size())));
   for (size_t i = lead; out.size() < n; i = i + 1 < ids.size() ? i + 1 : lead) out.push_back(ids[i]);
   return out;
 }
 
 struct Series {
   std::vector<double> prefill, decode;
-  SpeculativeStats spec;
+  SpecTotals spec;
   uint64_t decode_tokens = 0, submissions = 0, dispatches = 0;   // after the first token, summed over runs
   double gpu_s = 0;
-  void add(const Completion& c, size_t prompt_tokens) {
-    prefill.push_back(double(prompt_tokens) / c.prefill_s);
-    decode.push_back(c.decode_tok_s());
-    decode_tokens += c.ids.size() > 1 ? c.ids.size() - 1 : 0;
-    submissions += c.decode_submissions;
-    dispatches += c.decode_dispatches;
-    gpu_s += c.decode_gpu_s;
+  void add(const vkspec_metrics& m) {
+    prefill.push_back(double(m.prompt_tokens) / m.prefill_seconds);
+    decode.push_back(m.decode_tokens_per_second);
+    decode_tokens += m.generated_tokens > 1 ? m.generated_tokens - 1 : 0;
+    submissions += m.host_waits;
+    dispatches += m.dispatches;
+    gpu_s += m.device_seconds;
+    spec += m;
   }
   // tokens per second of device time alone (no host gaps between submissions)
   double gpu_tok_s() const { return gpu_s > 0 ? double(decode_tokens) / gpu_s : 0.0; }
@@ -116,9 +116,9 @@ std::string run_capturing(const std::vector<std::string>& args, std::string& out
 }
 
 // llama.cpp through the peer harness on the same prompt ids (greedy); its JSON. Throws when it fails.
-nlohmann::json run_peer(const BenchOptions& b, const RunOptions& o, const std::vector<uint32_t>& prompt) {
+nlohmann::json run_peer(const BenchOptions& b, const RunOptions& o, const std::vector<int32_t>& prompt) {
   std::string ids;
-  for (uint32_t id : prompt) {
+  for (int32_t id : prompt) {
     if (!ids.empty()) ids += ',';
     ids += std::to_string(id);
   }
@@ -144,51 +144,64 @@ nlohmann::json run_peer(const BenchOptions& b, const RunOptions& o, const std::v
 int cmd_bench(const RunOptions& o, const BenchOptions& b) {
   if (b.prompt_tokens < 0 || o.n_predict < 2 || b.reps < 1)
     throw Error("bench needs -p >= 0 (0: the prompt text as it is), -n >= 2 and --reps >= 1");
-  Engine engine(o);
+  const api::Model model = load_model(o);
+  const vkspec_model_info mi = model.info();
   const std::string text = o.prompt_file.empty() ? std::string(kDefaultPrompt) : read_prompt(o, kMaxTextBytes);
-  const std::vector<uint32_t> prompt = prompt_of_length(engine, text, uint32_t(b.prompt_tokens));
-  if (prompt.size() + size_t(o.n_predict) + 1 > engine.model().n_ctx())
-    throw Error("-p + -n exceed the context of " + std::to_string(engine.model().n_ctx()) + " (use --ctx)");
-  SamplingParams sp = sampling_params(o);
-  sp.seed = o.seed.value_or(1);
-  const bool spec = engine.drafter() != nullptr;
+  const std::vector<int32_t> prompt = prompt_of_length(model, text, uint32_t(b.prompt_tokens));
+  if (prompt.size() + size_t(o.n_predict) + 1 > mi.n_ctx)
+    throw Error("-p + -n exceed the context of " + std::to_string(mi.n_ctx) + " (use --ctx)");
+  api::Context ctx(model, context_params(o, o.seed.value_or(1)));
+  const std::string drafter = ctx.info().drafter;
+  const bool spec = !drafter.empty();
 
+  // Each run from an empty cache: the whole prompt prefilled, in one submission.
+  auto generate = [&](int n, bool speculative, std::vector<int32_t>* ids) {
+    ctx.clear();
+    vkspec_generate_params gp = vkspec_generate_default_params();
+    gp.n_predict = n;
+    gp.ignore_eos = 1;
+    gp.speculative = speculative;
+    gp.prefill_one_submission = 1;
+    return ctx.generate(prompt, gp, [&](int32_t id, std::string_view, bool) {
+      if (ids && id >= 0) ids->push_back(id);
+      return true;
+    });
+  };
   // Warm-up (pipeline compilation, first-touch of memory), then plain and speculative runs interleaved so
   // that drift in the machine's speed affects both alike.
-  engine.generate(prompt, sp, 4, true, false);
-  if (spec) engine.generate(prompt, sp, 4, true, true);
+  generate(4, false, nullptr);
+  if (spec) generate(4, true, nullptr);
   Series plain, specd;
   bool identical = true;
-  std::vector<uint32_t> plain_ids;
+  std::vector<int32_t> plain_ids;
   for (int r = 0; r < b.reps; ++r) {
-    const Completion a = engine.generate(prompt, sp, o.n_predict, true, false);
-    plain.add(a, prompt.size());
-    plain_ids = a.ids;
+    std::vector<int32_t> a, s;
+    plain.add(generate(o.n_predict, false, &a));
+    plain_ids = a;
     if (!spec) continue;
-    const Completion s = engine.generate(prompt, sp, o.n_predict, true, true);
-    specd.add(s, prompt.size());
-    specd.spec += s.spec;
-    identical = identical && s.ids == a.ids;
+    specd.add(generate(o.n_predict, true, &s));
+    identical = identical && s == a;
   }
-  nlohmann::json j = {{"model", o.model}, {"device", engine.facts().name}, {"prompt_tokens", prompt.size()},
-                      {"gen_tokens", o.n_predict}, {"reps", b.reps}, {"temp", sp.temperature},
+  const vkspec_context_params cp = context_params(o, 1);
+  nlohmann::json j = {{"model", o.model}, {"device", mi.device}, {"prompt_tokens", prompt.size()},
+                      {"gen_tokens", o.n_predict}, {"reps", b.reps}, {"temp", cp.sampling.temperature},
                       {"plain", plain.summary()}};
   if (spec) {
     j["draft_model"] = o.draft_model;
     j["speculative"] = specd.summary();
-    j["speculative"].update(engine.speculative_json(specd.spec));
+    j["speculative"].update(speculative_json(o, drafter, specd.spec));
     j["speedup"] = median(specd.decode) / median(plain.decode);
     // What the device time of the rounds and of plain steps predicts (the realized speedup falls short of it
     // by the host's share: waits, recording, bookkeeping).
     if (plain.gpu_tok_s() > 0) j["predicted_speedup"] = specd.gpu_tok_s() / plain.gpu_tok_s();
-    if (sp.greedy()) j["greedy_identical"] = identical;
+    if (cp.sampling.temperature <= 0.0f) j["greedy_identical"] = identical;
   }
   if (!b.peer_dir.empty()) {
     const nlohmann::json peer = run_peer(b, o, prompt);
     const double peer_decode = peer["median"].value("decode_tok_s", 0.0);
     // how many leading greedy tokens agree with ours (f16 files drift after some 60-100 tokens)
     size_t agree = 0;
-    const auto peer_ids = peer.value("ids", std::vector<uint32_t>{});
+    const auto peer_ids = peer.value("ids", std::vector<int32_t>{});
     while (agree < peer_ids.size() && agree < plain_ids.size() && peer_ids[agree] == plain_ids[agree]) ++agree;
     j["llama_cpp"] = {{"backend", peer.value("backend", "")}, {"release", peer.value("llama_cpp_release", nlohmann::json())},
                       {"threads", peer.value("threads", 0)}, {"same_leading_ids", agree},
@@ -200,7 +213,7 @@ int cmd_bench(const RunOptions& o, const BenchOptions& b) {
     printf("%s\n", j.dump().c_str());
     return 0;
   }
-  printf("%s on %s, %zu prompt tokens, %d generated, median of %d\n", o.model.c_str(), engine.facts().name.c_str(),
+  printf("%s on %s, %zu prompt tokens, %d generated, median of %d\n", o.model.c_str(), mi.device,
          prompt.size(), o.n_predict, b.reps);
   printf("  plain        prefill %8.1f tok/s   decode %8.1f tok/s   (%.2f waits, %.1f dispatches per token)\n",
          median(plain.prefill), median(plain.decode), plain.summary()["waits_per_token"].get<double>(),
@@ -208,7 +221,7 @@ int cmd_bench(const RunOptions& o, const BenchOptions& b) {
   if (spec)
     printf("  speculative  prefill %8.1f tok/s   decode %8.1f tok/s   (%s, K=%d, acceptance %.2f, %.2f tokens/verify)"
            "   speedup %.2fx (device time predicts %.2fx)\n",
-           median(specd.prefill), median(specd.decode), engine.drafter()->name(), o.draft_max,
+           median(specd.prefill), median(specd.decode), drafter.c_str(), o.draft_max,
            specd.spec.acceptance_rate(), specd.spec.tokens_per_verify(), j["speedup"].get<double>(),
            j.value("predicted_speedup", 0.0));
   if (j.contains("llama_cpp"))

@@ -7,8 +7,8 @@
 #include <iostream>
 #include <random>
 
-#include "apps/chat.h"
-#include "apps/cli_common.h"
+#include "chat.h"
+#include "cli_common.h"
 
 namespace vkspec::cli {
 namespace {
@@ -29,18 +29,24 @@ struct StopReplyOnSigint {
   ~StopReplyOnSigint() { sigaction(SIGINT, &old, nullptr); }
 };
 
-nlohmann::json stats_json(Engine& engine, const Conversation& conv) {
+struct ChatInfo {
+  const RunOptions& o;
+  uint32_t n_ctx;
+  std::string drafter;   // empty: not speculative
+};
+
+nlohmann::json stats_json(const ChatInfo& info, const Conversation& conv) {
   const Conversation::Totals& t = conv.totals();
   nlohmann::json j = {{"turns", t.turns}, {"generated", t.generated}, {"prefilled", t.prefilled}, {"reused", t.reused},
-                      {"cached_tokens", conv.cached_tokens()}, {"context", engine.model().n_ctx()},
+                      {"cached_tokens", conv.cached_tokens()}, {"context", info.n_ctx},
                       {"prefill_tok_s", t.prefill_s > 0 ? double(t.prefilled) / t.prefill_s : 0.0},
                       {"decode_tok_s", t.decode_s > 0 ? double(t.generated) / t.decode_s : 0.0}};
-  if (engine.drafter()) j["speculative"] = engine.speculative_json(t.spec);
+  if (!info.drafter.empty()) j["speculative"] = speculative_json(info.o, info.drafter, t.spec);
   return j;
 }
 
-std::string stats_text(Engine& engine, const Conversation& conv) {
-  const nlohmann::json j = stats_json(engine, conv);
+std::string stats_text(const ChatInfo& info, const Conversation& conv) {
+  const nlohmann::json j = stats_json(info, conv);
   char buf[512];
   snprintf(buf, sizeof buf,
            "%llu turns; prompt: %llu tokens prefilled (%.1f tok/s), %llu reused from the cache; reply: %llu tokens "
@@ -62,12 +68,11 @@ std::string stats_text(Engine& engine, const Conversation& conv) {
 }  // namespace
 
 int cmd_apply_template(const RunOptions& o, const ChatOptions& chat) {
-  GgufFile file(o.model);
-  auto tok = Tokenizer::from_gguf(file);
-  const ChatFormatter fmt(file, *tok, chat.template_file);
+  const api::Model model = api::Model::vocab_only(o.model);
+  const std::optional<std::string> source = chat_template_source(model, chat.template_file);
   // 16 MiB of messages is millions of tokens, beyond any context; the bound keeps the JSON's memory in check
-  const ChatInputs req = parse_chat_request(read_text_file(chat.messages_file, 16u << 20, "messages file"));
-  const std::string text = fmt.render(req.messages, !chat.no_generation_prompt, req.tools);
+  const std::string messages = read_text_file(chat.messages_file, 16u << 20, "messages file");
+  const std::string text = model.apply_chat_template(source, messages, !chat.no_generation_prompt);
   if (o.json) write_stdout(nlohmann::json{{"prompt", text}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   else write_stdout(text);
   return 0;
@@ -75,15 +80,16 @@ int cmd_apply_template(const RunOptions& o, const ChatOptions& chat) {
 
 int cmd_chat(const RunOptions& o, const ChatOptions& chat) {
   const bool tty = isatty(STDIN_FILENO);
-  Engine engine(o, isatty(STDERR_FILENO));
-  const ChatFormatter fmt(engine.file(), engine.tokenizer(), chat.template_file);
-  Conversation conv(engine, fmt, chat.system);
-  SamplingParams sp = sampling_params(o);
-  sp.seed = o.seed ? *o.seed : std::random_device{}();
+  const api::Model model = load_model(o);
+  const vkspec_model_info mi = model.info();
+  std::optional<std::string> source = chat_template_source(model, chat.template_file);
+  api::Context ctx(model, context_params(o, o.seed ? *o.seed : std::random_device{}()));
+  const ChatInfo info{o, mi.n_ctx, ctx.info().drafter};
+  Conversation conv(model, ctx, std::move(source), chat.system);
   if (tty)
     fprintf(stderr, "vkspec chat on %s (context %u tokens). /exit ends, /clear starts a new conversation, /stats "
                     "shows speed and acceptance; Ctrl-C stops a reply.\n",
-            engine.facts().name.c_str(), engine.model().n_ctx());
+            mi.device, mi.n_ctx);
   std::string line;
   for (uint64_t turn = 1;; ) {
     if (tty) write_stdout("\n> ");
@@ -99,36 +105,41 @@ int cmd_chat(const RunOptions& o, const ChatOptions& chat) {
       continue;
     }
     if (line == "/stats") {
-      if (o.json) write_stdout(stats_json(engine, conv).dump() + "\n");
-      else fprintf(stderr, "%s\n", stats_text(engine, conv).c_str());
+      if (o.json) write_stdout(stats_json(info, conv).dump() + "\n");
+      else fprintf(stderr, "%s\n", stats_text(info, conv).c_str());
       continue;
     }
     if (line.empty()) continue;
     Conversation::Turn t;
     try {
       StopReplyOnSigint sigint;
-      t = conv.reply(line, sp, o.n_predict, [&](const std::string& piece) {
+      t = conv.reply(line, o.n_predict, [&](const std::string& piece) {
         if (!o.json) write_stdout(piece);
         return !g_interrupted;
       });
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       if (!tty) throw;   // scripted: a clear error and a non-zero exit
       fprintf(stderr, "vkspec: %s\n", e.what());
       continue;
     }
     if (o.json) {
-      nlohmann::json j = {{"turn", turn}, {"prompt", t.prompt}, {"reply", t.reply}, {"prompt_ids", t.prompt_ids}, {"ids", t.c.ids},
-                          {"stop_reason", t.c.stop_reason}, {"reused", t.c.reused}, {"prefilled", t.c.prefilled},
+      const double decode_tok_s = t.ids.size() > 1 && t.m.decode_seconds > 0 ? double(t.ids.size() - 1) / t.m.decode_seconds : 0.0;
+      nlohmann::json j = {{"turn", turn}, {"prompt", t.prompt}, {"reply", t.reply}, {"prompt_ids", t.prompt_ids}, {"ids", t.ids},
+                          {"stop_reason", stop_reason(t.m)}, {"reused", t.m.reused_tokens}, {"prefilled", t.m.prefilled_tokens},
                           {"cached_tokens", conv.cached_tokens()},
-                          {"timings", {{"prefill_s", t.c.prefill_s}, {"decode_s", t.c.decode_s}, {"decode_tok_s", t.c.decode_tok_s()}}}};
-      if (t.c.speculative) j["speculative"] = engine.speculative_json(t.c.spec);
+                          {"timings", {{"prefill_s", t.m.prefill_seconds}, {"decode_s", t.m.decode_seconds}, {"decode_tok_s", decode_tok_s}}}};
+      if (!info.drafter.empty()) {
+        SpecTotals spec;
+        spec += t.m;
+        j["speculative"] = speculative_json(o, info.drafter, spec);
+      }
       write_stdout(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     } else {
       write_stdout("\n");
     }
-    if (t.c.stop_reason == "interrupted") fprintf(stderr, "(reply stopped)\n");
-    if (t.c.stop_reason == "context")
-      fprintf(stderr, "vkspec: the context of %u tokens is full: /clear starts a new conversation\n", engine.model().n_ctx());
+    if (stop_reason(t.m) == "interrupted") fprintf(stderr, "(reply stopped)\n");
+    if (stop_reason(t.m) == "context")
+      fprintf(stderr, "vkspec: the context of %u tokens is full: /clear starts a new conversation\n", mi.n_ctx);
     ++turn;
   }
   return 0;

@@ -2,43 +2,43 @@
 
 #include <nlohmann/json.hpp>
 
-#include "apps/cli_common.h"
-#include "runtime/context.h"
+#include "cli_common.h"
 
 namespace vkspec::cli {
 
 int cmd_devices(bool json) {
-  auto devices = Context::list_devices();
   nlohmann::json out = nlohmann::json::array();
-  for (const auto& f : devices) {
+  for (const vkspec_device_info& f : api::list_devices()) {
     nlohmann::json d = {
-        {"index", f.index}, {"name", f.name}, {"type", f.type_name()}, {"driver", f.driver},
-        {"api_version", std::to_string(VK_API_VERSION_MAJOR(f.api_version)) + "." +
-                            std::to_string(VK_API_VERSION_MINOR(f.api_version)) + "." +
-                            std::to_string(VK_API_VERSION_PATCH(f.api_version))},
+        {"index", f.index}, {"name", f.name}, {"type", f.type}, {"driver", f.driver}, {"api_version", f.api_version},
         {"subgroup_size", f.subgroup_size}, {"subgroup_size_range", {f.min_subgroup_size, f.max_subgroup_size}},
-        {"subgroup_size_control", f.subgroup_size_control}, {"subgroup_arithmetic", f.subgroup_arithmetic},
-        {"shader_float16", f.shader_float16}, {"shader_int8", f.shader_int8},
-        {"storage_16bit", f.storage_16bit}, {"storage_8bit", f.storage_8bit},
-        {"buffer_device_address", f.buffer_device_address},
+        {"subgroup_size_control", bool(f.subgroup_size_control)}, {"subgroup_arithmetic", bool(f.subgroup_arithmetic)},
+        {"shader_float16", bool(f.shader_float16)}, {"shader_int8", bool(f.shader_int8)},
+        {"storage_16bit", bool(f.storage_16bit)}, {"storage_8bit", bool(f.storage_8bit)},
+        {"buffer_device_address", bool(f.buffer_device_address)},
         {"max_storage_buffer_range", f.max_storage_buffer_range},
         {"max_compute_shared_memory", f.max_shared_memory},
         {"max_memory_allocation_size", f.max_allocation_size},
-        {"timestamps", f.timestamps}, {"memory_model", f.discrete_memory ? "discrete" : "mapped"}, {"device_local_bytes", f.device_local_bytes},
-        {"kernel_family", f.prefers_row_per_lane() ? "row-per-lane" : "subgroup"}};
+        {"timestamps", bool(f.timestamps)}, {"memory_model", f.memory_model}, {"device_local_bytes", f.device_local_bytes},
+        {"uuid", f.uuid}, {"kernel_family", f.kernel_family}};
     out.push_back(d);
   }
   if (json) {
-    printf("%s\n", out.dump(2).c_str());
+    write_stdout(out.dump(2) + "\n");
     return 0;
   }
+  std::string text;
   for (const auto& d : out) {
-    printf("device %d: %s (%s)\n", d["index"].get<int>(), d["name"].get<std::string>().c_str(),
-           d["type"].get<std::string>().c_str());
+    text += "device " + std::to_string(d["index"].get<int>()) + ": " + d["name"].get<std::string>() + " (" +
+            d["type"].get<std::string>() + ")\n";
     for (auto it = d.begin(); it != d.end(); ++it)
-      if (it.key() != "index" && it.key() != "name" && it.key() != "type")
-        printf("  %-28s %s\n", it.key().c_str(), it.value().dump().c_str());
+      if (it.key() != "index" && it.key() != "name" && it.key() != "type") {
+        char line[512];
+        snprintf(line, sizeof line, "  %-28s %s\n", it.key().c_str(), it.value().dump().c_str());
+        text += line;
+      }
   }
+  write_stdout(text);
   return 0;
 }
 

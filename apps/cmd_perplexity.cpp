@@ -9,34 +9,21 @@
 
 #include <nlohmann/json.hpp>
 
-#include "apps/cli_common.h"
-#include "apps/engine.h"
+#include "cli_common.h"
 
 namespace vkspec::cli {
-namespace {
-// -log softmax(logits)[target], in double
-double nll_of(const float* logits, uint32_t n_vocab, uint32_t target) {
-  double mx = logits[0];
-  for (uint32_t i = 1; i < n_vocab; ++i) mx = std::max(mx, double(logits[i]));
-  double sum = 0;
-  for (uint32_t i = 0; i < n_vocab; ++i) sum += std::exp(double(logits[i]) - mx);
-  const double nll = std::log(sum) + mx - double(logits[target]);
-  if (!std::isfinite(nll)) throw Error("the model produced non-finite logits");
-  return nll;
-}
-}  // namespace
 
 int cmd_perplexity(const RunOptions& run_opts, const PerplexityOptions& p) {
   if (p.ctx < 8) throw Error("--ctx must be at least 8 (got " + std::to_string(p.ctx) + ")");
   RunOptions o = run_opts;
   o.ctx = p.ctx;
-  Engine engine(o);
-  LlamaModel& model = engine.model();
-  const Tokenizer& tok = engine.tokenizer();
-  const uint32_t n_ctx = uint32_t(p.ctx), n_vocab = model.hparams().n_vocab;
-  if (tok.bos() < 0) throw Error("the model has no BOS token, which llama.cpp's method puts at every chunk's start");
+  const api::Model model = load_model(o);
+  const vkspec_model_info mi = model.info();
+  api::Context ctx(model, context_params(o, 0));
+  const uint32_t n_ctx = uint32_t(p.ctx);
+  if (mi.bos < 0) throw Error("the model has no BOS token, which llama.cpp's method puts at every chunk's start");
   // llama-perplexity: add_special = true (BOS when the model adds it), special tokens in the text not parsed
-  const std::vector<uint32_t> tokens = tok.encode(read_prompt(o, kMaxTextBytes), tok.add_bos(), /*parse_special=*/false);
+  const std::vector<int32_t> tokens = model.tokenize(read_prompt(o, kMaxTextBytes), VKSPEC_ADD_BOS, /*parse_special=*/false);
   if (tokens.size() < 2 * size_t(n_ctx))
     throw Error("'" + o.prompt_file + "' has " + std::to_string(tokens.size()) + " tokens; --ctx " +
                 std::to_string(n_ctx) + " needs at least " + std::to_string(2 * n_ctx));
@@ -44,27 +31,19 @@ int cmd_perplexity(const RunOptions& run_opts, const PerplexityOptions& p) {
   const size_t n_chunk = p.chunks > 0 ? std::min(max_chunks, size_t(p.chunks)) : max_chunks;
   const uint32_t first = n_ctx / 2;
   fprintf(stderr, "perplexity: %zu tokens, %zu chunks of %u (scoring the last %u tokens of each) on %s\n",
-          tokens.size(), n_chunk, n_ctx, n_ctx - 1 - first, engine.facts().name.c_str());
+          tokens.size(), n_chunk, n_ctx, n_ctx - 1 - first, mi.device);
 
   double nll = 0, nll2 = 0;
   size_t count = 0;
-  std::vector<uint32_t> chunk(n_ctx);
-  const int seq = model.kv().new_sequence();
+  std::vector<int32_t> chunk(n_ctx);
   for (size_t c = 0; c < n_chunk; ++c) {
-    std::copy_n(tokens.begin() + c * n_ctx, n_ctx, chunk.begin());
-    chunk[0] = uint32_t(tok.bos());
-    model.kv().truncate(seq, 0);
-    // the first half only fills the cache: one submission, no logits
-    model.forward(seq, std::span(chunk).first(first), Logits::None);
-    for (uint32_t j = first; j < n_ctx - 1; j += LlamaModel::kMaxBatch) {
-      const uint32_t n = std::min(LlamaModel::kMaxBatch, n_ctx - 1 - j);
-      model.forward(seq, std::span(chunk).subspan(j, n), Logits::All);
-      for (uint32_t r = 0; r < n; ++r) {
-        const double v = nll_of(model.logits(r), n_vocab, chunk[j + r + 1]);
-        nll += v;
-        nll2 += v * v;
-        ++count;
-      }
+    std::copy_n(tokens.begin() + long(c * n_ctx), n_ctx, chunk.begin());
+    chunk[0] = mi.bos;
+    // the predictions of tokens first+1 .. n_ctx-1, each from the logits at the position before it
+    for (const double lp : ctx.score(chunk, first + 1)) {
+      nll -= lp;
+      nll2 += lp * lp;
+      ++count;
     }
     fprintf(stderr, "[%zu]%.4f,", c + 1, std::exp(nll / double(count)));
     fflush(stderr);
@@ -76,7 +55,7 @@ int cmd_perplexity(const RunOptions& run_opts, const PerplexityOptions& p) {
   if (o.json) {
     write_stdout(nlohmann::json{{"model", o.model}, {"file", o.prompt_file}, {"ctx", n_ctx}, {"chunks", n_chunk},
                                 {"tokens_scored", count}, {"ppl", ppl}, {"ppl_error", err},
-                                {"device", engine.facts().name}}.dump() + "\n");
+                                {"device", mi.device}}.dump() + "\n");
   } else {
     char line[96];
     snprintf(line, sizeof line, "Final estimate: PPL = %.4f +/- %.5f\n", ppl, err);

@@ -12,10 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "apps/chat.h"
-#include "apps/cli_common.h"
-#include "apps/batch_engine.h"
-#include "apps/engine.h"
+#include "cli_common.h"
 
 namespace vkspec::cli {
 namespace {
@@ -26,10 +23,10 @@ struct RunInfo {   // what a completion's JSON line says besides the completion 
   std::string drafter;   // empty: not speculative
 };
 
-nlohmann::json completion_json(const RunOptions& o, const RunInfo& info, const std::vector<uint32_t>& prompt,
-                               const std::vector<uint32_t>& ids, const std::string& text, uint64_t seed,
+nlohmann::json completion_json(const RunOptions& o, const RunInfo& info, const std::vector<int32_t>& prompt,
+                               const std::vector<int32_t>& ids, const std::string& text, uint64_t seed,
                                const std::string& stop_reason, double prefill_s, double decode_s,
-                               const SpeculativeStats* spec) {
+                               const SpecTotals* spec) {
   const double decode_tok_s = ids.size() > 1 && decode_s > 0 ? double(ids.size() - 1) / decode_s : 0.0;
   nlohmann::json j = {
       {"model", o.model}, {"device", info.device}, {"prompt_ids", prompt}, {"ids", ids}, {"text", text},
@@ -40,9 +37,9 @@ nlohmann::json completion_json(const RunOptions& o, const RunInfo& info, const s
   return j;
 }
 
-void print_completion(const RunOptions& o, const RunInfo& info, const std::vector<uint32_t>& prompt,
-                      const std::vector<uint32_t>& ids, const std::string& text, uint64_t seed,
-                      const std::string& stop_reason, double prefill_s, double decode_s, const SpeculativeStats* spec,
+void print_completion(const RunOptions& o, const RunInfo& info, const std::vector<int32_t>& prompt,
+                      const std::vector<int32_t>& ids, const std::string& text, uint64_t seed,
+                      const std::string& stop_reason, double prefill_s, double decode_s, const SpecTotals* spec,
                       uint32_t n_ctx) {
   if (o.json)
     write_stdout(completion_json(o, info, prompt, ids, text, seed, stop_reason, prefill_s, decode_s, spec)
@@ -58,50 +55,56 @@ void print_completion(const RunOptions& o, const RunInfo& info, const std::vecto
             ids.size() > 1 && decode_s > 0 ? double(ids.size() - 1) / decode_s : 0.0, info.device.c_str());
 }
 
-// --samples N > 1: the completions decoded together (apps/batch_engine.h: they share the prompt's KV blocks,
-// which is prefilled once), printed in order as each finishes; seeds S, S+1, ...
-void run_samples(const RunOptions& o, std::shared_ptr<TargetModel> target, const RunInfo& info,
-                 const std::vector<uint32_t>& prompt, SamplingParams sp, uint64_t base_seed, uint32_t parallel) {
-  BatchEngine engine(target, o, {parallel, 64});
-  const Tokenizer& tok = *target->tok;
+// --samples N > 1: the completions decoded together in one batch (vkspec_batch: they share the prompt's KV
+// blocks, which is prefilled once), printed in order as each finishes; seeds S, S+1, ...
+void run_samples(const RunOptions& o, const api::Model& model, const RunInfo& info, const std::vector<int32_t>& prompt,
+                 uint64_t base_seed, uint32_t parallel) {
   struct Sample {
-    std::vector<uint32_t> ids;
+    std::vector<int32_t> ids;
     std::string text;
-    Utf8Stream utf8;
-    BatchResult result;
+    vkspec_request_result result{};
     bool done = false;
   };
   std::vector<Sample> samples(size_t(o.samples));
+  const vkspec_context_params cp = context_params(o, base_seed);
+  vkspec_batch_params bp = vkspec_batch_default_params();
+  bp.parallel = parallel;
+  bp.draft = cp.draft;
+  api::Batch batch(model, bp);
   for (int i = 0; i < o.samples; ++i) {
-    auto r = std::make_shared<BatchRequest>();
-    r->prompt = prompt;
-    r->sp = sp;
-    r->sp.seed = base_seed + uint64_t(i);
-    r->max_tokens = uint32_t(o.n_predict);
-    r->ignore_eos = o.ignore_eos;
-    Sample& s = samples[size_t(i)];
-    r->on_token = [&s, &tok](uint32_t id, bool, const float*) {
-      s.ids.push_back(id);
-      s.text += s.utf8.push(tok.piece(id));
-      return true;
+    vkspec_request_params rp = vkspec_request_default_params();
+    rp.sampling = cp.sampling;
+    rp.sampling.seed = base_seed + uint64_t(i);
+    rp.max_tokens = uint32_t(o.n_predict);
+    rp.ignore_eos = o.ignore_eos;
+    rp.user = &samples[size_t(i)];
+    rp.on_token = [](uint64_t, int32_t id, const char* piece, size_t len, int32_t, const float*, uint32_t, void* user) {
+      Sample& s = *static_cast<Sample*>(user);
+      if (id >= 0) s.ids.push_back(id);
+      s.text.append(piece, len);
+      return 0;
     };
-    r->on_done = [&s](const BatchResult& res) {
-      s.text += s.utf8.finish();
-      s.result = res;
+    rp.on_done = [](uint64_t, const vkspec_request_result* r, void* user) {
+      Sample& s = *static_cast<Sample*>(user);
+      s.result = *r;
       s.done = true;
     };
-    engine.submit(r);
+    batch.submit(prompt, rp);
   }
+  const uint32_t n_ctx = model.info().n_ctx;
   size_t printed = 0;
   while (printed < samples.size()) {
-    const bool worked = engine.step();
+    const bool worked = batch.step();
     for (; printed < samples.size() && samples[printed].done; ++printed) {
       const Sample& s = samples[printed];
-      if (s.result.stop_reason == "error") throw Error(s.result.error);
+      const std::string reason = s.result.stop_reason;
+      if (reason == "error") throw Error(s.result.error);
       if (!o.json) write_stdout(s.text);
-      print_completion(o, info, prompt, s.ids, s.text, base_seed + printed, s.result.stop_reason == "stop" ? "interrupted" : s.result.stop_reason,
-                       s.result.prefill_s, s.result.decode_s, s.result.speculative ? &s.result.spec : nullptr,
-                       target->model->n_ctx());
+      SpecTotals spec;
+      spec.drafted = s.result.drafted, spec.accepted = s.result.accepted;
+      spec.verify_passes = s.result.verify_passes, spec.round_tokens = s.result.round_tokens;
+      print_completion(o, info, prompt, s.ids, s.text, base_seed + printed, reason == "stopped" ? "interrupted" : reason,
+                       s.result.prefill_seconds, s.result.decode_seconds, s.result.speculative ? &spec : nullptr, n_ctx);
     }
     if (!worked && printed < samples.size()) throw Error("internal: the batch stopped before every sample ended");
   }
@@ -110,70 +113,65 @@ void run_samples(const RunOptions& o, std::shared_ptr<TargetModel> target, const
 }  // namespace
 
 int cmd_tokenize(const RunOptions& o) {
-  GgufFile file(o.model);
-  auto tok = Tokenizer::from_gguf(file);
-  auto ids = tok->encode(read_prompt(o, kMaxTextBytes), tok->add_bos() && !o.no_bos, true);
+  const api::Model model = api::Model::vocab_only(o.model);
+  const std::vector<int32_t> ids = model.tokenize(read_prompt(o, kMaxTextBytes), o.no_bos ? 0 : VKSPEC_ADD_BOS, true);
   if (o.json) {
     write_stdout(nlohmann::json(ids).dump() + "\n");
   } else {
     std::string out;
-    for (uint32_t id : ids) out += std::to_string(id) + "\n";
+    for (int32_t id : ids) out += std::to_string(id) + "\n";
     write_stdout(out);
   }
   return 0;
 }
 
 int cmd_run(const RunOptions& o, const ChatOptions& chat) {
-  check_engine_options(o);
   if (o.n_predict <= 0) throw Error("-n must be positive (got " + std::to_string(o.n_predict) + ")");
   const uint32_t parallel = uint32_t(std::min(o.samples, 8));
-  TargetModel::Options to;
-  to.path = o.model;
-  to.device = o.device;
-  to.n_ctx = uint32_t(o.ctx);
-  to.max_sequences = parallel;
-  if (isatty(STDERR_FILENO) && !o.json) to.progress = progress_bar;
-  auto target = std::make_shared<TargetModel>(to);
-  const Tokenizer& tok = *target->tok;
+  const api::Model model = load_model(o, parallel);
+  const vkspec_model_info mi = model.info();
   // a context position is rarely more than a few bytes of text: 64 per position bounds what is read
-  const std::string text = read_prompt(o, uint64_t(target->model->n_ctx()) * 64);
-  std::vector<uint32_t> prompt;
+  const std::string text = read_prompt(o, uint64_t(mi.n_ctx) * 64);
+  std::vector<int32_t> prompt;
   if (chat.chat) {   // one user turn (after the system message, if any) in the model's chat template
-    const ChatFormatter fmt(*target->file, tok, chat.template_file);
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     if (!chat.system.empty()) messages.push_back({{"role", "system"}, {"content", chat.system}});
     messages.push_back({{"role", "user"}, {"content", text}});
-    prompt = encode_chat(tok, fmt.render(messages, true));
+    prompt = encode_chat(model, model.apply_chat_template(chat_template_source(model, chat.template_file), messages.dump(), true));
   } else {
-    prompt = encode_prompt(tok, text);
+    prompt = encode_prompt(model, text);
   }
-  if (prompt.size() >= target->model->n_ctx())
+  if (prompt.size() >= mi.n_ctx)
     throw Error("the prompt is " + std::to_string(prompt.size()) + " tokens, which does not fit the context of " +
-                std::to_string(target->model->n_ctx()) + " (use --ctx)");
-  SamplingParams sp = sampling_params(o);
+                std::to_string(mi.n_ctx) + " (use --ctx)");
   const uint64_t base_seed = o.seed ? *o.seed : std::random_device{}();
-  RunInfo info{target->ctx->facts().name, target->load_s, ""};
+  RunInfo info{mi.device, mi.load_seconds, ""};
   if (o.samples > 1) {
     info.drafter = !o.draft_model.empty() ? "draft-model" : o.draft;
-    run_samples(o, target, info, prompt, sp, base_seed, parallel);
+    run_samples(o, model, info, prompt, base_seed, parallel);
     return 0;
   }
 
-  Engine engine(target, o);
-  info.load_s = engine.load_s();
-  if (engine.drafter()) info.drafter = engine.drafter()->name();
-  sp.seed = base_seed;
+  api::Context ctx(model, context_params(o, base_seed));
+  const vkspec_context_info ci = ctx.info();
+  info.load_s = ci.load_seconds;
+  info.drafter = ci.drafter;
   std::string out;
-  Utf8Stream utf8;
-  auto emit = [&](const std::string& s) {   // a failed write stops generation (it throws)
-    out += s;
-    if (!o.json) write_stdout(s);
-  };
-  const Completion c = engine.generate(prompt, sp, o.n_predict, o.ignore_eos, /*speculate=*/true,
-                                       [&](uint32_t id, bool) { emit(utf8.push(tok.piece(id))); return true; });
-  emit(utf8.finish());
-  print_completion(o, info, prompt, c.ids, out, sp.seed, c.stop_reason, c.prefill_s, c.decode_s,
-                   c.speculative ? &c.spec : nullptr, target->model->n_ctx());
+  std::vector<int32_t> ids;
+  vkspec_generate_params gp = vkspec_generate_default_params();
+  gp.n_predict = o.n_predict;
+  gp.ignore_eos = o.ignore_eos;
+  gp.prefill_one_submission = 1;
+  const vkspec_metrics m = ctx.generate(prompt, gp, [&](int32_t id, std::string_view piece, bool) {
+    if (id >= 0) ids.push_back(id);
+    out += piece;
+    if (!o.json) write_stdout(std::string(piece));   // a failed write stops generation (it throws)
+    return true;
+  });
+  SpecTotals spec;
+  spec += m;
+  print_completion(o, info, prompt, ids, out, base_seed, stop_reason(m), m.prefill_seconds, m.decode_seconds,
+                   info.drafter.empty() ? nullptr : &spec, mi.n_ctx);
   return 0;
 }
 

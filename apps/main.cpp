@@ -8,8 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "apps/cli_common.h"
-#include "runtime/vk_loader.h"
+#include "cli_common.h"
 
 namespace {
 // The default model when -m is not given: stories260K from the shared models folder next to the checkout.
@@ -173,13 +172,13 @@ static int run_main(int argc, char** argv) {
       fprintf(stderr, "vkspec: no -m given, using %s\n", o.model.c_str());
     }
     if ((*run || *tokenize) && run->count("-p") + run->count("-f") + tokenize->count("-p") + tokenize->count("-f") == 0)
-      throw vkspec::Error("give a prompt with -p TEXT or -f FILE");
+      throw vkspec::cli::Error("give a prompt with -p TEXT or -f FILE");
     for (auto* c : {run, tokenize})   // (bench's -p is a prompt length)
-      if (c->count("-p") && c->count("-f")) throw vkspec::Error("give either -p TEXT or -f FILE, not both");
+      if (c->count("-p") && c->count("-f")) throw vkspec::cli::Error("give either -p TEXT or -f FILE, not both");
     for (auto* c : {run, bench, chat_cmd, serve})
-      if (c->count("--model-draft") && o.draft_model.empty()) throw vkspec::Error("-md needs a draft model file");
+      if (c->count("--model-draft") && o.draft_model.empty()) throw vkspec::cli::Error("-md needs a draft model file");
     if (*run && !chat.chat && (run->count("--system") || run->count("--chat-template")))
-      throw vkspec::Error("--system and --chat-template go with --chat");
+      throw vkspec::cli::Error("--system and --chat-template go with --chat");
     if (*run) return vkspec::cli::cmd_run(o, chat);
     if (*chat_cmd) {
       if (!chat_cmd->count("-n")) o.n_predict = 1 << 30;   // a reply ends at end of generation or the context
@@ -195,8 +194,8 @@ static int run_main(int argc, char** argv) {
     if (*perplexity) return vkspec::cli::cmd_perplexity(o, po);
     if (*serve) return vkspec::cli::cmd_serve(o, so);
   } catch (const std::exception& e) {
-    // vkspec::Error escapes control characters itself; other exceptions (options, JSON) may quote raw input
-    fprintf(stderr, "vkspec: error: %s\n", vkspec::Error::escape_controls(e.what()).c_str());
+    // the library escapes control characters in its messages; other exceptions (options, JSON) may quote raw input
+    fprintf(stderr, "vkspec: error: %s\n", vkspec::cli::escape_controls(e.what()).c_str());
     return 1;
   }
   return 0;

@@ -1,7 +1,8 @@
-// `vkspec serve`: an OpenAI-compatible HTTP server (cpp-httplib) on the BatchEngine (apps/batch_engine.h).
-// Threads: httplib's pool serves connections; one engine thread steps the batch; the requests' callbacks
-// (on the engine thread) only append to their Job under its mutex, so a slow or stalled client never
-// blocks the engine or other clients (its connection times out, its sequence is cancelled and freed).
+// `vkspec serve`: an OpenAI-compatible HTTP server (cpp-httplib) on the C API's continuous batching
+// (vkspec_batch, through apps/api.h). Threads: httplib's pool serves connections; one engine thread runs the
+// batch; the requests' callbacks (on the engine thread) only append to their Job under its mutex, so a slow
+// or stalled client never blocks the engine or other clients (its connection times out, its sequence is
+// cancelled and freed).
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -13,8 +14,8 @@
 #include <pthread.h>
 #include <sys/socket.h>
 
-#include "apps/batch_engine.h"
-#include "apps/server_api.h"
+#include "cli_common.h"
+#include "server_api.h"
 
 namespace vkspec::cli {
 namespace {
@@ -24,29 +25,37 @@ using Clock = std::chrono::steady_clock;
 // One HTTP request's n choices, shared by its handler and the engine's callbacks.
 struct Job {
   struct Choice {
-    // The engine owns the request while it runs and the request's callbacks own the Job: no cycle, and a
-    // Job outlives its handler (a stream that ended early) until its last request has ended.
-    std::weak_ptr<BatchRequest> req;
+    // A running request's callbacks own the Job (through their ChoiceRef): a Job outlives its handler (a
+    // stream that ended early) until its last request has ended.
     std::unique_ptr<TextStream> text;
     std::string content;               // what was produced (non-streamed responses)
     json logprobs = json::array();
     std::string finish_reason;         // set when the choice ends
-    BatchResult result;
+    vkspec_request_result result{};
   };
+  api::Batch* batch = nullptr;         // outlives every handler (freed after the HTTP server stopped)
   CompletionSpec spec;
   std::string id, model;
   int64_t created = 0;
   std::mutex mu;
   std::condition_variable cv;
   std::vector<Choice> choices;
+  std::unique_ptr<std::atomic<uint64_t>[]> ids;   // each choice's request id in the batch (0: not submitted)
   std::deque<std::string> events;      // SSE payloads not yet sent
   uint32_t done = 0;
   std::string error;                   // a choice failed
   bool all_done() const { return done == choices.size(); }
-  void cancel() {
-    for (auto& c : choices)
-      if (auto r = c.req.lock()) r->cancelled = true;
+  void cancel() {   // (an id that has ended is no error)
+    for (size_t i = 0; i < choices.size(); ++i)
+      if (const uint64_t id = ids[i].load()) vkspec_batch_cancel(batch->get(), id);
   }
+};
+
+// The user pointer of one choice's request: created at submission, deleted by its on_done (called once).
+struct ChoiceRef {
+  std::shared_ptr<Job> job;
+  uint32_t index;
+  const api::Model* model;   // token texts for logprobs
 };
 
 std::string finish_reason(const std::string& stop_reason) {
@@ -76,13 +85,14 @@ json usage(const Job& j) {
 json vkspec_fields(const Job& j, const std::string& drafter) {
   json per = json::array();
   for (const auto& c : j.choices) {
-    const BatchResult& r = c.result;
-    json x = {{"prefilled_tokens", r.prefilled}, {"shared_prompt_tokens", r.shared},
-              {"queued_s", r.queued_s}, {"prefill_s", r.prefill_s}, {"decode_s", r.decode_s}};
+    const vkspec_request_result& r = c.result;
+    json x = {{"prefilled_tokens", r.prefilled_tokens}, {"shared_prompt_tokens", r.shared_tokens},
+              {"queued_s", r.queued_seconds}, {"prefill_s", r.prefill_seconds}, {"decode_s", r.decode_seconds}};
     if (r.speculative)
-      x["speculative"] = {{"drafter", drafter}, {"drafted", r.spec.drafted}, {"accepted", r.spec.accepted},
-                          {"acceptance_rate", r.spec.acceptance_rate()}, {"verify_passes", r.spec.verify_passes},
-                          {"tokens_per_verify", r.spec.tokens_per_verify()}};
+      x["speculative"] = {{"drafter", drafter}, {"drafted", r.drafted}, {"accepted", r.accepted},
+                          {"acceptance_rate", r.drafted ? double(r.accepted) / double(r.drafted) : 0.0},
+                          {"verify_passes", r.verify_passes},
+                          {"tokens_per_verify", r.verify_passes ? double(r.round_tokens) / double(r.verify_passes) : 0.0}};
     per.push_back(x);
   }
   return {{"choices", per}};
@@ -135,11 +145,14 @@ class Server {
   RunOptions o_;
   ServeOptions so_;
   httplib::Server http_;
-  std::atomic<bool> ready_{false}, stop_{false};
-  std::string model_id_;
-  std::shared_ptr<TargetModel> target_;
-  std::unique_ptr<ChatFormatter> fmt_;
-  std::unique_ptr<BatchEngine> engine_;
+  std::atomic<bool> ready_{false};
+  std::mutex stop_mutex_;   // guards stop_ and the batch's creation against a signal meanwhile
+  bool stop_ = false;
+  std::string model_id_, drafter_;
+  std::unique_ptr<api::Model> model_;
+  std::optional<std::string> template_;   // --chat-template's source; nullopt: the model's own
+  PromptEncoder enc_;
+  std::unique_ptr<api::Batch> batch_;
   ServerLimits lim_;
   std::atomic<uint64_t> ids_{0}, http_4xx_{0}, http_5xx_{0};
   int64_t started_ = std::time(nullptr);
@@ -154,26 +167,34 @@ std::shared_ptr<Job> Server::start_job(CompletionSpec spec) {
   job->id = id;
   job->model = model_id_;
   job->created = std::time(nullptr);
-  const Tokenizer& tok = engine_->tokenizer();
+  job->batch = batch_.get();
   job->choices.resize(job->spec.n);
-  std::vector<std::shared_ptr<BatchRequest>> requests;
+  job->ids = std::make_unique<std::atomic<uint64_t>[]>(job->spec.n);
+  for (auto& c : job->choices) c.text = std::make_unique<TextStream>(job->spec.stop);
   for (uint32_t i = 0; i < job->spec.n; ++i) {
-    Job::Choice& c = job->choices[i];
-    c.text = std::make_unique<TextStream>(job->spec.stop);
-    auto r = std::make_shared<BatchRequest>();
-    r->prompt = job->spec.prompt;
-    r->sp = job->spec.sp;
-    r->sp.seed = job->spec.sp.seed + i;   // n choices: seeds s, s + 1, ...
-    r->max_tokens = job->spec.max_tokens;
-    r->ignore_eos = job->spec.ignore_eos;
-    r->logits = job->spec.logprobs;
-    r->on_token = [jp = job, i, &tok](uint32_t t, bool, const float* row) {
+    if (job->spec.stream && job->spec.chat)
+      job->events.push_back(dump(chunk(*job, i, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr)));
+  }
+  for (uint32_t i = 0; i < job->spec.n; ++i) {
+    vkspec_request_params r = vkspec_request_default_params();
+    r.sampling = job->spec.sp;
+    r.sampling.seed = job->spec.sp.seed + i;   // n choices: seeds s, s + 1, ...
+    r.max_tokens = job->spec.max_tokens;
+    r.ignore_eos = job->spec.ignore_eos;
+    r.logits = job->spec.logprobs;
+    r.on_token = [](uint64_t, int32_t t, const char* piece, size_t len, int32_t, const float* row, uint32_t n_vocab,
+                    void* user) -> int {
+      const ChoiceRef& ref = *static_cast<ChoiceRef*>(user);
+      Job* jp = ref.job.get();
+      const uint32_t i = ref.index;
       std::lock_guard<std::mutex> lock(jp->mu);
       Job::Choice& c = jp->choices[i];
-      const std::string text = c.text->push(tok.piece(t));
+      const std::string text = c.text->push(std::string(piece, len));
       json lp = nullptr;
       if (jp->spec.logprobs && row) {
-        json e = token_logprob(tok, t, row, jp->spec.top_logprobs);
+        const api::Model& model = *ref.model;
+        auto piece_of = [&model](int32_t id) { return model.detokenize(std::span<const int32_t>(&id, 1)); };
+        json e = token_logprob(piece_of, t, row, n_vocab, jp->spec.top_logprobs);
         if (jp->spec.stream) lp = {{"content", json::array({e})}};
         else c.logprobs.push_back(std::move(e));
       }
@@ -184,15 +205,19 @@ std::shared_ptr<Job> Server::start_job(CompletionSpec spec) {
         c.content += text;
       }
       jp->cv.notify_all();
-      return !c.text->stopped();
+      return c.text->stopped() ? 1 : 0;
     };
-    r->on_done = [job, i](const BatchResult& res) {
+    r.on_done = [](uint64_t, const vkspec_request_result* res, void* user) {
+      std::unique_ptr<ChoiceRef> ref(static_cast<ChoiceRef*>(user));
+      Job* job = ref->job.get();
+      const uint32_t i = ref->index;
       std::lock_guard<std::mutex> lock(job->mu);
       Job::Choice& c = job->choices[i];
-      c.result = res;
+      c.result = *res;
       const std::string tail = c.text->finish();
-      c.finish_reason = finish_reason(res.stop_reason);
-      if (res.stop_reason == "error") job->error = res.error;
+      const std::string reason = res->stop_reason;
+      c.finish_reason = finish_reason(reason);
+      if (reason == "error") job->error = res->error;
       if (job->spec.stream) {
         if (!tail.empty())
           job->events.push_back(dump(chunk(*job, i, job->spec.chat ? json{{"content", tail}} : json(tail), nullptr, nullptr)));
@@ -212,24 +237,23 @@ std::shared_ptr<Job> Server::start_job(CompletionSpec spec) {
       }
       job->cv.notify_all();
     };
-    c.req = r;
-    requests.push_back(r);
-    if (job->spec.stream && job->spec.chat)
-      job->events.push_back(dump(chunk(*job, i, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr)));
-  }
-  try {
-    for (auto& r : requests) engine_->submit(r);
-  } catch (const Error& e) {
-    job->cancel();
-    throw ApiError(400, e.what());
+    auto ref = std::make_unique<ChoiceRef>(ChoiceRef{job, i, model_.get()});
+    r.user = ref.get();
+    try {
+      job->ids[i] = batch_->submit(job->spec.prompt, r);
+      ref.release();   // its on_done deletes it
+    } catch (const std::exception& e) {
+      job->cancel();
+      throw ApiError(400, e.what());
+    }
   }
   return job;
 }
 
 void Server::completion(const httplib::Request& req, httplib::Response& res, bool chat) {
   const nlohmann::ordered_json body = parse_body(req.body, lim_);
-  std::shared_ptr<Job> job = start_job(parse_completion(body, chat, lim_, engine_->tokenizer(), fmt_.get(), model_id_));
-  const std::string drafter = engine_->drafter_name();
+  std::shared_ptr<Job> job = start_job(parse_completion(body, chat, lim_, enc_, model_id_));
+  const std::string drafter = drafter_;
   if (!job->spec.stream) {
     // Wait a little for the answer; a longer one is sent by a content provider that writes a space (JSON
     // allows leading whitespace) every two seconds meanwhile, so that a client that left is noticed and its
@@ -316,8 +340,8 @@ std::string Server::metrics_text() const {
     out += line;
   };
   metric("ready", "gauge", "1 once the model is loaded", ready_ ? 1 : 0);
-  if (engine_ && ready_) {
-    const BatchMetrics m = engine_->metrics();
+  if (batch_ && ready_) {
+    const vkspec_batch_metrics m = batch_->metrics();
     metric("requests_total", "counter", "Sequences (choices) submitted", double(m.requests));
     metric("requests_done_total", "counter", "Sequences ended", double(m.requests_done));
     metric("requests_active", "gauge", "Sequences being decoded", m.active);
@@ -439,26 +463,46 @@ int Server::run() {
   std::string load_error;
   std::thread worker([&] {
     try {
-      TargetModel::Options to;
-      to.path = o_.model;
-      to.device = o_.device;
-      to.n_ctx = uint32_t(o_.ctx);
-      to.max_sequences = so_.parallel + so_.prompt_cache;   // the cached ones share the pool of `parallel`
-      to.kv_pool_sequences = so_.parallel;
-      target_ = std::make_shared<TargetModel>(to);
-      lim_.n_ctx = target_->model->n_ctx();
+      if (o_.ctx < 0) throw Error("--ctx must be positive");
+      vkspec_model_params mp = vkspec_model_default_params();
+      mp.device = o_.device;
+      mp.n_ctx = uint32_t(o_.ctx);
+      mp.max_contexts = so_.parallel + so_.prompt_cache;   // the cached ones share the pool of `parallel`
+      mp.kv_contexts = so_.parallel;
+      model_ = std::make_unique<api::Model>(o_.model, mp);
+      const vkspec_model_info mi = model_->info();
+      lim_.n_ctx = mi.n_ctx;
+      lim_.n_vocab = mi.n_vocab;
       model_id_ = so_.alias.empty() ? std::filesystem::path(o_.model).filename().string() : so_.alias;
+      const api::Model& model = *model_;
+      enc_.prompt = [&model](const std::string& text) { return encode_prompt(model, text); };
+      enc_.chat = [&model](const std::string& text) { return encode_chat(model, text); };
       try {
-        fmt_ = std::make_unique<ChatFormatter>(*target_->file, *target_->tok, so_.chat_template);
-      } catch (const Error& e) {
-        if (!so_.chat_template.empty()) throw;
+        template_ = chat_template_source(model, so_.chat_template);
+        // a template file that cannot render a plain conversation is an error now, not at each request
+        if (template_) model.apply_chat_template(template_, R"([{"role": "user", "content": "hi"}])", true);
+        enc_.render_chat = [this](const nlohmann::ordered_json& messages) {
+          return model_->apply_chat_template(template_, messages.dump(), true);
+        };
+      } catch (const std::exception& e) {
+        if (!so_.chat_template.empty()) throw Error("--chat-template " + so_.chat_template + ": " + e.what());
         fprintf(stderr, "vkspec: warning: %s: /v1/chat/completions will answer 400\n", e.what());
       }
-      engine_ = std::make_unique<BatchEngine>(target_, o_, BatchEngine::Options{so_.parallel, 64, so_.prompt_cache});
+      const vkspec_context_params cp = context_params(o_, 0);
+      vkspec_batch_params bp = vkspec_batch_default_params();
+      bp.parallel = so_.parallel;
+      bp.cached_sequences = so_.prompt_cache;
+      bp.draft = cp.draft;
+      drafter_ = !o_.draft_model.empty() ? "draft-model" : o_.draft;
+      {
+        std::lock_guard<std::mutex> lock(stop_mutex_);
+        batch_ = std::make_unique<api::Batch>(model, bp);
+        if (stop_) batch_->stop();   // a signal came while loading
+      }
       ready_ = true;
-      fprintf(stderr, "vkspec: model %s loaded (%s, context %u, %u sequences)\n", model_id_.c_str(),
-              target_->ctx->facts().name.c_str(), lim_.n_ctx, so_.parallel);
-      engine_->run(stop_);
+      fprintf(stderr, "vkspec: model %s loaded (%s, context %u, %u sequences)\n", model_id_.c_str(), mi.device,
+              lim_.n_ctx, so_.parallel);
+      batch_->run();
     } catch (const std::exception& e) {
       load_error = e.what();
       kill(getpid(), SIGTERM);
@@ -466,13 +510,17 @@ int Server::run() {
   });
   int sig = 0;
   sigwait(&signals, &sig);
-  stop_ = true;
-  if (engine_) engine_->wake();
+  {
+    std::lock_guard<std::mutex> lock(stop_mutex_);
+    stop_ = true;
+    if (batch_) batch_->stop();
+  }
   worker.join();
-  if (engine_) engine_->shutdown();   // ends what is left: waiting handlers answer, streams end
+  if (batch_) batch_->shutdown();   // ends what is left: waiting handlers answer, streams end
   http_.stop();
   listener.join();
-  engine_.reset();
+  batch_.reset();
+  model_.reset();
   if (!load_error.empty()) throw Error(load_error);
   fprintf(stderr, "vkspec: stopped (%s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
   return 0;

@@ -1,10 +1,9 @@
-#include "apps/server_api.h"
+#include "server_api.h"
 
 #include <algorithm>
 #include <cmath>
 #include <random>
 
-#include "runtime/core.h"
 
 namespace vkspec::cli {
 namespace {
@@ -93,17 +92,17 @@ ojson chat_messages(const ojson& body) {
   return out;
 }
 
-std::vector<uint32_t> completion_prompt(const ojson& body, const Tokenizer& tok) {
+std::vector<int32_t> completion_prompt(const ojson& body, const ServerLimits& lim, const PromptEncoder& enc) {
   const ojson* p = field(body, "prompt");
   if (!p) bad("prompt", "'prompt' is required");
-  if (p->is_string()) return encode_prompt(tok, p->get<std::string>());
-  if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) return encode_prompt(tok, (*p)[0].get<std::string>());
+  if (p->is_string()) return enc.prompt(p->get<std::string>());
+  if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) return enc.prompt((*p)[0].get<std::string>());
   if (p->is_array() && !p->empty() && std::all_of(p->begin(), p->end(), [](const ojson& v) { return v.is_number_integer(); })) {
-    std::vector<uint32_t> ids;
+    std::vector<int32_t> ids;
     for (const ojson& v : *p) {
       const int64_t id = v.get<int64_t>();
-      if (id < 0 || id >= int64_t(tok.n_vocab())) bad("prompt", "token id " + std::to_string(id) + " is outside the vocabulary");
-      ids.push_back(uint32_t(id));
+      if (id < 0 || id >= int64_t(lim.n_vocab)) bad("prompt", "token id " + std::to_string(id) + " is outside the vocabulary");
+      ids.push_back(int32_t(id));
     }
     return ids;
   }
@@ -135,8 +134,8 @@ ojson parse_body(const std::string& text, const ServerLimits& lim) {
   return body;
 }
 
-CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits& lim, const Tokenizer& tok,
-                                const ChatFormatter* fmt, const std::string& model_id) {
+CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits& lim, const PromptEncoder& enc,
+                                const std::string& model_id) {
   CompletionSpec s;
   s.chat = chat;
   if (const ojson* m = field(body, "model")) {
@@ -160,22 +159,25 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
 
   if (chat) {
     const ojson messages = chat_messages(body);
-    if (!fmt) throw ApiError(400, "the model has no chat template: use /v1/completions, or start the server with --chat-template FILE");
+    if (!enc.render_chat)
+      throw ApiError(400, "the model has no chat template: use /v1/completions, or start the server with --chat-template FILE");
     std::string text;
     try {
-      text = fmt->render(messages, true);
-    } catch (const Error& e) {
+      text = enc.render_chat(messages);
+    } catch (const std::exception& e) {
       throw ApiError(400, std::string("the chat template refused the messages: ") + e.what(), "messages");
     }
     try {
-      s.prompt = encode_chat(tok, text);
-    } catch (const Error& e) {
+      s.prompt = enc.chat(text);
+    } catch (const std::exception& e) {
       throw ApiError(400, e.what(), "messages");
     }
   } else {
     try {
-      s.prompt = completion_prompt(body, tok);
-    } catch (const Error& e) {   // an empty prompt on a model without BOS
+      s.prompt = completion_prompt(body, lim, enc);
+    } catch (const ApiError&) {
+      throw;
+    } catch (const std::exception& e) {   // an empty prompt on a model without BOS
       throw ApiError(400, e.what(), "prompt");
     }
   }
@@ -191,7 +193,7 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
   s.sp.temperature = float(number(body, "temperature", 1.0, 0, 2));
   s.sp.top_p = float(number(body, "top_p", 1.0, 0, 1));
   if (s.sp.top_p == 0.0f) s.sp.top_p = 1e-6f;   // OpenAI allows 0: the single most likely token
-  s.sp.top_k = int(integer(body, "top_k", 0, 0, int64_t(tok.n_vocab())));
+  s.sp.top_k = int(integer(body, "top_k", 0, 0, int64_t(lim.n_vocab)));
   s.sp.min_p = float(number(body, "min_p", 0.0, 0, 1));
   s.sp.repeat_penalty = float(number(body, "repeat_penalty", 1.0, 0.01, 100));
   s.sp.repeat_last_n = int(integer(body, "repeat_last_n", 64, -1, lim.n_ctx));
@@ -236,9 +238,9 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
   return s;
 }
 
-std::string TextStream::push(const std::string& bytes) {
+std::string TextStream::push(const std::string& piece) {
   if (stopped_) return {};
-  held_ += utf8_.push(bytes);
+  held_ += piece;
   size_t first = std::string::npos;
   for (const std::string& s : stops_) first = std::min(first, held_.find(s));
   if (first != std::string::npos) {
@@ -266,24 +268,24 @@ std::string TextStream::finish() {
   if (stopped_) return out;
   out += held_;
   held_.clear();
-  out += utf8_.finish();
   return out;
 }
 
-nlohmann::json token_logprob(const Tokenizer& tok, uint32_t token, const float* logits, uint32_t top) {
-  const uint32_t V = tok.n_vocab();
+nlohmann::json token_logprob(const std::function<std::string(int32_t)>& piece_of, int32_t token, const float* logits,
+                             uint32_t n_vocab, uint32_t top) {
+  const uint32_t V = n_vocab;
   float mx = -INFINITY;
   for (uint32_t i = 0; i < V; ++i) mx = std::max(mx, logits[i]);
   double sum = 0;
   for (uint32_t i = 0; i < V; ++i) sum += std::exp(double(logits[i]) - mx);
   const double lse = mx + std::log(sum);
   auto entry = [&](uint32_t id) {
-    const std::string piece = tok.piece(id);
+    const std::string piece = piece_of(int32_t(id));
     nlohmann::json bytes = nlohmann::json::array();
     for (unsigned char c : piece) bytes.push_back(int(c));
     return nlohmann::json{{"token", piece}, {"logprob", double(logits[id]) - lse}, {"bytes", bytes}};
   };
-  nlohmann::json e = entry(token);
+  nlohmann::json e = entry(uint32_t(token));
   std::vector<uint32_t> ids(V);
   for (uint32_t i = 0; i < V; ++i) ids[i] = i;
   top = std::min(top, V);

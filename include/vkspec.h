@@ -16,8 +16,9 @@
  *     forward passes are serialized internally (one submission at a time per model: they share the model's
  *     activations and device queue), so two generations on one model interleave step by step.
  *     Tokenizing, detokenizing and applying the chat template are read-only and run concurrently.
- *   - A model must outlive its contexts: vkspec_model_free() with live contexts (or while another thread
- *     uses the model) returns VKSPEC_ERROR_BUSY.
+ *   - A model must outlive its contexts and batches: vkspec_model_free() with live ones (or while another
+ *     thread uses the model) returns VKSPEC_ERROR_BUSY. A batch and contexts on one model share its device
+ *     queue the same way (one submission at a time).
  *   - A handle that was freed (or never created) gets VKSPEC_ERROR_INVALID_ARGUMENT, never a crash, as long
  *     as its memory was not handed out again to a new handle.
  *
@@ -47,7 +48,7 @@
 extern "C" {
 #endif
 
-#define VKSPEC_API_VERSION 1
+#define VKSPEC_API_VERSION 2
 
 typedef enum vkspec_status {
   VKSPEC_OK = 0,
@@ -77,6 +78,12 @@ typedef struct vkspec_device_info {
   uint64_t max_storage_buffer_range;
   int32_t shader_float16, storage_8bit, storage_16bit, timestamps; /* 0 or 1 */
   char kernel_family[16];      /* "subgroup" or "row-per-lane" */
+  char api_version[16];        /* Vulkan version the driver offers, "1.3.255" */
+  uint32_t min_subgroup_size, max_subgroup_size;
+  int32_t subgroup_size_control, subgroup_arithmetic, shader_int8, buffer_device_address; /* 0 or 1 */
+  uint32_t max_shared_memory;  /* bytes per workgroup */
+  uint64_t max_allocation_size;
+  char memory_model[16];       /* "discrete" (device memory only through staging copies) or "mapped" */
 } vkspec_device_info;
 
 /* Fills up to `capacity` entries; *count is the number of devices. */
@@ -112,10 +119,13 @@ typedef int (*vkspec_progress_fn)(float fraction, void* user);
 typedef struct vkspec_model_params {
   int32_t device;            /* -1: VKSPEC_DEVICE, else the best device (discrete > integrated > CPU) */
   uint32_t n_ctx;            /* context length of every context on the model; 0: the model's, capped at 4096 */
-  uint32_t max_contexts;     /* contexts that may exist at once (each holds KV for n_ctx tokens) */
+  uint32_t max_contexts;     /* contexts (or a batch's sequences) that may exist at once */
+  uint32_t kv_contexts;      /* the KV pool holds n_ctx tokens for this many of them (0: max_contexts);
+                                with fewer, sequences take blocks as they grow (a vkspec_batch waits for them) */
   vkspec_progress_fn progress;
   void* progress_user;
   const vkspec_external_device* external; /* NULL: vkspec creates its own instance and device */
+  int32_t vocab_only;        /* 1: only the tokenizer and chat template (no device, no weights, no contexts) */
 } vkspec_model_params;
 
 VKSPEC_API vkspec_model_params vkspec_model_default_params(void);
@@ -134,9 +144,25 @@ VKSPEC_API vkspec_status vkspec_model_free(vkspec_model* model);
 VKSPEC_API uint32_t vkspec_model_n_ctx(const vkspec_model* model);
 VKSPEC_API uint32_t vkspec_model_n_vocab(const vkspec_model* model);
 
+typedef struct vkspec_model_info {
+  char device[256];          /* the device's name ("" for a vocab_only model) */
+  char kernel_family[16];    /* "subgroup" or "row-per-lane" ("" for a vocab_only model) */
+  uint32_t n_ctx, n_vocab;   /* n_ctx 0 for a vocab_only model */
+  int32_t bos, eos;          /* token ids; -1: none */
+  int32_t add_bos;           /* 1: the model wants BOS at the start of a prompt */
+  int32_t has_chat_template; /* 1: the file has tokenizer.chat_template */
+  double load_seconds;       /* reading, uploading and preparing the model */
+} vkspec_model_info;
+
+VKSPEC_API vkspec_status vkspec_model_get_info(const vkspec_model* model, vkspec_model_info* out);
+
 /* ---- text ---- */
-/* Token ids of `text` (BOS added when add_bos and the model wants one; special-token text parsed when
- * parse_special). *n_tokens is the count; up to `capacity` ids are written. */
+/* Token ids of `text`; *n_tokens is the count; up to `capacity` ids are written. add_bos: 0 never adds BOS,
+ * VKSPEC_ADD_BOS (1) adds it when the model wants one, VKSPEC_ADD_BOS_UNLESS_PRESENT (2) also, unless the
+ * text already begins with BOS's text (what a chat template's output needs). Special-token text (such as
+ * "<|eot_id|>") becomes its token when parse_special. */
+#define VKSPEC_ADD_BOS 1
+#define VKSPEC_ADD_BOS_UNLESS_PRESENT 2
 VKSPEC_API vkspec_status vkspec_tokenize(const vkspec_model* model, const char* text, size_t text_len, int32_t add_bos,
                                          int32_t parse_special, int32_t* tokens, size_t capacity, size_t* n_tokens);
 /* The text of a token sequence (bytes as generated; invalid UTF-8 at the end is kept as is). */
@@ -150,17 +176,29 @@ VKSPEC_API vkspec_status vkspec_apply_chat_template(const vkspec_model* model, c
                                                     char* text, size_t capacity, size_t* len);
 
 /* ---- contexts ---- */
-typedef struct vkspec_context_params {
-  const char* draft_model;   /* path of a draft GGUF sharing the vocabulary, or NULL */
-  int32_t draft_ngram;       /* 1: n-gram (prompt lookup) drafts instead */
-  uint32_t draft_max;        /* tokens drafted per round, the most when adaptive (1..15) */
-  int32_t draft_adaptive;    /* 1: K chosen per round from measured acceptance and costs */
+/* How tokens are chosen; the same seed and settings give the same tokens, plain or speculative. */
+typedef struct vkspec_sampling_params {
   float temperature;         /* 0: greedy (speculation then gives exactly the plain greedy tokens) */
   int32_t top_k;             /* 0: off */
   float top_p, min_p;        /* 1 / 0: off */
   float repeat_penalty;      /* 1: off */
-  int32_t repeat_last_n;
+  int32_t repeat_last_n;     /* tokens the penalty looks back over; -1: the whole context */
   uint64_t seed;
+} vkspec_sampling_params;
+
+/* Speculative decoding: a draft model or n-gram (prompt lookup) drafts, verified by the model. */
+typedef struct vkspec_draft_params {
+  const char* model;         /* path of a draft GGUF sharing the vocabulary, or NULL */
+  int32_t ngram;             /* 1: n-gram drafts instead */
+  uint32_t max;              /* tokens drafted per round, the most when adaptive (1..15) */
+  int32_t adaptive;          /* 1: K chosen per round from measured acceptance and costs */
+  uint32_t min;              /* rounds that would draft fewer tokens decode plainly (0..max) */
+  float p_min;               /* a draft model's step whose top probability is below this ends the draft (0: off) */
+} vkspec_draft_params;
+
+typedef struct vkspec_context_params {
+  vkspec_draft_params draft;
+  vkspec_sampling_params sampling;
 } vkspec_context_params;
 
 VKSPEC_API vkspec_context_params vkspec_context_default_params(void);
@@ -168,14 +206,29 @@ VKSPEC_API vkspec_status vkspec_context_create(vkspec_model* model, const vkspec
                                                vkspec_context** out);
 VKSPEC_API vkspec_status vkspec_context_free(vkspec_context* ctx);
 
+typedef struct vkspec_context_info {
+  char drafter[16];          /* "draft-model", "ngram" or "" (none) */
+  double load_seconds;       /* the model's and the draft model's */
+  uint32_t cached_tokens;    /* tokens whose K/V the context holds (the next generation may reuse them) */
+} vkspec_context_info;
+
+VKSPEC_API vkspec_status vkspec_context_get_info(const vkspec_context* ctx, vkspec_context_info* out);
+/* Empties the context's KV cache: the next generation prefills its whole prompt. */
+VKSPEC_API vkspec_status vkspec_context_clear(vkspec_context* ctx);
+
 /* Called for each accepted token, in order: its id, its text piece (complete UTF-8 characters; may be
- * empty while a character is incomplete), and whether it was a verified draft. Return non-zero to stop. */
+ * empty while a character is incomplete), and whether it was a verified draft. Return non-zero to stop.
+ * When a generation ends inside a UTF-8 sequence, one last call has token -1 and the piece U+FFFD (the
+ * text stays the concatenation of the pieces; that call's return value is ignored). */
 typedef int (*vkspec_token_fn)(int32_t token, const char* piece, size_t piece_len, int32_t from_draft, void* user);
 
 typedef struct vkspec_generate_params {
   int32_t n_predict;         /* most tokens to generate; <= 0: up to the context */
   int32_t ignore_eos;        /* 1: do not stop at end-of-generation tokens */
   int32_t speculative;       /* 1: use the context's drafter, when it has one */
+  /* 1: the prompt in one submission (no host wait between its passes: fastest); vkspec_cancel() is then
+   * seen only after it, and vkspec_step() runs it whole. 0: passes of at most 16 tokens, one per step. */
+  int32_t prefill_one_submission;
   vkspec_token_fn on_token;
   void* user;
 } vkspec_generate_params;
@@ -212,10 +265,98 @@ typedef struct vkspec_metrics {
   double acceptance_rate;
   uint64_t host_waits;                       /* submissions after the first token */
   char stop_reason[16];                      /* "eos", "length", "context", "stopped", "cancelled" */
+  uint64_t dispatches;                       /* compute dispatches after the first token */
+  double device_seconds;                     /* device time of those submissions (0 without timestamps) */
+  uint64_t round_tokens;                     /* tokens the speculative rounds produced (per verify pass:
+                                                round_tokens / verify_passes) */
 } vkspec_metrics;
 
 /* The metrics of the context's last vkspec_generate. */
 VKSPEC_API vkspec_status vkspec_get_metrics(const vkspec_context* ctx, vkspec_metrics* out);
+
+/* ---- continuous batching: many requests decoded together (a server's engine) ----
+ * A batch advances all its requests one step at a time, one submission per step: every running sequence's
+ * decoding row (or its speculative round) and as much prefill as the step holds, in one forward pass. Every
+ * kernel is batch-invariant: a request's tokens do not depend on what else is in the batch. A request that
+ * shares a prompt prefix with a running (or recently finished, with cached_sequences) sequence shares its
+ * KV blocks instead of prefilling them again. A request waits in the queue until KV blocks for its longest
+ * possible length are free; a running one never runs out.
+ * Threads: vkspec_batch_submit(), vkspec_batch_cancel(), vkspec_batch_get_metrics() and vkspec_batch_stop()
+ * from any thread; vkspec_batch_step() or vkspec_batch_run() on one thread, where the callbacks run. */
+typedef struct vkspec_batch vkspec_batch;
+
+typedef struct vkspec_batch_params {
+  uint32_t parallel;           /* sequences decoded together (1..64) */
+  uint32_t cached_sequences;   /* finished sequences kept as a prompt cache (0: none); the model needs
+                                  max_contexts >= parallel + cached_sequences */
+  vkspec_draft_params draft;   /* a draft model is loaded with `parallel` sequences */
+} vkspec_batch_params;
+
+VKSPEC_API vkspec_batch_params vkspec_batch_default_params(void);
+
+typedef struct vkspec_request_result {
+  char stop_reason[16];        /* "eos", "length", "context", "stopped", "cancelled", "error" */
+  char error[256];             /* with "error": what failed */
+  uint32_t prompt_tokens, prefilled_tokens, shared_tokens, completion_tokens;
+  int32_t speculative;
+  uint64_t drafted, accepted, verify_passes, round_tokens;
+  double queued_seconds, prefill_seconds, decode_seconds;   /* admission wait, first token, the rest */
+} vkspec_request_result;
+
+/* Each accepted token of request `id`, in order, as vkspec_token_fn (token -1: the U+FFFD of an unfinished
+ * UTF-8 sequence at the end), with its logits row when the request asked for them (else NULL). Non-zero
+ * ends the request ("stopped"). */
+typedef int (*vkspec_request_token_fn)(uint64_t id, int32_t token, const char* piece, size_t piece_len,
+                                       int32_t from_draft, const float* logits, uint32_t n_vocab, void* user);
+/* Once per request, last. */
+typedef void (*vkspec_request_done_fn)(uint64_t id, const vkspec_request_result* result, void* user);
+
+typedef struct vkspec_request_params {
+  vkspec_sampling_params sampling;
+  uint32_t max_tokens;         /* 1..n_ctx */
+  int32_t ignore_eos;
+  int32_t speculative;         /* 1: with the batch's drafter, when it has one */
+  int32_t logits;              /* 1: each token's logits row to on_token (no speculation then) */
+  vkspec_request_token_fn on_token;
+  vkspec_request_done_fn on_done;
+  void* user;
+} vkspec_request_params;
+
+VKSPEC_API vkspec_request_params vkspec_request_default_params(void);
+
+typedef struct vkspec_batch_metrics {
+  uint64_t requests, requests_done, prompt_tokens, prefilled_tokens, shared_tokens, generated_tokens;
+  uint64_t drafted, accepted, steps, step_rows, kv_blocks_allocated, cache_evictions;
+  uint32_t active, queued, kv_blocks_in_use, kv_blocks_total, parallel, cached_sequences;
+} vkspec_batch_metrics;
+
+VKSPEC_API vkspec_status vkspec_batch_create(vkspec_model* model, const vkspec_batch_params* params,
+                                             vkspec_batch** out);
+/* Queues a request (prompt: 1..n_ctx-1 token ids); *id names it in callbacks and vkspec_batch_cancel. A
+ * prompt that could never run (longer than the context) is VKSPEC_ERROR_INVALID_ARGUMENT. */
+VKSPEC_API vkspec_status vkspec_batch_submit(vkspec_batch* batch, const int32_t* prompt, size_t n_prompt,
+                                             const vkspec_request_params* params, uint64_t* id);
+/* Ends request `id` at the next step ("cancelled"); an id that has ended already is not an error. */
+VKSPEC_API vkspec_status vkspec_batch_cancel(vkspec_batch* batch, uint64_t id);
+/* One step when there is work; *worked = 0 when there was none. */
+VKSPEC_API vkspec_status vkspec_batch_step(vkspec_batch* batch, int32_t* worked);
+/* Steps until vkspec_batch_stop(), sleeping while idle. */
+VKSPEC_API vkspec_status vkspec_batch_run(vkspec_batch* batch);
+VKSPEC_API vkspec_status vkspec_batch_stop(vkspec_batch* batch);
+/* Once nothing steps the batch any more: every running and queued request ends ("cancelled", on_done on
+ * this thread) and later submissions are refused. */
+VKSPEC_API vkspec_status vkspec_batch_shutdown(vkspec_batch* batch);
+VKSPEC_API vkspec_status vkspec_batch_get_metrics(const vkspec_batch* batch, vkspec_batch_metrics* out);
+/* Shuts down (as above) and frees; no other call on the batch may be running or follow. */
+VKSPEC_API vkspec_status vkspec_batch_free(vkspec_batch* batch);
+
+/* ---- scoring (perplexity) ---- */
+/* The log-probability (natural log) the model gives each of tokens[first..n_tokens-1] after the tokens
+ * before it: logprobs[i - first] = log p(tokens[i] | tokens[0..i-1]), 1 <= first < n_tokens <= n_ctx.
+ * Evaluated from an empty cache (what the context held is dropped; afterwards it holds tokens[0..n-2]).
+ * vkspec_cancel() stops it between forward passes (VKSPEC_ERROR_CANCELLED). */
+VKSPEC_API vkspec_status vkspec_score(vkspec_context* ctx, const int32_t* tokens, size_t n_tokens, size_t first,
+                                      double* logprobs);
 
 #ifdef __cplusplus
 }

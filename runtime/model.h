@@ -2,7 +2,7 @@
 // A Llama model resident on one Vulkan device, and its forward pass. record_forward() records n tokens
 // (1 = decode, up to kMaxBatch = verify; longer prefills in chunks of kMaxBatch) into the caller's command
 // buffer without submitting: a decode step or a speculative round records the forward passes and token
-// choices of both models into one submission (apps/engine.cpp, speculative/controller.cpp). forward() is the
+// choices of both models into one submission (engine/engine.cpp, speculative/controller.cpp). forward() is the
 // self-contained form (own recorder, argmax, one submission, one wait) the tests use.
 #include <functional>
 #include <memory>

@@ -1,6 +1,6 @@
 #pragma once
 // How the next token is chosen after a logits row, decided in one place (choice_mode) for plain decoding
-// (apps/engine.cpp) and speculation (speculative/), and where chosen tokens go: token slots, a small
+// (engine/engine.cpp) and speculation (speculative/), and where chosen tokens go: token slots, a small
 // host-visible buffer of {token, aux} pairs that the next forward pass's embedding reads directly
 // (TokenInput stride 2). A decode step is therefore forward -> choice -> slot, one submission, and the host
 // only reads the slot back; a speculative round chains draft steps through slots 1..K the same way.

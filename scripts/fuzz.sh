@@ -8,12 +8,12 @@ if ! command -v clang++ >/dev/null; then echo "fuzz: clang++ not installed, skip
 out=build-fuzz
 mkdir -p "$out/corpus"
 fuzz_cxx=(clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-          -DVK_NO_PROTOTYPES -I. $(pkg-config --cflags sentencepiece libpcre2-8))
+          -DVK_NO_PROTOTYPES -I. -Iinclude $(pkg-config --cflags sentencepiece libpcre2-8))
 # The sources the fuzzers share, compiled once (two at a time), then each fuzzer is its harness + objects.
 shared_src=(loader/gguf.cpp loader/model_file.cpp runtime/quant.cpp loader/tokenizer.cpp loader/tokenizer_bpe.cpp
             loader/tokenizer_spm.cpp loader/chat_template.cpp loader/jinja_value.cpp loader/jinja_lex.cpp
             loader/jinja_parse.cpp loader/jinja_render.cpp loader/jinja_builtins.cpp loader/jinja_filters.cpp
-            apps/server_api.cpp apps/prompt.cpp apps/cli_common.cpp)
+            apps/server_api.cpp engine/prompt.cpp)
 mkdir -p "$out/obj"
 printf '%s\n' "${shared_src[@]}" | xargs -P "$(nproc)" -I{} sh -c \
   'o="$1/obj/$(echo "$2" | tr / _).o"; shift 2; "$@" -c "$0" -o "$o"' {} "$out" {} "${fuzz_cxx[@]}"
@@ -63,7 +63,7 @@ done
 "$out/fuzz_chat_template" "$out/corpus-jinja" -max_total_time="$(( (secs + 1) / 2 ))" -max_len=8192 -rss_limit_mb=2048 -timeout=10
 
 # server requests: arbitrary bodies through the OpenAI protocol layer (half the time)
-"${fuzz_cxx[@]}" tests/fuzz/fuzz_server_request.cpp $(obj apps/server_api.cpp apps/prompt.cpp apps/cli_common.cpp "${jinja[@]}" \
+"${fuzz_cxx[@]}" tests/fuzz/fuzz_server_request.cpp $(obj apps/server_api.cpp engine/prompt.cpp "${jinja[@]}" \
   loader/gguf.cpp loader/tokenizer.cpp loader/tokenizer_bpe.cpp loader/tokenizer_spm.cpp runtime/quant.cpp) $libs \
   -o "$out/fuzz_server_request"
 mkdir -p "$out/corpus-server"

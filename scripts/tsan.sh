@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ThreadSanitizer job for the C API's threading rules (include/vkspec.h): two contexts on one model used
 # from two threads, a second thread on a busy context, vkspec_cancel from another thread during a prefill,
-# stepped generation; and the batch engine's (apps/batch_engine.h: submitters on many threads while the
+# stepped generation; and the batch engine's (engine/batch_engine.h: submitters on many threads while the
 # engine thread runs, a cancel from another thread). A separate build (build-tsan/) of those tests only.
 set -euo pipefail
 cd "$(dirname "$0")/.."

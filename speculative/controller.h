@@ -49,7 +49,7 @@ struct SpeculativeStats {
 // The loop below, one round per call (so that a caller can bound the work it does at a time: the C API's
 // vkspec_step). round() emits the target's last choice g, then drafts, verifies [g, d1..dK] in one
 // submission and emits the accepted drafts; it returns false once `emit` said stop or the context is full.
-// A round in parts, for a batch of sequences sharing one submission (apps/batch_engine.cpp):
+// A round in parts, for a batch of sequences sharing one submission (engine/batch_engine.cpp):
 //   start() emits g (false: the sequence has ended); the caller begins the recorder; record_drafts()
 //   records this sequence's drafting and returns the rows to verify, read from verify_input(); the caller
 //   records the target's pass over them (LlamaModel::record_batch, Logits::All) and record_verify() with

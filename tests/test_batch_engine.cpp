@@ -1,4 +1,4 @@
-// Continuous batching (apps/batch_engine.h): requests decoded together, queued past --parallel, give each
+// Continuous batching (engine/batch_engine.h): requests decoded together, queued past --parallel, give each
 // exactly the tokens of its run alone (Engine::generate, one sequence), greedy and sampled, plain and
 // speculative with both drafters; n completions of one prompt share its prefix; cancelled and failing
 // requests free their blocks; admission waits for KV blocks instead of failing.
@@ -6,18 +6,23 @@
 #include <map>
 #include <thread>
 
-#include "apps/batch_engine.h"
+#include "engine/batch_engine.h"
+#include "engine/prompt.h"
 #include "tests/vk_test_env.h"
 
 namespace vkspec::test {
 namespace {
 
-using cli::BatchEngine;
-using cli::BatchRequest;
-using cli::BatchResult;
+using vkspec::BatchEngine;
+using vkspec::BatchRequest;
+using vkspec::BatchResult;
 
 const char* kPrompts[] = {"def fibonacci(n):\n", "import os\nimport sys\n\n", "class Stack:\n    def __init__(self):\n",
                           "for i in range(10):\n", "    return self.", "with open(path) as f:\n"};
+
+std::vector<uint32_t> encode(const TargetModel& t, const std::string& text) {
+  return tokenize(*t.tok, text, AddBos::IfWanted, true);
+}
 
 struct Outcome {
   std::vector<uint32_t> ids;
@@ -27,13 +32,13 @@ struct Outcome {
 
 class BatchEngineTest : public VkTest {
  protected:
-  static std::shared_ptr<cli::TargetModel> target(uint32_t sequences, uint32_t kv_blocks = 0) {
-    cli::TargetModel::Options to;
+  static std::shared_ptr<TargetModel> target(uint32_t sequences, uint32_t kv_blocks = 0) {
+    TargetModel::Options to;
     to.path = shared_path("models/pycode-target-f16.gguf");
     to.n_ctx = 256;
     to.max_sequences = sequences;
     to.kv_blocks = kv_blocks;
-    return std::make_shared<cli::TargetModel>(to);
+    return std::make_shared<TargetModel>(to);
   }
   static std::shared_ptr<BatchRequest> request(const std::vector<uint32_t>& prompt, const SamplingParams& sp,
                                                uint32_t n, Outcome& out) {
@@ -73,11 +78,11 @@ TEST_F(BatchEngineTest, EveryRequestGetsTheTokensOfItsRunAlone) {
 #endif
   for (const Mode& mode : modes) {
     SCOPED_TRACE(mode.name);
-    cli::RunOptions o;
+    EngineOptions o;
     o.draft_model = mode.draft_model;
     o.draft = mode.draft;
     o.draft_max = 4;
-    cli::Engine solo(t, o);
+    Engine solo(t, o);
     BatchEngine batch(t, o, {4, 24});   // 4 at once (6 requests: two wait), small steps: prefill spans steps
     std::vector<Outcome> runs(std::size(kPrompts));
     std::vector<std::vector<uint32_t>> want;
@@ -85,7 +90,7 @@ TEST_F(BatchEngineTest, EveryRequestGetsTheTokensOfItsRunAlone) {
       SamplingParams sp;
       sp.temperature = mode.temp;
       sp.seed = 100 + i;
-      const auto prompt = solo.encode_prompt(kPrompts[i]);
+      const auto prompt = encode(*t, kPrompts[i]);
       want.push_back(solo.generate(prompt, sp, 20 + int(i), true, solo.drafter() != nullptr).ids);
       batch.submit(request(prompt, sp, 20 + uint32_t(i), runs[i]));
     }
@@ -96,7 +101,7 @@ TEST_F(BatchEngineTest, EveryRequestGetsTheTokensOfItsRunAlone) {
       EXPECT_EQ(runs[i].ids, want[i]) << "prompt " << i;
       EXPECT_EQ(runs[i].result.speculative, !mode.draft_model.empty() || !mode.draft.empty());
     }
-    const cli::BatchMetrics m = batch.metrics();
+    const BatchMetrics m = batch.metrics();
     EXPECT_EQ(m.requests_done, runs.size());
     EXPECT_EQ(m.active, 0u);
     EXPECT_EQ(m.kv_blocks_in_use, 0u);   // every block back in the pool
@@ -123,7 +128,7 @@ TEST_F(BatchEngineTest, CompletionsOfOnePromptPrefillItOnceAndShareItsBlocks) {
     batch.submit(request(prompt, sp, 8, runs[i]));
   }
   drain(batch);
-  const cli::BatchMetrics m = batch.metrics();
+  const BatchMetrics m = batch.metrics();
   // The prompt once, then only each completion's last prompt token (its logits choose its first token).
   EXPECT_EQ(m.prefilled_tokens, L + 3);
   EXPECT_EQ(m.shared_tokens, 3 * (L - 1));
@@ -149,7 +154,7 @@ TEST_F(BatchEngineTest, AdmissionWaitsForBlocksAndCancelledRequestsFreeThem) {
   const auto prompt = batch.tokenizer().encode("def f(x):\n", true, true);
   for (size_t i = 0; i < runs.size(); ++i) batch.submit(request(prompt, greedy, 240, runs[i]));
   batch.step();
-  cli::BatchMetrics m = batch.metrics();
+  BatchMetrics m = batch.metrics();
   EXPECT_EQ(m.active, 2u);
   EXPECT_EQ(m.queued, 3u);
   drain(batch);
@@ -191,7 +196,7 @@ TEST_F(BatchEngineTest, AdmissionWaitsForBlocksAndCancelledRequestsFreeThem) {
 // least recently used first, when a reservation needs their blocks) and holds at most its size.
 TEST_F(BatchEngineTest, PromptCacheServesTheNextTurnAndGivesWayToReservations) {
   auto t = target(4 + 3, 22);   // 2 running + 3 cached (+ 2 for the solo runs); a pool of 22 blocks (352 positions)
-  cli::Engine solo(t, {});
+  Engine solo(t, {});
   BatchEngine batch(t, {}, {2, 64, 3});
   const auto& tok = batch.tokenizer();
   for (const float temp : {0.0f, 0.9f}) {
@@ -199,7 +204,7 @@ TEST_F(BatchEngineTest, PromptCacheServesTheNextTurnAndGivesWayToReservations) {
     SamplingParams sp;
     sp.temperature = temp;
     sp.seed = 7;
-    const std::vector<uint32_t> p1 = solo.encode_prompt("class Parser:\n    def __init__(self, text):\n");
+    const std::vector<uint32_t> p1 = encode(*t, "class Parser:\n    def __init__(self, text):\n");
     Outcome turn1;
     batch.submit(request(p1, sp, 24, turn1));
     drain(batch);
@@ -208,7 +213,7 @@ TEST_F(BatchEngineTest, PromptCacheServesTheNextTurnAndGivesWayToReservations) {
     p2.insert(p2.end(), turn1.ids.begin(), turn1.ids.end());
     const auto more = tok.encode("\n    def parse(self):\n", false, true);
     p2.insert(p2.end(), more.begin(), more.end());
-    const cli::BatchMetrics before = batch.metrics();
+    const BatchMetrics before = batch.metrics();
     Outcome turn2;
     batch.submit(request(p2, sp, 16, turn2));
     drain(batch);
@@ -219,7 +224,7 @@ TEST_F(BatchEngineTest, PromptCacheServesTheNextTurnAndGivesWayToReservations) {
     EXPECT_EQ(turn1.ids, solo.generate(p1, sp, 24, true, false).ids);
     t->model->kv().check_invariants();
   }
-  cli::BatchMetrics m = batch.metrics();
+  BatchMetrics m = batch.metrics();
   EXPECT_LE(m.cached_sequences, 3u);
   EXPECT_GT(m.kv_blocks_in_use, 0u);   // the cache holds blocks while nothing runs
 
@@ -239,12 +244,12 @@ TEST_F(BatchEngineTest, PromptCacheServesTheNextTurnAndGivesWayToReservations) {
   // At most 3 cached sequences whatever the number of distinct prompts; each is shared when asked again.
   for (size_t i = 0; i < std::size(kPrompts); ++i) {
     Outcome o;
-    batch.submit(request(solo.encode_prompt(kPrompts[i]), greedy, 4, o));
+    batch.submit(request(encode(*t, kPrompts[i]), greedy, 4, o));
     drain(batch);
   }
   m = batch.metrics();
   EXPECT_EQ(m.cached_sequences, 3u);
-  const auto last = solo.encode_prompt(kPrompts[std::size(kPrompts) - 1]);
+  const auto last = encode(*t, kPrompts[std::size(kPrompts) - 1]);
   Outcome again;
   batch.submit(request(last, greedy, 4, again));
   drain(batch);
@@ -255,11 +260,11 @@ TEST_F(BatchEngineTest, PromptCacheServesTheNextTurnAndGivesWayToReservations) {
 
   // With a draft model: the target's prefix comes from the cache, the draft prefills its own; greedy
   // speculation gives exactly the plain greedy tokens.
-  cli::RunOptions o;
+  EngineOptions o;
   o.draft_model = shared_path("models/pycode-draft-f16.gguf");
   o.draft_max = 4;
   BatchEngine spec(t, o, {2, 64, 3});
-  const std::vector<uint32_t> p1 = solo.encode_prompt("def tokenize(text):\n");
+  const std::vector<uint32_t> p1 = encode(*t, "def tokenize(text):\n");
   Outcome s1, s2;
   spec.submit(request(p1, greedy, 20, s1));
   drain(spec);
@@ -275,7 +280,7 @@ TEST_F(BatchEngineTest, PromptCacheServesTheNextTurnAndGivesWayToReservations) {
   t->model->kv().check_invariants();
 }
 
-// The threading contract (apps/batch_engine.h): submit() and metrics() from any thread while the engine
+// The threading contract (engine/batch_engine.h): submit() and metrics() from any thread while the engine
 // thread runs; cancel from another thread; callbacks on the engine thread. Run under ThreadSanitizer by
 // scripts/tsan.sh.
 TEST_F(BatchEngineTest, SubmittersOnManyThreadsWhileTheEngineRuns) {

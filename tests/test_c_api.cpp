@@ -44,7 +44,7 @@ struct Ctx {
   ~Ctx() { EXPECT_EQ(vkspec_context_free(c), VKSPEC_OK) << vkspec_last_error(); }
   static vkspec_context_params greedy() {
     vkspec_context_params p = vkspec_context_default_params();
-    p.temperature = 0.0f;
+    p.sampling.temperature = 0.0f;
     return p;
   }
 };
@@ -197,8 +197,8 @@ TEST(CApi, ExamplesPrintWhatVkspecRunPrints) {
 TEST(CApi, SampledEqualsCliForTheSameSeed) {
   Model model(kStories);
   vkspec_context_params p = vkspec_context_default_params();
-  p.temperature = 0.8f;
-  p.seed = 7;
+  p.sampling.temperature = 0.8f;
+  p.sampling.seed = 7;
   Ctx ctx(model.m, p);
   Streamed s;
   ASSERT_EQ(generate(ctx.c, tokenize(model.m, "Once upon a time"), 32, s), VKSPEC_OK);
@@ -288,7 +288,7 @@ TEST(CApi, ReusesTheCacheAcrossCalls) {
 TEST(CApi, SpeculativeMarksDraftsAndMatchesPlain) {
   Model model(shared("models/pycode-target-f16.gguf"));
   vkspec_context_params sp = Ctx::greedy();
-  sp.draft_ngram = 1;
+  sp.draft.ngram = 1;
   Ctx ctx(model.m, sp);
   const std::vector<int32_t> prompt = tokenize(model.m, "for i in range(10):\n    print(i)\nfor i in range(10):\n    print(i)\n");
   Streamed plain, spec;
@@ -302,7 +302,7 @@ TEST(CApi, SpeculativeMarksDraftsAndMatchesPlain) {
   // 48th token (which K adaptive K picks there depends on measured timings): at most one round's K.
   EXPECT_GT(spec.drafts, 0);
   EXPECT_LE(uint64_t(spec.drafts), m.accepted);
-  EXPECT_LE(m.accepted - uint64_t(spec.drafts), uint64_t(sp.draft_max));
+  EXPECT_LE(m.accepted - uint64_t(spec.drafts), uint64_t(sp.draft.max));
 }
 
 TEST(CApi, CancelStopsGenerationAndPrefill) {
@@ -358,8 +358,8 @@ TEST(CApi, CancelStopsGenerationAndPrefill) {
 TEST(CApi, StepsAreBoundedAndGiveGenerateTokens) {
   Model model(shared("models/pycode-target-f16.gguf"));
   vkspec_context_params p = Ctx::greedy();
-  p.draft_ngram = 1;
-  p.draft_max = 4;
+  p.draft.ngram = 1;
+  p.draft.max = 4;
   Ctx ctx(model.m, p);
   const std::vector<int32_t> prompt =
       tokenize(model.m, "for i in range(10):\n    print(i)\nfor j in range(20):\n    print(j)\nfor k in range(30):\n    print(k)\n");
@@ -469,11 +469,11 @@ TEST(CApi, FreedHandlesAndBadFilesAreErrors) {
   ASSERT_EQ(vkspec_model_load(kStories.c_str(), &mp, &m), VKSPEC_OK);
   vkspec_context_params cp = Ctx::greedy();
   const std::string other_vocab = shared("models/pycode-draft-f16.gguf");
-  cp.draft_model = other_vocab.c_str();
+  cp.draft.model = other_vocab.c_str();
   vkspec_context* c = nullptr;
   EXPECT_EQ(vkspec_context_create(m, &cp, &c), VKSPEC_ERROR_LOAD);
   EXPECT_NE(std::string(vkspec_last_error()).find("vocabular"), std::string::npos) << vkspec_last_error();
-  cp.draft_model = nullptr;
+  cp.draft.model = nullptr;
   ASSERT_EQ(vkspec_context_create(m, &cp, &c), VKSPEC_OK);
   ASSERT_EQ(vkspec_context_free(c), VKSPEC_OK);
   const int32_t prompt[] = {1};
@@ -521,11 +521,11 @@ TEST(CApi, ChatTemplateAndBadInput) {
   EXPECT_EQ(vkspec_generate(ctx.c, too_long.data(), too_long.size(), &g), VKSPEC_ERROR_INVALID_ARGUMENT);
   vkspec_context* c2 = nullptr;
   vkspec_context_params p = vkspec_context_default_params();
-  p.top_p = 2.0f;
+  p.sampling.top_p = 2.0f;
   EXPECT_EQ(vkspec_context_create(model.m, &p, &c2), VKSPEC_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(vkspec_last_error()).find("top-p"), std::string::npos);
   p = vkspec_context_default_params();
-  p.draft_model = "/nonexistent-draft.gguf";
+  p.draft.model = "/nonexistent-draft.gguf";
   EXPECT_EQ(vkspec_context_create(model.m, &p, &c2), VKSPEC_ERROR_LOAD);
   const int32_t out_of_vocab = 1 << 30;
   EXPECT_EQ(vkspec_detokenize(model.m, &out_of_vocab, 1, nullptr, 0, &len), VKSPEC_ERROR_INVALID_ARGUMENT);

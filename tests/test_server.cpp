@@ -19,6 +19,7 @@
 #include <httplib.h>
 
 #include "apps/server_api.h"
+#include "engine/prompt.h"
 #include "loader/gguf.h"
 #include "tests/run_command.h"
 #include "tests/vk_test_env.h"
@@ -47,10 +48,10 @@ TEST(ServerApi, StopStringsAreFoundAcrossTokenBoundaries) {
       EXPECT_EQ(ts.stopped(), cut != std::string::npos);
     }
   }
-  // Incomplete UTF-8 is held back, then completed; a stop string made of a multi-byte character too.
+  // A stop string made of a multi-byte character (pieces are whole characters: the library holds back an
+  // incomplete one).
   cli::TextStream ts({"é!"});
-  EXPECT_EQ(ts.push("a\xC3"), "a");
-  EXPECT_EQ(ts.push("\xA9"), "");   // "é" could start the stop string
+  EXPECT_EQ(ts.push("a\xC3\xA9"), "a");   // "é" could start the stop string
   EXPECT_EQ(ts.push("?"), "\xC3\xA9?");
   EXPECT_EQ(ts.push("\xC3\xA9!"), "");
   EXPECT_TRUE(ts.stopped());
@@ -62,10 +63,15 @@ class ServerApiParse : public ::testing::Test {
     file_ = std::make_unique<GgufFile>(shared_path("models/pycode-target-f16.gguf"));
     tok_ = Tokenizer::from_gguf(*file_);
     lim_.n_ctx = 512;
+    lim_.n_vocab = tok_->n_vocab();
+    // the server's encodings, on the tokenizer directly (no template: chat requests are refused)
+    enc_.prompt = [this](const std::string& text) { return ids(tokenize(*tok_, text, AddBos::IfWanted, true)); };
+    enc_.chat = [this](const std::string& text) { return ids(tokenize(*tok_, text, AddBos::IfWantedUnlessPresent, true)); };
   }
+  static std::vector<int32_t> ids(const std::vector<uint32_t>& v) { return std::vector<int32_t>(v.begin(), v.end()); }
   int status_of(const std::string& body, bool chat = false, std::string* param = nullptr) {
     try {
-      cli::parse_completion(cli::parse_body(body, lim_), chat, lim_, *tok_, nullptr, "m");
+      cli::parse_completion(cli::parse_body(body, lim_), chat, lim_, enc_, "m");
       return 200;
     } catch (const cli::ApiError& e) {
       if (param) *param = e.param;
@@ -77,6 +83,7 @@ class ServerApiParse : public ::testing::Test {
   std::unique_ptr<GgufFile> file_;
   std::unique_ptr<Tokenizer> tok_;
   cli::ServerLimits lim_;
+  cli::PromptEncoder enc_;
 };
 
 TEST_F(ServerApiParse, EveryFieldIsTypeAndRangeChecked) {
@@ -112,8 +119,8 @@ TEST_F(ServerApiParse, EveryFieldIsTypeAndRangeChecked) {
                          "n": 8, "seed": 18446744073709551615, "stop": ["a", "b", "c", "d"], "stream": true,
                          "stream_options": {"include_usage": true}, "user": "u", "logprobs": null, "model": "m"})"), 200);
   const cli::CompletionSpec s = cli::parse_completion(cli::parse_body(R"({"prompt": "def f():", "seed": 3})", lim_), false,
-                                                      lim_, *tok_, nullptr, "m");
-  EXPECT_EQ(s.prompt, tok_->encode("def f():", true, true));
+                                                      lim_, enc_, "m");
+  EXPECT_EQ(s.prompt, ids(tok_->encode("def f():", true, true)));
   EXPECT_EQ(s.max_tokens, 512 - s.prompt.size());   // default: up to the context
   EXPECT_EQ(s.sp.seed, 3u);
   EXPECT_EQ(s.sp.temperature, 1.0f);
@@ -126,7 +133,8 @@ TEST(ServerApi, TokenLogprobsAreTheLogSoftmax) {
   for (size_t i = 0; i < logits.size(); ++i) logits[i] = float(std::sin(double(i) * 0.37) * 6.0);
   double z = 0;
   for (float l : logits) z += std::exp(double(l));
-  const json e = cli::token_logprob(*tok, 100, logits.data(), 5);
+  const json e = cli::token_logprob([&](int32_t id) { return tok->piece(uint32_t(id)); }, 100, logits.data(),
+                                    tok->n_vocab(), 5);
   EXPECT_NEAR(e["logprob"].get<double>(), double(logits[100]) - std::log(z), 1e-9);
   ASSERT_EQ(e["top_logprobs"].size(), 5u);
   const uint32_t best = uint32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());

@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
   std::vector<int32_t> prompt(n);
   if ((s = vkspec_tokenize(model, argv[2], strlen(argv[2]), 1, 1, prompt.data(), n, &n)) != VKSPEC_OK) return fail("tokenize", s);
   vkspec_context_params cp = vkspec_context_default_params();
-  cp.temperature = 0.0f;
+  cp.sampling.temperature = 0.0f;
   vkspec_context* ctx = nullptr;
   if ((s = vkspec_context_create(model, &cp, &ctx)) != VKSPEC_OK) return fail("creating a context", s);
   vkspec_generate_params gp = vkspec_generate_default_params();

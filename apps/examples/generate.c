@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   if ((s = vkspec_tokenize(model, argv[2], strlen(argv[2]), 1, 1, tokens, n_tokens, &n_tokens)) != VKSPEC_OK)
     return fail("tokenize", s);
   cp = vkspec_context_default_params();
-  cp.temperature = 0.0f;
+  cp.sampling.temperature = 0.0f;
   if ((s = vkspec_context_create(model, &cp, &ctx)) != VKSPEC_OK) return fail("creating a context", s);
   gp = vkspec_generate_default_params();
   gp.n_predict = atoi(argv[3]);

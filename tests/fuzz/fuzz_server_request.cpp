@@ -10,6 +10,7 @@
 #include <string>
 
 #include "apps/server_api.h"
+#include "engine/prompt.h"
 
 namespace {
 std::string shared(const char* rel) {
@@ -22,25 +23,39 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace vkspec;
   static const GgufFile file(shared("models/stories260K.gguf"));
   static const std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(file);
-  static const cli::ChatFormatter fmt(*tok, [] {
+  static const ChatFormatter fmt(*tok, [] {
     std::ifstream in(shared("chat-templates/meta-llama-Llama-3.2-3B-Instruct.jinja"));
     return std::optional<std::string>(std::string(std::istreambuf_iterator<char>(in), {}));
   }());
   static const cli::ServerLimits lim = [] {
     cli::ServerLimits l;
     l.n_ctx = 512;
+    l.n_vocab = tok->n_vocab();
     return l;
+  }();
+  // the server's encodings (apps/server.cpp goes through the C API, which calls the same tokenize())
+  static const cli::PromptEncoder enc = [] {
+    auto encode = [](std::string_view text, AddBos bos) {
+      const std::vector<uint32_t> ids = tokenize(*tok, text, bos, true);
+      if (ids.empty()) throw std::runtime_error("empty prompt");
+      return std::vector<int32_t>(ids.begin(), ids.end());
+    };
+    cli::PromptEncoder e;
+    e.prompt = [encode](const std::string& t) { return encode(t, AddBos::IfWanted); };
+    e.chat = [encode](const std::string& t) { return encode(t, AddBos::IfWantedUnlessPresent); };
+    e.render_chat = [](const nlohmann::ordered_json& messages) { return fmt.render(messages, true); };
+    return e;
   }();
   if (size == 0) return 0;
   const bool chat = data[0] & 1;
   const std::string body(reinterpret_cast<const char*>(data) + 1, size - 1);
   try {
-    const cli::CompletionSpec s = cli::parse_completion(cli::parse_body(body, lim), chat, lim, *tok, &fmt, "m");
+    const cli::CompletionSpec s = cli::parse_completion(cli::parse_body(body, lim), chat, lim, enc, "m");
     if (s.prompt.empty() || s.prompt.size() >= lim.n_ctx || s.max_tokens == 0 || s.max_tokens > lim.n_ctx ||
         s.n == 0 || s.n > lim.max_n || s.stop.size() > lim.max_stop || s.top_logprobs > lim.max_top_logprobs)
       abort();
-    for (uint32_t id : s.prompt)
-      if (id >= tok->n_vocab()) abort();
+    for (int32_t id : s.prompt)
+      if (id < 0 || uint32_t(id) >= tok->n_vocab()) abort();
   } catch (const cli::ApiError& e) {
     if (e.status < 400 || e.status >= 500) abort();
   }

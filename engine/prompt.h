@@ -12,19 +12,18 @@
 #include "loader/gguf.h"
 #include "loader/tokenizer.h"
 
-namespace vkspec::cli {
+namespace vkspec {
 
-// A prompt's token ids (BOS added when the model wants it); throws when it is empty.
-std::vector<uint32_t> encode_prompt(const Tokenizer& tok, const std::string& text);
-// A prompt rendered by a chat template: special tokens parsed, BOS added only when the model wants one and
-// the template did not write it.
-std::vector<uint32_t> encode_chat(const Tokenizer& tok, const std::string& text);
+// How tokenize() adds BOS (the C API's add_bos values).
+enum class AddBos { Never = 0, IfWanted = 1, IfWantedUnlessPresent = 2 };
+// The token ids of `text`. IfWanted: BOS first when the model wants one; IfWantedUnlessPresent: also, unless
+// the text already begins with BOS's text (a chat template that wrote it).
+std::vector<uint32_t> tokenize(const Tokenizer& tok, std::string_view text, AddBos bos, bool parse_special);
 
-// The template of the GGUF, or of `template_file` when given; throws a clear error when there is none.
+// A chat template (the GGUF's or the user's) with the model's BOS and EOS texts.
 class ChatFormatter {
  public:
-  ChatFormatter(const GgufFile& f, const Tokenizer& tok, const std::string& template_file);
-  // From Jinja source (nullopt: none, which is the clear error above).
+  // From Jinja source (nullopt: none, which is a clear error naming --chat-template).
   ChatFormatter(const Tokenizer& tok, const std::optional<std::string>& source);
   std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                      const std::optional<nlohmann::ordered_json>& tools = std::nullopt) const;
@@ -34,4 +33,4 @@ class ChatFormatter {
   std::string bos_, eos_;
 };
 
-}  // namespace vkspec::cli
+}  // namespace vkspec

@@ -1,10 +1,10 @@
-#include "apps/engine.h"
+#include "engine/engine.h"
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 
-namespace vkspec::cli {
+namespace vkspec {
 namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -13,47 +13,40 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-void progress_bar(uint64_t done, uint64_t total) {
-  static int last = -1;
-  int pct = total ? int(done * 100 / total) : 100;
-  if (pct == last) return;
-  last = pct;
-  fprintf(stderr, "\rloading weights [%-40.*s] %3d%%%s", pct * 40 / 100, "########################################", pct,
-          pct == 100 ? "\n" : "");
-}
-
-SamplingParams sampling_params(const RunOptions& o) {
-  // Values the device sampler would turn into NaN or infinite probabilities are refused here.
-  if (!std::isfinite(o.temp)) throw Error("--temp must be a finite number (0 = greedy)");
-  if (!(o.top_p > 0.0f && o.top_p <= 1.0f)) throw Error("--top-p must be in (0, 1] (1 = off), got " + std::to_string(o.top_p));
-  if (!(o.min_p >= 0.0f && o.min_p <= 1.0f)) throw Error("--min-p must be in [0, 1] (0 = off), got " + std::to_string(o.min_p));
-  if (o.top_k < 0) throw Error("--top-k must be 0 (off) or positive, got " + std::to_string(o.top_k));
-  if (o.repeat_last_n < -1) throw Error("--repeat-last-n must be -1 (the whole context), 0 (off) or positive");
-  if (!std::isfinite(o.repeat_penalty) || o.repeat_penalty <= 0.0f)
+SamplingParams checked_sampling(float temp, int top_k, float top_p, float min_p, float repeat_penalty,
+                                int repeat_last_n) {
+  if (!std::isfinite(temp)) throw Error("--temp must be a finite number (0 = greedy)");
+  if (!(top_p > 0.0f && top_p <= 1.0f)) throw Error("--top-p must be in (0, 1] (1 = off), got " + std::to_string(top_p));
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) throw Error("--min-p must be in [0, 1] (0 = off), got " + std::to_string(min_p));
+  if (top_k < 0) throw Error("--top-k must be 0 (off) or positive, got " + std::to_string(top_k));
+  if (repeat_last_n < -1) throw Error("--repeat-last-n must be -1 (the whole context), 0 (off) or positive");
+  if (!std::isfinite(repeat_penalty) || repeat_penalty <= 0.0f)
     throw Error("--repeat-penalty must be a positive number (1 = off)");
   SamplingParams sp;
-  sp.temperature = o.temp;
-  sp.top_k = o.top_k;
-  sp.top_p = o.top_p;
-  sp.min_p = o.min_p;
-  sp.repeat_penalty = o.repeat_penalty;
-  sp.repeat_last_n = o.repeat_last_n;
+  sp.temperature = temp;
+  sp.top_k = top_k;
+  sp.top_p = top_p;
+  sp.min_p = min_p;
+  sp.repeat_penalty = repeat_penalty;
+  sp.repeat_last_n = repeat_last_n;
   return sp;
 }
 
-void check_engine_options(const RunOptions& o) {
+void check_engine_options(const EngineOptions& o) {
   if (!o.draft_model.empty() && !o.draft.empty()) throw Error("give either -md DRAFT.gguf or --draft ngram, not both");
   if (o.draft_max < 1 || o.draft_max > int(LlamaModel::kMaxBatch - 1) || o.draft_min < 0 || o.draft_min > o.draft_max)
     throw Error("--draft-max must be 1.." + std::to_string(LlamaModel::kMaxBatch - 1) + " and --draft-min 0..draft-max");
-  if (o.ctx < 0) throw Error("--ctx must be positive");
   if (!(o.draft_p_min >= 0.0f && o.draft_p_min <= 1.0f)) throw Error("--draft-p-min must be in [0, 1] (0 = off)");
-  if (o.device < -1) throw Error("--device must be a device index (0, 1, ...; see `vkspec devices`)");
 }
 
 TargetModel::TargetModel(const Options& o) {
   const auto t_load = std::chrono::steady_clock::now();
   file = std::make_unique<GgufFile>(o.path);
   tok = Tokenizer::from_gguf(*file);
+  if (o.vocab_only) {
+    load_s = seconds_since(t_load);
+    return;
+  }
   ctx = std::make_unique<Context>(ContextOptions{o.device, false, o.external ? &*o.external : nullptr});
   pipelines = std::make_unique<Pipelines>(*ctx);
   ModelOptions mo;
@@ -67,20 +60,7 @@ TargetModel::TargetModel(const Options& o) {
   load_s = seconds_since(t_load);
 }
 
-Engine::Engine(const RunOptions& o, bool show_progress) : o_(o) {
-  check_engine_options(o);
-  const auto t_load = std::chrono::steady_clock::now();
-  TargetModel::Options to;
-  to.path = o.model;
-  to.device = o.device;
-  to.n_ctx = uint32_t(o.ctx);
-  if (show_progress) to.progress = progress_bar;
-  t_ = std::make_shared<TargetModel>(to);
-  load_drafter();
-  load_s_ = seconds_since(t_load);
-}
-
-Engine::Engine(std::shared_ptr<TargetModel> target, const RunOptions& o) : o_(o), t_(std::move(target)) {
+Engine::Engine(std::shared_ptr<TargetModel> target, const EngineOptions& o) : o_(o), t_(std::move(target)) {
   check_engine_options(o);
   const auto t_load = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(t_->busy);   // the draft's upload uses the shared queue
@@ -115,9 +95,6 @@ Engine::~Engine() {
   draft_model_.reset();
 }
 
-std::vector<uint32_t> Engine::encode_prompt(const std::string& text) const { return cli::encode_prompt(*t_->tok, text); }
-
-std::vector<uint32_t> Engine::encode_chat(const std::string& text) const { return cli::encode_chat(*t_->tok, text); }
 
 Session Engine::open_session() {
   std::lock_guard<std::mutex> lock(t_->busy);
@@ -128,6 +105,55 @@ void Engine::close_session(Session& s) {
   std::lock_guard<std::mutex> lock(t_->busy);
   if (s.seq >= 0) t_->model->kv().free_sequence(s.seq);
   s = Session{};
+}
+
+void Engine::clear_session(Session& s) {
+  if (run_) throw Error("internal: clear_session() during a completion");
+  std::lock_guard<std::mutex> lock(t_->busy);
+  t_->model->kv().truncate(s.seq, 0);
+  s.tokens.clear();
+}
+
+namespace {
+// log softmax(logits)[target], in double
+double log_prob(const float* logits, uint32_t n_vocab, uint32_t target) {
+  double mx = logits[0];
+  for (uint32_t i = 1; i < n_vocab; ++i) mx = std::max(mx, double(logits[i]));
+  double sum = 0;
+  for (uint32_t i = 0; i < n_vocab; ++i) sum += std::exp(double(logits[i]) - mx);
+  const double lp = double(logits[target]) - mx - std::log(sum);
+  if (!std::isfinite(lp)) throw Error("the model produced non-finite logits");
+  return lp;
+}
+}  // namespace
+
+std::optional<std::vector<double>> Engine::score(Session& session, std::span<const uint32_t> tokens, size_t first) {
+  LlamaModel& m = *t_->model;
+  if (first < 1 || first >= tokens.size() || tokens.size() > m.n_ctx())
+    throw Error("score needs 1 <= first < n_tokens <= n_ctx (" + std::to_string(m.n_ctx()) + ")");
+  const uint32_t V = m.hparams().n_vocab;
+  for (uint32_t t : tokens)
+    if (t >= V) throw Error("a token id is outside the vocabulary");
+  clear_session(session);
+  std::lock_guard<std::mutex> lock(t_->busy);
+  auto cancelled = [&] { return cancel_ && cancel_->load(std::memory_order_relaxed); };
+  std::vector<double> out;
+  out.reserve(tokens.size() - first);
+  // The tokens before first - 1 only fill the cache (one submission, no logits); then the logits at
+  // positions first-1 .. n-2, a pass of kMaxBatch rows at a time, predict tokens first .. n-1.
+  if (first > 1) m.forward(session.seq, tokens.first(first - 1), Logits::None);
+  for (size_t j = first - 1; j + 1 < tokens.size(); j += LlamaModel::kMaxBatch) {
+    if (cancelled()) {
+      m.kv().truncate(session.seq, 0);
+      return std::nullopt;
+    }
+    const size_t n = std::min<size_t>(LlamaModel::kMaxBatch, tokens.size() - 1 - j);
+    m.forward(session.seq, tokens.subspan(j, n), Logits::All);
+    for (size_t r = 0; r < n; ++r) out.push_back(log_prob(m.logits(uint32_t(r)), V, tokens[j + r + 1]));
+  }
+  session.tokens.assign(tokens.begin(), tokens.end() - 1);
+  if (m.kv().length(session.seq) != session.tokens.size()) throw Error("internal: the KV cache and the session disagree");
+  return out;
 }
 
 Completion Engine::generate(std::span<const uint32_t> prompt, const SamplingParams& sp, int n, bool ignore_eos,
@@ -158,6 +184,7 @@ struct Engine::Run {
   Completion c;
   size_t pos = 0;                  // prompt tokens whose K/V are in the cache
   bool prefilling = true, done = false;
+  bool prefill_passes = false;     // the prompt in passes of kMaxBatch, one per step (cancellable)
   uint32_t next = 0;               // plain decoding: the choice not yet fed back
   std::unique_ptr<SpeculativeDecoder> spec;
   uint64_t submissions0 = 0, dispatches0 = 0;
@@ -178,6 +205,7 @@ void Engine::begin(Session& session, std::span<const uint32_t> prompt, const Sam
   r->n = n;
   r->ignore_eos = ignore_eos;
   r->on_token = on_token;
+  r->prefill_passes = cancel_ && !prefill_whole_;
   Completion& c = r->c;
   c.speculative = speculate && drafter_;
   const uint32_t V = m.hparams().n_vocab, max_history = m.n_ctx() + LlamaModel::kMaxBatch;
@@ -244,7 +272,7 @@ bool Engine::step() {
     if (cancelled) {
       c.stop_reason = "cancelled";
       finish(r.pos);
-    } else if (r.context.size() - r.pos > LlamaModel::kMaxBatch && cancel_) {
+    } else if (r.context.size() - r.pos > LlamaModel::kMaxBatch && r.prefill_passes) {
       rec.begin();
       m.record_forward(rec, seq, m.write_tokens(std::span(r.context).subspan(r.pos, LlamaModel::kMaxBatch)),
                        LlamaModel::kMaxBatch, Logits::None);
@@ -321,15 +349,4 @@ Completion Engine::finish() {
 // (1.28x); n-gram drafts: adaptive 1.57x and 1.50x vs fixed K=5 1.42x and 1.46x on two prompts.
 bool Engine::adaptive_k() const { return o_.draft_policy == "adaptive"; }
 
-nlohmann::json Engine::speculative_json(const SpeculativeStats& s) const {
-  return cli::speculative_json(o_, drafter_->name(), s);
-}
-
-nlohmann::json speculative_json(const RunOptions& o, const std::string& drafter, const SpeculativeStats& s) {
-  return {{"drafter", drafter}, {"draft_max", o.draft_max}, {"draft_min", o.draft_min},
-          {"draft_p_min", o.draft_p_min}, {"draft_policy", o.draft_policy == "adaptive" ? "adaptive" : "fixed"},
-          {"drafted", s.drafted}, {"accepted", s.accepted}, {"acceptance_rate", s.acceptance_rate()},
-          {"tokens_per_verify", s.tokens_per_verify()}, {"verify_passes", s.verify_passes}};
-}
-
-}  // namespace vkspec::cli
+}  // namespace vkspec

@@ -1,7 +1,8 @@
 #pragma once
-// What `run`, `bench` and `chat` (and later the server) share: a target model, its tokenizer and an optional
-// drafter loaded once, and one completion at a time, on a fresh KV sequence or on a Session whose cache is
-// kept between completions (a chat: only what is new is prefilled).
+// The engine under the C API (include/vkspec.h; engine/c_api.cpp): a target model, its tokenizer and an
+// optional drafter loaded once, and one completion at a time, on a fresh KV sequence or on a Session whose
+// cache is kept between completions (a chat: only what is new is prefilled). The server's continuous
+// batching is engine/batch_engine.h. Applications (the CLI in apps/) use the C API, not this header.
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -12,15 +13,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "apps/cli_common.h"
-#include "apps/prompt.h"
+#include "engine/prompt.h"
 #include "loader/tokenizer.h"
 #include "runtime/model.h"
 #include "runtime/sampler.h"
 #include "runtime/token_choice.h"
 #include "speculative/controller.h"
 
-namespace vkspec::cli {
+namespace vkspec {
 
 struct Completion {
   std::vector<uint32_t> ids;   // generated tokens (EOG excluded)
@@ -39,15 +39,21 @@ struct Completion {
   double decode_tok_s() const { return ids.size() > 1 && decode_s > 0 ? double(ids.size() - 1) / decode_s : 0.0; }
 };
 
-// The sampling flags of `o` (the seed is left to the caller).
-SamplingParams sampling_params(const RunOptions& o);
+// How an Engine or BatchEngine drafts (the C API's context parameters; the CLI's -md/--draft flags).
+struct EngineOptions {
+  std::string draft_model;   // a draft GGUF sharing the target's vocabulary, or empty
+  std::string draft;         // "ngram": prompt-lookup drafts instead
+  int draft_max = 5, draft_min = 0;
+  float draft_p_min = 0.0f;
+  std::string draft_policy = "adaptive";   // fixed (always K) | adaptive (speculative/draft_policy.h)
+};
 
-// The loading progress bar on stderr (TargetModel::Options::progress).
-void progress_bar(uint64_t done, uint64_t total);
-// Checks the engine flags of `o` (drafter choice, --draft-max/min, --draft-p-min, --ctx, --device).
-void check_engine_options(const RunOptions& o);
-// "speculative":{"drafter", "draft_max", ..., "drafted", "accepted", "acceptance_rate", "tokens_per_verify"}
-nlohmann::json speculative_json(const RunOptions& o, const std::string& drafter, const SpeculativeStats& s);
+// Sampling settings checked (values the device sampler would turn into NaN or infinite probabilities are
+// refused, naming the CLI's flags); the seed is left to the caller.
+SamplingParams checked_sampling(float temp, int top_k, float top_p, float min_p, float repeat_penalty,
+                                int repeat_last_n);
+// Throws a clear error for drafting options out of range.
+void check_engine_options(const EngineOptions& o);
 
 
 // A KV sequence that outlives one completion. Invariant (asserted after every completion): the cache of
@@ -69,6 +75,7 @@ struct TargetModel {
     uint32_t kv_pool_sequences = 0;   // 0: max_sequences
     std::function<void(uint64_t done, uint64_t total)> progress;
     std::optional<ExternalDevice> external;   // the application's device (C API external device mode)
+    bool vocab_only = false;      // the file and tokenizer only: no device, no model (ctx, pipelines, model null)
   };
   explicit TargetModel(const Options& o);
   std::unique_ptr<GgufFile> file;
@@ -83,30 +90,23 @@ struct TargetModel {
 
 class Engine {
  public:
-  // Loads -m (and -md or --draft ngram) from `o`; checks the draft shares the target's vocabulary.
-  explicit Engine(const RunOptions& o, bool show_progress = false);
-  // On an already loaded target (shared with other Engines); loads the drafter of `o` (o.model is unused).
-  Engine(std::shared_ptr<TargetModel> target, const RunOptions& o);
+  // On a loaded target (shared with other Engines); loads the drafter of `o` and checks that a draft model
+  // shares the target's vocabulary.
+  Engine(std::shared_ptr<TargetModel> target, const EngineOptions& o);
   ~Engine();
 
   const Tokenizer& tokenizer() const { return *t_->tok; }
-  const GgufFile& file() const { return *t_->file; }
   LlamaModel& model() { return *t_->model; }
   // Set while a completion runs: a cancel request ends it after the current submission, and the prompt is
   // then prefilled in submissions of one forward pass (kMaxBatch tokens) so that this is never long.
   void set_cancel_flag(const std::atomic<bool>* flag) { cancel_ = flag; }
+  // With a cancel flag: true prefills the whole prompt in one submission anyway (the flag is then seen after
+  // it); for the completions begun from now on.
+  void set_prefill_one_submission(bool whole) { prefill_whole_ = whole; }
   Drafter* drafter() { return drafter_.get(); }
   bool adaptive_k() const;   // --draft-policy adaptive
-  // "speculative":{"drafter", "draft_max", ..., "drafted", "accepted", "acceptance_rate", "tokens_per_verify"}
-  nlohmann::json speculative_json(const SpeculativeStats& s) const;
-  const DeviceFacts& facts() const { return t_->ctx->facts(); }
   double load_s() const { return load_s_; }
 
-  // The prompt's token ids (BOS added when the model wants it); throws when it is empty.
-  std::vector<uint32_t> encode_prompt(const std::string& text) const;
-  // A prompt rendered by a chat template: special tokens parsed, BOS added only when the model wants one
-  // and the template did not write it.
-  std::vector<uint32_t> encode_chat(const std::string& text) const;
 
   // Generates up to `n` tokens after `prompt` with `sp`, speculatively when `speculate` and a drafter is
   // loaded. `on_token` sees each token as it is accepted and returns false to stop.
@@ -130,6 +130,13 @@ class Engine {
 
   Session open_session();
   void close_session(Session& s);
+  // Empties the session's cache (the next completion prefills its whole context).
+  void clear_session(Session& s);
+
+  // log p(tokens[i] | tokens[0..i-1]) for i = first .. tokens.size()-1, from an empty cache on `session`
+  // (afterwards it holds tokens[0..n-2]); 1 <= first < tokens.size() <= n_ctx. Perplexity's core. Returns
+  // nullopt when the cancel flag stopped it between passes.
+  std::optional<std::vector<double>> score(Session& session, std::span<const uint32_t> tokens, size_t first);
 
  private:
   void load_drafter();
@@ -137,11 +144,12 @@ class Engine {
   struct Run;
   std::unique_ptr<Run> run_;   // the completion in progress
 
-  RunOptions o_;
+  EngineOptions o_;
   std::shared_ptr<TargetModel> t_;
   std::unique_ptr<GgufFile> draft_file_;
   std::unique_ptr<LlamaModel> draft_model_;
   const std::atomic<bool>* cancel_ = nullptr;
+  bool prefill_whole_ = false;
   std::unique_ptr<Drafter> drafter_;
   std::unique_ptr<Recorder> rec_;                 // every decoding step and speculative round
   std::unique_ptr<TokenChooser> chooser_;
@@ -149,4 +157,4 @@ class Engine {
   double load_s_ = 0;
 };
 
-}  // namespace vkspec::cli
+}  // namespace vkspec

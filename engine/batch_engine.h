@@ -29,9 +29,9 @@
 #include <memory>
 #include <mutex>
 
-#include "apps/engine.h"
+#include "engine/engine.h"
 
-namespace vkspec::cli {
+namespace vkspec {
 
 struct BatchResult {
   // "eos", "length" (max_tokens), "context" (the context is full), "stop" (on_token said stop),
@@ -76,13 +76,11 @@ class BatchEngine {
   };
   // `target` must have been loaded with max_sequences >= parallel + cached_sequences; loads the drafter of
   // `o` (-md with `parallel` sequences, or --draft ngram).
-  BatchEngine(std::shared_ptr<TargetModel> target, const RunOptions& o, const Options& opts);
+  BatchEngine(std::shared_ptr<TargetModel> target, const EngineOptions& o, const Options& opts);
   ~BatchEngine();
 
   const Tokenizer& tokenizer() const { return *t_->tok; }
-  TargetModel& target() { return *t_; }
   bool has_drafter() const { return !draft_kind_.empty(); }
-  const std::string& drafter_name() const { return draft_kind_; }
 
   void submit(std::shared_ptr<BatchRequest> r);   // throws Error for a prompt that can never run
   // One step when there is work (false: idle). Engine thread only.
@@ -119,7 +117,7 @@ class BatchEngine {
   uint32_t cached_blocks() const;
 
   std::shared_ptr<TargetModel> t_;
-  RunOptions o_;
+  EngineOptions o_;
   Options opts_;
   std::string draft_kind_;
   std::unique_ptr<GgufFile> draft_file_;
@@ -146,4 +144,4 @@ class BatchEngine {
   bool wake_ = false, closed_ = false;
 };
 
-}  // namespace vkspec::cli
+}  // namespace vkspec

@@ -1,10 +1,10 @@
-#include "apps/batch_engine.h"
+#include "engine/batch_engine.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 
-namespace vkspec::cli {
+namespace vkspec {
 namespace {
 using Clock = std::chrono::steady_clock;
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
@@ -31,7 +31,7 @@ struct BatchEngine::Slot {
   uint32_t rows = 0;   // in this step's pass
 };
 
-BatchEngine::BatchEngine(std::shared_ptr<TargetModel> target, const RunOptions& o, const Options& opts)
+BatchEngine::BatchEngine(std::shared_ptr<TargetModel> target, const EngineOptions& o, const Options& opts)
     : t_(std::move(target)), o_(o), opts_(opts) {
   LlamaModel& m = *t_->model;
   if (opts.parallel == 0) throw Error("--parallel must be at least 1");
@@ -537,4 +537,4 @@ void BatchEngine::take_result(Slot& s) {
   }
 }
 
-}  // namespace vkspec::cli
+}  // namespace vkspec

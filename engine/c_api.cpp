@@ -1,24 +1,10 @@
 // The C API (include/vkspec.h) over the Engine: no C++ type or exception crosses it. Every entry point
 // runs inside api_call(), which turns exceptions into a status and the thread's last error message.
-#include <atomic>
-#include <cstring>
-#include <mutex>
-#include <new>
-#include <unordered_set>
-
-#include "apps/chat.h"
-#include "apps/engine.h"
-#include "vkspec.h"
+#include "engine/c_api_internal.h"
+#include "engine/prompt.h"
 
 using namespace vkspec;
-using namespace vkspec::cli;
-
-struct vkspec_model {
-  std::shared_ptr<TargetModel> target;
-  std::atomic<uint32_t> contexts{0};
-  std::atomic<uint32_t> users{0};   // calls using it right now (vkspec_model_free waits for none: BUSY)
-  uint32_t max_contexts = 1;
-};
+using namespace vkspec::capi;
 
 struct vkspec_context {
   vkspec_model* model = nullptr;
@@ -32,66 +18,13 @@ struct vkspec_context {
   Utf8Stream utf8;                   // its text pieces
 };
 
-namespace {
-
+namespace vkspec::capi {
 thread_local std::string t_last_error;
-
-struct Failure {   // a status with its message, thrown inside api_call
-  vkspec_status status;
-  std::string message;
-};
-
-template <typename F>
-vkspec_status api_call(F&& f, vkspec_status on_error = VKSPEC_ERROR_FAILED) {
-  try {
-    f();
-    return VKSPEC_OK;
-  } catch (const Failure& e) {
-    t_last_error = e.message;
-    return e.status;
-  } catch (const std::bad_alloc&) {
-    t_last_error = "out of host memory";
-    return VKSPEC_ERROR_OUT_OF_MEMORY;
-  } catch (const std::exception& e) {
-    t_last_error = e.what();
-    return on_error;
-  } catch (...) {
-    t_last_error = "unknown failure";
-    return VKSPEC_ERROR_FAILED;
-  }
-}
-
-void require(bool ok, const char* what) {
-  if (!ok) throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, what};
-}
-
-void copy_text(const std::string& s, char* out, size_t capacity, size_t* len) {
-  if (len) *len = s.size();
-  if (out && capacity > 0) {
-    const size_t n = std::min(s.size(), capacity - 1);
-    memcpy(out, s.data(), n);
-    out[n] = 0;
-  }
-}
-
-template <size_t N>
-void copy_field(char (&dst)[N], const std::string& s) {
-  const size_t n = std::min(s.size(), N - 1);
-  memcpy(dst, s.data(), n);
-  dst[n] = 0;
-}
-
-// Live handles: a call with a freed (or never created) handle gets VKSPEC_ERROR_INVALID_ARGUMENT instead of
-// touching freed memory. Checking a handle and claiming it happen under one lock, and freeing removes it
-// under that lock first, so a free racing with a call never leaves the call with a dangling handle.
 std::mutex g_handles_mutex;
-std::unordered_set<const void*> g_models, g_contexts;
+std::unordered_set<const void*> g_models, g_contexts, g_batches;
+}  // namespace vkspec::capi
 
-void check_live(const std::unordered_set<const void*>& set, const void* h, const char* what) {
-  if (!h) throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, std::string("the ") + what + " is null"};
-  if (!set.count(h)) throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, std::string("the ") + what + " is not live (freed?)"};
-}
-
+namespace {
 // Claims a context for the calling thread for the scope (one thread at a time).
 struct Claim {
   vkspec_context* c;
@@ -102,51 +35,32 @@ struct Claim {
   }
   ~Claim() { c->in_use.store(false); }
 };
-
-// Uses a model for the scope (concurrent uses are fine; vkspec_model_free refuses while there are any).
-struct ModelUse {
-  const vkspec_model* m;
-  explicit ModelUse(const vkspec_model* model) : m(model) {
-    std::lock_guard<std::mutex> lock(g_handles_mutex);
-    check_live(g_models, m, "model");
-    const_cast<vkspec_model*>(m)->users++;
-  }
-  ~ModelUse() { const_cast<vkspec_model*>(m)->users--; }
-};
-
-TargetModel::Options target_options(const char* path, const vkspec_model_params& p) {
-  require(path != nullptr, "the model path is null");
-  require(p.device >= -1, "device must be -1 (automatic) or a device index");
-  require(p.max_contexts >= 1 && p.max_contexts <= 256, "max_contexts must be 1..256");
-  TargetModel::Options o;
-  o.path = path;
-  o.device = p.device;
-  o.n_ctx = p.n_ctx;
-  o.max_sequences = p.max_contexts;
-  if (const vkspec_external_device* x = p.external) {
-    ExternalDevice e;
-    e.instance = static_cast<VkInstance>(x->instance);
-    e.physical = static_cast<VkPhysicalDevice>(x->physical_device);
-    e.device = static_cast<VkDevice>(x->device);
-    e.queue_family = x->queue_family_index;
-    e.queue = static_cast<VkQueue>(x->queue);
-    e.get_instance_proc_addr = reinterpret_cast<PFN_vkGetInstanceProcAddr>(x->get_instance_proc_addr);
-    e.buffer_device_address = x->buffer_device_address;
-    e.storage_16bit = x->storage_buffer_16bit;
-    e.storage_8bit = x->storage_buffer_8bit;
-    e.shader_float16 = x->shader_float16;
-    e.shader_int8 = x->shader_int8;
-    e.subgroup_size_control = x->subgroup_size_control;
-    e.push_descriptor = x->push_descriptor;
-    e.lock_queue = x->lock_queue;
-    e.unlock_queue = x->unlock_queue;
-    e.lock_user = x->lock_user;
-    o.external = e;
-  }
-  return o;
-}
-
 }  // namespace
+
+
+namespace vkspec::capi {
+vkspec_sampling_params default_sampling() {
+  vkspec_sampling_params s{};
+  s.temperature = 0.8f;
+  s.top_k = 40;
+  s.top_p = 0.95f;
+  s.min_p = 0.05f;
+  s.repeat_penalty = 1.0f;
+  s.repeat_last_n = 64;
+  s.seed = 0;
+  return s;
+}
+vkspec_draft_params default_draft() {
+  vkspec_draft_params d{};
+  d.model = nullptr;
+  d.ngram = 0;
+  d.max = 5;
+  d.adaptive = 1;
+  d.min = 0;
+  d.p_min = 0.0f;
+  return d;
+}
+}  // namespace vkspec::capi
 
 extern "C" {
 
@@ -196,6 +110,18 @@ vkspec_status vkspec_list_devices(vkspec_device_info* out, uint32_t capacity, ui
       d.storage_16bit = f.storage_16bit;
       d.timestamps = f.timestamps;
       copy_field(d.kernel_family, f.prefers_row_per_lane() ? "row-per-lane" : "subgroup");
+      copy_field(d.api_version, std::to_string(VK_API_VERSION_MAJOR(f.api_version)) + "." +
+                                    std::to_string(VK_API_VERSION_MINOR(f.api_version)) + "." +
+                                    std::to_string(VK_API_VERSION_PATCH(f.api_version)));
+      d.min_subgroup_size = f.min_subgroup_size;
+      d.max_subgroup_size = f.max_subgroup_size;
+      d.subgroup_size_control = f.subgroup_size_control;
+      d.subgroup_arithmetic = f.subgroup_arithmetic;
+      d.shader_int8 = f.shader_int8;
+      d.buffer_device_address = f.buffer_device_address;
+      d.max_shared_memory = f.max_shared_memory;
+      d.max_allocation_size = f.max_allocation_size;
+      copy_field(d.memory_model, f.discrete_memory ? "discrete" : "mapped");
     }
   }, VKSPEC_ERROR_DEVICE);
 }
@@ -268,7 +194,10 @@ vkspec_status vkspec_model_free(vkspec_model* model) {
 
 uint32_t vkspec_model_n_ctx(const vkspec_model* model) {
   uint32_t n = 0;
-  api_call([&] { ModelUse use(model); n = model->target->model->n_ctx(); });
+  api_call([&] {
+    ModelUse use(model);
+    n = model->target->model ? model->target->model->n_ctx() : 0;
+  });
   return n;
 }
 uint32_t vkspec_model_n_vocab(const vkspec_model* model) {
@@ -277,14 +206,34 @@ uint32_t vkspec_model_n_vocab(const vkspec_model* model) {
   return n;
 }
 
+vkspec_status vkspec_model_get_info(const vkspec_model* model, vkspec_model_info* out) {
+  return api_call([&] {
+    ModelUse use(model);
+    require(out != nullptr, "out is null");
+    const TargetModel& t = *model->target;
+    *out = vkspec_model_info{};
+    if (t.ctx) {
+      copy_field(out->device, t.ctx->facts().name);
+      copy_field(out->kernel_family, t.ctx->facts().prefers_row_per_lane() ? "row-per-lane" : "subgroup");
+    }
+    out->n_ctx = t.model ? t.model->n_ctx() : 0;
+    out->n_vocab = t.tok->n_vocab();
+    out->bos = t.tok->bos();
+    out->eos = t.tok->eos();
+    out->add_bos = t.tok->add_bos();
+    out->has_chat_template = ChatTemplate::from_gguf(*t.file).has_value();
+    out->load_seconds = t.load_s;
+  });
+}
+
 vkspec_status vkspec_tokenize(const vkspec_model* model, const char* text, size_t text_len, int32_t add_bos,
                               int32_t parse_special, int32_t* tokens, size_t capacity, size_t* n_tokens) {
   return api_call([&] {
     ModelUse use(model);
     require(n_tokens && (text || text_len == 0) && (tokens || capacity == 0), "a null argument");
-    const Tokenizer& tok = *model->target->tok;
-    const std::vector<uint32_t> ids =
-        tok.encode(std::string_view(text ? text : "", text_len), add_bos && tok.add_bos(), parse_special != 0);
+    require(add_bos >= 0 && add_bos <= VKSPEC_ADD_BOS_UNLESS_PRESENT, "add_bos must be 0, 1 or 2");
+    const std::vector<uint32_t> ids = tokenize(*model->target->tok, std::string_view(text ? text : "", text_len),
+                                               AddBos(add_bos), parse_special != 0);
     *n_tokens = ids.size();
     for (size_t i = 0; i < capacity && i < ids.size(); ++i) tokens[i] = int32_t(ids[i]);
   });
@@ -320,19 +269,11 @@ vkspec_status vkspec_apply_chat_template(const vkspec_model* model, const char* 
   });
 }
 
+
 vkspec_context_params vkspec_context_default_params(void) {
   vkspec_context_params p{};
-  p.draft_model = nullptr;
-  p.draft_ngram = 0;
-  p.draft_max = 5;
-  p.draft_adaptive = 1;
-  p.temperature = 0.8f;
-  p.top_k = 40;
-  p.top_p = 0.95f;
-  p.min_p = 0.05f;
-  p.repeat_penalty = 1.0f;
-  p.repeat_last_n = 64;
-  p.seed = 0;
+  p.draft = default_draft();
+  p.sampling = default_sampling();
   return p;
 }
 
@@ -341,26 +282,12 @@ vkspec_status vkspec_context_create(vkspec_model* model, const vkspec_context_pa
     ModelUse use(model);
     require(params && out, "a null argument");
     *out = nullptr;
-    require(!(params->draft_model && params->draft_ngram), "give a draft model or n-gram drafts, not both");
-    RunOptions o;
-    if (params->draft_model) o.draft_model = params->draft_model;
-    if (params->draft_ngram) o.draft = "ngram";
-    o.draft_max = int(params->draft_max);
-    o.draft_policy = params->draft_adaptive ? "adaptive" : "fixed";
-    o.temp = params->temperature;
-    o.top_k = params->top_k;
-    o.top_p = params->top_p;
-    o.min_p = params->min_p;
-    o.repeat_penalty = params->repeat_penalty;
-    o.repeat_last_n = params->repeat_last_n;
+    if (!model->target->model)
+      throw Failure{VKSPEC_ERROR_NOT_SUPPORTED, "the model was loaded vocab_only: it has no contexts"};
+    const EngineOptions o = engine_options(params->draft);
     auto c = std::make_unique<vkspec_context>();
     c->model = model;
-    try {
-      c->sp = sampling_params(o);
-    } catch (const Error& e) {
-      throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, e.what()};
-    }
-    c->sp.seed = params->seed;
+    c->sp = sampling_params(params->sampling);
     c->engine = std::make_unique<Engine>(model->target, o);
     c->engine->set_cancel_flag(&c->cancel);
     try {
@@ -393,6 +320,26 @@ vkspec_status vkspec_context_free(vkspec_context* ctx) {
   });
 }
 
+vkspec_status vkspec_context_get_info(const vkspec_context* ctx, vkspec_context_info* out) {
+  return api_call([&] {
+    require(out != nullptr, "out is null");
+    Claim claim(const_cast<vkspec_context*>(ctx));
+    *out = vkspec_context_info{};
+    const Engine& e = *ctx->engine;
+    if (const Drafter* d = const_cast<Engine&>(e).drafter()) copy_field(out->drafter, d->name());
+    out->load_seconds = e.load_s();
+    out->cached_tokens = uint32_t(ctx->session.tokens.size());
+  });
+}
+
+vkspec_status vkspec_context_clear(vkspec_context* ctx) {
+  return api_call([&] {
+    Claim claim(ctx);
+    if (ctx->engine->running()) throw Failure{VKSPEC_ERROR_BUSY, "a generation is in progress on this context"};
+    ctx->engine->clear_session(ctx->session);
+  });
+}
+
 vkspec_generate_params vkspec_generate_default_params(void) {
   vkspec_generate_params p{};
   p.n_predict = -1;
@@ -419,6 +366,7 @@ void begin_generation(vkspec_context* ctx, const int32_t* prompt, size_t n_promp
                                                      " tokens and the context holds " + std::to_string(n_ctx)};
   ctx->params = *params;
   ctx->utf8 = Utf8Stream();
+  e.set_prefill_one_submission(params->prefill_one_submission != 0);
   const vkspec_generate_params& p = ctx->params;
   const int n = p.n_predict > 0 ? p.n_predict : int(n_ctx);
   e.begin(ctx->session, ids, ctx->sp, n, p.ignore_eos != 0, p.speculative != 0, [ctx](uint32_t id, bool from_draft) {
@@ -437,6 +385,8 @@ vkspec_status step_generation(vkspec_context* ctx, int32_t* done) {
   if (e.step()) return VKSPEC_OK;
   *done = 1;
   const Completion c = e.finish();
+  const std::string tail = ctx->utf8.finish();   // an unfinished UTF-8 sequence at the end: U+FFFD
+  if (!tail.empty() && ctx->params.on_token) ctx->params.on_token(-1, tail.c_str(), tail.size(), 0, ctx->params.user);
   ctx->cancel.store(false);
   vkspec_metrics& m = ctx->metrics;
   m = vkspec_metrics{};
@@ -453,6 +403,9 @@ vkspec_status step_generation(vkspec_context* ctx, int32_t* done) {
   m.verify_passes = c.spec.verify_passes;
   m.acceptance_rate = c.spec.acceptance_rate();
   m.host_waits = c.decode_submissions;
+  m.dispatches = c.decode_dispatches;
+  m.device_seconds = c.decode_gpu_s;
+  m.round_tokens = c.spec.tokens;
   copy_field(m.stop_reason, c.stop_reason == "interrupted" ? std::string("stopped") : c.stop_reason);
   if (c.stop_reason == "cancelled") throw Failure{VKSPEC_ERROR_CANCELLED, "cancelled by vkspec_cancel()"};
   return VKSPEC_OK;
@@ -489,6 +442,26 @@ vkspec_status vkspec_cancel(vkspec_context* ctx) {
     std::lock_guard<std::mutex> lock(g_handles_mutex);   // (the context cannot be freed meanwhile)
     check_live(g_contexts, ctx, "context");
     ctx->cancel.store(true);
+  });
+}
+
+vkspec_status vkspec_score(vkspec_context* ctx, const int32_t* tokens, size_t n_tokens, size_t first, double* logprobs) {
+  return api_call([&] {
+    Claim claim(ctx);
+    require(tokens && logprobs, "a null argument");
+    Engine& e = *ctx->engine;
+    if (e.running()) throw Failure{VKSPEC_ERROR_BUSY, "a generation is in progress on this context"};
+    const uint32_t n_vocab = e.tokenizer().n_vocab(), n_ctx = e.model().n_ctx();
+    require(first >= 1 && first < n_tokens && n_tokens <= n_ctx, "score needs 1 <= first < n_tokens <= the context");
+    std::vector<uint32_t> ids(n_tokens);
+    for (size_t i = 0; i < n_tokens; ++i) {
+      require(tokens[i] >= 0 && uint32_t(tokens[i]) < n_vocab, "a token id is outside the vocabulary");
+      ids[i] = uint32_t(tokens[i]);
+    }
+    const auto lp = e.score(ctx->session, ids, first);
+    ctx->cancel.store(false);
+    if (!lp) throw Failure{VKSPEC_ERROR_CANCELLED, "cancelled by vkspec_cancel()"};
+    std::copy(lp->begin(), lp->end(), logprobs);
   });
 }
 

@@ -1,0 +1,167 @@
+#pragma once
+// What the C API's source files (engine/c_api.cpp: models, contexts; engine/c_api_batch.cpp: batches)
+// share: the model handle, api_call() (every entry point runs inside it: exceptions become a status and the
+// thread's last error message), the registry of live handles and the conversions of parameter structs.
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <unordered_set>
+
+#include "engine/engine.h"
+#include "vkspec.h"
+
+struct vkspec_model {
+  std::shared_ptr<vkspec::TargetModel> target;
+  std::atomic<uint32_t> contexts{0};
+  std::atomic<uint32_t> users{0};   // calls using it right now (vkspec_model_free waits for none: BUSY)
+  uint32_t max_contexts = 1;   // contexts and batch sequences that may exist at once
+};
+
+
+namespace vkspec::capi {
+
+// The calling thread's last error message (vkspec_last_error).
+extern thread_local std::string t_last_error;
+
+struct Failure {   // a status with its message, thrown inside api_call
+  vkspec_status status;
+  std::string message;
+};
+
+template <typename F>
+vkspec_status api_call(F&& f, vkspec_status on_error = VKSPEC_ERROR_FAILED) {
+  try {
+    f();
+    return VKSPEC_OK;
+  } catch (const Failure& e) {
+    t_last_error = e.message;
+    return e.status;
+  } catch (const std::bad_alloc&) {
+    t_last_error = "out of host memory";
+    return VKSPEC_ERROR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    t_last_error = e.what();
+    return on_error;
+  } catch (...) {
+    t_last_error = "unknown failure";
+    return VKSPEC_ERROR_FAILED;
+  }
+}
+
+inline void require(bool ok, const char* what) {
+  if (!ok) throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, what};
+}
+
+inline void copy_text(const std::string& s, char* out, size_t capacity, size_t* len) {
+  if (len) *len = s.size();
+  if (out && capacity > 0) {
+    const size_t n = std::min(s.size(), capacity - 1);
+    memcpy(out, s.data(), n);
+    out[n] = 0;
+  }
+}
+
+template <size_t N>
+void copy_field(char (&dst)[N], const std::string& s) {
+  const size_t n = std::min(s.size(), N - 1);
+  memcpy(dst, s.data(), n);
+  dst[n] = 0;
+}
+
+// Live handles: a call with a freed (or never created) handle gets VKSPEC_ERROR_INVALID_ARGUMENT instead of
+// touching freed memory. Checking a handle and claiming it happen under one lock, and freeing removes it
+// under that lock first, so a free racing with a call never leaves the call with a dangling handle.
+extern std::mutex g_handles_mutex;
+extern std::unordered_set<const void*> g_models, g_contexts, g_batches;
+
+inline void check_live(const std::unordered_set<const void*>& set, const void* h, const char* what) {
+  if (!h) throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, std::string("the ") + what + " is null"};
+  if (!set.count(h)) throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, std::string("the ") + what + " is not live (freed?)"};
+}
+
+
+// Uses a model for the scope (concurrent uses are fine; vkspec_model_free refuses while there are any).
+struct ModelUse {
+  const vkspec_model* m;
+  explicit ModelUse(const vkspec_model* model) : m(model) {
+    std::lock_guard<std::mutex> lock(g_handles_mutex);
+    check_live(g_models, m, "model");
+    const_cast<vkspec_model*>(m)->users++;
+  }
+  ~ModelUse() { const_cast<vkspec_model*>(m)->users--; }
+};
+
+inline TargetModel::Options target_options(const char* path, const vkspec_model_params& p) {
+  require(path != nullptr, "the model path is null");
+  require(p.device >= -1, "device must be -1 (automatic) or a device index");
+  require(p.max_contexts >= 1 && p.max_contexts <= 256, "max_contexts must be 1..256");
+  TargetModel::Options o;
+  o.path = path;
+  o.device = p.device;
+  o.n_ctx = p.n_ctx;
+  o.max_sequences = p.max_contexts;
+  require(p.kv_contexts <= p.max_contexts, "kv_contexts must be 0..max_contexts");
+  o.kv_pool_sequences = p.kv_contexts;
+  o.vocab_only = p.vocab_only != 0;
+  if (const vkspec_external_device* x = p.external) {
+    ExternalDevice e;
+    e.instance = static_cast<VkInstance>(x->instance);
+    e.physical = static_cast<VkPhysicalDevice>(x->physical_device);
+    e.device = static_cast<VkDevice>(x->device);
+    e.queue_family = x->queue_family_index;
+    e.queue = static_cast<VkQueue>(x->queue);
+    e.get_instance_proc_addr = reinterpret_cast<PFN_vkGetInstanceProcAddr>(x->get_instance_proc_addr);
+    e.buffer_device_address = x->buffer_device_address;
+    e.storage_16bit = x->storage_buffer_16bit;
+    e.storage_8bit = x->storage_buffer_8bit;
+    e.shader_float16 = x->shader_float16;
+    e.shader_int8 = x->shader_int8;
+    e.subgroup_size_control = x->subgroup_size_control;
+    e.push_descriptor = x->push_descriptor;
+    e.lock_queue = x->lock_queue;
+    e.unlock_queue = x->unlock_queue;
+    e.lock_user = x->lock_user;
+    o.external = e;
+  }
+  return o;
+}
+
+}  // namespace vkspec::capi
+
+namespace vkspec::capi {
+
+// The drafting fields checked (a clear error naming the CLI's flags) and converted.
+inline EngineOptions engine_options(const vkspec_draft_params& d) {
+  require(!(d.model && d.ngram), "give a draft model or n-gram drafts, not both");
+  EngineOptions o;
+  if (d.model) o.draft_model = d.model;
+  if (d.ngram) o.draft = "ngram";
+  o.draft_max = d.max > 1000 ? 1000 : int(d.max);
+  o.draft_min = d.min > 1000 ? 1000 : int(d.min);
+  o.draft_p_min = d.p_min;
+  o.draft_policy = d.adaptive ? "adaptive" : "fixed";
+  try {
+    check_engine_options(o);
+  } catch (const Error& e) {
+    throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, e.what()};
+  }
+  return o;
+}
+
+inline SamplingParams sampling_params(const vkspec_sampling_params& p) {
+  try {
+    SamplingParams sp = checked_sampling(p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.repeat_last_n);
+    sp.seed = p.seed;
+    return sp;
+  } catch (const Error& e) {
+    throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, e.what()};
+  }
+}
+
+vkspec_sampling_params default_sampling();
+vkspec_draft_params default_draft();
+
+}  // namespace vkspec::capi

@@ -1,0 +1,296 @@
+// The C API's continuous batching (vkspec_batch_*), scoring (vkspec_score), vocab-only models, the BOS
+// rules of vkspec_tokenize and vkspec_context_clear, through libvkspec.so only. References: a context's own
+// generation of the same request (batch invariance), and the exact distribution (the log-probabilities of
+// every possible next token sum to one; the greedy token is the most likely).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "vkspec.h"
+
+namespace {
+
+std::string shared(const std::string& rel) {
+  const char* s = getenv("VKSPEC_SHARED");
+  return std::string(s ? s : "../shared") + "/" + rel;
+}
+const std::string kStories = shared("models/stories260K.gguf");
+
+vkspec_model* load(const std::string& path, uint32_t max_contexts, uint32_t n_ctx = 256, int vocab_only = 0) {
+  vkspec_model_params p = vkspec_model_default_params();
+  p.max_contexts = max_contexts;
+  p.n_ctx = n_ctx;
+  p.vocab_only = vocab_only;
+  vkspec_model* m = nullptr;
+  EXPECT_EQ(vkspec_model_load(path.c_str(), &p, &m), VKSPEC_OK) << vkspec_last_error();
+  return m;
+}
+
+std::vector<int32_t> tokenize(vkspec_model* m, const std::string& text, int32_t add_bos = VKSPEC_ADD_BOS) {
+  size_t n = 0;
+  EXPECT_EQ(vkspec_tokenize(m, text.data(), text.size(), add_bos, 1, nullptr, 0, &n), VKSPEC_OK);
+  std::vector<int32_t> ids(n);
+  EXPECT_EQ(vkspec_tokenize(m, text.data(), text.size(), add_bos, 1, ids.data(), ids.size(), &n), VKSPEC_OK);
+  return ids;
+}
+
+int append_token(int32_t token, const char*, size_t, int32_t, void* user) {
+  if (token >= 0) static_cast<std::vector<int32_t>*>(user)->push_back(token);
+  return 0;
+}
+
+// A context's generation from an empty cache: the reference a batched request must equal.
+std::vector<int32_t> solo(vkspec_context* c, const std::vector<int32_t>& prompt, int n) {
+  std::vector<int32_t> ids;
+  EXPECT_EQ(vkspec_context_clear(c), VKSPEC_OK);
+  vkspec_generate_params g = vkspec_generate_default_params();
+  g.n_predict = n;
+  g.ignore_eos = 1;
+  g.on_token = append_token;
+  g.user = &ids;
+  EXPECT_EQ(vkspec_generate(c, prompt.data(), prompt.size(), &g), VKSPEC_OK) << vkspec_last_error();
+  return ids;
+}
+
+struct Request {
+  std::vector<int32_t> ids;
+  vkspec_request_result result{};
+  int done = 0;
+};
+int on_token(uint64_t, int32_t token, const char*, size_t, int32_t, const float*, uint32_t, void* user) {
+  if (token >= 0) static_cast<Request*>(user)->ids.push_back(token);
+  return 0;
+}
+void on_done(uint64_t, const vkspec_request_result* r, void* user) {
+  static_cast<Request*>(user)->result = *r;
+  static_cast<Request*>(user)->done++;
+}
+vkspec_request_params request(const vkspec_sampling_params& s, uint32_t n, Request& out) {
+  vkspec_request_params p = vkspec_request_default_params();
+  p.sampling = s;
+  p.max_tokens = n;
+  p.ignore_eos = 1;
+  p.on_token = on_token;
+  p.on_done = on_done;
+  p.user = &out;
+  return p;
+}
+void drain(vkspec_batch* b) {
+  for (int32_t worked = 1, guard = 0; worked && guard < 100000; ++guard) ASSERT_EQ(vkspec_batch_step(b, &worked), VKSPEC_OK);
+}
+
+// Three requests on two sequences (one waits for admission), greedy and sampled: each gets exactly the
+// tokens a context gives it alone, and the batch ends idle with no KV block held.
+TEST(CApiBatch, RequestsGetTheTokensOfTheirContextRuns) {
+  vkspec_model* m = load(kStories, 3);
+  const char* prompts[] = {"Once upon a time", "The little dog", "She was happy because"};
+  for (const float temp : {0.0f, 0.9f}) {
+    SCOPED_TRACE(temp);
+    vkspec_batch_params bp = vkspec_batch_default_params();
+    bp.parallel = 2;
+    vkspec_batch* b = nullptr;
+    ASSERT_EQ(vkspec_batch_create(m, &bp, &b), VKSPEC_OK) << vkspec_last_error();
+    std::vector<Request> runs(3);
+    std::vector<std::vector<int32_t>> want;
+    for (size_t i = 0; i < 3; ++i) {
+      vkspec_context_params cp = vkspec_context_default_params();   // the request's sampling and seed
+      cp.sampling.temperature = temp;
+      cp.sampling.seed = 40 + i;
+      vkspec_context* c = nullptr;
+      ASSERT_EQ(vkspec_context_create(m, &cp, &c), VKSPEC_OK) << vkspec_last_error();
+      const std::vector<int32_t> prompt = tokenize(m, prompts[i]);
+      want.push_back(solo(c, prompt, 12 + int(i)));
+      EXPECT_EQ(vkspec_context_free(c), VKSPEC_OK);
+      const vkspec_request_params rp = request(cp.sampling, 12 + uint32_t(i), runs[i]);
+      uint64_t id = 0;
+      ASSERT_EQ(vkspec_batch_submit(b, prompt.data(), prompt.size(), &rp, &id), VKSPEC_OK) << vkspec_last_error();
+      EXPECT_GT(id, 0u);
+    }
+    drain(b);
+    for (size_t i = 0; i < 3; ++i) {
+      ASSERT_EQ(runs[i].done, 1) << i;
+      EXPECT_STREQ(runs[i].result.stop_reason, "length") << runs[i].result.error;
+      EXPECT_EQ(runs[i].ids, want[i]) << "request " << i;
+      EXPECT_EQ(runs[i].result.completion_tokens, want[i].size());
+    }
+    vkspec_batch_metrics bm;
+    ASSERT_EQ(vkspec_batch_get_metrics(b, &bm), VKSPEC_OK);
+    EXPECT_EQ(bm.requests_done, 3u);
+    EXPECT_EQ(bm.active + bm.queued, 0u);
+    EXPECT_EQ(bm.kv_blocks_in_use, 0u);
+    EXPECT_EQ(vkspec_model_free(m), VKSPEC_ERROR_BUSY) << "a batch is live";
+    EXPECT_EQ(vkspec_batch_free(b), VKSPEC_OK);
+  }
+  EXPECT_EQ(vkspec_model_free(m), VKSPEC_OK);
+}
+
+// Cancel (a running request, an unknown id), a prompt that can never run, shutdown with work left (each
+// request still gets its on_done once), submissions after it, and bad parameters.
+TEST(CApiBatch, CancelShutdownAndErrors) {
+  vkspec_model* m = load(kStories, 2, 64);
+  vkspec_batch_params bp = vkspec_batch_default_params();
+  bp.parallel = 1;
+  vkspec_batch* b = nullptr;
+  ASSERT_EQ(vkspec_batch_create(m, &bp, &b), VKSPEC_OK) << vkspec_last_error();
+  bp.parallel = 2;
+  bp.cached_sequences = 1;
+  vkspec_batch* too_big = nullptr;
+  EXPECT_EQ(vkspec_batch_create(m, &bp, &too_big), VKSPEC_ERROR_INVALID_ARGUMENT) << "3 sequences on max_contexts 2";
+  EXPECT_NE(std::string(vkspec_last_error()).find("max_contexts"), std::string::npos) << vkspec_last_error();
+
+  const std::vector<int32_t> prompt = tokenize(m, "Once upon a time");
+  vkspec_sampling_params greedy = vkspec_request_default_params().sampling;
+  greedy.temperature = 0.0f;
+  Request running, queued, refused;
+  uint64_t id_running = 0, id_queued = 0, id = 0;
+  vkspec_request_params rp = request(greedy, 40, running);
+  ASSERT_EQ(vkspec_batch_submit(b, prompt.data(), prompt.size(), &rp, &id_running), VKSPEC_OK);
+  rp = request(greedy, 40, queued);
+  ASSERT_EQ(vkspec_batch_submit(b, prompt.data(), prompt.size(), &rp, &id_queued), VKSPEC_OK);
+  EXPECT_NE(id_running, id_queued);
+  int32_t worked = 0;
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(vkspec_batch_step(b, &worked), VKSPEC_OK);
+  EXPECT_EQ(vkspec_batch_cancel(b, id_running), VKSPEC_OK);
+  EXPECT_EQ(vkspec_batch_cancel(b, 999999), VKSPEC_OK) << "an unknown id is no error";
+  for (int i = 0; i < 2 && !running.done; ++i) ASSERT_EQ(vkspec_batch_step(b, &worked), VKSPEC_OK);
+  ASSERT_EQ(running.done, 1);
+  EXPECT_STREQ(running.result.stop_reason, "cancelled");
+  EXPECT_LT(running.ids.size(), 40u);
+
+  const std::vector<int32_t> long_prompt(64, prompt[1]);
+  rp = request(greedy, 4, refused);
+  EXPECT_EQ(vkspec_batch_submit(b, long_prompt.data(), long_prompt.size(), &rp, &id), VKSPEC_ERROR_INVALID_ARGUMENT);
+  const int32_t bad_token = 1 << 20;
+  EXPECT_EQ(vkspec_batch_submit(b, &bad_token, 1, &rp, &id), VKSPEC_ERROR_INVALID_ARGUMENT);
+  rp.sampling.top_p = 3.0f;
+  EXPECT_EQ(vkspec_batch_submit(b, prompt.data(), prompt.size(), &rp, &id), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(vkspec_last_error()).find("top-p"), std::string::npos) << vkspec_last_error();
+  EXPECT_EQ(refused.done, 0) << "a refused request has no callbacks";
+
+  EXPECT_EQ(vkspec_batch_shutdown(b), VKSPEC_OK);
+  EXPECT_EQ(queued.done, 1);
+  EXPECT_STREQ(queued.result.stop_reason, "cancelled");
+  rp = request(greedy, 4, refused);
+  EXPECT_NE(vkspec_batch_submit(b, prompt.data(), prompt.size(), &rp, &id), VKSPEC_OK) << "submitted after shutdown";
+  EXPECT_EQ(vkspec_batch_free(b), VKSPEC_OK);
+  EXPECT_EQ(running.done + queued.done, 2) << "on_done exactly once each";
+  EXPECT_EQ(vkspec_batch_free(nullptr), VKSPEC_OK);
+  EXPECT_EQ(vkspec_batch_step(b, &worked), VKSPEC_ERROR_INVALID_ARGUMENT) << "a freed batch";
+  EXPECT_EQ(vkspec_model_free(m), VKSPEC_OK);
+}
+
+// vkspec_score against the exact distribution: at the last position, the probabilities of every possible
+// token (scored one by one) sum to one and the greedy token is the most likely; each position's figure is
+// the same whether it is scored alone or among others (batch invariance).
+TEST(CApiScore, IsTheModelsNextTokenDistribution) {
+  vkspec_model* m = load(kStories, 1, 64);
+  vkspec_context_params cp = vkspec_context_default_params();
+  cp.sampling.temperature = 0.0f;
+  vkspec_context* c = nullptr;
+  ASSERT_EQ(vkspec_context_create(m, &cp, &c), VKSPEC_OK) << vkspec_last_error();
+  std::vector<int32_t> tokens = tokenize(m, "Once upon a time");
+  const size_t first = tokens.size();
+  const std::vector<int32_t> greedy = solo(c, tokens, 5);
+  ASSERT_EQ(greedy.size(), 5u);
+  tokens.insert(tokens.end(), greedy.begin(), greedy.end());
+
+  std::vector<double> lp(tokens.size() - first);
+  ASSERT_EQ(vkspec_score(c, tokens.data(), tokens.size(), first, lp.data()), VKSPEC_OK) << vkspec_last_error();
+  for (size_t k = 0; k < lp.size(); ++k) {
+    EXPECT_LE(lp[k], 0.0);
+    double alone = 0;
+    ASSERT_EQ(vkspec_score(c, tokens.data(), first + k + 1, first + k, &alone), VKSPEC_OK);
+    EXPECT_EQ(alone, lp[k]) << "position " << first + k;
+  }
+  const uint32_t n_vocab = vkspec_model_n_vocab(m);
+  std::vector<int32_t> probe(tokens.begin(), tokens.end());
+  double total = 0, best = -INFINITY;
+  for (uint32_t x = 0; x < n_vocab; ++x) {
+    probe.back() = int32_t(x);
+    double v = 0;
+    ASSERT_EQ(vkspec_score(c, probe.data(), probe.size(), probe.size() - 1, &v), VKSPEC_OK);
+    total += std::exp(v);
+    best = std::max(best, v);
+  }
+  EXPECT_NEAR(total, 1.0, 1e-4);
+  EXPECT_EQ(best, lp.back()) << "the greedy token is the most likely one";
+
+  double out = 0;
+  EXPECT_EQ(vkspec_score(c, tokens.data(), tokens.size(), 0, &out), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(vkspec_score(c, tokens.data(), tokens.size(), tokens.size(), &out), VKSPEC_ERROR_INVALID_ARGUMENT);
+  const std::vector<int32_t> too_long(65, tokens[1]);
+  EXPECT_EQ(vkspec_score(c, too_long.data(), too_long.size(), 1, &out), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(vkspec_context_free(c), VKSPEC_OK);
+  EXPECT_EQ(vkspec_model_free(m), VKSPEC_OK);
+}
+
+// A vocab-only model tokenizes like the full one and has no contexts; the BOS rules of vkspec_tokenize;
+// vkspec_context_clear empties the cache that the next generation would reuse.
+TEST(CApi, VocabOnlyBosRulesAndClear) {
+  vkspec_model* vocab = load(kStories, 1, 0, 1);
+  vkspec_model* full = load(kStories, 1);
+  vkspec_model_info vi, fi;
+  ASSERT_EQ(vkspec_model_get_info(vocab, &vi), VKSPEC_OK);
+  ASSERT_EQ(vkspec_model_get_info(full, &fi), VKSPEC_OK);
+  EXPECT_EQ(vi.n_ctx, 0u);
+  EXPECT_STREQ(vi.device, "");
+  EXPECT_EQ(fi.n_ctx, 256u);
+  EXPECT_NE(std::string(fi.device), "");
+  EXPECT_EQ(vi.n_vocab, fi.n_vocab);
+  EXPECT_EQ(vi.bos, fi.bos);
+  EXPECT_EQ(tokenize(vocab, "Once upon a time"), tokenize(full, "Once upon a time"));
+  vkspec_context_params cp = vkspec_context_default_params();
+  vkspec_context* none = nullptr;
+  EXPECT_EQ(vkspec_context_create(vocab, &cp, &none), VKSPEC_ERROR_NOT_SUPPORTED);
+  vkspec_batch_params bp = vkspec_batch_default_params();
+  bp.parallel = 1;
+  vkspec_batch* nob = nullptr;
+  EXPECT_EQ(vkspec_batch_create(vocab, &bp, &nob), VKSPEC_ERROR_NOT_SUPPORTED);
+
+  ASSERT_TRUE(fi.add_bos);
+  const std::string with_bos = "<s>Hello";   // stories260K's BOS text
+  const std::vector<int32_t> doubled = tokenize(full, with_bos, VKSPEC_ADD_BOS);
+  const std::vector<int32_t> once = tokenize(full, with_bos, VKSPEC_ADD_BOS_UNLESS_PRESENT);
+  ASSERT_GE(doubled.size(), 2u);
+  EXPECT_EQ(doubled[0], fi.bos);
+  EXPECT_EQ(doubled[1], fi.bos);
+  EXPECT_EQ(std::vector<int32_t>(doubled.begin() + 1, doubled.end()), once);
+  EXPECT_EQ(tokenize(full, "Hello", VKSPEC_ADD_BOS_UNLESS_PRESENT), tokenize(full, "Hello", VKSPEC_ADD_BOS));
+  size_t n = 0;
+  EXPECT_EQ(vkspec_tokenize(full, "x", 1, 3, 1, nullptr, 0, &n), VKSPEC_ERROR_INVALID_ARGUMENT);
+
+  cp.sampling.temperature = 0.0f;
+  vkspec_context* c = nullptr;
+  ASSERT_EQ(vkspec_context_create(full, &cp, &c), VKSPEC_OK);
+  const std::vector<int32_t> prompt = tokenize(full, "Once upon a time");
+  std::vector<int32_t> ids;
+  vkspec_generate_params g = vkspec_generate_default_params();
+  g.n_predict = 6;
+  g.ignore_eos = 1;
+  g.on_token = append_token;
+  g.user = &ids;
+  ASSERT_EQ(vkspec_generate(c, prompt.data(), prompt.size(), &g), VKSPEC_OK);
+  vkspec_context_info info;
+  ASSERT_EQ(vkspec_context_get_info(c, &info), VKSPEC_OK);
+  EXPECT_EQ(info.cached_tokens, prompt.size() + 5) << "the prompt and every generated token but the last";
+  EXPECT_STREQ(info.drafter, "");
+  ASSERT_EQ(vkspec_generate(c, prompt.data(), prompt.size(), &g), VKSPEC_OK);
+  vkspec_metrics mt;
+  ASSERT_EQ(vkspec_get_metrics(c, &mt), VKSPEC_OK);
+  EXPECT_EQ(mt.reused_tokens, prompt.size() - 1);
+  ASSERT_EQ(vkspec_context_clear(c), VKSPEC_OK);
+  ASSERT_EQ(vkspec_context_get_info(c, &info), VKSPEC_OK);
+  EXPECT_EQ(info.cached_tokens, 0u);
+  ASSERT_EQ(vkspec_generate(c, prompt.data(), prompt.size(), &g), VKSPEC_OK);
+  ASSERT_EQ(vkspec_get_metrics(c, &mt), VKSPEC_OK);
+  EXPECT_EQ(mt.reused_tokens, 0u);
+  EXPECT_EQ(mt.prefilled_tokens, prompt.size());
+  EXPECT_EQ(vkspec_context_free(c), VKSPEC_OK);
+  EXPECT_EQ(vkspec_model_free(full), VKSPEC_OK);
+  EXPECT_EQ(vkspec_model_free(vocab), VKSPEC_OK);
+}
+
+}  // namespace
