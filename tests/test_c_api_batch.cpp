@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "vkspec.h"
@@ -179,6 +182,55 @@ TEST(CApiBatch, CancelShutdownAndErrors) {
   EXPECT_EQ(running.done + queued.done, 2) << "on_done exactly once each";
   EXPECT_EQ(vkspec_batch_free(nullptr), VKSPEC_OK);
   EXPECT_EQ(vkspec_batch_step(b, &worked), VKSPEC_ERROR_INVALID_ARGUMENT) << "a freed batch";
+  EXPECT_EQ(vkspec_model_free(m), VKSPEC_OK);
+}
+
+// The threading rules of a batch (scripts/tsan.sh runs this under ThreadSanitizer): submitters on four
+// threads and a cancel from another while one thread runs the batch; vkspec_batch_stop ends the run.
+TEST(CApiBatch, SubmittersOnManyThreadsWhileOneRuns) {
+  vkspec_model* m = load(kStories, 3);
+  vkspec_batch_params bp = vkspec_batch_default_params();
+  bp.parallel = 3;
+  vkspec_batch* b = nullptr;
+  ASSERT_EQ(vkspec_batch_create(m, &bp, &b), VKSPEC_OK) << vkspec_last_error();
+  const std::vector<int32_t> prompt = tokenize(m, "Once upon a time");
+  struct Counted {
+    std::atomic<int> done{0}, cancelled{0};
+  } counted;
+  vkspec_request_params rp = vkspec_request_default_params();
+  rp.sampling.temperature = 0.0f;
+  rp.max_tokens = 8;
+  rp.ignore_eos = 1;
+  rp.user = &counted;
+  rp.on_done = [](uint64_t, const vkspec_request_result* r, void* user) {
+    auto* c = static_cast<Counted*>(user);
+    if (std::string(r->stop_reason) == "cancelled") c->cancelled++;
+    c->done++;
+  };
+  std::thread runner([b] { EXPECT_EQ(vkspec_batch_run(b), VKSPEC_OK) << vkspec_last_error(); });
+  std::vector<std::thread> submitters;
+  std::atomic<uint64_t> long_id{0};
+  for (int t = 0; t < 4; ++t)
+    submitters.emplace_back([&, t] {
+      for (int i = 0; i < 2; ++i) {
+        vkspec_request_params p = rp;
+        if (t == 0 && i == 0) p.max_tokens = 200;   // long: cancelled from the main thread
+        uint64_t id = 0;
+        EXPECT_EQ(vkspec_batch_submit(b, prompt.data(), prompt.size(), &p, &id), VKSPEC_OK) << vkspec_last_error();
+        if (t == 0 && i == 0) long_id = id;
+      }
+    });
+  for (auto& t : submitters) t.join();
+  EXPECT_EQ(vkspec_batch_cancel(b, long_id), VKSPEC_OK);
+  for (int i = 0; i < 6000 && counted.done < 8; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(counted.done, 8);
+  EXPECT_LE(counted.cancelled, 1);
+  vkspec_batch_metrics bm;
+  ASSERT_EQ(vkspec_batch_get_metrics(b, &bm), VKSPEC_OK);
+  EXPECT_EQ(bm.requests_done, 8u);
+  EXPECT_EQ(vkspec_batch_stop(b), VKSPEC_OK);
+  runner.join();
+  EXPECT_EQ(vkspec_batch_free(b), VKSPEC_OK);
   EXPECT_EQ(vkspec_model_free(m), VKSPEC_OK);
 }
 
