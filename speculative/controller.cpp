@@ -46,7 +46,8 @@ bool SpeculativeDecoder::round() {
   const uint32_t m_end = rec_.mark();
   rec_.submit_and_wait();   // the round's one wait
   stats_.gpu_s += std::max(0.0, rec_.seconds_between(m_draft, m_end));
-  return finish(rec_.seconds_between(m_draft, m_verify), rec_.seconds_between(m_verify, m_end));
+  const uint32_t m_steps = round_.catch_up_end >= 0 ? uint32_t(round_.catch_up_end) : m_draft;
+  return finish(rec_.seconds_between(m_steps, m_verify), rec_.seconds_between(m_verify, m_end));
 }
 
 bool SpeculativeDecoder::start() {
@@ -68,6 +69,7 @@ uint32_t SpeculativeDecoder::drafts_planned() {
   chooser_.set_token(0, g_);
   history_len_ = chooser_.mode() == ChoiceMode::Device ? chooser_.set_history(context_) : 0;
   round_.history_len = history_len_;
+  round_.catch_up_end = -1;
   return k_max;
 }
 

@@ -53,6 +53,12 @@ uint32_t ModelDrafter::draft(std::span<const uint32_t> context, uint32_t k, Draf
   // chooses draft i + 1 into slot i + 1: k steps for k drafts.
   Steps st = begin(context, k);
   if (st.k == 0) return 0;
+  if (st.n_in > 2 && round.rec.can_mark()) {   // catch up first, timed apart (DraftRound::catch_up_end)
+    model_.record_forward(round.rec, seq_, st.in, st.n_in - 1, Logits::None);
+    round.catch_up_end = round.rec.mark();
+    st.in = model_.write_tokens(context.last(1));
+    st.n_in = 1;
+  }
   for (uint32_t i = 0; i < st.k; ++i) {
     model_.record_forward(round.rec, seq_, st.in, st.n_in, Logits::Last);
     choose(i, round, model_.logits_rows(), context.size());

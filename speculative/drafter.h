@@ -27,6 +27,10 @@ struct DraftRound {
   TokenChooser& chooser;               // mode, sampling parameters, token slots (drafts go to 1..K)
   SpecAcceptor* acceptor = nullptr;    // sampling: q_i goes to its q row i
   uint32_t history_len = 0;            // Device mode: the penalty history after the context (set_history)
+  // A draft model's mark after catching up on the context it had not seen (the prompt, tokens decoded
+  // plainly), or -1: the policy prices drafts per step, and a first round whose 5 drafts were priced with a
+  // 128-token catch-up in them sent adaptive K to plain rounds for most of a completion.
+  int64_t catch_up_end = -1;
 };
 
 // How many of `k` drafts in slots 1..k are verified under --draft-p-min: all up to the first i >= 1 whose

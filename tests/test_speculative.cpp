@@ -224,6 +224,34 @@ TEST_F(SpeculativeTest, OneSubmissionPerStepAndPerRound) {
   }
 }
 
+// A draft model that has not seen part of the context (the prompt, tokens decoded plainly) catches up on it
+// in a pass of its own, timed apart: the adaptive policy prices drafts per step, and a first round that
+// priced the prompt's catch-up as drafting stopped speculation for the rest of a completion. Its drafts are
+// still its own greedy continuation, split or not (batch invariance).
+TEST_F(SpeculativeTest, DraftCatchUpIsTimedApartAndDraftsStayTheDraftsGreedyContinuation) {
+  StoriesPair pair;
+  std::vector<uint32_t> context = {1, 403, 407, 261, 378, 300, 270};
+  ModelDrafter md(pair.draft, 0.0f);
+  Session session(pair.draft.hparams().n_vocab);
+  for (const uint32_t k : {4u, 3u}) {
+    // round 1: 7 unseen tokens; round 2: the last draft and one new token (2 unseen: no separate pass)
+    const std::vector<uint32_t> want = plain_greedy(pair.draft, context, k);
+    DraftRound round{session.rec, session.chooser};
+    session.rec.begin();
+    ASSERT_EQ(md.draft(context, k, round), k);
+    session.rec.submit_and_wait();
+    std::vector<uint32_t> drafts;
+    for (uint32_t i = 0; i < k; ++i) drafts.push_back(session.chooser.token(i + 1));
+    EXPECT_EQ(drafts, want) << "k " << k;
+    if (session.rec.can_mark()) {
+      EXPECT_EQ(round.catch_up_end >= 0, k == 4u) << "k " << k;
+    }
+    md.round_done(drafts);
+    context.insert(context.end(), drafts.begin(), drafts.end());
+    context.push_back(want.front());   // the target's next choice (any token)
+  }
+}
+
 // Two-sample chi-square (homogeneity) of token counts from two samplers; categories whose combined count is
 // below 10 are pooled. Critical value at significance ~1e-6 (Wilson-Hilferty, z = 4.75); seeds are fixed.
 // Returns the number of categories compared.
