@@ -15,11 +15,10 @@
 
 struct vkspec_model {
   std::shared_ptr<vkspec::TargetModel> target;
-  std::atomic<uint32_t> contexts{0};
-  std::atomic<uint32_t> users{0};   // calls using it right now (vkspec_model_free waits for none: BUSY)
-  uint32_t max_contexts = 1;   // contexts and batch sequences that may exist at once
+  std::atomic<uint32_t> contexts{0};   // live contexts and batches (vkspec_model_free refuses while any)
+  std::atomic<uint32_t> users{0};      // calls using it right now (vkspec_model_free waits for none: BUSY)
+  uint32_t max_contexts = 1;           // contexts and batch sequences that may exist at once
 };
-
 
 namespace vkspec::capi {
 
