@@ -2,6 +2,8 @@
 // The CLI's thin C++ layer over the C API (include/vkspec.h), which is all of the library the CLI sees:
 // owning handles, strings and vectors in and out, and a failed call thrown as ApiError carrying
 // vkspec_last_error()'s message. Header-only; nothing here reaches past the public header.
+#include <algorithm>
+#include <exception>
 #include <functional>
 #include <optional>
 #include <span>
