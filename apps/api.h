@@ -47,24 +47,23 @@ inline std::vector<vkspec_device_info> list_devices() {
 
 class Model {
  public:
-  Model(const std::string& path, const vkspec_model_params& p) { check(vkspec_model_load(path.c_str(), &p, &m_)); }
+  Model(const std::string& path, const vkspec_model_params& p) {
+    check(vkspec_model_load(path.c_str(), &p, &m_));
+    check(vkspec_model_get_info(m_, &info_));
+  }
   // The tokenizer and chat template only (no device).
   static Model vocab_only(const std::string& path) {
     vkspec_model_params p = vkspec_model_default_params();
     p.vocab_only = 1;
     return Model(path, p);
   }
-  Model(Model&& o) noexcept : m_(o.m_) { o.m_ = nullptr; }
+  Model(Model&& o) noexcept : m_(o.m_), info_(o.info_) { o.m_ = nullptr; }
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
   ~Model() { vkspec_model_free(m_); }
 
   vkspec_model* get() const { return m_; }
-  vkspec_model_info info() const {
-    vkspec_model_info i;
-    check(vkspec_model_get_info(m_, &i));
-    return i;
-  }
+  const vkspec_model_info& info() const { return info_; }   // fixed for the model's life: read once
   // add_bos: 0, VKSPEC_ADD_BOS or VKSPEC_ADD_BOS_UNLESS_PRESENT
   std::vector<int32_t> tokenize(std::string_view text, int add_bos, bool parse_special) const {
     size_t n = 0;
@@ -87,6 +86,7 @@ class Model {
 
  private:
   vkspec_model* m_ = nullptr;
+  vkspec_model_info info_{};
 };
 
 class Context {

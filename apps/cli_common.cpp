@@ -108,17 +108,23 @@ api::Model load_model(const RunOptions& o, uint32_t max_contexts) {
   return api::Model(o.model, p);
 }
 
-vkspec_context_params context_params(const RunOptions& o, uint64_t seed) {
+vkspec_draft_params draft_params(const RunOptions& o) {
   if (!o.draft_model.empty() && !o.draft.empty()) throw Error("give either -md DRAFT.gguf or --draft ngram, not both");
-  vkspec_context_params p = vkspec_context_default_params();
-  p.draft.model = o.draft_model.empty() ? nullptr : o.draft_model.c_str();
-  p.draft.ngram = o.draft == "ngram";
+  vkspec_draft_params d = vkspec_context_default_params().draft;
+  d.model = o.draft_model.empty() ? nullptr : o.draft_model.c_str();
+  d.ngram = o.draft == "ngram";
   // out of range stays out of range (the library names the flag): negative values are not wrapped
-  p.draft.max = uint32_t(std::max(o.draft_max, 0));
-  p.draft.min = o.draft_min < 0 ? 1000u : uint32_t(o.draft_min);
-  p.draft.p_min = o.draft_p_min;
-  p.draft.adaptive = o.draft_policy == "adaptive";
-  vkspec_sampling_params& s = p.sampling;
+  d.max = uint32_t(std::max(o.draft_max, 0));
+  d.min = o.draft_min < 0 ? 1000u : uint32_t(o.draft_min);
+  d.p_min = o.draft_p_min;
+  d.adaptive = o.draft_policy == "adaptive";
+  return d;
+}
+
+std::string drafter_name(const RunOptions& o) { return !o.draft_model.empty() ? "draft-model" : o.draft; }
+
+vkspec_sampling_params sampling_params(const RunOptions& o, uint64_t seed) {
+  vkspec_sampling_params s;
   s.temperature = o.temp;
   s.top_k = o.top_k;
   s.top_p = o.top_p;
@@ -126,13 +132,20 @@ vkspec_context_params context_params(const RunOptions& o, uint64_t seed) {
   s.repeat_penalty = o.repeat_penalty;
   s.repeat_last_n = o.repeat_last_n;
   s.seed = seed;
+  return s;
+}
+
+vkspec_context_params context_params(const RunOptions& o, uint64_t seed) {
+  vkspec_context_params p;
+  p.draft = draft_params(o);
+  p.sampling = sampling_params(o, seed);
   return p;
 }
 
 std::vector<int32_t> encode_prompt(const api::Model& m, const std::string& text) {
   const std::vector<int32_t> ids = m.tokenize(text, VKSPEC_ADD_BOS, true);
   if (ids.empty()) throw Error("the prompt is empty and the model adds no BOS token");
-  const vkspec_model_info info = m.info();
+  const vkspec_model_info& info = m.info();
   if (info.add_bos && ids.size() >= 2 && ids[0] == info.bos && ids[1] == info.bos)   // as llama.cpp
     fprintf(stderr, "vkspec: warning: the prompt starts with a BOS token and the model adds one too: it now starts "
                     "with two (leave BOS out of the prompt text)\n");
@@ -164,8 +177,8 @@ nlohmann::json speculative_json(const RunOptions& o, const std::string& drafter,
           {"tokens_per_verify", s.tokens_per_verify()}, {"verify_passes", s.verify_passes}};
 }
 
-std::string stop_reason(const vkspec_metrics& m) {
-  const std::string r = m.stop_reason;
+std::string cli_stop_reason(const char* library_reason) {
+  const std::string r = library_reason;
   return r == "stopped" ? "interrupted" : r;
 }
 

@@ -80,7 +80,11 @@ struct PerplexityOptions {
 // Checks --ctx and --device, then loads -m for `max_contexts` contexts at once (a progress bar on stderr
 // when it is a terminal and the output is not JSON).
 api::Model load_model(const RunOptions& o, uint32_t max_contexts = 1);
-// -md/--draft and the sampling flags of `o` with `seed` (the library checks the values).
+// -md/--draft of `o` (the library checks the values), and its name as the library reports it.
+vkspec_draft_params draft_params(const RunOptions& o);
+std::string drafter_name(const RunOptions& o);
+// The sampling flags of `o` with `seed`, and both as a context's parameters.
+vkspec_sampling_params sampling_params(const RunOptions& o, uint64_t seed);
 vkspec_context_params context_params(const RunOptions& o, uint64_t seed);
 // The prompt's ids (BOS when the model wants one; a doubled BOS is warned about, as llama.cpp does);
 // throws when it is empty.
@@ -100,8 +104,8 @@ struct SpecTotals {
 };
 // "speculative":{"drafter", "draft_max", ..., "drafted", "accepted", "acceptance_rate", "tokens_per_verify"}
 nlohmann::json speculative_json(const RunOptions& o, const std::string& drafter, const SpecTotals& s);
-// The CLI's name for a stop reason ("interrupted" where the library says "stopped": a callback ended it).
-std::string stop_reason(const vkspec_metrics& m);
+// The CLI's name for the library's stop reason ("interrupted" where it says "stopped": a callback ended it).
+std::string cli_stop_reason(const char* library_reason);
 
 int cmd_devices(bool json);
 int cmd_perplexity(const RunOptions& o, const PerplexityOptions& p);

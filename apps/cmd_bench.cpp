@@ -145,7 +145,7 @@ int cmd_bench(const RunOptions& o, const BenchOptions& b) {
   if (b.prompt_tokens < 0 || o.n_predict < 2 || b.reps < 1)
     throw Error("bench needs -p >= 0 (0: the prompt text as it is), -n >= 2 and --reps >= 1");
   const api::Model model = load_model(o);
-  const vkspec_model_info mi = model.info();
+  const vkspec_model_info& mi = model.info();
   const std::string text = o.prompt_file.empty() ? std::string(kDefaultPrompt) : read_prompt(o, kMaxTextBytes);
   const std::vector<int32_t> prompt = prompt_of_length(model, text, uint32_t(b.prompt_tokens));
   if (prompt.size() + size_t(o.n_predict) + 1 > mi.n_ctx)
@@ -182,9 +182,8 @@ int cmd_bench(const RunOptions& o, const BenchOptions& b) {
     specd.add(generate(o.n_predict, true, &s));
     identical = identical && s == a;
   }
-  const vkspec_context_params cp = context_params(o, 1);
   nlohmann::json j = {{"model", o.model}, {"device", mi.device}, {"prompt_tokens", prompt.size()},
-                      {"gen_tokens", o.n_predict}, {"reps", b.reps}, {"temp", cp.sampling.temperature},
+                      {"gen_tokens", o.n_predict}, {"reps", b.reps}, {"temp", o.temp},
                       {"plain", plain.summary()}};
   if (spec) {
     j["draft_model"] = o.draft_model;
@@ -194,7 +193,7 @@ int cmd_bench(const RunOptions& o, const BenchOptions& b) {
     // What the device time of the rounds and of plain steps predicts (the realized speedup falls short of it
     // by the host's share: waits, recording, bookkeeping).
     if (plain.gpu_tok_s() > 0) j["predicted_speedup"] = specd.gpu_tok_s() / plain.gpu_tok_s();
-    if (cp.sampling.temperature <= 0.0f) j["greedy_identical"] = identical;
+    if (o.temp <= 0.0f) j["greedy_identical"] = identical;
   }
   if (!b.peer_dir.empty()) {
     const nlohmann::json peer = run_peer(b, o, prompt);

@@ -81,7 +81,7 @@ int cmd_apply_template(const RunOptions& o, const ChatOptions& chat) {
 int cmd_chat(const RunOptions& o, const ChatOptions& chat) {
   const bool tty = isatty(STDIN_FILENO);
   const api::Model model = load_model(o);
-  const vkspec_model_info mi = model.info();
+  const vkspec_model_info& mi = model.info();
   std::optional<std::string> source = chat_template_source(model, chat.template_file);
   api::Context ctx(model, context_params(o, o.seed ? *o.seed : std::random_device{}()));
   const ChatInfo info{o, mi.n_ctx, ctx.info().drafter};
@@ -125,7 +125,7 @@ int cmd_chat(const RunOptions& o, const ChatOptions& chat) {
     if (o.json) {
       const double decode_tok_s = t.ids.size() > 1 && t.m.decode_seconds > 0 ? double(t.ids.size() - 1) / t.m.decode_seconds : 0.0;
       nlohmann::json j = {{"turn", turn}, {"prompt", t.prompt}, {"reply", t.reply}, {"prompt_ids", t.prompt_ids}, {"ids", t.ids},
-                          {"stop_reason", stop_reason(t.m)}, {"reused", t.m.reused_tokens}, {"prefilled", t.m.prefilled_tokens},
+                          {"stop_reason", cli_stop_reason(t.m.stop_reason)}, {"reused", t.m.reused_tokens}, {"prefilled", t.m.prefilled_tokens},
                           {"cached_tokens", conv.cached_tokens()},
                           {"timings", {{"prefill_s", t.m.prefill_seconds}, {"decode_s", t.m.decode_seconds}, {"decode_tok_s", decode_tok_s}}}};
       if (!info.drafter.empty()) {
@@ -137,8 +137,8 @@ int cmd_chat(const RunOptions& o, const ChatOptions& chat) {
     } else {
       write_stdout("\n");
     }
-    if (stop_reason(t.m) == "interrupted") fprintf(stderr, "(reply stopped)\n");
-    if (stop_reason(t.m) == "context")
+    if (cli_stop_reason(t.m.stop_reason) == "interrupted") fprintf(stderr, "(reply stopped)\n");
+    if (cli_stop_reason(t.m.stop_reason) == "context")
       fprintf(stderr, "vkspec: the context of %u tokens is full: /clear starts a new conversation\n", mi.n_ctx);
     ++turn;
   }

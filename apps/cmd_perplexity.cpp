@@ -18,7 +18,7 @@ int cmd_perplexity(const RunOptions& run_opts, const PerplexityOptions& p) {
   RunOptions o = run_opts;
   o.ctx = p.ctx;
   const api::Model model = load_model(o);
-  const vkspec_model_info mi = model.info();
+  const vkspec_model_info& mi = model.info();
   api::Context ctx(model, context_params(o, 0));
   const uint32_t n_ctx = uint32_t(p.ctx);
   if (mi.bos < 0) throw Error("the model has no BOS token, which llama.cpp's method puts at every chunk's start");

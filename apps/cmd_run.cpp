@@ -66,15 +66,13 @@ void run_samples(const RunOptions& o, const api::Model& model, const RunInfo& in
     bool done = false;
   };
   std::vector<Sample> samples(size_t(o.samples));
-  const vkspec_context_params cp = context_params(o, base_seed);
   vkspec_batch_params bp = vkspec_batch_default_params();
   bp.parallel = parallel;
-  bp.draft = cp.draft;
+  bp.draft = draft_params(o);
   api::Batch batch(model, bp);
   for (int i = 0; i < o.samples; ++i) {
     vkspec_request_params rp = vkspec_request_default_params();
-    rp.sampling = cp.sampling;
-    rp.sampling.seed = base_seed + uint64_t(i);
+    rp.sampling = sampling_params(o, base_seed + uint64_t(i));
     rp.max_tokens = uint32_t(o.n_predict);
     rp.ignore_eos = o.ignore_eos;
     rp.user = &samples[size_t(i)];
@@ -97,13 +95,12 @@ void run_samples(const RunOptions& o, const api::Model& model, const RunInfo& in
     const bool worked = batch.step();
     for (; printed < samples.size() && samples[printed].done; ++printed) {
       const Sample& s = samples[printed];
-      const std::string reason = s.result.stop_reason;
-      if (reason == "error") throw Error(s.result.error);
+      if (std::string(s.result.stop_reason) == "error") throw Error(s.result.error);
       if (!o.json) write_stdout(s.text);
       SpecTotals spec;
       spec.drafted = s.result.drafted, spec.accepted = s.result.accepted;
       spec.verify_passes = s.result.verify_passes, spec.round_tokens = s.result.round_tokens;
-      print_completion(o, info, prompt, s.ids, s.text, base_seed + printed, reason == "stopped" ? "interrupted" : reason,
+      print_completion(o, info, prompt, s.ids, s.text, base_seed + printed, cli_stop_reason(s.result.stop_reason),
                        s.result.prefill_seconds, s.result.decode_seconds, s.result.speculative ? &spec : nullptr, n_ctx);
     }
     if (!worked && printed < samples.size()) throw Error("internal: the batch stopped before every sample ended");
@@ -129,7 +126,7 @@ int cmd_run(const RunOptions& o, const ChatOptions& chat) {
   if (o.n_predict <= 0) throw Error("-n must be positive (got " + std::to_string(o.n_predict) + ")");
   const uint32_t parallel = uint32_t(std::min(o.samples, 8));
   const api::Model model = load_model(o, parallel);
-  const vkspec_model_info mi = model.info();
+  const vkspec_model_info& mi = model.info();
   // a context position is rarely more than a few bytes of text: 64 per position bounds what is read
   const std::string text = read_prompt(o, uint64_t(mi.n_ctx) * 64);
   std::vector<int32_t> prompt;
@@ -147,7 +144,7 @@ int cmd_run(const RunOptions& o, const ChatOptions& chat) {
   const uint64_t base_seed = o.seed ? *o.seed : std::random_device{}();
   RunInfo info{mi.device, mi.load_seconds, ""};
   if (o.samples > 1) {
-    info.drafter = !o.draft_model.empty() ? "draft-model" : o.draft;
+    info.drafter = drafter_name(o);
     run_samples(o, model, info, prompt, base_seed, parallel);
     return 0;
   }
@@ -170,7 +167,7 @@ int cmd_run(const RunOptions& o, const ChatOptions& chat) {
   });
   SpecTotals spec;
   spec += m;
-  print_completion(o, info, prompt, ids, out, base_seed, stop_reason(m), m.prefill_seconds, m.decode_seconds,
+  print_completion(o, info, prompt, ids, out, base_seed, cli_stop_reason(m.stop_reason), m.prefill_seconds, m.decode_seconds,
                    info.drafter.empty() ? nullptr : &spec, mi.n_ctx);
   return 0;
 }

@@ -470,7 +470,7 @@ int Server::run() {
       mp.max_contexts = so_.parallel + so_.prompt_cache;   // the cached ones share the pool of `parallel`
       mp.kv_contexts = so_.parallel;
       model_ = std::make_unique<api::Model>(o_.model, mp);
-      const vkspec_model_info mi = model_->info();
+      const vkspec_model_info& mi = model_->info();
       lim_.n_ctx = mi.n_ctx;
       lim_.n_vocab = mi.n_vocab;
       model_id_ = so_.alias.empty() ? std::filesystem::path(o_.model).filename().string() : so_.alias;
@@ -488,12 +488,11 @@ int Server::run() {
         if (!so_.chat_template.empty()) throw Error("--chat-template " + so_.chat_template + ": " + e.what());
         fprintf(stderr, "vkspec: warning: %s: /v1/chat/completions will answer 400\n", e.what());
       }
-      const vkspec_context_params cp = context_params(o_, 0);
       vkspec_batch_params bp = vkspec_batch_default_params();
       bp.parallel = so_.parallel;
       bp.cached_sequences = so_.prompt_cache;
-      bp.draft = cp.draft;
-      drafter_ = !o_.draft_model.empty() ? "draft-model" : o_.draft;
+      bp.draft = draft_params(o_);
+      drafter_ = drafter_name(o_);
       {
         std::lock_guard<std::mutex> lock(stop_mutex_);
         batch_ = std::make_unique<api::Batch>(model, bp);

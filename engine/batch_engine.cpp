@@ -314,7 +314,7 @@ bool BatchEngine::emit(Slot& s, uint32_t t, bool from_draft, const float* row) {
     metrics_.generated_tokens++;
   }
   if (r.on_token && !r.on_token(t, from_draft, row)) {
-    s.stop_reason = "stop";
+    s.stop_reason = "stopped";
     return false;
   }
   if (s.result.completion_tokens >= r.max_tokens) {

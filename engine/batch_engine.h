@@ -34,7 +34,7 @@
 namespace vkspec {
 
 struct BatchResult {
-  // "eos", "length" (max_tokens), "context" (the context is full), "stop" (on_token said stop),
+  // "eos", "length" (max_tokens), "context" (the context is full), "stopped" (on_token said stop),
   // "cancelled", "error" (message in `error`)
   std::string stop_reason, error;
   uint32_t prompt_tokens = 0, prefilled = 0, shared = 0;   // shared: prompt tokens taken from another sequence
@@ -52,7 +52,7 @@ struct BatchRequest {
   bool speculate = true;          // when the engine has a drafter
   bool logits = false;            // keep each generated token's logits row (logits_row) for logprobs; no speculation
   // On the engine thread, for each accepted token in order: its id, whether it was a verified draft, and
-  // (with `logits`) the row it was chosen from. False ends the request ("stop").
+  // (with `logits`) the row it was chosen from. False ends the request ("stopped").
   std::function<bool(uint32_t token, bool from_draft, const float* logits_row)> on_token;
   std::function<void(const BatchResult&)> on_done;   // once, on the engine thread
   std::atomic<bool> cancelled{false};                // any thread: ends the request at the next step

@@ -25,6 +25,8 @@ std::unordered_set<const void*> g_models, g_contexts, g_batches;
 }  // namespace vkspec::capi
 
 namespace {
+const char* kernel_family(const DeviceFacts& f) { return f.prefers_row_per_lane() ? "row-per-lane" : "subgroup"; }
+
 // Claims a context for the calling thread for the scope (one thread at a time).
 struct Claim {
   vkspec_context* c;
@@ -36,7 +38,6 @@ struct Claim {
   ~Claim() { c->in_use.store(false); }
 };
 }  // namespace
-
 
 namespace vkspec::capi {
 vkspec_sampling_params default_sampling() {
@@ -109,7 +110,7 @@ vkspec_status vkspec_list_devices(vkspec_device_info* out, uint32_t capacity, ui
       d.storage_8bit = f.storage_8bit;
       d.storage_16bit = f.storage_16bit;
       d.timestamps = f.timestamps;
-      copy_field(d.kernel_family, f.prefers_row_per_lane() ? "row-per-lane" : "subgroup");
+      copy_field(d.kernel_family, kernel_family(f));
       copy_field(d.api_version, std::to_string(VK_API_VERSION_MAJOR(f.api_version)) + "." +
                                     std::to_string(VK_API_VERSION_MINOR(f.api_version)) + "." +
                                     std::to_string(VK_API_VERSION_PATCH(f.api_version)));
@@ -214,7 +215,7 @@ vkspec_status vkspec_model_get_info(const vkspec_model* model, vkspec_model_info
     *out = vkspec_model_info{};
     if (t.ctx) {
       copy_field(out->device, t.ctx->facts().name);
-      copy_field(out->kernel_family, t.ctx->facts().prefers_row_per_lane() ? "row-per-lane" : "subgroup");
+      copy_field(out->kernel_family, kernel_family(t.ctx->facts()));
     }
     out->n_ctx = t.model ? t.model->n_ctx() : 0;
     out->n_vocab = t.tok->n_vocab();
@@ -268,7 +269,6 @@ vkspec_status vkspec_apply_chat_template(const vkspec_model* model, const char* 
     copy_text(fmt.render(req.messages, add_generation_prompt != 0, req.tools), text, capacity, len);
   });
 }
-
 
 vkspec_context_params vkspec_context_default_params(void) {
   vkspec_context_params p{};
@@ -406,7 +406,7 @@ vkspec_status step_generation(vkspec_context* ctx, int32_t* done) {
   m.dispatches = c.decode_dispatches;
   m.device_seconds = c.decode_gpu_s;
   m.round_tokens = c.spec.tokens;
-  copy_field(m.stop_reason, c.stop_reason == "interrupted" ? std::string("stopped") : c.stop_reason);
+  copy_field(m.stop_reason, c.stop_reason);
   if (c.stop_reason == "cancelled") throw Failure{VKSPEC_ERROR_CANCELLED, "cancelled by vkspec_cancel()"};
   return VKSPEC_OK;
 }

@@ -30,7 +30,7 @@ vkspec_batch* live_batch(const vkspec_batch* b) {
 
 void fill_result(vkspec_request_result& out, const BatchResult& r) {
   out = vkspec_request_result{};
-  copy_field(out.stop_reason, r.stop_reason == "stop" ? std::string("stopped") : r.stop_reason);
+  copy_field(out.stop_reason, r.stop_reason);
   copy_field(out.error, r.error);
   out.prompt_tokens = r.prompt_tokens;
   out.prefilled_tokens = r.prefilled;

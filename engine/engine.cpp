@@ -95,7 +95,6 @@ Engine::~Engine() {
   draft_model_.reset();
 }
 
-
 Session Engine::open_session() {
   std::lock_guard<std::mutex> lock(t_->busy);
   return Session{t_->model->kv().new_sequence(), {}};
@@ -131,9 +130,7 @@ std::optional<std::vector<double>> Engine::score(Session& session, std::span<con
   LlamaModel& m = *t_->model;
   if (first < 1 || first >= tokens.size() || tokens.size() > m.n_ctx())
     throw Error("score needs 1 <= first < n_tokens <= n_ctx (" + std::to_string(m.n_ctx()) + ")");
-  const uint32_t V = m.hparams().n_vocab;
-  for (uint32_t t : tokens)
-    if (t >= V) throw Error("a token id is outside the vocabulary");
+  const uint32_t V = m.hparams().n_vocab;   // (ids are checked by write_tokens)
   clear_session(session);
   std::lock_guard<std::mutex> lock(t_->busy);
   auto cancelled = [&] { return cancel_ && cancel_->load(std::memory_order_relaxed); };
@@ -331,7 +328,7 @@ bool Engine::accept_token(uint32_t t, bool from_draft) {
   }
   c.ids.push_back(t);
   if (r.on_token && !r.on_token(t, from_draft)) {
-    c.stop_reason = "interrupted";
+    c.stop_reason = "stopped";
     return false;
   }
   return c.ids.size() < size_t(r.n);

@@ -24,7 +24,7 @@ namespace vkspec {
 
 struct Completion {
   std::vector<uint32_t> ids;   // generated tokens (EOG excluded)
-  // "eos" (end of generation), "length" (-n reached), "context" (the context is full), "interrupted" (the
+  // "eos" (end of generation), "length" (-n reached), "context" (the context is full), "stopped" (the
   // token callback asked to stop), "cancelled" (the cancel flag was set)
   std::string stop_reason;
   uint32_t reused = 0;         // leading context tokens whose K/V the session's cache already held
