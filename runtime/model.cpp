@@ -310,10 +310,12 @@ uint32_t LlamaModel::record_chunk(Recorder& r, std::span<const ChunkPart> parts,
     r.barrier();
   }
   // The rows that want logits, in order: runs of x gathered into x_out (unless they are one run already).
-  std::vector<std::pair<uint32_t, uint32_t>> runs;   // (first row, rows)
+  std::vector<std::pair<uint32_t, uint32_t>> runs;   // (first row, rows); adjacent runs merged
   for (const ChunkPart& p : parts) {
-    if (p.logits_all) runs.emplace_back(p.row0, p.n);
-    else if (p.logits_last) runs.emplace_back(p.row0 + p.n - 1, 1);
+    if (!p.logits_all && !p.logits_last) continue;
+    const uint32_t first = p.logits_all ? p.row0 : p.row0 + p.n - 1, count = p.logits_all ? p.n : 1;
+    if (!runs.empty() && runs.back().first + runs.back().second == first) runs.back().second += count;
+    else runs.emplace_back(first, count);
   }
   uint32_t rows = 0;
   for (const auto& run : runs) rows += run.second;

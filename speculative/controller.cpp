@@ -46,8 +46,10 @@ bool SpeculativeDecoder::round() {
   const uint32_t m_end = rec_.mark();
   rec_.submit_and_wait();   // the round's one wait
   stats_.gpu_s += std::max(0.0, rec_.seconds_between(m_draft, m_end));
-  const uint32_t m_steps = round_.catch_up_end >= 0 ? uint32_t(round_.catch_up_end) : m_draft;
-  return finish(rec_.seconds_between(m_steps, m_verify), rec_.seconds_between(m_verify, m_end));
+  const bool caught_up = round_.catch_up_end >= 0;   // the drafter caught up first, timed apart
+  const uint32_t m_steps = caught_up ? uint32_t(round_.catch_up_end) : m_draft;
+  return finish(rec_.seconds_between(m_steps, m_verify), rec_.seconds_between(m_verify, m_end),
+                caught_up ? rec_.seconds_between(m_draft, m_steps) : -1.0);
 }
 
 bool SpeculativeDecoder::start() {
@@ -90,7 +92,7 @@ void SpeculativeDecoder::record_verify(const Slice& target_logits) {
   }
 }
 
-bool SpeculativeDecoder::finish(double draft_s, double verify_s) {
+bool SpeculativeDecoder::finish(double draft_s, double verify_s, double catch_up_s) {
   const uint32_t k = k_;
   stats_.verify_passes++;
   std::vector<uint32_t>& drafts = drafts_;
@@ -110,7 +112,7 @@ bool SpeculativeDecoder::finish(double draft_s, double verify_s) {
   if (v.accepted > kept) throw Error("internal: verification accepted more drafts than it was given");
   stats_.drafted += kept;
   stats_.accepted += v.accepted;
-  policy_.observe(kept, v.accepted, draft_s, verify_s);
+  policy_.observe(kept, v.accepted, draft_s, verify_s, catch_up_s);
   target_.kv().truncate(seq_, base_ + 1 + v.accepted);   // keep g and the accepted drafts
 
   for (uint32_t i = 0; i < v.accepted; ++i) {

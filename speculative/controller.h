@@ -73,7 +73,7 @@ class SpeculativeDecoder {
   Drafter& drafter() { return drafter_; }
   TokenInput verify_input() const { return chooser_.input(0); }
   void record_verify(const Slice& target_logits);
-  bool finish(double draft_s = -1, double verify_s = -1);
+  bool finish(double draft_s = -1, double verify_s = -1, double catch_up_s = -1);
 
  private:
   LlamaModel& target_;

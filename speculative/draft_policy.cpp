@@ -6,50 +6,72 @@
 namespace vkspec {
 
 namespace {
-constexpr double kDecay = 0.9;   // weight of the past in every moving average (~10 rounds of memory)
-double ema(double old, double x) { return old < 0 ? x : kDecay * old + (1 - kDecay) * x; }
+constexpr double kDecay = 0.9;   // weight of the past in the acceptance counts (~10 rounds of memory)
 }  // namespace
 
 double DraftPolicy::pass_cost(uint32_t n) const {
-  uint32_t lo = n, hi = n;
-  while (lo > 0 && t_pass_[lo] < 0) --lo;
-  while (hi <= kMaxPass && t_pass_[hi] < 0) ++hi;
-  const bool has_lo = lo > 0, has_hi = hi <= kMaxPass;
-  if (has_lo && has_hi && lo != hi)
-    return t_pass_[lo] + (t_pass_[hi] - t_pass_[lo]) * double(n - lo) / double(hi - lo);
-  return has_lo ? t_pass_[lo] : has_hi ? t_pass_[hi] : -1.0;
+  const double plain = t_plain_.median();
+  if (plain < 0 || n <= 1) return plain;
+  // slope: the median over recent verify passes of their cost above a plain pass, per extra token
+  std::array<double, kVerifyWindow> slopes;
+  const size_t m = std::min<size_t>(verify_seen_, kVerifyWindow);
+  for (size_t i = 0; i < m; ++i) slopes[i] = (verify_[i].s - plain) / double(verify_[i].n - 1);
+  if (m == 0) return plain;   // nothing wider seen yet: priced as a plain pass (never cheaper)
+  std::nth_element(slopes.begin(), slopes.begin() + m / 2, slopes.begin() + m);
+  return plain + std::max(0.0, slopes[m / 2]) * double(n - 1);
 }
 
-uint32_t DraftPolicy::best_k(double t_draft, double (DraftPolicy::*pass)(uint32_t) const) const {
-  if (plain_rounds_ >= kProbeEvery) return 1;
+// switch_s: a one-time cost of drafting this round (the draft model's catch-up after plain rounds)
+uint32_t DraftPolicy::best_k(double t_draft, double (DraftPolicy::*pass)(uint32_t) const, double switch_s) const {
   const double a = std::min(alpha(), 0.999);
   uint32_t best = 0;
   double best_rate = 1.0 / (this->*pass)(1);
   for (uint32_t k = 1; k <= max_ && k + 1 <= kMaxPass; ++k) {
     const double tokens = (1 - std::pow(a, k + 1)) / (1 - a);
-    const double rate = tokens / (k * t_draft + (this->*pass)(k + 1));
+    const double rate = tokens / (switch_s + k * t_draft + (this->*pass)(k + 1));
     if (rate > best_rate) best = k, best_rate = rate;
   }
   return best;
 }
 
-uint32_t DraftPolicy::next_k() const {
-  if (!adaptive_) return max_;
-  if (timing_free_) return best_k(draft_cost_, &DraftPolicy::modeled_pass);
-  if (t_draft_ < 0) return max_;   // nothing measured yet
-  // One plain pass before choosing: until then the nearest measured pass would stand in for its cost, and
-  // a verify pass of K+1 tokens priced as a plain step makes speculating always look worth it.
-  if (t_pass_[1] < 0) return 0;
-  return best_k(t_draft_, &DraftPolicy::pass_cost);
+uint32_t DraftPolicy::choose() const {
+  if (timing_free_) return best_k(draft_cost_, &DraftPolicy::modeled_pass, 0.0);
+  const double catch_up = plain_rounds_ > 0 ? std::max(0.0, t_catch_up_.median()) : 0.0;
+  return best_k(draft_cost(), &DraftPolicy::pass_cost, catch_up);
 }
 
-void DraftPolicy::observe(uint32_t drafted, uint32_t accepted, double draft_s, double pass_s) {
-  if (drafted + 1 <= kMaxPass) t_pass_[drafted + 1] = ema(t_pass_[drafted + 1], pass_s);
-  plain_rounds_ = drafted == 0 ? plain_rounds_ + 1 : 0;
-  if (drafted == 0) return;
-  t_draft_ = ema(t_draft_, draft_s / drafted);
+uint32_t DraftPolicy::next_k() const {
+  if (!adaptive_) return max_;
+  if (plain_rounds_ >= probe_every_) return 1;
+  if (timing_free_) return choose();
+  // Nothing measured yet: one draft, which measures a draft step and a verify pass at the least cost when
+  // the drafts miss (a first round of K = 5 at acceptance ~0.4 cost ~7 ms more than a plain step here).
+  if (t_draft_.size() == 0) return std::min(max_, 1u);
+  // A plain pass before choosing, and again once the last is old: a verify pass of K+1 tokens priced as a
+  // plain step would make speculating always look worth it, and a plain cost measured while the machine
+  // was busy would do the same.
+  if (t_plain_.size() == 0 || since_plain_ >= kRefreshEvery) return 0;
+  return choose();
+}
+
+void DraftPolicy::observe(uint32_t drafted, uint32_t accepted, double draft_s, double pass_s, double catch_up_s) {
+  if (drafted == 0) {
+    if (pass_s >= 0) t_plain_.add(pass_s);
+    plain_rounds_++;
+    since_plain_ = 0;
+    return;
+  }
+  const bool probe = plain_rounds_ >= probe_every_;
+  plain_rounds_ = 0;
+  since_plain_++;
+  if (pass_s >= 0 && drafted + 1 <= kMaxPass) verify_[verify_seen_++ % kVerifyWindow] = {drafted + 1, pass_s};
+  if (draft_s >= 0) t_draft_.add(draft_s / drafted);
+  if (catch_up_s >= 0) t_catch_up_.add(catch_up_s);
   accepted_ = kDecay * accepted_ + accepted;
   rejected_ = kDecay * rejected_ + (accepted < drafted ? 1.0 : 0.0);
+  // A probe that plain still beats: wait twice as long for the next. Drafting by choice: probe soon again
+  // once it stops.
+  probe_every_ = probe && choose() == 0 ? std::min(2 * probe_every_, kProbeMax) : kProbeEvery;
 }
 
 }  // namespace vkspec

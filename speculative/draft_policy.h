@@ -2,50 +2,94 @@
 // How many tokens to draft next round (--draft-policy adaptive), from what earlier rounds measured, so
 // that speculation does not fall behind plain decoding when the drafter keeps missing.
 // Model: each draft is accepted with probability alpha independently, so a round of K drafts yields
-// E(K) = (1 - alpha^(K+1)) / (1 - alpha) tokens and costs K * t_draft + t_verify(K + 1); the next K
+// E(K) = (1 - alpha^(K+1)) / (1 - alpha) tokens and costs K * t_draft + t_pass(K + 1); the next K
 // maximizes E(K) / cost(K) over 0..draft_max, K = 0 being a plain decoding pass.
-// Estimates are exponential moving averages over rounds; verify costs for pass sizes not yet seen are
-// interpolated between seen ones, and the plain pass is measured (one round of K = 0) before any choice.
-// After kProbeEvery plain rounds one draft is tried again, so a drafter that starts agreeing again is noticed.
+// Costs: t_pass(n) = t_plain + slope * (n - 1), one line for every pass size, so that a verify size seen
+// once long ago is priced from what recent passes of any size cost (a table per size went stale: a 2-token
+// pass measured once at 7.3 ms, while it took 5.2, kept the policy from drafting for a whole run). Each input
+// is the median of its recent samples, not a moving average: lavapipe compiles a pipeline variant at its
+// first dispatch, and a shared machine stalls now and then, and one such sample must not steer many rounds.
+// t_plain is measured by a plain round before any choice and again when the last one is kRefreshEvery
+// rounds old. After plain rounds a draft model must first catch up on the tokens it has not seen (a pass
+// of its own): the first drafting round after plain ones is charged that measured cost, so the policy does
+// not flip between plain and drafting near break-even, paying a catch-up at each flip. After probe_every_
+// plain rounds one draft is tried anyway, so that a drafter that starts agreeing again is noticed; a probe
+// after which plain still wins doubles the wait before the next (kProbeEvery up to kProbeMax): on a prompt
+// whose drafts keep missing, probes every 8 rounds with their catch-ups cost ~6% (lavapipe, pycode pair).
 // Sampled runs must not depend on timings: where a verify round ends decides which counter-based random
 // numbers are used, so a seed reproduces its output only if the K sequence is a function of the seed.
 // There (timing_free) the costs are fixed instead of measured: a draft costs `draft_cost` target steps
 // (weight bytes, decoding being memory-bound) and a verify pass of n tokens 1 + kVerifyGrowth * (n - 1)
 // steps (lavapipe measured 0.07-0.1 for the pycode target).
+#include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 
 namespace vkspec {
 
+// The median of the last N values added (N odd). Invariant: size() <= N.
+template <size_t N>
+class RecentMedian {
+  static_assert(N % 2 == 1, "an odd window has one middle value");
+
+ public:
+  void add(double x) { v_[added_++ % N] = x; }
+  size_t size() const { return added_ < N ? size_t(added_) : N; }
+  double median() const {   // of the values held; -1 when none
+    const size_t n = size();
+    if (n == 0) return -1.0;
+    std::array<double, N> v = v_;
+    std::nth_element(v.begin(), v.begin() + n / 2, v.begin() + n);
+    return v[n / 2];
+  }
+ private:
+  std::array<double, N> v_{};
+  uint64_t added_ = 0;
+};
+
 class DraftPolicy {
  public:
   static constexpr uint32_t kMaxPass = 16;     // the largest verify pass (LlamaModel::kMaxBatch)
-  static constexpr uint32_t kProbeEvery = 8;
+  static constexpr uint32_t kProbeEvery = 8, kProbeMax = 64;
+  static constexpr uint32_t kRefreshEvery = 32;
 
   static constexpr double kVerifyGrowth = 0.1;
 
   DraftPolicy(uint32_t draft_max, bool adaptive, bool timing_free = false, double draft_cost = 0.0)
-      : max_(draft_max), adaptive_(adaptive), timing_free_(timing_free), draft_cost_(draft_cost) {
-    t_pass_.fill(-1.0);
-  }
+      : max_(draft_max), adaptive_(adaptive), timing_free_(timing_free), draft_cost_(draft_cost) {}
   uint32_t next_k() const;
   // One round: `drafted` tokens proposed in draft_s seconds, `accepted` of them kept, and the target's
-  // pass over drafted + 1 tokens (verify and accept) took pass_s seconds.
-  void observe(uint32_t drafted, uint32_t accepted, double draft_s, double pass_s);
+  // pass over drafted + 1 tokens (verify and accept) took pass_s seconds; the drafter's catch-up on unseen
+  // context before its steps took catch_up_s (-1: none, or not timed). Times < 0 are not measurements.
+  void observe(uint32_t drafted, uint32_t accepted, double draft_s, double pass_s, double catch_up_s = -1);
   double alpha() const { return accepted_ / (accepted_ + rejected_); }
+  // The measured cost model (seconds; -1 while unmeasured): a target pass over n tokens, a draft step.
+  double pass_cost(uint32_t n) const;
+  double draft_cost() const { return t_draft_.median(); }
 
  private:
-  double pass_cost(uint32_t n) const;   // seconds for a target pass over n tokens (-1: nothing measured)
-  uint32_t best_k(double t_draft, double (DraftPolicy::*pass)(uint32_t) const) const;
+  struct Pass {
+    uint32_t n;
+    double s;
+  };
+  uint32_t choose() const;   // the K with the best expected rate (no probe, no refresh)
+  uint32_t best_k(double t_draft, double (DraftPolicy::*pass)(uint32_t) const, double switch_s) const;
   double modeled_pass(uint32_t n) const { return 1.0 + kVerifyGrowth * (n - 1); }
 
   uint32_t max_;
   bool adaptive_, timing_free_;
   double draft_cost_;                        // timing_free: a draft in target decoding steps
   double accepted_ = 3.0, rejected_ = 1.0;   // decayed counts of accepted drafts and rejections (prior 0.75)
-  double t_draft_ = -1.0;                    // seconds per drafted token
-  std::array<double, kMaxPass + 1> t_pass_;  // seconds per target pass of n tokens
-  uint32_t plain_rounds_ = 0;
+  RecentMedian<9> t_plain_;                  // seconds per one-token pass
+  RecentMedian<15> t_draft_;                 // seconds per drafted token
+  RecentMedian<9> t_catch_up_;               // seconds per catch-up pass
+  static constexpr size_t kVerifyWindow = 15;
+  std::array<Pass, kVerifyWindow> verify_{};  // the last verify passes (n > 1), for the slope
+  uint32_t verify_seen_ = 0;
+  uint32_t plain_rounds_ = 0;                // consecutive plain rounds (probe after probe_every_)
+  uint32_t probe_every_ = kProbeEvery;
+  uint32_t since_plain_ = 0;                 // rounds since the last plain one (refresh after kRefreshEvery)
 };
 
 }  // namespace vkspec

@@ -352,7 +352,7 @@ TEST(Speculative, DraftPolicyPicksTheFastestKAndProbesAfterPlainRounds) {
   EXPECT_EQ(fixed.next_k(), 5u);
 
   DraftPolicy good(5, true);
-  EXPECT_EQ(good.next_k(), 5u);   // nothing measured yet
+  EXPECT_EQ(good.next_k(), 1u);   // nothing measured yet: one draft measures the costs
   for (int i = 0; i < 30; ++i) {
     good.observe(0, 0, 0.0, 0.010);                          // a plain pass: 10 ms
     good.observe(5, 5, 5 * 0.001, 0.012 + (i % 2) * 1e-9);   // drafts 1 ms each, all accepted; 6-token pass 12 ms
@@ -371,6 +371,13 @@ TEST(Speculative, DraftPolicyPicksTheFastestKAndProbesAfterPlainRounds) {
   EXPECT_EQ(bad.next_k(), 1u);
   bad.observe(1, 0, 0.010, 0.0105);
   EXPECT_EQ(bad.next_k(), 0u);
+  // plain still wins after the probe: the next one comes after twice as many plain rounds
+  for (uint32_t i = 1; i < 2 * DraftPolicy::kProbeEvery; ++i) {
+    bad.observe(0, 0, 0.0, 0.010);
+    EXPECT_EQ(bad.next_k(), 0u) << "plain round " << i;
+  }
+  bad.observe(0, 0, 0.0, 0.010);
+  EXPECT_EQ(bad.next_k(), 1u);
 
   // Only speculative rounds seen: one plain pass is measured first (pricing a plain step as the 6-token
   // verify's 20 ms would make K = 1 look 1.3x faster than plain), then plain wins: drafts 5 ms, alpha 0.66,
@@ -403,6 +410,76 @@ TEST(Speculative, DraftPolicyPicksTheFastestKAndProbesAfterPlainRounds) {
   EXPECT_EQ(tf.next_k(), 6u) << "alpha " << tf.alpha();
   DraftPolicy free_drafts(5, true, true, 0.0);   // n-gram: drafts cost nothing, only the verify grows
   EXPECT_EQ(free_drafts.next_k(), 5u);
+}
+
+TEST(Speculative, RecentMedianKeepsTheLastValues) {
+  RecentMedian<3> m;
+  EXPECT_EQ(m.median(), -1.0);
+  m.add(5.0);
+  EXPECT_EQ(m.median(), 5.0);
+  m.add(100.0);
+  m.add(1.0);
+  EXPECT_EQ(m.median(), 5.0);
+  m.add(2.0);   // 5 leaves the window: {100, 1, 2}
+  EXPECT_EQ(m.size(), 3u);
+  EXPECT_EQ(m.median(), 2.0);
+}
+
+// Measured on lavapipe (code4 prompt): the first 2-token pass took 7.3 ms (a pipeline variant compiled at
+// its first dispatch), later ones 5.1-5.3 ms, plain passes 4.6 ms, draft steps 1.3 ms. One slow sample must
+// not price every later 2-token pass: with the true costs K = 1 beats plain at this acceptance.
+TEST(Speculative, DraftPolicyPricesPassesFromRecentMediansNotOneSlowSample) {
+  const double plain = 0.0046, slope = 0.0006, draft = 0.0013;
+  DraftPolicy p(5, true);
+  p.observe(1, 1, 0.050, 0.100);   // first use of every variant: 50 ms of drafting, a 100 ms verify
+  for (int i = 0; i < 5; ++i) p.observe(0, 0, 0.0, plain);
+  for (int i = 0; i < 12; ++i) p.observe(1, i % 3 != 0, draft, plain + slope);
+  EXPECT_NEAR(p.pass_cost(1), plain, 1e-9);
+  EXPECT_NEAR(p.pass_cost(2), plain + slope, 1e-9);
+  EXPECT_NEAR(p.pass_cost(4), plain + 3 * slope, 1e-9);   // sizes never seen: the same line
+  EXPECT_NEAR(p.draft_cost(), draft, 1e-9);
+  const double a = p.alpha();
+  uint32_t want = 0;
+  double best_rate = 1.0 / plain;
+  for (uint32_t k = 1; k <= 5; ++k) {
+    const double rate = (1 - std::pow(a, k + 1)) / (1 - a) / (k * draft + plain + slope * k);
+    if (rate > best_rate) best_rate = rate, want = k;
+  }
+  EXPECT_GE(want, 1u) << "alpha " << a;
+  EXPECT_EQ(p.next_k(), want) << "alpha " << a;
+
+  // Drafting every round, the plain cost is measured again once it is kRefreshEvery rounds old.
+  for (uint32_t i = 12; i < DraftPolicy::kRefreshEvery; ++i) {
+    EXPECT_GE(p.next_k(), 1u) << "round " << i;
+    p.observe(1, i % 3 != 0, draft, plain + slope);
+  }
+  EXPECT_EQ(p.next_k(), 0u);
+  p.observe(0, 0, 0.0, plain);
+  EXPECT_GE(p.next_k(), 1u);
+}
+
+// After plain rounds a draft model catches up on what it has not seen before drafting (5 ms here): the
+// first drafting round pays it, so near break-even the policy stays plain instead of flipping back and forth.
+TEST(Speculative, DraftPolicyChargesTheCatchUpToLeavingPlainDecoding) {
+  const double plain = 0.010, slope = 0.001, draft = 0.002, catch_up = 0.005;
+  DraftPolicy p(5, true);
+  for (int i = 0; i < 9; ++i) p.observe(0, 0, 0.0, plain);
+  for (int i = 0; i < 9; ++i) p.observe(2, 1, 2 * draft, plain + 2 * slope, catch_up);
+  const double a = p.alpha();
+  auto want = [&](double switch_s) {
+    uint32_t best = 0;
+    double best_rate = 1.0 / plain;
+    for (uint32_t k = 1; k <= 5; ++k) {
+      const double rate = (1 - std::pow(a, k + 1)) / (1 - a) / (switch_s + k * draft + plain + slope * k);
+      if (rate > best_rate) best_rate = rate, best = k;
+    }
+    return best;
+  };
+  ASSERT_GE(want(0.0), 1u) << "alpha " << a << ": drafting must win once caught up, or this tests nothing";
+  ASSERT_EQ(want(catch_up), 0u) << "alpha " << a;
+  EXPECT_EQ(p.next_k(), want(0.0));   // caught up: keep drafting
+  p.observe(0, 0, 0.0, plain);
+  EXPECT_EQ(p.next_k(), 0u);          // behind: the catch-up makes plain the better round
 }
 
 TEST(Speculative, NgramDrafterProposesWhatFollowedTheLongestMatch) {
