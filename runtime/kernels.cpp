@@ -138,7 +138,7 @@ void Kernels::rope_store_kv(Recorder& r, const AttentionShape& s, const Slice& q
 }
 
 bool Kernels::attention_texels(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const {
-  return family_ == KernelFamily::RowPerLane && s.head_dim % 4 == 0 && s.q_row() % 4 == 0 &&
+  return family_ == KernelFamily::RowPerLane && s.head_dim % 4 == 0 && s.head_dim <= 128 && s.q_row() % 4 == 0 &&
          s.n_heads / s.n_kv_heads <= 4 && texel_readable(q) && texel_readable(kv.k_pool) &&
          texel_readable(kv.v_pool) && texel_readable(kv.block_tables);
 }
@@ -158,7 +158,7 @@ void Kernels::attention(Recorder& r, const AttentionShape& s, const Slice& q, co
     const VkBufferView views[Pipelines::kTexelBindings] = {q.texels, kv.k_pool.texels, kv.v_pool.texels,
                                                            kv.block_tables.texels};
     const uint32_t wg = std::max(ctx_.facts().subgroup_size, s.head_dim / 4);   // one output texel per lane
-    const Pipeline& p = pipelines_.get("attention_rows", {wg, kv.block_size, group}, Pipelines::Layout::Texels);
+    const Pipeline& p = pipelines_.get("attention_rows", {wg, kv.block_size, group, s.head_dim}, Pipelines::Layout::Texels);
     r.dispatch(p, views, &pc, sizeof pc, s.n_kv_heads, n);
     return;
   }

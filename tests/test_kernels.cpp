@@ -391,7 +391,9 @@ TEST_P(KernelTest, RopeAndPagedAttentionMatchReferenceAndAreBatchInvariant) {
                  Case{8, 1, 32, 8, 0, 7}, Case{16, 2, 64, 16, 129, 3}, Case{6, 2, 64, 16, 100, 6},
                  // past Kernels::kAttentionSplit keys: split attention (flash decoding) in the device-address
                  // kernel, a batch whose first rows have one split and last rows two, and three splits
-                 Case{4, 2, 64, 16, 250, 10}, Case{8, 2, 128, 16, 600, 5}}) {
+                 Case{4, 2, 64, 16, 250, 10}, Case{8, 2, 128, 16, 600, 5},
+                 // head_dim past the texel kernel's 128: the device-address kernel on every device
+                 Case{4, 2, 256, 16, 20, 4}}) {
     SCOPED_TRACE("heads=" + std::to_string(c.n_heads) + " kv=" + std::to_string(c.n_kv));
     const uint32_t total = c.prior + c.n, hd = c.head_dim, qd = c.n_heads * hd, kvd = c.n_kv * hd;
     const uint32_t n_blocks = (total + c.block - 1) / c.block + 3;
@@ -421,9 +423,10 @@ TEST_P(KernelTest, RopeAndPagedAttentionMatchReferenceAndAreBatchInvariant) {
       };
       Slice out = zeros<float>(total * qd);
       Kernels k = kernels();
-      // the texel kernel serves up to 4 query heads per kv head on CPU devices; the device-address one the rest
+      // the texel kernel serves up to 4 query heads per kv head and head_dim <= 128 on CPU devices; the
+      // device-address one the rest
       const bool rows_expected = GetParam() == KernelFamily::RowPerLane && gpu().ctx.facts().texel_reads() &&
-                                 c.n_heads / c.n_kv <= 4;
+                                 c.n_heads / c.n_kv <= 4 && hd <= 128;
       EXPECT_STREQ(k.attention_shader(shape, qs, kv), rows_expected ? "attention_rows" : "attention");
       auto at = [&](const Slice& s, uint32_t t, uint32_t width) { return s.sub(size_t(t) * width * 4, size_t(width) * 4 * (total - t)); };
       run([&](Recorder& r) {
