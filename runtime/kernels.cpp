@@ -157,7 +157,7 @@ void Kernels::attention(Recorder& r, const AttentionShape& s, const Slice& q, co
                        texel_offset(kv.block_tables), s.n_heads, s.n_kv_heads, s.head_dim, scale, s.q_row()};
     const VkBufferView views[Pipelines::kTexelBindings] = {q.texels, kv.k_pool.texels, kv.v_pool.texels,
                                                            kv.block_tables.texels};
-    const uint32_t wg = std::max(ctx_.facts().subgroup_size, s.head_dim / 4);   // one output texel per lane
+    const uint32_t wg = ctx_.facts().subgroup_size;   // one subgroup: no barrier between subgroups
     const Pipeline& p = pipelines_.get("attention_rows", {wg, kv.block_size, group, s.head_dim}, Pipelines::Layout::Texels);
     r.dispatch(p, views, &pc, sizeof pc, s.n_kv_heads, n);
     return;
