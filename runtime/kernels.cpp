@@ -77,6 +77,10 @@ const char* Kernels::matmul_shader(const DeviceMatrix& w, const Slice& x, uint32
 // weight fetches, dominate multi-token passes). Measured on lavapipe (f16, K=384, 6 tokens): 8192 rows
 // 2.47 -> 1.50 ms, 1024 rows 0.34 -> 0.23 ms; 1 token: 1.06 -> 0.77 ms, 0.18 -> 0.15 ms (1 -> 4 rows);
 // 1B shape Q4_K_M: 4 -> 8 rows, prefill +25%, decode +10%. At least two workgroups (two cores here).
+uint32_t Kernels::wg_synced(uint32_t gpu_wg) const {
+  return family_ == KernelFamily::RowPerLane ? ctx_.facts().subgroup_size : gpu_wg;
+}
+
 static uint32_t rows_per_lane(uint32_t rows, uint32_t wg) {
   for (uint32_t rpl : {8u, 4u, 2u})
     if (rows >= rpl * wg * 2) return rpl;
@@ -157,7 +161,7 @@ void Kernels::attention(Recorder& r, const AttentionShape& s, const Slice& q, co
                        texel_offset(kv.block_tables), s.n_heads, s.n_kv_heads, s.head_dim, scale, s.q_row()};
     const VkBufferView views[Pipelines::kTexelBindings] = {q.texels, kv.k_pool.texels, kv.v_pool.texels,
                                                            kv.block_tables.texels};
-    const uint32_t wg = ctx_.facts().subgroup_size;   // one subgroup: no barrier between subgroups
+    const uint32_t wg = wg_synced(0);   // a CPU-device kernel: one subgroup
     const Pipeline& p = pipelines_.get("attention_rows", {wg, kv.block_size, group, s.head_dim}, Pipelines::Layout::Texels);
     r.dispatch(p, views, &pc, sizeof pc, s.n_kv_heads, n);
     return;
@@ -187,7 +191,7 @@ void Kernels::argmax(Recorder& r, const Slice& logits, const Slice& slots, uint3
                      bool top_prob) {
   ArgmaxPC pc{logits.address, slots.address, cols, top_prob ? 1u : 0u};
   // 256 lanes: a 128k-entry row is one workgroup's loop, so wider is faster on a GPU (64 lanes: 0.59 ms on an H100)
-  r.dispatch(pipelines_.get("argmax", {256}), &pc, sizeof pc, n);
+  r.dispatch(pipelines_.get("argmax", {wg_synced(256)}), &pc, sizeof pc, n);
 }
 
 }  // namespace vkspec

@@ -103,6 +103,9 @@ class Kernels {
   Pipelines& pipelines_;
   KernelFamily family_;
   uint32_t wg_rows_;   // workgroup size for the row-parallel kernels
+  // Workgroup size for a kernel whose lanes meet at barriers, given its size on a GPU: one subgroup on CPU
+  // devices, where llvmpipe runs a larger workgroup's subgroups as coroutines switched at every barrier.
+  uint32_t wg_synced(uint32_t gpu_wg) const;
   // Split attention's partials, grown (never shrunk: recorded passes may still read the old one) as
   // contexts get longer; shared by copies of this object.
   std::shared_ptr<Arena> scratch_arena_;
