@@ -46,6 +46,10 @@ Kernels::Kernels(Context& ctx, Pipelines& pipelines, KernelFamily family)
   partials_ = std::make_shared<Slice>();
 }
 
+uint32_t Kernels::wg_synced(uint32_t gpu_wg) const {
+  return family_ == KernelFamily::RowPerLane ? ctx_.facts().subgroup_size : gpu_wg;
+}
+
 void Kernels::embed(Recorder& r, const DeviceMatrix& table, const TokenInput& tokens, const Slice& x, uint32_t n) {
   EmbedPC pc{table.data.address, table.scales.address, tokens.ids.address, x.address, table.cols, n, table.rows,
              tokens.stride};
@@ -77,10 +81,6 @@ const char* Kernels::matmul_shader(const DeviceMatrix& w, const Slice& x, uint32
 // weight fetches, dominate multi-token passes). Measured on lavapipe (f16, K=384, 6 tokens): 8192 rows
 // 2.47 -> 1.50 ms, 1024 rows 0.34 -> 0.23 ms; 1 token: 1.06 -> 0.77 ms, 0.18 -> 0.15 ms (1 -> 4 rows);
 // 1B shape Q4_K_M: 4 -> 8 rows, prefill +25%, decode +10%. At least two workgroups (two cores here).
-uint32_t Kernels::wg_synced(uint32_t gpu_wg) const {
-  return family_ == KernelFamily::RowPerLane ? ctx_.facts().subgroup_size : gpu_wg;
-}
-
 static uint32_t rows_per_lane(uint32_t rows, uint32_t wg) {
   for (uint32_t rpl : {8u, 4u, 2u})
     if (rows >= rpl * wg * 2) return rpl;
@@ -158,10 +158,10 @@ void Kernels::attention(Recorder& r, const AttentionShape& s, const Slice& q, co
   const uint32_t group = s.n_heads / s.n_kv_heads;
   if (attention_texels(s, q, kv)) {
     AttentionRowsPC pc{out.address, rows.rows.address, texel_offset(q), texel_offset(kv.k_pool), texel_offset(kv.v_pool),
-                       texel_offset(kv.block_tables), s.n_heads, s.n_kv_heads, s.head_dim, scale, s.q_row()};
+                       texel_offset(kv.block_tables), s.n_heads, s.n_kv_heads, scale, s.q_row()};
     const VkBufferView views[Pipelines::kTexelBindings] = {q.texels, kv.k_pool.texels, kv.v_pool.texels,
                                                            kv.block_tables.texels};
-    const uint32_t wg = wg_synced(0);   // a CPU-device kernel: one subgroup
+    const uint32_t wg = ctx_.facts().subgroup_size;   // one subgroup (wg_synced: this path is CPU devices only)
     const Pipeline& p = pipelines_.get("attention_rows", {wg, kv.block_size, group, s.head_dim}, Pipelines::Layout::Texels);
     r.dispatch(p, views, &pc, sizeof pc, s.n_kv_heads, n);
     return;

@@ -72,12 +72,12 @@ uint kv_row(uint table, uint pos, uint kvh) {
 }
 
 vec4 qv(uint t, uint head, uint d4) {
-  return uintBitsToFloat(texelFetch(Q, int(pc.q + (t * pc.q_stride + head * pc.head_dim) / 4u + d4)));
+  return uintBitsToFloat(texelFetch(Q, int(pc.q + (t * pc.q_stride + head * HD) / 4u + d4)));
 }
 
 void main() {
   const uint kvh = gl_WorkGroupID.x, t = gl_WorkGroupID.y, lane = gl_LocalInvocationID.x;
-  const uint hd4 = HD4, h0 = kvh * G;
+  const uint h0 = kvh * G;
   const uvec2 row = Uvec2s(pc.rows).v[t];   // {position, block table}: rows may be of several sequences
   const uint len = row.x + 1u;              // causal: keys 0 .. pos
   vec4 m = vec4(-1.0 / 0.0), l = vec4(0.0);   // running max and sum per query head g (component g)
@@ -92,7 +92,7 @@ void main() {
     const uint cn = min(C, len - c0);
     vec4 smax = vec4(-1.0 / 0.0);
     for (uint jj = lane; jj < cn; jj += WG) {
-      const uint kb = pc.k_pool + kv_row(row.y, c0 + jj, kvh) * hd4;
+      const uint kb = pc.k_pool + kv_row(row.y, c0 + jj, kvh) * HD4;
       vec4 s = vec4(0.0);
       [[unroll]] for (uint d4 = 0; d4 < HD4; ++d4) {
         const vec4 k4 = uintBitsToFloat(texelFetch(KP, int(kb + d4)));
@@ -121,11 +121,11 @@ void main() {
       acc0[i] *= corr.x; acc1[i] *= corr.y; acc2[i] *= corr.z; acc3[i] *= corr.w;
     }
     for (uint jj = 0; jj < cn; ++jj) {
-      const uint vb = pc.v_pool + kv_row(row.y, c0 + jj, kvh) * hd4;
+      const uint vb = pc.v_pool + kv_row(row.y, c0 + jj, kvh) * HD4;
       const float p0 = p_s[jj], p1 = G > 1u ? p_s[C + jj] : 0.0, p2 = G > 2u ? p_s[2u * C + jj] : 0.0,
                   p3 = G > 3u ? p_s[3u * C + jj] : 0.0;
       [[unroll]] for (uint i = 0; i < OPL; ++i)
-        if (lane + i * WG < hd4) {
+        if (lane + i * WG < HD4) {
           const vec4 v4 = uintBitsToFloat(texelFetch(VP, int(vb + lane + i * WG)));
           acc0[i] += p0 * v4;
           if (G > 1u) acc1[i] += p1 * v4;
@@ -136,11 +136,11 @@ void main() {
     barrier();   // p_s is rewritten by the next chunk
   }
   [[unroll]] for (uint i = 0; i < OPL; ++i)
-    if (lane + i * WG < hd4) {
-      const uint o = (t * pc.n_heads + h0) * hd4 + lane + i * WG;   // in vec4s
+    if (lane + i * WG < HD4) {
+      const uint o = (t * pc.n_heads + h0) * HD4 + lane + i * WG;   // in vec4s
       Vec4s(pc.out_).v[o] = acc0[i] / l.x;
-      if (G > 1u) Vec4s(pc.out_).v[o + hd4] = acc1[i] / l.y;
-      if (G > 2u) Vec4s(pc.out_).v[o + 2u * hd4] = acc2[i] / l.z;
-      if (G > 3u) Vec4s(pc.out_).v[o + 3u * hd4] = acc3[i] / l.w;
+      if (G > 1u) Vec4s(pc.out_).v[o + HD4] = acc1[i] / l.y;
+      if (G > 2u) Vec4s(pc.out_).v[o + 2u * HD4] = acc2[i] / l.z;
+      if (G > 3u) Vec4s(pc.out_).v[o + 3u * HD4] = acc3[i] / l.w;
     }
 }

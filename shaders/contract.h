@@ -97,7 +97,7 @@ VKSPEC_CONST MODE_RMSNORM = 4u;       // matmul: x is rmsnorm(x) * norm, compute
   vk_addr out_;                        /* [n][n_heads*head_dim] f32 */                                  \
   vk_addr rows;                        /* [n] uvec2 {position, first uint of its block table} */        \
   vk_uint q; vk_uint k_pool; vk_uint v_pool; vk_uint block_tables; /* texel offsets in their blocks */  \
-  vk_uint n_heads; vk_uint n_kv_heads; vk_uint head_dim;                                                \
+  vk_uint n_heads; vk_uint n_kv_heads; /* head_dim: specialization constant 3 */                        \
   vk_float scale;                      /* 1/sqrt(head_dim) */                                           \
   vk_uint q_stride;                    /* multiple of 4 */
 

@@ -12,11 +12,11 @@ constexpr double kDecay = 0.9;   // weight of the past in the acceptance counts 
 double DraftPolicy::pass_cost(uint32_t n) const {
   const double plain = t_plain_.median();
   if (plain < 0 || n <= 1) return plain;
+  const size_t m = std::min<size_t>(verify_seen_, kVerifyWindow);
+  if (m == 0) return plain;   // nothing wider seen yet: priced as a plain pass (never cheaper)
   // slope: the median over recent verify passes of their cost above a plain pass, per extra token
   std::array<double, kVerifyWindow> slopes;
-  const size_t m = std::min<size_t>(verify_seen_, kVerifyWindow);
   for (size_t i = 0; i < m; ++i) slopes[i] = (verify_[i].s - plain) / double(verify_[i].n - 1);
-  if (m == 0) return plain;   // nothing wider seen yet: priced as a plain pass (never cheaper)
   std::nth_element(slopes.begin(), slopes.begin() + m / 2, slopes.begin() + m);
   return plain + std::max(0.0, slopes[m / 2]) * double(n - 1);
 }
