@@ -12,9 +12,31 @@ constexpr VkDeviceSize kSlotBytes = contract::TOKEN_SLOT_UINTS * 4;
 static_assert(sizeof(SampleRowsPC) == 128, "sample_rows push constants: the 128 bytes every device has");
 }  // namespace
 
+// Lanes per row of sample_rows, one workgroup per row that walks the whole vocabulary ~10 times. On a GPU 64
+// lanes are latency-bound: 1B shape (128,256 logits), H100, sampled decode (top-k 40) with 64 / 256 / 512
+// lanes: sample_rows 1.70 / 0.91 / ~0.55 ms (the last from step times), 250 / 312 / 350 tok/s (greedy 418).
+// Its shared memory grows with the lanes (digit_mass and lane_ties: 68 bytes per lane, ~10 KB fixed; accept.glsl
+// caps lanes at 1024): 512 lanes need ~44 KB.
+// CPU devices stay at 64, which keeps their seeded draws: the general path's (top-k off or > MAX_TOP_K)
+// partial sums and the fused verify's residual draw follow the lane count (the top-k <= MAX_TOP_K path does
+// not: its sums run in rank order on one lane).
+uint32_t DeviceSampler::lanes_for(const DeviceFacts& f) {
+  if (f.prefers_row_per_lane()) return 64;
+  for (uint32_t lanes : {512u, 256u})
+    if (lanes_fit(f, lanes)) return lanes;
+  return 64;
+}
+
+bool DeviceSampler::lanes_fit(const DeviceFacts& f, uint32_t lanes) {
+  return lanes >= 64 && (lanes & (lanes - 1)) == 0 && lanes <= f.max_workgroup_invocations &&
+         68 * lanes + 10 * 1024 <= f.max_shared_memory;
+}
+
 DeviceSampler::DeviceSampler(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_rows,
-                             uint32_t max_history)
-    : pipelines_(pipelines), n_vocab_(n_vocab), max_rows_(max_rows), max_history_(max_history) {
+                             uint32_t max_history, uint32_t lanes)
+    : pipelines_(pipelines), n_vocab_(n_vocab), max_rows_(max_rows), max_history_(max_history),
+      lanes_(lanes ? lanes : lanes_for(ctx.facts())) {
+  if (!lanes_fit(ctx.facts(), lanes_)) throw Error("internal: sample_rows lanes do not fit the device");
   device_ = std::make_unique<Arena>(ctx, MemoryKind::Device, VkDeviceSize(n_vocab) * 4 + 4096);
   upload_ = std::make_unique<Arena>(ctx, MemoryKind::Upload, VkDeviceSize(max_history) * 4 + 4096);
   readback_ = std::make_unique<Arena>(ctx, MemoryKind::Readback, VkDeviceSize(max_rows) * kSlotBytes + 256);
@@ -60,7 +82,7 @@ void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Rows& j) 
                   p.temperature, p.top_p, p.min_p, uint32_t(p.top_k), uint32_t(j.position), j.stream,
                   j.draws ? 1u : 0u, a ? a->draft_p_min : 0.0f, a ? a->q.address : 0, a ? a->tokens.address : 0,
                   a ? a->result.address : 0, a ? a->counter.address : 0, a ? a->k : 0, a ? 1u : 0u};
-  r.dispatch(pipelines_.get("sample_rows", {64}), &pc, sizeof pc, j.rows);
+  r.dispatch(pipelines_.get("sample_rows", {lanes_}), &pc, sizeof pc, j.rows);
 }
 
 void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Slice& logits, const Slice& probs,

@@ -20,8 +20,15 @@ class DeviceSampler {
   static constexpr uint32_t kStreamPlain = rng::STREAM_PLAIN, kStreamDraft = rng::STREAM_DRAFT;
   static bool supports(const SamplingParams& p, uint32_t n_vocab) { return !p.greedy() && n_vocab > 0; }
 
-  // max_rows: rows per record(); max_history: the longest context + extra tokens ever passed.
-  DeviceSampler(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_rows, uint32_t max_history);
+  // Lanes per row of sample_rows on a device (device_sampler.cpp says why), and whether `lanes` fit its
+  // shared memory and workgroup limits.
+  static uint32_t lanes_for(const DeviceFacts& f);
+  static bool lanes_fit(const DeviceFacts& f, uint32_t lanes);
+
+  // max_rows: rows per record(); max_history: the longest context + extra tokens ever passed; lanes: 0 for
+  // lanes_for(device), else a power of two >= 64 that fits (tests run the GPUs' lane counts on lavapipe).
+  DeviceSampler(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_rows, uint32_t max_history,
+                uint32_t lanes = 0);
   ~DeviceSampler();
 
   // The penalty's history for the next records: the context's last repeat_last_n tokens, then `extra`.
@@ -63,6 +70,7 @@ class DeviceSampler {
  private:
   Pipelines& pipelines_;
   uint32_t n_vocab_, max_rows_, max_history_;
+  uint32_t lanes_;   // lanes per row (workgroup size) of sample_rows
   std::unique_ptr<Arena> device_, upload_, readback_;
   std::unique_ptr<Recorder> rec_;
   Slice history_, draws_, scratch_probs_;

@@ -65,8 +65,9 @@ struct AttentionShape {
 class Kernels {
  public:
   static constexpr uint32_t kMaxBatch = 16;   // tokens per matmul dispatch chunk
-  // Keys per workgroup of the device-address attention kernel once a pass reaches past them (flash
-  // decoding): decode at 4096 positions runs 16x n_heads workgroups instead of n_heads.
+  // Keys per workgroup of the device-address attention kernel on CPU devices once a pass reaches past them
+  // (flash decoding: decode at 4096 positions runs 16x n_heads workgroups instead of n_heads); GPUs split
+  // finer (attention_split).
   static constexpr uint32_t kAttentionSplit = 256;
   static constexpr uint32_t kBatchTile = 8;   // tokens per workgroup in batched matmuls
 
@@ -106,6 +107,8 @@ class Kernels {
   // Workgroup size for a kernel whose lanes meet at barriers, given its size on a GPU: one subgroup on CPU
   // devices, where llvmpipe runs a larger workgroup's subgroups as coroutines switched at every barrier.
   uint32_t wg_synced(uint32_t gpu_wg) const;
+  // Keys per split of the device-address attention (flash decoding), per family.
+  uint32_t attention_split() const;
   // Split attention's partials, grown (never shrunk: recorded passes may still read the old one) as
   // contexts get longer; shared by copies of this object.
   std::shared_ptr<Arena> scratch_arena_;

@@ -48,7 +48,7 @@ uint draft_at(uint i) { return Uints(pc.tokens).v[SLOT_TOKEN(i)]; }
 shared bool last_done, rows_non_finite;
 
 shared uint digit_count[256];
-shared uint lane_ties[256];
+shared uint lane_ties[WG];
 shared uint sel_prefix, sel_remaining, n_cand;
 shared uint cand_id[MAX_TOP_K];
 shared float cand_l[MAX_TOP_K];
@@ -65,7 +65,7 @@ uint key_of(float f) {
 // A rank prefix: the elements with key > k, and the first `ties` elements (lowest ids) with key == k.
 // Each lane scans its contiguous range in id order, so an element's rank among the ties is the ties in
 // earlier lanes (tie_base) plus those before it in the lane.
-shared float digit_mass[16u * 64u];   // per lane (WG <= 64), per 4-bit digit: mass of the matching elements
+shared float digit_mass[16u * WG];   // per lane, per 4-bit digit: mass of the matching elements
 shared uint g_key, g_ties;
 shared float g_above;
 

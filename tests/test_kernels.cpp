@@ -389,9 +389,10 @@ TEST_P(KernelTest, RopeAndPagedAttentionMatchReferenceAndAreBatchInvariant) {
   struct Case { uint32_t n_heads, n_kv, head_dim, block, prior, n; };
   for (Case c : {Case{4, 4, 64, 16, 37, 5}, Case{4, 2, 8, 4, 3, 16}, Case{8, 2, 64, 16, 70, 9},
                  Case{8, 1, 32, 8, 0, 7}, Case{16, 2, 64, 16, 129, 3}, Case{6, 2, 64, 16, 100, 6},
-                 // past Kernels::kAttentionSplit keys: split attention (flash decoding) in the device-address
-                 // kernel, a batch whose first rows have one split and last rows two, and three splits
-                 Case{4, 2, 64, 16, 250, 10}, Case{8, 2, 128, 16, 600, 5},
+                 // past Kernels::attention_split() keys (64 subgroup, 256 row-per-lane): split attention (flash
+                 // decoding) in the device-address kernel, batches whose first rows have one split fewer than
+                 // their last (64 and 256 keys), and many splits
+                 Case{4, 2, 64, 16, 60, 8}, Case{4, 2, 64, 16, 250, 10}, Case{8, 2, 128, 16, 600, 5},
                  // head_dim past the texel kernel's 128: the device-address kernel on every device
                  Case{4, 2, 256, 16, 20, 4}}) {
     SCOPED_TRACE("heads=" + std::to_string(c.n_heads) + " kv=" + std::to_string(c.n_kv));

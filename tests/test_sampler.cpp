@@ -92,8 +92,15 @@ class DeviceSamplerTest : public VkTest {};
 
 // Rows of random logits with deliberate ties (values on a coarse grid), penalty windows with repeated
 // tokens, and every transform: the kept set must be the host's exactly and the probabilities agree to
-// float precision.
-TEST_F(DeviceSamplerTest, MatchesHostSamplerRowByRow) {
+// float precision. With each lane count the device fits (GPUs run 256 or 512); the top-k <= kMaxTopK path
+// must give bit-identical rows and the same draws for all of them.
+class DeviceSamplerLanesTest : public VkTest, public ::testing::WithParamInterface<uint32_t> {};
+INSTANTIATE_TEST_SUITE_P(Lanes, DeviceSamplerLanesTest, ::testing::Values(64u, 256u, 512u));
+
+TEST_P(DeviceSamplerLanesTest, MatchesHostSamplerRowByRow) {
+  const uint32_t lanes = GetParam();
+  if (!DeviceSampler::lanes_fit(gpu().ctx.facts(), lanes))
+    GTEST_SKIP() << lanes << " lanes do not fit this device's shared memory";
   const uint32_t V = 1000, rows = 4;
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.f, 2.f);
@@ -106,7 +113,8 @@ TEST_F(DeviceSamplerTest, MatchesHostSamplerRowByRow) {
                         {0, 0.9f, 0.0f, 0.8f, 1.0f, 64, false}, {0, 0.95f, 0.02f, 1.2f, 1.2f, 32, true},
                         {300, 1.0f, 0.05f, 0.7f, 1.0f, 64, false}, {1000, 1.0f, 0.0f, 1.0f, 1.0f, 64, false},
                         {0, 0.5f, 0.0f, 1.0f, 1.0f, 64, true}, {999, 0.97f, 0.01f, 2.0f, 1.05f, -1, false}};
-  DeviceSampler ds(gpu().ctx, gpu().pipelines, V, rows, 4096);
+  DeviceSampler ds(gpu().ctx, gpu().pipelines, V, rows, 4096, lanes);
+  DeviceSampler ds64(gpu().ctx, gpu().pipelines, V, rows, 4096, 64);
   int exact_draws = 0;
   for (const Case& c : cases) {
     SCOPED_TRACE("top_k " + std::to_string(c.top_k) + " top_p " + std::to_string(c.top_p));
@@ -121,6 +129,12 @@ TEST_F(DeviceSamplerTest, MatchesHostSamplerRowByRow) {
     Slice l = upload(logits), probs = zeros<float>(size_t(rows) * V);
     run([&](Recorder& r) { ds.record(r, p, l, probs, rows, context, extra, 100, true, DeviceSampler::kStreamDraft); });
     const auto got = download<float>(probs, size_t(rows) * V);
+    if (c.top_k >= 1 && c.top_k <= int(DeviceSampler::kMaxTopK) && lanes != 64) {
+      Slice l64 = upload(logits), probs64 = zeros<float>(size_t(rows) * V);
+      run([&](Recorder& r) { ds64.record(r, p, l64, probs64, rows, context, extra, 100, true, DeviceSampler::kStreamDraft); });
+      ASSERT_EQ(download<float>(probs64, size_t(rows) * V), got) << "rows differ from 64 lanes'";
+      for (uint32_t row = 0; row < rows; ++row) EXPECT_EQ(ds64.drawn(row).token, ds.drawn(row).token) << "row " << row;
+    }
     for (uint32_t row = 0; row < rows; ++row) {
       std::vector<uint32_t> history = context;
       history.insert(history.end(), extra.begin(), extra.begin() + row);
