@@ -289,12 +289,14 @@ void main() {
   barrier();
   const uint n = n_cand;   // == top_k
 
-  // 4. rank the candidates (logit descending, ties by lower id)
+  // 4. rank the candidates (logit descending, ties by lower id). NaN compares false with everything, so a
+  // row holding one gets no permutation from this: it keeps the identity order instead, only so that every
+  // order[] read below is initialized and in range (its draw is NON_FINITE_TOKEN anyway).
   for (uint i = lane; i < n; i += WG) {
     uint rank = 0u;
     for (uint j = 0u; j < n; ++j)
       rank += (cand_l[j] > cand_l[i] || (cand_l[j] == cand_l[i] && cand_id[j] < cand_id[i])) ? 1u : 0u;
-    order[rank] = i;
+    order[row_non_finite ? i : rank] = i;
   }
   barrier();
 
