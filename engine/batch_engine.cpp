@@ -55,10 +55,12 @@ BatchEngine::BatchEngine(std::shared_ptr<TargetModel> target, const EngineOption
   rec_ = std::make_unique<Recorder>(*t_->ctx, profiling_requested());
   // A step's logits rows: one per sequence (its decode row or its prompt's last), K + 1 when it speculates.
   const VkDeviceSize rows = VkDeviceSize(opts.parallel) * (has_drafter() ? uint32_t(o.draft_max) + 1 : 1);
-  logits_arena_ = std::make_unique<Arena>(*t_->ctx, MemoryKind::Device, rows * V * 4 + 4096);
+  logits_arena_ = std::make_unique<Arena>(*t_->ctx, MemoryKind::Device,
+                                          rows * V * 4 + VkDeviceSize(opts.parallel) * TokenChooser::kSlotBytes + 4096);
   logits_ = logits_arena_->alloc(rows * V * 4, "batch logits");
   logits_readback_arena_ = std::make_unique<Arena>(*t_->ctx, MemoryKind::Readback, VkDeviceSize(opts.parallel) * V * 4 + 4096);
   logits_host_ = logits_readback_arena_->alloc(VkDeviceSize(opts.parallel) * V * 4, "batch logits read back");
+  step_slots_ = logits_arena_->alloc(VkDeviceSize(opts.parallel) * TokenChooser::kSlotBytes, "batched argmax token slots");
   if (draft_model_) {   // one row per sequence for each batched draft step
     const VkDeviceSize bytes = VkDeviceSize(opts.parallel) * draft_model_->hparams().n_vocab * 4;
     draft_logits_arena_ = std::make_unique<Arena>(*t_->ctx, MemoryKind::Device, bytes + 4096);
@@ -445,10 +447,13 @@ void BatchEngine::plan_speculative_rows(StepRows& plan) {
 }
 
 void BatchEngine::plan_decode_rows(StepRows& plan) {
+  LlamaModel& m = *t_->model;
   for (auto& sp : slots_) {
     Slot& s = *sp;
     if (!s.req || !s.decoding || s.spec) continue;
-    plan.rows.push_back({s.seq, s.chooser->input(0), 1, Logits::Last});
+    // the token chosen last step (context.back() == its slot 0), host-written: the decode rows' ids are
+    // then contiguous, and the pass embeds them in one dispatch
+    plan.rows.push_back({s.seq, m.write_tokens(std::span(s.context).last(1)), 1, Logits::Last});
     s.part = Slot::Part::Decode;
     s.rows = 1;
     plan.n_rows += 1;
@@ -477,15 +482,39 @@ void BatchEngine::plan_prefill_rows(StepRows& plan) {
 void BatchEngine::record_choices(const StepRows& plan) {
   LlamaModel& m = *t_->model;
   Recorder& rec = *rec_;
-  const VkDeviceSize row_bytes = VkDeviceSize(m.hparams().n_vocab) * 4;
+  const uint32_t V = m.hparams().n_vocab;
+  const VkDeviceSize row_bytes = VkDeviceSize(V) * 4;
+  // Greedy choices of consecutive logits rows (argmax mode, logits not read back) share one argmax dispatch
+  // into step_slots_, then each token slot is copied to its sequence's slot 0 (where the next step's
+  // embedding and take_result read it). One dispatch and one barrier instead of one each per sequence: on
+  // lavapipe a one-row argmax is one workgroup on one core, followed by a barrier that idles the other.
+  std::vector<Slot*> run;
+  uint32_t run_first = 0;
+  auto flush_run = [&] {
+    if (run.empty()) return;
+    m.kernels().argmax(rec, logits_.sub(run_first * row_bytes, run.size() * row_bytes), step_slots_,
+                       uint32_t(run.size()), V);
+    rec.barrier();
+    for (size_t i = 0; i < run.size(); ++i)
+      rec.copy(step_slots_.sub(i * TokenChooser::kSlotBytes, TokenChooser::kSlotBytes), run[i]->chooser->slot_range(0, 1));
+    run.clear();   // nothing else in the step reads those slots: the submission's end makes them host-visible
+  };
   uint32_t at = 0;
   for (Slot* s : plan.in_step) {
     const Slice logits = logits_.sub(at * row_bytes, logits_.size - at * row_bytes);
     if (s->part == Slot::Part::Verify) {
+      flush_run();
       s->spec->record_verify(logits);
       at += s->rows;
     } else if (s->part == Slot::Part::Decode || s->part == Slot::Part::PrefillLast) {
       TokenChooser& ch = *s->chooser;
+      if (ch.mode() == ChoiceMode::Argmax && !s->req->logits) {
+        if (run.empty()) run_first = at;
+        run.push_back(s);
+        at += 1;
+        continue;
+      }
+      flush_run();
       const uint32_t history = ch.mode() == ChoiceMode::Device ? ch.set_history(s->context) : 0;
       if (s->req->logits) {   // read back before the sampler penalizes the row in place
         rec.copy(logits.sub(0, row_bytes), logits_host_.sub(s->index * row_bytes, row_bytes));
@@ -495,6 +524,7 @@ void BatchEngine::record_choices(const StepRows& plan) {
       at += 1;
     }
   }
+  flush_run();
 }
 
 // After the step's wait: what its part of the pass gave this sequence (may end the request).

@@ -282,8 +282,23 @@ uint32_t LlamaModel::record_chunk(Recorder& r, std::span<const ChunkPart> parts,
     return s.sub(row0 * row_bytes, s.size - row0 * row_bytes);
   };
   Kernels& k = *kernels_;
-  for (const ChunkPart& p : parts)
-    k.embed(r, token_embd_, p.in, rows_of(x_, x_row, p.row0), p.n);         // x = token_embd[tokens]
+  // x = token_embd[tokens]: one embedding per run of parts whose ids follow each other in one buffer (the
+  // host-written ids of a batched step's decode rows), else one per part (ids in each sequence's token slots)
+  for (size_t i = 0; i < parts.size();) {
+    TokenInput in = parts[i].in;
+    uint32_t rows = parts[i].n;
+    size_t j = i + 1;
+    for (; j < parts.size(); ++j) {
+      const TokenInput& next = parts[j].in;
+      if (next.ids.buffer != in.ids.buffer || next.stride != in.stride ||
+          next.ids.offset != in.ids.offset + VkDeviceSize(rows) * in.stride * 4)
+        break;
+      rows += parts[j].n;
+    }
+    in.ids.size = VkDeviceSize(rows) * in.stride * 4;
+    k.embed(r, token_embd_, in, rows_of(x_, x_row, parts[i].row0), rows);
+    i = j;
+  }
   r.barrier();
   for (uint32_t l = 0; l < hp_.n_layers; ++l) {
     const LayerWeights& L = layers_[l];
