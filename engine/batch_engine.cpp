@@ -485,9 +485,9 @@ void BatchEngine::record_choices(const StepRows& plan) {
   const uint32_t V = m.hparams().n_vocab;
   const VkDeviceSize row_bytes = VkDeviceSize(V) * 4;
   // Greedy choices of consecutive logits rows (argmax mode, logits not read back) share one argmax dispatch
-  // into step_slots_, then each token slot is copied to its sequence's slot 0 (where the next step's
-  // embedding and take_result read it). One dispatch and one barrier instead of one each per sequence: on
-  // lavapipe a one-row argmax is one workgroup on one core, followed by a barrier that idles the other.
+  // into step_slots_, then each token slot is copied to its sequence's slot 0 (where take_result reads it,
+  // and where a speculative round's verify input starts). One dispatch and one barrier instead of one each
+  // per sequence: on lavapipe a one-row argmax is one workgroup on one core, then a barrier idles the other.
   std::vector<Slot*> run;
   uint32_t run_first = 0;
   auto flush_run = [&] {
