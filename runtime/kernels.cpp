@@ -87,9 +87,22 @@ static uint32_t rows_per_lane(uint32_t rows, uint32_t wg) {
   return 1;
 }
 
+// What MODE_ROPE_KV's epilogue needs (Kernels::qkv_rope_store_kv).
+struct RopeKvEpilogue {
+  const AttentionShape& s;
+  const Slice& table;
+  const PagedKvView& kv;
+  const KvRows& rows;
+};
+
+static bool texel_matmul(KernelFamily fam, const DeviceMatrix& w, const DeviceMatrix* w2, const MatmulInput& in,
+                         uint32_t x_stride) {
+  return texel_path(fam, w, w2, in.x, x_stride ? x_stride : w.cols) && (!in.norm || texel_readable(in.norm));
+}
+
 static void record_matmul(Recorder& r, Pipelines& pipes, KernelFamily fam, uint32_t wg, const DeviceMatrix& w,
                           const DeviceMatrix* w2, const MatmulInput& in, const Slice& y, uint32_t n, uint32_t mode,
-                          uint32_t x_stride, uint32_t y_stride) {
+                          uint32_t x_stride, uint32_t y_stride, const RopeKvEpilogue* rope = nullptr) {
   const WeightFormat& f = w.format;
   if (f.quantized() && w.cols % f.group != 0) throw Error("internal: quantized rows must be whole groups");
   if (w2 && !(w2->format == f)) throw Error("internal: gate and up projections in different formats");
@@ -97,8 +110,7 @@ static void record_matmul(Recorder& r, Pipelines& pipes, KernelFamily fam, uint3
   x_stride = x_stride ? x_stride : w.cols;
   y_stride = y_stride ? y_stride : w.rows;
   if (in.norm) mode |= contract::MODE_RMSNORM;
-  const bool texel = texel_path(fam, w, w2, x, x_stride) && (!in.norm || texel_readable(in.norm));
-  if (texel) {
+  if (texel_matmul(fam, w, w2, in, x_stride)) {
     const uint32_t tt = std::min(n, Kernels::kBatchTile);   // no padded tokens: a verify of 6 computes 6
     MatmulRowsPC pc{y.address, texel_offset(w.data), texel_offset(w.scales), w2 ? texel_offset(w2->data) : 0,
                     w2 ? texel_offset(w2->scales) : 0, texel_offset(x), w.rows, w.cols, n, x_stride, y_stride, mode,
@@ -106,8 +118,23 @@ static void record_matmul(Recorder& r, Pipelines& pipes, KernelFamily fam, uint3
     const VkBufferView views[Pipelines::kTexelBindings] = {w.data.texels, w2 ? w2->data.texels : w.data.texels,
                                                            x.texels, in.norm ? in.norm.texels : x.texels};
     const uint32_t rpl = rows_per_lane(w.rows, wg);
-    const Pipeline& p = pipes.get(kMatmulRowsShader[f.storage], {wg, tt, rpl, f.group, f.has_min,
-                                                                   mode & (contract::MODE_SWIGLU | contract::MODE_RMSNORM)},
+    if (rope) {   // the caller checked Kernels::qkv_rope_fused
+      if (rpl % 2 || w.rows % 2 || w2 || y_stride != w.rows) throw Error("internal: RoPE epilogue on a matmul without pairs");
+      mode |= contract::MODE_ROPE_KV;
+      pc.mode = mode;
+      pc.rope = rope->table.address;
+      pc.k_pool = rope->kv.k_pool.address;
+      pc.v_pool = rope->kv.v_pool.address;
+      pc.block_tables = rope->kv.block_tables.address;
+      pc.kv_rows = rope->rows.rows.address;
+      pc.q_dim = rope->s.n_heads * rope->s.head_dim;
+      pc.n_kv_heads = rope->s.n_kv_heads;
+      pc.head_dim = rope->s.head_dim;
+      pc.n_rot = rope->s.n_rot;
+      pc.block_size = rope->kv.block_size;
+    }
+    const uint32_t spec_mode = mode & (contract::MODE_SWIGLU | contract::MODE_RMSNORM | contract::MODE_ROPE_KV);
+    const Pipeline& p = pipes.get(kMatmulRowsShader[f.storage], {wg, tt, rpl, f.group, f.has_min, spec_mode},
                                   Pipelines::Layout::Texels);
     r.dispatch(p, views, &pc, sizeof pc, ceil_div(w.rows, wg * rpl), ceil_div(n, tt));
     return;
@@ -139,6 +166,31 @@ void Kernels::rope_store_kv(Recorder& r, const AttentionShape& s, const Slice& q
   RopeKvPC pc{q.address, k.address, v.address, rope_table.address, kv.k_pool.address, kv.v_pool.address,
               kv.block_tables.address, rows.rows.address, s.n_heads, s.n_kv_heads, s.head_dim, s.n_rot, s.q_row(), s.kv_row()};
   r.dispatch(pipelines_.get("rope_store_kv", {64, kv.block_size}), &pc, sizeof pc, n);
+}
+
+// The texel matmul's lanes own consecutive rows, so with an even number of them (rows_per_lane >= 2) every
+// rotation pair (dims 2i, 2i+1 of a head) is within a lane. The decision depends on the weights' shape and
+// the device only, never on n: every pass of a model takes the same path (batch invariance).
+bool Kernels::qkv_rope_fused(const DeviceMatrix& wqkv, const MatmulInput& x, const AttentionShape& s) const {
+  const uint32_t q_dim = s.n_heads * s.head_dim, kv_dim = s.n_kv_heads * s.head_dim;
+  return texel_matmul(family_, wqkv, nullptr, x, 0) && rows_per_lane(wqkv.rows, wg_rows_) % 2 == 0 &&
+         wqkv.rows == q_dim + 2 * kv_dim && s.q_row() == wqkv.rows && s.kv_row() == wqkv.rows &&
+         s.head_dim % 2 == 0 && s.n_rot % 2 == 0 && s.n_rot <= s.head_dim;
+}
+
+void Kernels::qkv_rope_store_kv(Recorder& r, const DeviceMatrix& wqkv, const MatmulInput& x, const Slice& qkv,
+                                uint32_t n, const AttentionShape& s, const Slice& rope_table, const PagedKvView& kv,
+                                const KvRows& rows) {
+  if (qkv_rope_fused(wqkv, x, s)) {
+    const RopeKvEpilogue rope{s, rope_table, kv, rows};
+    record_matmul(r, pipelines_, family_, wg_rows_, wqkv, nullptr, x, qkv, n, 0, 0, wqkv.rows, &rope);
+    return;
+  }
+  const uint32_t q_dim = s.n_heads * s.head_dim, kv_dim = s.n_kv_heads * s.head_dim;
+  matmul(r, wqkv, x, qkv, n, false, 0, wqkv.rows);
+  r.barrier();
+  rope_store_kv(r, s, qkv, qkv.sub(q_dim * 4ull, qkv.size - q_dim * 4ull),
+                qkv.sub((q_dim + kv_dim) * 4ull, qkv.size - (q_dim + kv_dim) * 4ull), rope_table, kv, rows, n);
 }
 
 bool Kernels::attention_texels(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const {

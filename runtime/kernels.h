@@ -88,6 +88,12 @@ class Kernels {
   // cache. rope_table: (cos, sin) of every position.
   void rope_store_kv(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& k, const Slice& v,
                      const Slice& rope_table, const PagedKvView& kv, const KvRows& rows, uint32_t n);
+  // [q k v][t] = Wqkv x[t], then rope_store_kv's work on them: one dispatch where the texel matmul does it
+  // in its epilogue (qkv_rope_fused), else the matmul, a barrier and rope_store_kv. qkv: [n][wqkv.rows],
+  // wqkv.rows = q_dim + 2 kv_dim of `s`.
+  void qkv_rope_store_kv(Recorder& r, const DeviceMatrix& wqkv, const MatmulInput& x, const Slice& qkv, uint32_t n,
+                         const AttentionShape& s, const Slice& rope_table, const PagedKvView& kv, const KvRows& rows);
+  bool qkv_rope_fused(const DeviceMatrix& wqkv, const MatmulInput& x, const AttentionShape& s) const;
   // out[t] = causal GQA attention of q[t] (at position p) over its sequence's cached keys 0..p.
   void attention(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& out, const PagedKvView& kv,
                  const KvRows& rows, uint32_t n);

@@ -303,16 +303,16 @@ uint32_t LlamaModel::record_chunk(Recorder& r, std::span<const ChunkPart> parts,
   for (uint32_t l = 0; l < hp_.n_layers; ++l) {
     const LayerWeights& L = layers_[l];
     const MatmulInput xa{x_, L.attn_norm, hp_.rms_eps};                      // xn = rmsnorm(x) * attn_norm
-    if (L.fused_qkv) {
-      k.matmul(r, L.wqkv, xa, qkv_, n, false, 0, qkv_w);                     // [q k v] = [Wq; Wk; Wv] xn
+    const PagedKvView kv = kv_->view(l);
+    if (L.fused_qkv) {   // [q k v] = [Wq; Wk; Wv] xn; rope(q, k); cache <- k, v (one dispatch where it can)
+      k.qkv_rope_store_kv(r, L.wqkv, xa, qkv_, n, shape, rope_, kv, kv_rows);
     } else {
       k.matmul(r, L.wq, xa, q_rows, n, false, 0, qkv_w);                     // q = Wq xn
       k.matmul(r, L.wk, xa, k_rows, n, false, 0, qkv_w);                     // k = Wk xn
       k.matmul(r, L.wv, xa, v_rows, n, false, 0, qkv_w);                     // v = Wv xn
+      r.barrier();
+      k.rope_store_kv(r, shape, q_rows, k_rows, v_rows, rope_, kv, kv_rows, n);   // rope(q, k); cache <- k, v
     }
-    r.barrier();
-    const PagedKvView kv = kv_->view(l);
-    k.rope_store_kv(r, shape, q_rows, k_rows, v_rows, rope_, kv, kv_rows, n);   // rope(q, k); cache <- k, v
     r.barrier();
     k.attention(r, shape, q_rows, att_, kv, kv_rows, n);                      // att = softmax(q K^T / sqrt(hd)) V
     r.barrier();

@@ -46,6 +46,8 @@ VKSPEC_CONST ROW_QUANT_STEP = 64u;
 VKSPEC_CONST MODE_ACCUMULATE = 1u;    // matmul: y += W x
 VKSPEC_CONST MODE_SWIGLU = 2u;        // matmul: y = silu(W x) * (W2 x)
 VKSPEC_CONST MODE_RMSNORM = 4u;       // matmul: x is rmsnorm(x) * norm, computed on the fly
+VKSPEC_CONST MODE_ROPE_KV = 8u;       // matmul_rows, the [q k v] projection: RoPE on q and k and the KV store
+                                      // in the epilogue (rope_store_kv.comp's work, one dispatch less)
 
 // ---- push-constant blocks ----
 #define PC_EMBED                                                                                        \
@@ -68,7 +70,10 @@ VKSPEC_CONST MODE_RMSNORM = 4u;       // matmul: x is rmsnorm(x) * norm, compute
   vk_uint w; vk_uint w_scales; vk_uint w2; vk_uint w2_scales; vk_uint x; /* texel offsets in blocks */  \
   vk_uint M; vk_uint K; vk_uint n; vk_uint x_stride; vk_uint y_stride; vk_uint mode;                  \
   vk_uint norm;                        /* texel offset of the [K] f32 norm weight (MODE_RMSNORM) */     \
-  vk_float eps;
+  vk_float eps;                                                                                         \
+  /* MODE_ROPE_KV only (as in PC_ROPE_STORE_KV): y's rows are [q | k | v] of q_dim, kv_dim, kv_dim */    \
+  vk_addr rope; vk_addr k_pool; vk_addr v_pool; vk_addr block_tables; vk_addr kv_rows;                  \
+  vk_uint q_dim; vk_uint n_kv_heads; vk_uint head_dim; vk_uint n_rot; vk_uint block_size;
 
 #define PC_ROPE_STORE_KV                                                                                \
   vk_addr q; vk_addr k; vk_addr v;     /* q: [n][q_stride], k/v: [n][kv_stride] (q, k rotated in place) */ \

@@ -45,6 +45,7 @@ layout(constant_id = 4) const bool HAS_MIN = false;  // quantized: scales are {s
 // saves compiling a variant per use.
 layout(constant_id = 5) const uint MODE = 0;
 const bool SWIGLU = (MODE & MODE_SWIGLU) != 0u, NORMED = (MODE & MODE_RMSNORM) != 0u;
+const bool ROPE_KV = (MODE & MODE_ROPE_KV) != 0u;   // the host asks for an even RPL and M
 
 layout(set = 0, binding = 0) uniform usamplerBuffer W;    // block holding W (and its scales)
 layout(set = 0, binding = 1) uniform usamplerBuffer W2;   // block holding W2 (MODE_SWIGLU only)
@@ -146,6 +147,46 @@ void store_row(uint row, uint t0, vec4 lo, vec4 hi, vec4 up_lo, vec4 up_hi, vec4
   }
 }
 
+// MODE_ROPE_KV: rows `row` and `row + 1` (row even) of [q | k | v] for the TT tokens, with RoPE on q and k and
+// k and v copied into the token's slot of the paged KV: rope_store_kv.comp's work, done where the values
+// are. A lane's rows are consecutive and a rotation pair is two adjacent dims of one head (GGUF llama's
+// layout), so each pair is within a lane. Same arithmetic as rope_store_kv.comp, precise here and there.
+void store_rope_pair(uint row, uint t0, vec4 al, vec4 ah, vec4 bl, vec4 bh, vec4 ssl, vec4 ssh) {
+  const uint kv_dim = pc.n_kv_heads * pc.head_dim, half_rot = pc.n_rot / 2u;
+  const bool is_q = row < pc.q_dim, is_v = row >= pc.q_dim + kv_dim;
+  const uint j = is_q ? row : row - pc.q_dim - (is_v ? kv_dim : 0u);   // index within q, k or v
+  const uint d = j % pc.head_dim;
+  for (uint t = 0; t < TT; ++t) {
+    const uint tok = t0 + t;
+    if (row < pc.M && tok < pc.n) {
+      precise float a = pick(al, ah, t), b = pick(bl, bh, t);
+      if (NORMED) {
+        const float scale = 1.0 / sqrt(pick(ssl, ssh, t) / float(pc.K) + pc.eps);
+        a *= scale;
+        b *= scale;
+      }
+      const uvec2 kr = Uvec2s(pc.kv_rows).v[tok];   // {position, first uint of its block table}
+      if (!is_v && d < pc.n_rot) {
+        const vec2 cs = Vec2s(pc.rope).v[kr.x * half_rot + d / 2u];
+        precise float ra = a * cs.x - b * cs.y, rb = a * cs.y + b * cs.x;
+        a = ra;
+        b = rb;
+      }
+      const uint o = tok * pc.y_stride + row;
+      Floats(pc.y).v[o] = a;
+      Floats(pc.y).v[o + 1u] = b;
+      if (!is_q) {   // paged KV: [block][BLOCK_SIZE][n_kv_heads][head_dim] (shaders/paged_kv.glsl)
+        const uint block = Uints(pc.block_tables).v[kr.y + kr.x / pc.block_size];
+        const uint dst = ((block * pc.block_size + kr.x % pc.block_size) * pc.n_kv_heads + j / pc.head_dim) *
+                         pc.head_dim + d;
+        const uvec2 pool = is_v ? pc.v_pool : pc.k_pool;
+        Floats(pool).v[dst] = a;
+        Floats(pool).v[dst + 1u] = b;
+      }
+    }
+  }
+}
+
 void main() {
   const uint row0 = gl_GlobalInvocationID.x * RPL;
   const uint t0 = gl_WorkGroupID.y * TT;
@@ -239,7 +280,13 @@ void main() {
     }
   }
 
+  if (ROPE_KV) {
+#define STORE_PAIR(j, k) if (RPL > j) store_rope_pair(row0 + j, t0, a##j##l, a##j##h, a##k##l, a##k##h, ssl, ssh);
+    STORE_PAIR(0, 1) STORE_PAIR(2, 3) STORE_PAIR(4, 5) STORE_PAIR(6, 7)
+#undef STORE_PAIR
+  } else {
 #define STORE(j) if (RPL > j) store_row(row0 + j, t0, a##j##l, a##j##h, g##j##l, g##j##h, ssl, ssh);
-  FOR_ROWS(STORE)
+    FOR_ROWS(STORE)
 #undef STORE
+  }
 }

@@ -12,8 +12,9 @@ layout(push_constant) uniform PC { PC_ROPE_STORE_KV } pc;   // shaders/contract.
 
 void rotate(uvec2 buf, uint base, uint i, vec2 cs) {
   const float a = Floats(buf).v[base + 2u * i], b = Floats(buf).v[base + 2u * i + 1u];
-  Floats(buf).v[base + 2u * i] = a * cs.x - b * cs.y;
-  Floats(buf).v[base + 2u * i + 1u] = a * cs.y + b * cs.x;
+  precise float ra = a * cs.x - b * cs.y, rb = a * cs.y + b * cs.x;   // as matmul_rows.comp's MODE_ROPE_KV
+  Floats(buf).v[base + 2u * i] = ra;
+  Floats(buf).v[base + 2u * i + 1u] = rb;
 }
 
 void main() {

@@ -491,6 +491,60 @@ TEST_P(KernelTest, RopeAndPagedAttentionMatchReferenceAndAreBatchInvariant) {
   }
 }
 
+// The q|k|v projection with RoPE and the KV store in its epilogue (one dispatch, texel kernel) must equal
+// the matmul followed by rope_store_kv bit for bit: q and k rotated in the output, k and v in the pools.
+TEST_P(KernelTest, QkvRopeEpilogueEqualsMatmulThenRopeStoreKv) {
+  struct Case { uint32_t n_heads, n_kv, head_dim, n_rot, K; DType type; };
+  for (Case c : {Case{6, 2, 64, 64, 384, DType::F16},     // the pycode target's shape: 8 rows per lane
+                 Case{3, 1, 64, 64, 192, DType::F16},     // the draft's: 4 rows per lane
+                 Case{4, 2, 16, 8, 128, DType::Q8_0},     // partial rotary dims, quantized weights
+                 Case{8, 2, 32, 32, 256, DType::Q4_K}}) {
+    const uint32_t qd = c.n_heads * c.head_dim, kvd = c.n_kv * c.head_dim, M = qd + 2 * kvd, block = 16;
+    SCOPED_TRACE("heads=" + std::to_string(c.n_heads) + " K=" + std::to_string(c.K) + " " + dtype_name(c.type));
+    const TestMatrix w = test_matrix(c.type, M, c.K, M + c.K);
+    DeviceMatrix m = upload_matrix(*arena_, gpu().uploader, c.type, M, c.K, w.bytes.data(), "wqkv");
+    gpu().uploader.flush();
+    const uint32_t prior = 21, n_max = 11, total = prior + n_max, n_blocks = total / block + 3;
+    std::vector<uint32_t> table(n_blocks);
+    std::iota(table.begin(), table.end(), 0u);
+    std::shuffle(table.begin(), table.end(), std::mt19937(c.K));
+    std::vector<float> rope(total * c.n_rot);
+    for (uint32_t p = 0; p < total; ++p)
+      for (uint32_t i = 0; i < c.n_rot / 2; ++i) {
+        const double th = p * std::pow(10000.0, -2.0 * i / c.n_rot);
+        rope[(p * c.n_rot / 2 + i) * 2] = float(std::cos(th));
+        rope[(p * c.n_rot / 2 + i) * 2 + 1] = float(std::sin(th));
+      }
+    const AttentionShape shape{c.n_heads, c.n_kv, c.head_dim, c.n_rot, M, M};
+    Kernels k = kernels();
+    const Slice x_probe = upload(random_floats(c.K, 1)), norm = upload(random_floats(c.K, 9, 0.5f, 1.5f));
+    EXPECT_EQ(k.qkv_rope_fused(m, MatmulInput(x_probe, norm, 1e-5f), shape),
+              GetParam() == KernelFamily::RowPerLane && gpu().ctx.facts().texel_reads());
+    for (uint32_t n : {1u, n_max}) {
+      auto x = random_floats(n * c.K, n, -2.f, 2.f);
+      std::vector<uint32_t> rows;
+      for (uint32_t i = 0; i < n; ++i) rows.insert(rows.end(), {prior + i, 0u});
+      const Slice xs = upload(x), rs = upload(rope), tbl = upload(table);
+      const KvRows kv_rows{upload(rows), prior + n};
+      const MatmulInput in(xs, norm, 1e-5f);
+      const Slice fused = zeros<float>(n * M), split = zeros<float>(n * M);
+      const PagedKvView kv_fused{zeros<float>(n_blocks * block * kvd), zeros<float>(n_blocks * block * kvd), tbl, block};
+      const PagedKvView kv_split{zeros<float>(n_blocks * block * kvd), zeros<float>(n_blocks * block * kvd), tbl, block};
+      run([&](Recorder& r) {
+        k.qkv_rope_store_kv(r, m, in, fused, n, shape, rs, kv_fused, kv_rows);
+        k.matmul(r, m, in, split, n, false, 0, M);
+        r.barrier();
+        k.rope_store_kv(r, shape, split, split.sub(qd * 4, (n * M - qd) * 4), split.sub((qd + kvd) * 4, (n * M - qd - kvd) * 4),
+                        rs, kv_split, kv_rows, n);
+      });
+      const size_t pool = size_t(n_blocks) * block * kvd;
+      EXPECT_EQ(download<float>(fused, n * M), download<float>(split, n * M)) << "q|k|v rows, n=" << n;
+      EXPECT_EQ(download<float>(kv_fused.k_pool, pool), download<float>(kv_split.k_pool, pool)) << "K pool, n=" << n;
+      EXPECT_EQ(download<float>(kv_fused.v_pool, pool), download<float>(kv_split.v_pool, pool)) << "V pool, n=" << n;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, KernelTest, ::testing::Values(KernelFamily::RowPerLane, KernelFamily::Subgroup),
                          [](const auto& info) { return info.param == KernelFamily::RowPerLane ? "RowPerLane" : "Subgroup"; });
 
