@@ -127,7 +127,7 @@ static void record_matmul(Recorder& r, Pipelines& pipes, KernelFamily fam, uint3
       pc.v_pool = rope->kv.v_pool.address;
       pc.block_tables = rope->kv.block_tables.address;
       pc.kv_rows = rope->rows.rows.address;
-      pc.q_dim = rope->s.n_heads * rope->s.head_dim;
+      pc.q_dim = rope->s.q_dim();
       pc.n_kv_heads = rope->s.n_kv_heads;
       pc.head_dim = rope->s.head_dim;
       pc.n_rot = rope->s.n_rot;
@@ -172,9 +172,8 @@ void Kernels::rope_store_kv(Recorder& r, const AttentionShape& s, const Slice& q
 // rotation pair (dims 2i, 2i+1 of a head) is within a lane. The decision depends on the weights' shape and
 // the device only, never on n: every pass of a model takes the same path (batch invariance).
 bool Kernels::qkv_rope_fused(const DeviceMatrix& wqkv, const MatmulInput& x, const AttentionShape& s) const {
-  const uint32_t q_dim = s.n_heads * s.head_dim, kv_dim = s.n_kv_heads * s.head_dim;
   return texel_matmul(family_, wqkv, nullptr, x, 0) && rows_per_lane(wqkv.rows, wg_rows_) % 2 == 0 &&
-         wqkv.rows == q_dim + 2 * kv_dim && s.q_row() == wqkv.rows && s.kv_row() == wqkv.rows &&
+         wqkv.rows == s.q_dim() + 2 * s.kv_dim() && s.q_row() == wqkv.rows && s.kv_row() == wqkv.rows &&
          s.head_dim % 2 == 0 && s.n_rot % 2 == 0 && s.n_rot <= s.head_dim;
 }
 
@@ -186,11 +185,10 @@ void Kernels::qkv_rope_store_kv(Recorder& r, const DeviceMatrix& wqkv, const Mat
     record_matmul(r, pipelines_, family_, wg_rows_, wqkv, nullptr, x, qkv, n, 0, 0, wqkv.rows, &rope);
     return;
   }
-  const uint32_t q_dim = s.n_heads * s.head_dim, kv_dim = s.n_kv_heads * s.head_dim;
   matmul(r, wqkv, x, qkv, n, false, 0, wqkv.rows);
   r.barrier();
-  rope_store_kv(r, s, qkv, qkv.sub(q_dim * 4ull, qkv.size - q_dim * 4ull),
-                qkv.sub((q_dim + kv_dim) * 4ull, qkv.size - (q_dim + kv_dim) * 4ull), rope_table, kv, rows, n);
+  const QkvSlices parts = qkv_slices(qkv, s);
+  rope_store_kv(r, s, parts.q, parts.k, parts.v, rope_table, kv, rows, n);
 }
 
 bool Kernels::attention_texels(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const {

@@ -58,9 +58,21 @@ struct AttentionShape {
   // floats from one token's q (k, v) row to the next; 0 = packed (n_heads*head_dim, n_kv_heads*head_dim).
   // The model keeps q, k and v side by side in one [n][q_dim + 2*kv_dim] buffer (one fused projection).
   uint32_t q_stride = 0, kv_stride = 0;
-  uint32_t q_row() const { return q_stride ? q_stride : n_heads * head_dim; }
-  uint32_t kv_row() const { return kv_stride ? kv_stride : n_kv_heads * head_dim; }
+  uint32_t q_dim() const { return n_heads * head_dim; }
+  uint32_t kv_dim() const { return n_kv_heads * head_dim; }
+  uint32_t q_row() const { return q_stride ? q_stride : q_dim(); }
+  uint32_t kv_row() const { return kv_stride ? kv_stride : kv_dim(); }
 };
+
+// q, k and v of one [n][q_dim + 2 kv_dim] buffer (rows side by side: strides q_row() = kv_row() = its width),
+// each slice starting at its part of row 0.
+struct QkvSlices {
+  Slice q, k, v;
+};
+inline QkvSlices qkv_slices(const Slice& qkv, const AttentionShape& s) {
+  const VkDeviceSize k0 = VkDeviceSize(s.q_dim()) * 4, v0 = k0 + VkDeviceSize(s.kv_dim()) * 4;
+  return {qkv, qkv.sub(k0, qkv.size - k0), qkv.sub(v0, qkv.size - v0)};
+}
 
 class Kernels {
  public:

@@ -272,12 +272,10 @@ uint32_t LlamaModel::record_chunk(Recorder& r, std::span<const ChunkPart> parts,
   }
   kv_->record_copies(r);   // copy-on-write of shared blocks, before this chunk writes them
 
-  const uint32_t q_dim = hp_.n_heads * hp_.head_dim, kv_dim = hp_.n_kv_heads * hp_.head_dim;
-  const uint32_t qkv_w = q_dim + 2 * kv_dim;   // one token's q, k, v side by side
+  const uint32_t qkv_w = (hp_.n_heads + 2 * hp_.n_kv_heads) * hp_.head_dim;   // one token's q, k, v side by side
   const AttentionShape shape{hp_.n_heads, hp_.n_kv_heads, hp_.head_dim, hp_.n_rot, qkv_w, qkv_w};
   const VkDeviceSize x_row = VkDeviceSize(hp_.dim) * 4;
-  const Slice q_rows = qkv_, k_rows = qkv_.sub(q_dim * 4ull, qkv_.size - q_dim * 4ull),
-              v_rows = qkv_.sub((q_dim + kv_dim) * 4ull, qkv_.size - (q_dim + kv_dim) * 4ull);
+  const QkvSlices qkv = qkv_slices(qkv_, shape);
   auto rows_of = [](const Slice& s, VkDeviceSize row_bytes, uint32_t row0) {
     return s.sub(row0 * row_bytes, s.size - row0 * row_bytes);
   };
@@ -307,14 +305,14 @@ uint32_t LlamaModel::record_chunk(Recorder& r, std::span<const ChunkPart> parts,
     if (L.fused_qkv) {   // [q k v] = [Wq; Wk; Wv] xn; rope(q, k); cache <- k, v (one dispatch where it can)
       k.qkv_rope_store_kv(r, L.wqkv, xa, qkv_, n, shape, rope_, kv, kv_rows);
     } else {
-      k.matmul(r, L.wq, xa, q_rows, n, false, 0, qkv_w);                     // q = Wq xn
-      k.matmul(r, L.wk, xa, k_rows, n, false, 0, qkv_w);                     // k = Wk xn
-      k.matmul(r, L.wv, xa, v_rows, n, false, 0, qkv_w);                     // v = Wv xn
+      k.matmul(r, L.wq, xa, qkv.q, n, false, 0, qkv_w);                     // q = Wq xn
+      k.matmul(r, L.wk, xa, qkv.k, n, false, 0, qkv_w);                     // k = Wk xn
+      k.matmul(r, L.wv, xa, qkv.v, n, false, 0, qkv_w);                     // v = Wv xn
       r.barrier();
-      k.rope_store_kv(r, shape, q_rows, k_rows, v_rows, rope_, kv, kv_rows, n);   // rope(q, k); cache <- k, v
+      k.rope_store_kv(r, shape, qkv.q, qkv.k, qkv.v, rope_, kv, kv_rows, n);    // rope(q, k); cache <- k, v
     }
     r.barrier();
-    k.attention(r, shape, q_rows, att_, kv, kv_rows, n);                      // att = softmax(q K^T / sqrt(hd)) V
+    k.attention(r, shape, qkv.q, att_, kv, kv_rows, n);                      // att = softmax(q K^T / sqrt(hd)) V
     r.barrier();
     k.matmul(r, L.wo, att_, x_, n, /*accumulate=*/true);                     // x += Wo att
     r.barrier();

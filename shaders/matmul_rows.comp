@@ -19,6 +19,8 @@
 #include "common.glsl"
 #include "contract.h"
 #include "weights.glsl"
+#define PAGED_KV_BLOCK_SIZE_AT_RUN_TIME   // constant 1 is TT here: MODE_ROPE_KV passes pc.block_size
+#include "paged_kv.glsl"
 #extension GL_EXT_control_flow_attributes : require
 
 #if defined(WTYPE_F32)
@@ -165,7 +167,7 @@ void store_rope_pair(uint row, uint t0, vec4 al, vec4 ah, vec4 bl, vec4 bh, vec4
         a *= scale;
         b *= scale;
       }
-      const uvec2 kr = Uvec2s(pc.kv_rows).v[tok];   // {position, first uint of its block table}
+      const uvec2 kr = kv_row_of(pc.kv_rows, tok);   // {position, first uint of its block table}
       if (!is_v && d < pc.n_rot) {
         const vec2 cs = Vec2s(pc.rope).v[kr.x * half_rot + d / 2u];
         precise float ra = a * cs.x - b * cs.y, rb = a * cs.y + b * cs.x;
@@ -175,10 +177,9 @@ void store_rope_pair(uint row, uint t0, vec4 al, vec4 ah, vec4 bl, vec4 bh, vec4
       const uint o = tok * pc.y_stride + row;
       Floats(pc.y).v[o] = a;
       Floats(pc.y).v[o + 1u] = b;
-      if (!is_q) {   // paged KV: [block][BLOCK_SIZE][n_kv_heads][head_dim] (shaders/paged_kv.glsl)
-        const uint block = Uints(pc.block_tables).v[kr.y + kr.x / pc.block_size];
-        const uint dst = ((block * pc.block_size + kr.x % pc.block_size) * pc.n_kv_heads + j / pc.head_dim) *
-                         pc.head_dim + d;
+      if (!is_q) {
+        const uint dst =
+            kv_index_in(pc.block_tables, kr.y, kr.x, j / pc.head_dim, pc.n_kv_heads, pc.head_dim, pc.block_size) + d;
         const uvec2 pool = is_v ? pc.v_pool : pc.k_pool;
         Floats(pool).v[dst] = a;
         Floats(pool).v[dst + 1u] = b;
