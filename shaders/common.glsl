@@ -42,3 +42,11 @@ float wg_max(float v) {
   for (uint i = 1; i < gl_NumSubgroups; ++i) m = max(m, red_scratch[i]);
   return m;
 }
+
+// RoPE on one pair (a, b) = dims (2i, 2i+1) of a head, cs = (cos, sin) of its angle: the one rotation that
+// rope_store_kv.comp and matmul_rows.comp's MODE_ROPE_KV both use, precise so that neither contracts it into
+// an FMA differently (the two paths give bit-identical q, k and cache contents).
+vec2 rope_rotate(float a, float b, vec2 cs) {
+  precise float ra = a * cs.x - b * cs.y, rb = a * cs.y + b * cs.x;
+  return vec2(ra, rb);
+}

@@ -152,7 +152,7 @@ void store_row(uint row, uint t0, vec4 lo, vec4 hi, vec4 up_lo, vec4 up_hi, vec4
 // MODE_ROPE_KV: rows `row` and `row + 1` (row even) of [q | k | v] for the TT tokens, with RoPE on q and k and
 // k and v copied into the token's slot of the paged KV: rope_store_kv.comp's work, done where the values
 // are. A lane's rows are consecutive and a rotation pair is two adjacent dims of one head (GGUF llama's
-// layout), so each pair is within a lane. Same arithmetic as rope_store_kv.comp, precise here and there.
+// layout), so each pair is within a lane. The rotation is common.glsl's rope_rotate, as in rope_store_kv.comp.
 void store_rope_pair(uint row, uint t0, vec4 al, vec4 ah, vec4 bl, vec4 bh, vec4 ssl, vec4 ssh) {
   const uint kv_dim = pc.n_kv_heads * pc.head_dim, half_rot = pc.n_rot / 2u;
   const bool is_q = row < pc.q_dim, is_v = row >= pc.q_dim + kv_dim;
@@ -170,9 +170,9 @@ void store_rope_pair(uint row, uint t0, vec4 al, vec4 ah, vec4 bl, vec4 bh, vec4
       const uvec2 kr = kv_row_of(pc.kv_rows, tok);   // {position, first uint of its block table}
       if (!is_v && d < pc.n_rot) {
         const vec2 cs = Vec2s(pc.rope).v[kr.x * half_rot + d / 2u];
-        precise float ra = a * cs.x - b * cs.y, rb = a * cs.y + b * cs.x;
-        a = ra;
-        b = rb;
+        const vec2 ab = rope_rotate(a, b, cs);
+        a = ab.x;
+        b = ab.y;
       }
       const uint o = tok * pc.y_stride + row;
       Floats(pc.y).v[o] = a;

@@ -12,9 +12,9 @@ layout(push_constant) uniform PC { PC_ROPE_STORE_KV } pc;   // shaders/contract.
 
 void rotate(uvec2 buf, uint base, uint i, vec2 cs) {
   const float a = Floats(buf).v[base + 2u * i], b = Floats(buf).v[base + 2u * i + 1u];
-  precise float ra = a * cs.x - b * cs.y, rb = a * cs.y + b * cs.x;   // as matmul_rows.comp's MODE_ROPE_KV
-  Floats(buf).v[base + 2u * i] = ra;
-  Floats(buf).v[base + 2u * i + 1u] = rb;
+  const vec2 ab = rope_rotate(a, b, cs);
+  Floats(buf).v[base + 2u * i] = ab.x;
+  Floats(buf).v[base + 2u * i + 1u] = ab.y;
 }
 
 void main() {
