@@ -33,9 +33,10 @@ bool DeviceSampler::lanes_fit(const DeviceFacts& f, uint32_t lanes) {
 }
 
 DeviceSampler::DeviceSampler(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_rows,
-                             uint32_t max_history, uint32_t lanes)
+                             uint32_t max_history, uint32_t lanes, bool texel_reads)
     : pipelines_(pipelines), n_vocab_(n_vocab), max_rows_(max_rows), max_history_(max_history),
-      lanes_(lanes ? lanes : lanes_for(ctx.facts())) {
+      lanes_(lanes ? lanes : lanes_for(ctx.facts())),
+      texel_reads_(texel_reads && ctx.facts().prefers_row_per_lane() && ctx.facts().texel_reads()) {
   if (!lanes_fit(ctx.facts(), lanes_)) throw Error("internal: sample_rows lanes do not fit the device");
   device_ = std::make_unique<Arena>(ctx, MemoryKind::Device, VkDeviceSize(n_vocab) * 4 + 4096);
   upload_ = std::make_unique<Arena>(ctx, MemoryKind::Upload, VkDeviceSize(max_history) * 4 + 4096);
@@ -73,16 +74,29 @@ void DeviceSampler::record_append_history(Recorder& r, const Slice& slots, uint3
     r.copy(slots.sub(VkDeviceSize(first + i) * kSlotBytes, 4), history_.sub(VkDeviceSize(at + i) * 4, 4));
 }
 
+bool DeviceSampler::texel_logits(bool penalty, const Slice& logits) const {
+  return texel_reads_ && !penalty && n_vocab_ % 4 == 0 && texel_readable(logits);
+}
+
 void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Rows& j) {
   if (!supports(p, n_vocab_) || j.rows == 0 || j.rows > max_rows_) throw Error("internal: DeviceSampler::record out of range");
   const bool penalty = p.repeat_penalty != 1.0f && p.repeat_last_n != 0;
   const uint32_t last_n = !penalty ? 0u : p.repeat_last_n < 0 ? 0xffffffffu : uint32_t(p.repeat_last_n);
   const FusedAccept* a = j.accept;
+  const bool texels = texel_logits(penalty, j.logits);
+  const uint32_t flags = (j.draws ? contract::SAMPLE_DRAW : 0u) | (a ? contract::SAMPLE_ACCEPT : 0u);
   SampleRowsPC pc{j.logits.address, j.probs.address, j.draws ? j.draws->address : 0, history_.address, p.seed, n_vocab_, j.history_len, last_n, p.repeat_penalty,
                   p.temperature, p.top_p, p.min_p, uint32_t(p.top_k), uint32_t(j.position), j.stream,
-                  j.draws ? 1u : 0u, a ? a->draft_p_min : 0.0f, a ? a->q.address : 0, a ? a->tokens.address : 0,
-                  a ? a->result.address : 0, a ? a->counter.address : 0, a ? a->k : 0, a ? 1u : 0u};
-  r.dispatch(pipelines_.get("sample_rows", {lanes_}), &pc, sizeof pc, j.rows);
+                  flags, a ? a->draft_p_min : 0.0f, a ? a->q.address : 0, a ? a->tokens.address : 0,
+                  a ? a->result.address : 0, a ? a->counter.address : 0, a ? a->k : 0,
+                  texels ? texel_offset(j.logits) : 0u};
+  if (texels) {
+    const VkBufferView views[Pipelines::kTexelBindings] = {j.logits.texels, j.logits.texels, j.logits.texels,
+                                                           j.logits.texels};   // only binding 0 is read
+    r.dispatch(pipelines_.get("sample_rows_texels", {lanes_}, Pipelines::Layout::Texels), views, &pc, sizeof pc, j.rows);
+  } else {
+    r.dispatch(pipelines_.get("sample_rows", {lanes_}), &pc, sizeof pc, j.rows);
+  }
 }
 
 void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Slice& logits, const Slice& probs,

@@ -27,8 +27,10 @@ class DeviceSampler {
 
   // max_rows: rows per record(); max_history: the longest context + extra tokens ever passed; lanes: 0 for
   // lanes_for(device), else a power of two >= 64 that fits (tests run the GPUs' lane counts on lavapipe).
+  // texel_reads: CPU devices read logits through a texel buffer where they can (texel_logits); false keeps
+  // the device-address variant everywhere (tests compare the two).
   DeviceSampler(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_rows, uint32_t max_history,
-                uint32_t lanes = 0);
+                uint32_t lanes = 0, bool texel_reads = true);
   ~DeviceSampler();
 
   // The penalty's history for the next records: the context's last repeat_last_n tokens, then `extra`.
@@ -66,11 +68,16 @@ class DeviceSampler {
   struct Draw { uint32_t token; float top_prob; };
   Draw drawn(uint32_t row) const;
 
+  // Which sample_rows variant a record uses, decided here only: sample_rows_texels (logits through a texel
+  // buffer, shaders/sample_rows.comp says why) on CPU devices for rows of whole texels without a penalty.
+  bool texel_logits(bool penalty, const Slice& logits) const;
+
 
  private:
   Pipelines& pipelines_;
   uint32_t n_vocab_, max_rows_, max_history_;
   uint32_t lanes_;   // lanes per row (workgroup size) of sample_rows
+  bool texel_reads_;
   std::unique_ptr<Arena> device_, upload_, readback_;
   std::unique_ptr<Recorder> rec_;
   Slice history_, draws_, scratch_probs_;

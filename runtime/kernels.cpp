@@ -27,8 +27,6 @@ const char* const kMatmulRowsShader[] = {"matmul_rows_f32", "matmul_rows_f16", "
                                          "matmul_rows_q4"};
 const uint32_t kElemsPerTexel[] = {4, 8, 8, 16, 32};
 
-uint32_t texel_offset(const Slice& s) { return uint32_t(s.offset / 16); }
-
 uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 }  // namespace
 
@@ -56,10 +54,6 @@ void Kernels::embed(Recorder& r, const DeviceMatrix& table, const TokenInput& to
   const WeightFormat& f = table.format;
   r.dispatch(pipelines_.get("embed", {64, f.storage, f.group, f.has_min}), &pc, sizeof pc, n);
 }
-
-// A slice the texel kernels can read: inside its block's texel view, at a 16-byte offset that a 32-bit
-// texel index reaches.
-static bool texel_readable(const Slice& s) { return s.texels && s.offset % 16 == 0 && s.offset / 16 < UINT32_MAX; }
 
 // Texel path (row per lane on devices that read through texel buffers): every operand must be texel-readable,
 // rows must be whole texels, and quantized rows whole steps of matmul_rows.comp (contract::ROW_QUANT_STEP: a

@@ -26,6 +26,11 @@ struct Slice {
   template <class T> T* host() const { return reinterpret_cast<T*>(mapped); }
 };
 
+// A slice the texel kernels can read: inside its block's texel view, at a 16-byte offset that a 32-bit
+// texel index reaches. texel_offset: its first texel in that view.
+inline bool texel_readable(const Slice& s) { return s.texels && s.offset % 16 == 0 && s.offset / 16 < UINT32_MAX; }
+inline uint32_t texel_offset(const Slice& s) { return uint32_t(s.offset / 16); }
+
 enum class MemoryKind {
   Device,     // device-local (weights, activations, KV)
   Upload,     // host-visible + coherent, written by the host each pass (token ids, rope table, block tables)

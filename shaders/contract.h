@@ -111,6 +111,8 @@ VKSPEC_CONST MODE_ROPE_KV = 8u;       // matmul_rows, the [q k v] projection: Ro
   vk_addr slots;                       /* [n] token slots */                                            \
   vk_uint cols; vk_uint want_top_prob;
 
+VKSPEC_CONST SAMPLE_DRAW = 1u;      // sample_rows: draw a token per row into `draws`
+VKSPEC_CONST SAMPLE_ACCEPT = 2u;    // sample_rows: fused verify (the last workgroup runs the accept chain)
 #define PC_SAMPLE_ROWS                                                                                  \
   vk_addr logits;                      /* [rows][V] f32 (penalized in place) */                         \
   vk_addr probs;                       /* [rows][V] f32 out */                                          \
@@ -119,10 +121,11 @@ VKSPEC_CONST MODE_ROPE_KV = 8u;       // matmul_rows, the [q k v] projection: Ro
   vk_addr seed;                                                                                         \
   vk_uint V; vk_uint h_ctx; vk_uint last_n; /* last_n = 0: no penalty window */                         \
   vk_float penalty; vk_float temperature; vk_float top_p; vk_float min_p;                               \
-  vk_uint top_k; vk_uint position; vk_uint stream; vk_uint draw;                                        \
+  vk_uint top_k; vk_uint position; vk_uint stream; vk_uint flags; /* SAMPLE_DRAW | SAMPLE_ACCEPT */     \
   vk_float draft_p_min;                /* fused verify: drafts after one below it are not verified */   \
   vk_addr q; vk_addr tokens; vk_addr result; vk_addr counter; /* fused verify: [K][V], slots, {acc, next}, uint[VERIFY_COUNTER_UINTS] */ \
-  vk_uint K; vk_uint accept;
+  vk_uint K;                                                                                            \
+  vk_uint logits_texel;                /* sample_rows_texels: texel offset of logits in binding 0 */
 
 #define PC_SPEC_ACCEPT                                                                                  \
   vk_addr p;                           /* [K+1][V] f32, rows sum to 1 */                                \

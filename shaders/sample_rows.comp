@@ -16,6 +16,12 @@
 // the context (h_ctx tokens) followed by the drafts, so the window grows draft by draft.
 // The penalty is applied to the logits row in place.
 // Draws go to `draws` as token slots ({token, top probability} pairs), which the next step's embedding reads.
+// Lane ranges are whole groups of 4 ids, walked 4 logits per read (logits4): on CPU devices the variant
+// built with TEXEL_LOGITS (sample_rows_texels) reads them through a uniform texel buffer, which llvmpipe
+// fetches for all lanes in one vector gather, where a device-address load is a scalar loop over the lanes
+// (the 8192-logit row of the pycode pair: ~0.45 ms per row that way). The host picks it only for rows of
+// whole texels (V % 4 == 0) and no penalty (the penalty rewrites logits in place, and a texel read is not
+// made to see writes of the same dispatch); both variants visit the same ids in the same order.
 // Fused verify (accept != 0): the rows are the target's p_0..p_K; each workgroup publishes its row and counts
 // itself done on counter[VERIFY_ROWS_DONE]; the last one runs the accept/resample chain (accept.glsl) over
 // all rows and the draft's q rows, writes {accepted, next} and resets the counter. Rows go through coherent
@@ -23,13 +29,36 @@
 // counter[VERIFY_NON_FINITE] first: then nothing is sampled and next is NON_FINITE_TOKEN (its probabilities may look finite: NaN keys rank
 // arbitrarily).
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "contract.h"
 #include "rng.h"
 
 
 layout(push_constant) uniform PC { PC_SAMPLE_ROWS } pc;   // shaders/contract.h
-shared bool row_non_finite;   // the row's logits hold NaN or Inf: its draw is NON_FINITE_TOKEN
+shared bool row_non_finite;
+
+// Logits 4t .. 4t+3 of the row starting at element `base` (ids past V read as 0; callers stop at their hi).
+#ifdef TEXEL_LOGITS
+layout(set = 0, binding = 0) uniform usamplerBuffer L;
+vec4 logits4(uint base, uint t) { return uintBitsToFloat(texelFetch(L, int(pc.logits_texel + base / 4u + t))); }
+#else
+vec4 logits4(uint base, uint t) {
+  vec4 q = vec4(0.0);
+  for (uint c = 0u; c < 4u; ++c)
+    if (4u * t + c < pc.V) q[c] = Floats(pc.logits).v[base + 4u * t + c];
+  return q;
+}
+#endif
+// The loop over a lane's ids lo..hi-1 in id order (lo a multiple of 4): v = the id, l = its logit.
+#define FOR_LOGITS(base, lo, hi)                                   \
+  for (uint t_ = (lo) / 4u; 4u * t_ < (hi); ++t_) {                \
+    const vec4 q_ = logits4(base, t_);                             \
+    [[unroll]] for (uint c_ = 0u; c_ < 4u; ++c_) {                 \
+      const uint v = 4u * t_ + c_;                                 \
+      if (v >= (hi)) break;                                        \
+      const float l = q_[c_];
+#define END_FOR_LOGITS }}   // the row's logits hold NaN or Inf: its draw is NON_FINITE_TOKEN
 
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer CoherentFloats { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer CoherentUints { uint v[]; };
@@ -74,7 +103,7 @@ float logit_of_key(uint k) { return uintBitsToFloat((k & 0x80000000u) != 0u ? k 
 // Elements with key == k in the lanes before this one.
 uint tie_base(uint k, uint base, uint lo, uint hi) {
   uint c = 0u;
-  for (uint v = lo; v < hi; ++v) c += key_of(Floats(pc.logits).v[base + v]) == k ? 1u : 0u;
+  FOR_LOGITS(base, lo, hi) c += key_of(l) == k ? 1u : 0u; END_FOR_LOGITS
   barrier();
   lane_ties[gl_LocalInvocationID.x] = c;
   barrier();
@@ -95,14 +124,13 @@ void mass_select(uint base, uint lo, uint hi, uint sk, uint st, uint s_base, flo
   for (int shift = 28; shift >= 0; shift -= 4) {
     for (uint b = 0u; b < 16u; ++b) digit_mass[lane * 16u + b] = 0.0;
     uint tr = s_base;
-    for (uint v = lo; v < hi; ++v) {
-      const float l = Floats(pc.logits).v[base + v];
+    FOR_LOGITS(base, lo, hi)
       const uint key = key_of(l);
       bool in_s = key > sk;
       if (key == sk) in_s = tr++ < st;
       if (in_s && l >= floor_l && (key & mask) == prefix)
         digit_mass[lane * 16u + ((key >> uint(shift)) & 15u)] += exp((l - m) * s);
-    }
+    END_FOR_LOGITS
     barrier();
     if (lane == 0u) {
       float above = g_above;
@@ -131,7 +159,7 @@ void mass_select(uint base, uint lo, uint hi, uint sk, uint st, uint s_base, flo
   }
   // prefix is the key of the last element; take as many of its ties as reach the target
   uint avail = 0u;
-  for (uint v = lo; v < hi; ++v) avail += key_of(Floats(pc.logits).v[base + v]) == prefix ? 1u : 0u;
+  FOR_LOGITS(base, lo, hi) avail += key_of(l) == prefix ? 1u : 0u; END_FOR_LOGITS
   lane_ties[lane] = avail;
   barrier();
   if (lane == 0u) {
@@ -151,19 +179,18 @@ void sample_general(uint row, uint base, uint lo, uint hi, uint kth, uint ties_k
   const uint lane = gl_LocalInvocationID.x;
   // m: the largest logit; z: the mass of the top-k set at temperature 1
   float mx = -1.0 / 0.0;
-  for (uint v = lo; v < hi; ++v) mx = max(mx, Floats(pc.logits).v[base + v]);
+  FOR_LOGITS(base, lo, hi) mx = max(mx, l); END_FOR_LOGITS
   const float m = wg_max(mx);
   const uint k_base = tie_base(kth, base, lo, hi);
   const float no_floor = -1.0 / 0.0;
   float z = 0.0;
   uint tr = k_base;
-  for (uint v = lo; v < hi; ++v) {
-    const float l = Floats(pc.logits).v[base + v];
+  FOR_LOGITS(base, lo, hi)
     const uint key = key_of(l);
     bool in_k = key > kth;
     if (key == kth) in_k = tr++ < ties_k;
     if (in_k) z += exp(l - m);
-  }
+  END_FOR_LOGITS
   z = wg_sum(z);
   // top-p: the shortest prefix of the top-k set whose probability reaches top_p
   uint fk = kth, ft = ties_k;
@@ -178,53 +205,54 @@ void sample_general(uint row, uint base, uint lo, uint hi, uint kth, uint ties_k
   const float inv_t = 1.0 / max(pc.temperature, 1e-6);
   float zt = 0.0;
   tr = f_base;
-  for (uint v = lo; v < hi; ++v) {
-    const float l = Floats(pc.logits).v[base + v];
+  FOR_LOGITS(base, lo, hi)
     const uint key = key_of(l);
     bool keep = key > fk;
     if (key == fk) keep = tr++ < ft;
     if (keep && l >= floor_l) zt += exp((l - m) * inv_t);
-  }
+  END_FOR_LOGITS
   zt = wg_sum(zt);
   // dense row
   tr = f_base;
-  for (uint v = lo; v < hi; ++v) {
-    const float l = Floats(pc.logits).v[base + v];
+  FOR_LOGITS(base, lo, hi)
     const uint key = key_of(l);
     bool keep = key > fk;
     if (key == fk) keep = tr++ < ft;
     CoherentFloats(pc.probs).v[base + v] = keep && l >= floor_l ? exp((l - m) * inv_t) / zt : 0.0;
-  }
+  END_FOR_LOGITS
   // draw: the shortest prefix of the kept set whose mass exceeds u * zt; its last element
-  if (pc.draw != 0u) {
+  if ((pc.flags & SAMPLE_DRAW) != 0u) {
     const float u = counter_uniform(pc.seed, pc.position + row, pc.stream);
     mass_select(base, lo, hi, fk, ft, f_base, floor_l, m, inv_t, u * zt, true);
     const uint pk = g_key, pt = g_ties;
     // the pt-th element (by id) with key pk: pk == fk ties continue the kept set's tie order
     const uint p_base = tie_base(pk, base, lo, hi);
     uint r = p_base;
-    for (uint v = lo; v < hi; ++v)
-      if (key_of(Floats(pc.logits).v[base + v]) == pk && r++ == pt - 1u) {
+    FOR_LOGITS(base, lo, hi)
+      if (key_of(l) == pk && r++ == pt - 1u) {
         Uints(pc.draws).v[SLOT_TOKEN(row)] = row_non_finite ? NON_FINITE_TOKEN : v;
         Uints(pc.draws).v[SLOT_AUX(row)] = floatBitsToUint(1.0 / zt);   // the top element's probability
       }
+    END_FOR_LOGITS
   }
 }
 
 void main() {
   const uint row = gl_WorkGroupID.x, lane = gl_LocalInvocationID.x;
   const uint base = row * pc.V;
-  const uint per = (pc.V + WG - 1u) / WG, lo = min(lane * per, pc.V), hi = min(lo + per, pc.V);
+  const uint per = ((pc.V + WG - 1u) / WG + 3u) & ~3u;   // whole groups of 4 ids per lane
+  const uint lo = min(lane * per, pc.V), hi = min(lo + per, pc.V);
 
   // 0. non-finite logits (a broken model) are reported, not sampled from: NaN ranks and sums arbitrarily
   if (lane == 0u) row_non_finite = false;
   barrier();
   bool bad = false;
-  for (uint v = lo; v < hi; ++v) bad = bad || isnan(Floats(pc.logits).v[base + v]) || isinf(Floats(pc.logits).v[base + v]);
+  FOR_LOGITS(base, lo, hi) bad = bad || isnan(l) || isinf(l); END_FOR_LOGITS
   if (bad) row_non_finite = true;
   barrier();
 
-  // 1. repetition penalty, once per distinct token of the window
+  // 1. repetition penalty, once per distinct token of the window (never with TEXEL_LOGITS: see the top)
+#ifndef TEXEL_LOGITS
   if (pc.last_n != 0u && pc.penalty != 1.0) {
     const uint end = pc.h_ctx + row, start = end > pc.last_n ? end - pc.last_n : 0u;
     for (uint j = start + lane; j < end; j += WG) {
@@ -239,6 +267,7 @@ void main() {
     memoryBarrierBuffer();
     barrier();
   }
+#endif
 
   // 2. top-k: the k-th largest key, one 8-bit digit per pass, most significant first
   const bool small_k = pc.top_k >= 1u && pc.top_k <= MAX_TOP_K && pc.top_k < pc.V;
@@ -248,10 +277,10 @@ void main() {
     for (uint b = lane; b < 256u; b += WG) digit_count[b] = 0u;
     barrier();
     const uint prefix = sel_prefix;
-    for (uint v = lo; v < hi; ++v) {
-      const uint key = key_of(Floats(pc.logits).v[base + v]);
+    FOR_LOGITS(base, lo, hi)
+      const uint key = key_of(l);
       if ((key & mask) == prefix) atomicAdd(digit_count[(key >> uint(shift)) & 255u], 1u);
-    }
+    END_FOR_LOGITS
     barrier();
     if (lane == 0u) {
       uint above = 0u, b = 255u;
@@ -269,14 +298,13 @@ void main() {
 
   // 3. collect the kept candidates: keys above the k-th, and the lowest-id ties at it
   uint ties = 0u;
-  for (uint v = lo; v < hi; ++v) ties += key_of(Floats(pc.logits).v[base + v]) == kth ? 1u : 0u;
+  FOR_LOGITS(base, lo, hi) ties += key_of(l) == kth ? 1u : 0u; END_FOR_LOGITS
   lane_ties[lane] = ties;
   if (lane == 0u) n_cand = 0u;
   barrier();
   uint tie_rank = 0u;   // ties in lower lanes (lower ids)
   for (uint l = 0u; l < lane; ++l) tie_rank += lane_ties[l];
-  for (uint v = lo; v < hi; ++v) {
-    const float l = Floats(pc.logits).v[base + v];
+  FOR_LOGITS(base, lo, hi)
     const uint key = key_of(l);
     bool keep = key > kth;
     if (key == kth) keep = tie_rank++ < ties_to_take;
@@ -285,7 +313,7 @@ void main() {
       cand_id[slot] = v;
       cand_l[slot] = l;
     }
-  }
+  END_FOR_LOGITS
   barrier();
   const uint n = n_cand;   // == top_k
 
@@ -340,7 +368,7 @@ void main() {
     if (cand_p[r] > 0.0) CoherentFloats(pc.probs).v[base + cand_id[order[r]]] = cand_p[r];
 
   // 7. draw by inverse CDF in rank order (the host Sampler's order)
-  if (pc.draw != 0u && lane == 0u) {
+  if ((pc.flags & SAMPLE_DRAW) != 0u && lane == 0u) {
     const float u = counter_uniform(pc.seed, pc.position + row, pc.stream);
     float cum = 0.0;
     uint pick = cand_id[order[0]];
@@ -355,7 +383,7 @@ void main() {
   }   // small_k
 
   // 8. fused verify: the last workgroup to finish its row runs accept/reject over all of them
-  if (pc.accept == 0u) return;
+  if ((pc.flags & SAMPLE_ACCEPT) == 0u) return;
   if (lane == 0u && row_non_finite) atomicOr(CoherentUints(pc.counter).v[VERIFY_NON_FINITE], 1u);
   memoryBarrierBuffer();   // this row's writes are visible device-wide before it counts as done
   barrier();

@@ -167,10 +167,57 @@ TEST_P(DeviceSamplerLanesTest, MatchesHostSamplerRowByRow) {
   EXPECT_GT(exact_draws, 40) << "too few draws compared";
 }
 
+// On CPU devices sample_rows reads rows of whole texels through a texel buffer (sample_rows_texels); the
+// device-address variant gives the same probability rows and draws bit for bit (both walk each lane's ids in
+// the same order), on both paths of the kernel, with exact ties, and with a NaN row (NON_FINITE_TOKEN in both).
+TEST_F(DeviceSamplerTest, TexelReadsEqualAddressReads) {
+  const DeviceFacts& f = gpu().ctx.facts();
+  if (!f.prefers_row_per_lane() || !f.texel_reads()) GTEST_SKIP() << "the texel variant is for CPU devices";
+  const uint32_t V = 1024, rows = 3;
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  for (uint32_t lanes : {64u, 256u}) {
+    if (!DeviceSampler::lanes_fit(f, lanes)) continue;
+    DeviceSampler texels(gpu().ctx, gpu().pipelines, V, rows, 64, lanes),
+        address(gpu().ctx, gpu().pipelines, V, rows, 64, lanes, /*texel_reads=*/false);
+    struct Case { int top_k; float top_p, min_p, temp; bool grid, nan; };
+    for (const Case& c : {Case{40, 0.95f, 0.05f, 0.8f, false, false}, Case{40, 0.9f, 0.0f, 1.0f, true, false},
+                          Case{1, 1.0f, 0.0f, 1.0f, true, false}, Case{0, 0.9f, 0.0f, 0.8f, false, false},
+                          Case{0, 0.95f, 0.02f, 1.2f, true, false}, Case{300, 1.0f, 0.05f, 0.7f, true, false},
+                          Case{40, 0.95f, 0.05f, 0.8f, false, true}, Case{0, 0.9f, 0.0f, 0.8f, false, true}}) {
+      SCOPED_TRACE("lanes " + std::to_string(lanes) + " top_k " + std::to_string(c.top_k) + (c.nan ? " NaN" : ""));
+      SamplingParams p;
+      p.top_k = c.top_k; p.top_p = c.top_p; p.min_p = c.min_p; p.temperature = c.temp; p.seed = 21;
+      std::vector<float> logits(size_t(rows) * V);
+      for (auto& x : logits) x = c.grid ? std::round(nd(rng)) * 0.5f : nd(rng);
+      if (c.nan) logits[V + 517] = std::numeric_limits<float>::quiet_NaN();   // row 1
+      Slice lt = upload(logits), la = upload(logits);
+      ASSERT_TRUE(texels.texel_logits(false, lt));
+      ASSERT_FALSE(address.texel_logits(false, la));
+      Slice pt = zeros<float>(size_t(rows) * V), pa = zeros<float>(size_t(rows) * V);
+      const std::vector<uint32_t> context = {1, 2}, extra = {3, 4};   // drafts before rows 1 and 2
+      run([&](Recorder& r) { texels.record(r, p, lt, pt, rows, context, extra, 7, true, DeviceSampler::kStreamPlain); });
+      run([&](Recorder& r) { address.record(r, p, la, pa, rows, context, extra, 7, true, DeviceSampler::kStreamPlain); });
+      ASSERT_EQ(download<uint32_t>(pt, size_t(rows) * V), download<uint32_t>(pa, size_t(rows) * V))
+          << "probability rows differ";
+      for (uint32_t row = 0; row < rows; ++row) {
+        const auto a = texels.drawn(row), b = address.drawn(row);
+        EXPECT_EQ(a.token, b.token) << "row " << row;
+        if (!c.nan || row != 1) { EXPECT_EQ(a.top_prob, b.top_prob) << "row " << row; }
+        EXPECT_EQ(a.token == contract::NON_FINITE_TOKEN, c.nan && row == 1) << "row " << row;
+      }
+    }
+  }
+}
+
 // The fused verify (p rows transformed on the device, accept chain in the last workgroup) decides exactly as
 // the stand-alone accept kernel does on the rows it left behind, for every K and many seeds.
-TEST_F(DeviceSamplerTest, FusedVerifyEqualsAcceptKernelOnItsRows) {
-  const uint32_t V = 300, max_k = 8;
+// V = 300 reads the logits through a texel buffer on CPU devices, V = 301 (rows not whole texels) by address.
+class FusedVerifyTest : public VkTest, public ::testing::WithParamInterface<uint32_t> {};
+INSTANTIATE_TEST_SUITE_P(Vocab, FusedVerifyTest, ::testing::Values(300u, 301u));
+
+TEST_P(FusedVerifyTest, EqualsAcceptKernelOnItsRows) {
+  const uint32_t V = GetParam(), max_k = 8;
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.f, 1.5f);
   std::uniform_int_distribution<uint32_t> tok(0, V - 1);
@@ -207,7 +254,8 @@ TEST_F(DeviceSamplerTest, FusedVerifyEqualsAcceptKernelOnItsRows) {
 // into "the model produced non-finite logits") for a NaN where the residual draw reads it (max(0, NaN) may
 // be 0: without the check the row would be sampled from), an infinite q at a draft, and a draft that is not a
 // token (the draft's own logits were non-finite); the fused verify does for a NaN anywhere in a logits row,
-// even where the chain would not read it (NaN keys rank arbitrarily), with top-k on and off.
+// even where the chain would not read it (NaN keys rank arbitrarily), with top-k on and off, its logits
+// read through a texel buffer (CPU devices) and by address.
 TEST_F(DeviceSamplerTest, NonFiniteRowsNeverBecomeATokenInTheAcceptChain) {
   const uint32_t V = 300, K = 2;
   SpecAcceptor acceptor(gpu().ctx, gpu().pipelines, V, 4, 1);
@@ -236,26 +284,28 @@ TEST_F(DeviceSamplerTest, NonFiniteRowsNeverBecomeATokenInTheAcceptChain) {
 
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.f, 1.5f);
+  for (const uint32_t vocab : {300u, 301u})   // texel reads of the logits on CPU devices; by address (not whole texels)
   for (int top_k : {40, 0}) {
+    SpecAcceptor verifier(gpu().ctx, gpu().pipelines, vocab, 4, 1);
     SamplingParams p;
     p.top_k = top_k; p.top_p = 0.95f; p.min_p = 0.0f; p.temperature = 1.0f; p.seed = 4;
     for (uint32_t bad_row : {0u, K}) {
       const std::vector<uint32_t> context = {1, 2};
-      std::vector<float> logits(size_t(K + 1) * V);
+      std::vector<float> logits(size_t(K + 1) * vocab);
       for (auto& x : logits) x = nd(rng);
-      for (uint32_t i = 0; i < K; ++i) acceptor.set_row(acceptor.q_row(i), Sampler(p).distribution(
-          std::span<const float>(logits).subspan(size_t(i) * V, V), {}));
-      const std::vector<uint32_t> drafts = {Sampler(p).distribution(std::span<const float>(logits).first(V), {}).ids[0],
+      for (uint32_t i = 0; i < K; ++i) verifier.set_row(verifier.q_row(i), Sampler(p).distribution(
+          std::span<const float>(logits).subspan(size_t(i) * vocab, vocab), {}));
+      const std::vector<uint32_t> drafts = {Sampler(p).distribution(std::span<const float>(logits).first(vocab), {}).ids[0],
                                             0};
-      const SpecAcceptor::Outcome ok = acceptor.verify(p, upload(logits), context, drafts);
-      EXPECT_LT(ok.next, V) << "finite rows, top-k " << top_k;
-      logits[size_t(bad_row) * V + 123] = nan;
-      const SpecAcceptor::Outcome o = acceptor.verify(p, upload(logits), context, drafts);
-      EXPECT_EQ(o.next, contract::NON_FINITE_TOKEN) << "NaN in row " << bad_row << ", top-k " << top_k;
-      const SpecAcceptor::Outcome again = acceptor.verify(p, upload(logits), context, drafts);
+      const SpecAcceptor::Outcome ok = verifier.verify(p, upload(logits), context, drafts);
+      EXPECT_LT(ok.next, vocab) << "finite rows, top-k " << top_k << ", vocab " << vocab;
+      logits[size_t(bad_row) * vocab + 123] = nan;
+      const SpecAcceptor::Outcome o = verifier.verify(p, upload(logits), context, drafts);
+      EXPECT_EQ(o.next, contract::NON_FINITE_TOKEN) << "NaN in row " << bad_row << ", top-k " << top_k << ", vocab " << vocab;
+      const SpecAcceptor::Outcome again = verifier.verify(p, upload(logits), context, drafts);
       EXPECT_EQ(again.next, contract::NON_FINITE_TOKEN) << "the flag is per verify, and reset after it";
-      logits[size_t(bad_row) * V + 123] = 0.0f;
-      EXPECT_LT(acceptor.verify(p, upload(logits), context, drafts).next, V) << "reset after a non-finite verify";
+      logits[size_t(bad_row) * vocab + 123] = 0.0f;
+      EXPECT_LT(verifier.verify(p, upload(logits), context, drafts).next, vocab) << "reset after a non-finite verify";
     }
   }
 }
