@@ -105,8 +105,11 @@ TEST_P(DeviceSamplerLanesTest, MatchesHostSamplerRowByRow) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.f, 2.f);
   std::uniform_int_distribution<uint32_t> tok(0, V - 1);
-  struct Case { int top_k; float top_p, min_p, temp, penalty; int last_n; bool grid; };
+  // grid: values on a coarse grid (many exact ties); flat: one value everywhere (every logit ties: more than
+  // the top-k path's candidate list holds, which then selects over the whole row)
+  struct Case { int top_k; float top_p, min_p, temp, penalty; int last_n; bool grid, flat = false; };
   const Case cases[] = {{40, 0.95f, 0.05f, 0.8f, 1.0f, 64, false}, {1, 1.0f, 0.0f, 1.0f, 1.0f, 64, false},
+                        {40, 1.0f, 0.0f, 0.9f, 1.0f, 64, true, true}, {3, 1.0f, 0.0f, 1.0f, 1.1f, 8, true, true},
                         {256, 0.9f, 0.0f, 1.5f, 1.1f, 16, false}, {40, 1.0f, 0.0f, 1.0f, 1.3f, -1, true},
                         {7, 0.5f, 0.2f, 0.5f, 1.0f, 0, true}, {100, 0.99f, 0.01f, 1.0f, 0.9f, 8, true},
                         // the general path: top-k off, above the shared-memory cap, the full vocabulary
@@ -122,7 +125,7 @@ TEST_P(DeviceSamplerLanesTest, MatchesHostSamplerRowByRow) {
     p.top_k = c.top_k; p.top_p = c.top_p; p.min_p = c.min_p; p.temperature = c.temp;
     p.repeat_penalty = c.penalty; p.repeat_last_n = c.last_n; p.seed = 9;
     std::vector<float> logits(size_t(rows) * V);
-    for (auto& x : logits) x = c.grid ? std::round(nd(rng)) * 0.5f : nd(rng);   // grid: many exact ties
+    for (auto& x : logits) x = c.flat ? 0.5f : c.grid ? std::round(nd(rng)) * 0.5f : nd(rng);
     std::vector<uint32_t> context(30), extra(rows - 1);
     for (auto& t : context) t = tok(rng) % 50;   // repeats inside the window
     for (auto& t : extra) t = tok(rng) % 50;
