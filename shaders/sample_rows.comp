@@ -240,10 +240,10 @@ void sample_general(uint row, uint base, uint lo, uint hi, uint kth, uint ties_k
 // ---- the top-k path (k <= MAX_TOP_K): selection by 8-bit digits, from a candidate list when k <= WG ----
 // The k-th largest lane maximum is a lower bound of the k-th largest key (k lanes each hold an element at
 // least that large), so the keys at or above it hold the whole top-k set and its ties: usually a few dozen,
-// gathered in one walk of the row instead of the five walks of selecting from the row itself (the 128,256
-// logits of a Llama 3 row: 2.4 -> 1.5-1.8 ms on lavapipe; no change at 8192). Counts of a bucket are partial only
-// below the bound, where the walk down the buckets never goes past, so the selection finds the same key and
-// ties as over the whole row.
+// gathered in one walk of the row instead of six (four digit passes, the ties, the candidates) over the row
+// itself (the 128,256 logits of a Llama 3 row: 2.4 -> 1.5-1.8 ms on lavapipe; no change at 8192). Counts of
+// a bucket are partial only below the bound, where the walk down the buckets never goes past, so the
+// selection finds the same key and ties as over the whole row.
 const uint LIST_CAP = 256u;   // shared memory that DeviceSampler::lanes_fit counts
 shared uint list_key[LIST_CAP], list_id[LIST_CAP];
 shared uint n_list, thr_key;
