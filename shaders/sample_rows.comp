@@ -22,7 +22,7 @@
 // (the 8192-logit row of the pycode pair: ~0.45 ms per row that way). The host picks it only for rows of
 // whole texels (V % 4 == 0) and no penalty (the penalty rewrites logits in place, and a texel read is not
 // made to see writes of the same dispatch); both variants visit the same ids in the same order.
-// Fused verify (accept != 0): the rows are the target's p_0..p_K; each workgroup publishes its row and counts
+// Fused verify (SAMPLE_ACCEPT): the rows are the target's p_0..p_K; each workgroup publishes its row and counts
 // itself done on counter[VERIFY_ROWS_DONE]; the last one runs the accept/resample chain (accept.glsl) over
 // all rows and the draft's q rows, writes {accepted, next} and resets the counter. Rows go through coherent
 // references so the last workgroup sees the others' writes. A row whose logits are non-finite sets
@@ -36,7 +36,7 @@
 
 
 layout(push_constant) uniform PC { PC_SAMPLE_ROWS } pc;   // shaders/contract.h
-shared bool row_non_finite;
+shared bool row_non_finite;   // the row's logits hold NaN or Inf: its draw is NON_FINITE_TOKEN
 
 // Logits 4t .. 4t+3 of the row starting at element `base` (ids past V read as 0; callers stop at their hi).
 #ifdef TEXEL_LOGITS
@@ -58,7 +58,7 @@ vec4 logits4(uint base, uint t) {
       const uint v = 4u * t_ + c_;                                 \
       if (v >= (hi)) break;                                        \
       const float l = q_[c_];
-#define END_FOR_LOGITS }}   // the row's logits hold NaN or Inf: its draw is NON_FINITE_TOKEN
+#define END_FOR_LOGITS }}
 
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer CoherentFloats { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer CoherentUints { uint v[]; };
