@@ -116,7 +116,7 @@ VKSPEC_CONST SAMPLE_ACCEPT = 2u;    // sample_rows: fused verify (the last workg
 #define PC_SAMPLE_ROWS                                                                                  \
   vk_addr logits;                      /* [rows][V] f32 (penalized in place) */                         \
   vk_addr probs;                       /* [rows][V] f32 out */                                          \
-  vk_addr draws;                       /* [rows] token slots out (when draw != 0) */                    \
+  vk_addr draws;                       /* [rows] token slots out (flags & SAMPLE_DRAW) */               \
   vk_addr hist;                        /* uint token ids: the penalty's history */                      \
   vk_addr seed;                                                                                         \
   vk_uint V; vk_uint h_ctx; vk_uint last_n; /* last_n = 0: no penalty window */                         \
