@@ -10,13 +10,19 @@ namespace {
 using contract::SampleRowsPC;   // shaders/contract.h
 constexpr VkDeviceSize kSlotBytes = contract::TOKEN_SLOT_UINTS * 4;
 static_assert(sizeof(SampleRowsPC) == 128, "sample_rows push constants: the 128 bytes every device has");
+// sample_rows.comp's shared memory. Per lane: digit_mass (16 floats) and lane_ties. Fixed: the digit
+// histogram (256), the four candidate arrays (MAX_TOP_K each), the candidate list (two of SAMPLE_LIST_CAP),
+// accept.glsl's lane masses (ACCEPT_MAX_LANES), all 4 bytes; common.glsl's reduction scratch (64 floats)
+// and the scalars within the last 512 bytes.
+constexpr uint32_t kSharedPerLane = 17 * 4;
+constexpr uint32_t kSharedFixed =
+    (256 + 4 * contract::MAX_TOP_K + 2 * contract::SAMPLE_LIST_CAP + contract::ACCEPT_MAX_LANES) * 4 + 512;
 }  // namespace
 
 // Lanes per row of sample_rows, one workgroup per row that walks the whole vocabulary ~10 times. On a GPU 64
 // lanes are latency-bound: 1B shape (128,256 logits), H100, sampled decode (top-k 40) with 64 / 256 / 512
 // lanes: sample_rows 1.70 / 0.91 / ~0.55 ms (the last from step times), 250 / 312 / 350 tok/s (greedy 418).
-// Its shared memory grows with the lanes (digit_mass and lane_ties: 68 bytes per lane, < 12 KB fixed with the
-// top-k path's candidate list; accept.glsl caps lanes at 1024): 512 lanes need ~46 KB.
+// Its shared memory grows with the lanes (kSharedPerLane, below): 512 lanes need ~46 KB.
 // CPU devices stay at 64, which keeps their seeded draws: the general path's (top-k off or > MAX_TOP_K)
 // partial sums and the fused verify's residual draw follow the lane count (the top-k <= MAX_TOP_K path does
 // not: its sums run in rank order on one lane).
@@ -29,7 +35,7 @@ uint32_t DeviceSampler::lanes_for(const DeviceFacts& f) {
 
 bool DeviceSampler::lanes_fit(const DeviceFacts& f, uint32_t lanes) {
   return lanes >= 64 && (lanes & (lanes - 1)) == 0 && lanes <= f.max_workgroup_invocations &&
-         68 * lanes + 12 * 1024 <= f.max_shared_memory;
+         lanes <= contract::ACCEPT_MAX_LANES && kSharedPerLane * lanes + kSharedFixed <= f.max_shared_memory;
 }
 
 DeviceSampler::DeviceSampler(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_rows,

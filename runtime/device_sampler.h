@@ -72,7 +72,6 @@ class DeviceSampler {
   // buffer, shaders/sample_rows.comp says why) on CPU devices for rows of whole texels without a penalty.
   bool texel_logits(bool penalty, const Slice& logits) const;
 
-
  private:
   Pipelines& pipelines_;
   uint32_t n_vocab_, max_rows_, max_history_;

@@ -3,7 +3,7 @@
 // The includer defines, before including: float p_at(uint row, uint v), float q_at(uint row, uint v),
 // uint draft_at(uint i), and the vocabulary size `accept_V`.
 
-shared float lane_mass[1024];
+shared float lane_mass[ACCEPT_MAX_LANES];
 shared uint chosen;
 shared bool masses_non_finite;
 

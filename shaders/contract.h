@@ -111,6 +111,8 @@ VKSPEC_CONST MODE_ROPE_KV = 8u;       // matmul_rows, the [q k v] projection: Ro
   vk_addr slots;                       /* [n] token slots */                                            \
   vk_uint cols; vk_uint want_top_prob;
 
+VKSPEC_CONST SAMPLE_LIST_CAP = 256u;    // sample_rows: entries of the top-k path's candidate list
+VKSPEC_CONST ACCEPT_MAX_LANES = 1024u;  // accept.glsl: lanes whose slice masses a workgroup keeps
 VKSPEC_CONST SAMPLE_DRAW = 1u;      // sample_rows: draw a token per row into `draws`
 VKSPEC_CONST SAMPLE_ACCEPT = 2u;    // sample_rows: fused verify (the last workgroup runs the accept chain)
 #define PC_SAMPLE_ROWS                                                                                  \

@@ -244,12 +244,12 @@ void sample_general(uint row, uint base, uint lo, uint hi, uint kth, uint ties_k
 // itself (the 128,256 logits of a Llama 3 row: 2.4 -> 1.5-1.8 ms on lavapipe; no change at 8192). Counts of
 // a bucket are partial only below the bound, where the walk down the buckets never goes past, so the
 // selection finds the same key and ties as over the whole row.
-const uint LIST_CAP = 256u;   // shared memory that DeviceSampler::lanes_fit counts
-shared uint list_key[LIST_CAP], list_id[LIST_CAP];
+shared uint list_key[SAMPLE_LIST_CAP], list_id[SAMPLE_LIST_CAP];
 shared uint n_list, thr_key;
 
 // Gathers the keys at or above the k-th largest lane maximum (lane_hi: this lane's largest logit) with their
-// ids into the list; false when they are more than LIST_CAP (mass ties). Needs pc.top_k <= WG.
+// ids into the list; false when they are more than SAMPLE_LIST_CAP (mass ties). Needs pc.top_k <= WG.
+// lane_ties holds the lanes' maximum keys meanwhile.
 bool gather_above_bound(uint base, uint lo, uint hi, float lane_hi) {
   const uint lane = gl_LocalInvocationID.x;
   lane_ties[lane] = lo < hi ? key_of(lane_hi) : 0u;   // an empty lane: the smallest key
@@ -265,11 +265,11 @@ bool gather_above_bound(uint base, uint lo, uint hi, float lane_hi) {
     const uint key = key_of(l);
     if (key >= bound) {
       const uint slot = atomicAdd(n_list, 1u);
-      if (slot < LIST_CAP) { list_key[slot] = key; list_id[slot] = v; }
+      if (slot < SAMPLE_LIST_CAP) { list_key[slot] = key; list_id[slot] = v; }
     }
   END_FOR_LOGITS
   barrier();
-  return n_list <= LIST_CAP;
+  return n_list <= SAMPLE_LIST_CAP;
 }
 
 // The k-th largest key (sel_prefix) and how many of the keys equal to it to take (sel_remaining), one 8-bit
@@ -320,6 +320,27 @@ void collect_from_list(uint kth, uint ties_to_take) {
       cand_l[slot] = logit_of_key(key);
     }
   }
+}
+
+// The same from the lanes' logits: a lane's ties rank after those of lower lanes (lower ids).
+void collect_from_row(uint base, uint lo, uint hi, uint kth, uint ties_to_take) {
+  const uint lane = gl_LocalInvocationID.x;
+  uint ties = 0u;
+  FOR_LOGITS(base, lo, hi) ties += key_of(l) == kth ? 1u : 0u; END_FOR_LOGITS
+  lane_ties[lane] = ties;
+  barrier();
+  uint tie_rank = 0u;
+  for (uint l = 0u; l < lane; ++l) tie_rank += lane_ties[l];
+  FOR_LOGITS(base, lo, hi)
+    const uint key = key_of(l);
+    bool keep = key > kth;
+    if (key == kth) keep = tie_rank++ < ties_to_take;
+    if (keep) {
+      const uint slot = atomicAdd(n_cand, 1u);
+      cand_id[slot] = v;
+      cand_l[slot] = l;
+    }
+  END_FOR_LOGITS
 }
 
 void main() {
@@ -373,26 +394,8 @@ void main() {
   // 3. collect the kept candidates: keys above the k-th, and the lowest-id ties at it
   if (lane == 0u) n_cand = 0u;
   barrier();
-  if (listed) {
-    collect_from_list(kth, ties_to_take);
-  } else {
-  uint ties = 0u;
-  FOR_LOGITS(base, lo, hi) ties += key_of(l) == kth ? 1u : 0u; END_FOR_LOGITS
-  lane_ties[lane] = ties;
-  barrier();
-  uint tie_rank = 0u;   // ties in lower lanes (lower ids)
-  for (uint l = 0u; l < lane; ++l) tie_rank += lane_ties[l];
-  FOR_LOGITS(base, lo, hi)
-    const uint key = key_of(l);
-    bool keep = key > kth;
-    if (key == kth) keep = tie_rank++ < ties_to_take;
-    if (keep) {
-      const uint slot = atomicAdd(n_cand, 1u);
-      cand_id[slot] = v;
-      cand_l[slot] = l;
-    }
-  END_FOR_LOGITS
-  }
+  if (listed) collect_from_list(kth, ties_to_take);
+  else collect_from_row(base, lo, hi, kth, ties_to_take);
   barrier();
   const uint n = n_cand;   // == top_k
 
