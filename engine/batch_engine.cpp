@@ -66,6 +66,10 @@ BatchEngine::BatchEngine(std::shared_ptr<TargetModel> target, const EngineOption
     draft_logits_arena_ = std::make_unique<Arena>(*t_->ctx, MemoryKind::Device, bytes + 4096);
     draft_logits_ = draft_logits_arena_->alloc(bytes, "batched draft logits");
   }
+  // Records the step's sampled choices (record_choices); each row reads its own sequence's history.
+  batch_sampler_ = std::make_unique<DeviceSampler>(*t_->ctx, *t_->pipelines, V, opts.parallel, 0);
+  argmax_run_.reserve(opts.parallel);
+  sampled_rows_.reserve(opts.parallel);
   for (uint32_t i = 0; i < opts.parallel; ++i) {
     auto s = std::make_unique<Slot>();
     s->index = i;
@@ -484,11 +488,12 @@ void BatchEngine::record_choices(const StepRows& plan) {
   Recorder& rec = *rec_;
   const uint32_t V = m.hparams().n_vocab;
   const VkDeviceSize row_bytes = VkDeviceSize(V) * 4;
-  // Greedy choices of consecutive logits rows (argmax mode, logits not read back) share one argmax dispatch
-  // into step_slots_, then each token slot is copied to its sequence's slot 0 (where take_result reads it,
-  // and where a speculative round's verify input starts). One dispatch and one barrier instead of one each
-  // per sequence: on lavapipe a one-row argmax is one workgroup on one core, then a barrier idles the other.
-  std::vector<Slot*> run;
+  // Greedy choices of consecutive logits rows (argmax mode) share one argmax dispatch into step_slots_, then
+  // each token slot is copied to its sequence's slot 0 (where take_result reads it, and where a speculative
+  // round's verify input starts). One dispatch and one barrier instead of one each per sequence: on
+  // lavapipe a one-row argmax is one workgroup on one core, then a barrier idles the other.
+  std::vector<Slot*>& run = argmax_run_;
+  run.clear();
   uint32_t run_first = 0;
   auto flush_run = [&] {
     if (run.empty()) return;
@@ -499,6 +504,12 @@ void BatchEngine::record_choices(const StepRows& plan) {
       rec.copy(step_slots_.sub(i * TokenChooser::kSlotBytes, TokenChooser::kSlotBytes), run[i]->chooser->slot_range(0, 1));
     run.clear();   // nothing else in the step reads those slots: the submission's end makes them host-visible
   };
+  // Sampled choices (device mode), wherever their rows are, all in one sample_rows dispatch, each row with
+  // its sequence's settings, history and slot 0: likewise one dispatch instead of one per sequence, and on
+  // a GPU no barrier between sequences.
+  std::vector<DeviceSampler::BatchRow>& sampled = sampled_rows_;
+  sampled.clear();
+  bool read_back = false;   // logits rows copied out, which sampling then penalizes in place
   uint32_t at = 0;
   for (Slot* s : plan.in_step) {
     const Slice logits = logits_.sub(at * row_bytes, logits_.size - at * row_bytes);
@@ -508,23 +519,27 @@ void BatchEngine::record_choices(const StepRows& plan) {
       at += s->rows;
     } else if (s->part == Slot::Part::Decode || s->part == Slot::Part::PrefillLast) {
       TokenChooser& ch = *s->chooser;
-      if (ch.mode() == ChoiceMode::Argmax && !s->req->logits) {
+      if (s->req->logits) {   // read back (before the sampler penalizes the row in place)
+        rec.copy(logits.sub(0, row_bytes), logits_host_.sub(s->index * row_bytes, row_bytes));
+        read_back = true;
+      }
+      if (ch.mode() == ChoiceMode::Argmax) {   // argmax only reads the row: no hazard with the copy
         if (run.empty()) run_first = at;
         run.push_back(s);
-        at += 1;
-        continue;
+      } else {
+        flush_run();   // a run is consecutive rows
+        const uint32_t history = ch.set_history(s->context);
+        sampled.push_back(ch.batch_row(logits.sub(0, row_bytes), 0, history, s->context.size(), DeviceSampler::kStreamPlain));
       }
-      flush_run();
-      const uint32_t history = ch.mode() == ChoiceMode::Device ? ch.set_history(s->context) : 0;
-      if (s->req->logits) {   // read back before the sampler penalizes the row in place
-        rec.copy(logits.sub(0, row_bytes), logits_host_.sub(s->index * row_bytes, row_bytes));
-        rec.barrier();
-      }
-      ch.record_choice(rec, m.kernels(), logits, 1, 0, history, s->context.size(), DeviceSampler::kStreamPlain);
       at += 1;
     }
   }
   flush_run();
+  if (!sampled.empty()) {
+    if (read_back) rec.barrier();
+    batch_sampler_->record_rows(rec, sampled);
+    rec.barrier();
+  }
 }
 
 // After the step's wait: what its part of the pass gave this sequence (may end the request).

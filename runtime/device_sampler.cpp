@@ -9,7 +9,8 @@ namespace vkspec {
 namespace {
 using contract::SampleRowsPC;   // shaders/contract.h
 constexpr VkDeviceSize kSlotBytes = contract::TOKEN_SLOT_UINTS * 4;
-static_assert(sizeof(SampleRowsPC) == 128, "sample_rows push constants: the 128 bytes every device has");
+static_assert(sizeof(SampleRowsPC) <= 128, "sample_rows push constants: within the 128 bytes every device has");
+static_assert(sizeof(contract::SampleRow) % 8 == 0, "SampleRow: std430's array stride (8-byte aligned) is its size");
 // sample_rows.comp's shared memory. Per lane: digit_mass (16 floats) and lane_ties. Fixed: the digit
 // histogram (256), the four candidate arrays (MAX_TOP_K each), the candidate list (two of SAMPLE_LIST_CAP),
 // accept.glsl's lane masses (ACCEPT_MAX_LANES), all 4 bytes; common.glsl's reduction scratch (64 floats)
@@ -45,12 +46,17 @@ DeviceSampler::DeviceSampler(Context& ctx, Pipelines& pipelines, uint32_t n_voca
       texel_reads_(texel_reads && ctx.facts().prefers_row_per_lane() && ctx.facts().texel_reads()) {
   if (!lanes_fit(ctx.facts(), lanes_)) throw Error("internal: sample_rows lanes do not fit the device");
   device_ = std::make_unique<Arena>(ctx, MemoryKind::Device, VkDeviceSize(n_vocab) * 4 + 4096);
-  upload_ = std::make_unique<Arena>(ctx, MemoryKind::Upload, VkDeviceSize(max_history) * 4 + 4096);
+  upload_ = std::make_unique<Arena>(ctx, MemoryKind::Upload,
+                                    VkDeviceSize(max_history) * 4 + VkDeviceSize(16 * max_rows) * sizeof(contract::SampleRow) + 4096);
   readback_ = std::make_unique<Arena>(ctx, MemoryKind::Readback, VkDeviceSize(max_rows) * kSlotBytes + 256);
   scratch_probs_ = device_->alloc(VkDeviceSize(n_vocab) * 4, "sampling probabilities");
-  history_ = upload_->alloc(VkDeviceSize(max_history) * 4, "sampling history");
+  history_ = upload_->alloc(VkDeviceSize(std::max(max_history, 1u)) * 4, "sampling history");
+  // Room for the rows of one recording: a verify pass, a speculative round's draft steps, and the slots a
+  // wrap-around skips (dispatch() checks it).
+  table_rows_ = 4 * std::max(max_rows, 1u);
+  table_ = upload_->alloc(VkDeviceSize(table_rows_) * sizeof(contract::SampleRow), "sampling row table");
   draws_ = readback_->alloc(VkDeviceSize(max_rows) * kSlotBytes, "sampled tokens (token slots)");
-  if (!history_.mapped || !draws_.mapped) throw Error("internal: sampling buffers are not mapped");
+  if (!history_.mapped || !draws_.mapped || !table_.mapped) throw Error("internal: sampling buffers are not mapped");
   rec_ = std::make_unique<Recorder>(ctx, profiling_requested());
 }
 
@@ -84,25 +90,80 @@ bool DeviceSampler::texel_logits(bool penalty, const Slice& logits) const {
   return texel_reads_ && !penalty && n_vocab_ % 4 == 0 && texel_readable(logits);
 }
 
-void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Rows& j) {
-  if (!supports(p, n_vocab_) || j.rows == 0 || j.rows > max_rows_) throw Error("internal: DeviceSampler::record out of range");
+contract::SampleRow DeviceSampler::entry(const SamplingParams& p, const Slice& logits, const Slice& probs,
+                                         uint64_t draw, uint32_t h_end, uint64_t position, uint32_t stream) const {
   const bool penalty = p.repeat_penalty != 1.0f && p.repeat_last_n != 0;
   const uint32_t last_n = !penalty ? 0u : p.repeat_last_n < 0 ? 0xffffffffu : uint32_t(p.repeat_last_n);
-  const FusedAccept* a = j.accept;
-  const bool texels = texel_logits(penalty, j.logits);
-  const uint32_t flags = (j.draws ? contract::SAMPLE_DRAW : 0u) | (a ? contract::SAMPLE_ACCEPT : 0u);
-  SampleRowsPC pc{j.logits.address, j.probs.address, j.draws ? j.draws->address : 0, history_.address, p.seed, n_vocab_, j.history_len, last_n, p.repeat_penalty,
-                  p.temperature, p.top_p, p.min_p, uint32_t(p.top_k), uint32_t(j.position), j.stream,
-                  flags, a ? a->draft_p_min : 0.0f, a ? a->q.address : 0, a ? a->tokens.address : 0,
-                  a ? a->result.address : 0, a ? a->counter.address : 0, a ? a->k : 0,
-                  texels ? texel_offset(j.logits) : 0u};
-  if (texels) {
-    const VkBufferView views[Pipelines::kTexelBindings] = {j.logits.texels, j.logits.texels, j.logits.texels,
-                                                           j.logits.texels};   // only binding 0 is read
-    r.dispatch(pipelines_.get("sample_rows_texels", {lanes_}, Pipelines::Layout::Texels), views, &pc, sizeof pc, j.rows);
-  } else {
-    r.dispatch(pipelines_.get("sample_rows", {lanes_}), &pc, sizeof pc, j.rows);
+  return {logits.address, probs.address, draw, history_.address, p.seed, h_end, last_n, p.repeat_penalty,
+          p.temperature, p.top_p, p.min_p, uint32_t(p.top_k), uint32_t(position), stream,
+          texel_logits(penalty, logits) ? texel_offset(logits) : 0u};
+}
+
+std::span<contract::SampleRow> DeviceSampler::table_rows(const Recorder& r, uint32_t n) {
+  if (&r != table_rec_ || r.recordings() != table_recording_) {   // a new recording: its entries start here
+    table_rec_ = &r;
+    table_recording_ = r.recordings();
+    table_used_ = 0;
   }
+  if (table_next_ + n > table_rows_) {   // wrap: the skipped slots count as used by this recording
+    table_used_ += table_rows_ - table_next_;
+    table_next_ = 0;
+  }
+  table_used_ += n;
+  if (table_used_ > table_rows_) throw Error("internal: more sampled rows in one submission than the row table holds");
+  contract::SampleRow* at = table_.host<contract::SampleRow>() + table_next_;
+  table_next_ += n;
+  return {at, n};
+}
+
+void DeviceSampler::dispatch(Recorder& r, std::span<const contract::SampleRow> entries, VkBufferView texels,
+                             uint32_t flags, const FusedAccept* a) {
+  const VkDeviceAddress table = table_.address + VkDeviceSize(entries.data() - table_.host<contract::SampleRow>()) *
+                                                     sizeof(contract::SampleRow);
+  SampleRowsPC pc{table, n_vocab_, flags, a ? a->draft_p_min : 0.0f, a ? a->k : 0,
+                  a ? a->q.address : 0, a ? a->tokens.address : 0, a ? a->result.address : 0, a ? a->counter.address : 0};
+  const uint32_t rows = uint32_t(entries.size());
+  if (texels) {
+    const VkBufferView views[Pipelines::kTexelBindings] = {texels, texels, texels, texels};   // only binding 0 is read
+    r.dispatch(pipelines_.get("sample_rows_texels", {lanes_}, Pipelines::Layout::Texels), views, &pc, sizeof pc, rows);
+  } else {
+    r.dispatch(pipelines_.get("sample_rows", {lanes_}), &pc, sizeof pc, rows);
+  }
+}
+
+void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Rows& j) {
+  if (!supports(p, n_vocab_) || j.rows == 0 || j.rows > max_rows_) throw Error("internal: DeviceSampler::record out of range");
+  const VkDeviceSize row_bytes = VkDeviceSize(n_vocab_) * 4;
+  const std::span<contract::SampleRow> rows = table_rows(r, j.rows);
+  for (uint32_t i = 0; i < j.rows; ++i)   // row i of the sequence: i tokens later than row 0
+    rows[i] = entry(p, j.logits.sub(i * row_bytes, row_bytes), j.probs.sub(i * row_bytes, row_bytes),
+                    j.draws ? j.draws->sub(i * kSlotBytes, kSlotBytes).address : 0, j.history_len + i, j.position + i,
+                    j.stream);
+  const bool penalty = p.repeat_penalty != 1.0f && p.repeat_last_n != 0;
+  const uint32_t flags = (j.draws ? contract::SAMPLE_DRAW : 0u) | (j.accept ? contract::SAMPLE_ACCEPT : 0u);
+  dispatch(r, rows, texel_logits(penalty, j.logits) ? j.logits.texels : VK_NULL_HANDLE, flags, j.accept);
+}
+
+DeviceSampler::BatchRow DeviceSampler::row(const SamplingParams& p, const Slice& logits, const Slice& probs,
+                                           const Slice& draw, uint32_t history_len, uint64_t position,
+                                           uint32_t stream) const {
+  if (!supports(p, n_vocab_) || logits.size < VkDeviceSize(n_vocab_) * 4 || probs.size < VkDeviceSize(n_vocab_) * 4 ||
+      draw.size < kSlotBytes || history_len > history_total_)
+    throw Error("internal: DeviceSampler::row out of range");
+  const bool penalty = p.repeat_penalty != 1.0f && p.repeat_last_n != 0;
+  return {entry(p, logits, probs, draw.address, history_len, position, stream),
+          texel_logits(penalty, logits) ? logits.texels : VK_NULL_HANDLE};
+}
+
+void DeviceSampler::record_rows(Recorder& r, std::span<const BatchRow> batch) {
+  if (batch.empty() || batch.size() > max_rows_) throw Error("internal: DeviceSampler::record_rows out of range");
+  // texel reads when every row allows them through the same view (one binding per dispatch)
+  VkBufferView view = batch[0].texels;
+  for (const BatchRow& b : batch)
+    if (b.texels != view) view = VK_NULL_HANDLE;
+  const std::span<contract::SampleRow> rows = table_rows(r, uint32_t(batch.size()));
+  for (size_t i = 0; i < batch.size(); ++i) rows[i] = batch[i].entry;
+  dispatch(r, rows, view, contract::SAMPLE_DRAW, nullptr);
 }
 
 void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Slice& logits, const Slice& probs,

@@ -54,6 +54,19 @@ class DeviceSampler {
   };
   void record(Recorder& r, const SamplingParams& p, const Rows& rows);
 
+  // One row of a batched record: rows of several sequences, each with its own settings, history and token
+  // slot, sampled and drawn in one dispatch (a batched decoding step). Made by the sequence's own sampler
+  // (row()), whose history it reads; recorded by any sampler of the same vocabulary (record_rows).
+  struct BatchRow {
+    contract::SampleRow entry;
+    VkBufferView texels = VK_NULL_HANDLE;   // the logits' texel view where texel_logits allows it, else null
+  };
+  // Row `logits` (one [n_vocab] row) at the history set last by set_history (history_len tokens before it),
+  // drawn at counter `position` of `stream` into the token slot `draw`; probabilities into `probs`.
+  BatchRow row(const SamplingParams& p, const Slice& logits, const Slice& probs, const Slice& draw,
+               uint32_t history_len, uint64_t position, uint32_t stream) const;
+  void record_rows(Recorder& r, std::span<const BatchRow> rows);
+
   // Records the transforms of `rows` logits rows ([rows][n_vocab], penalized in place) into `probs`.
   // Row r's history is `context` followed by extra[0..r) (the drafts before it). With `draw`, row r's
   // token is drawn at counter position + r in `stream`; read it with drawn(r) after the submission.
@@ -73,6 +86,15 @@ class DeviceSampler {
   bool texel_logits(bool penalty, const Slice& logits) const;
 
  private:
+  contract::SampleRow entry(const SamplingParams& p, const Slice& logits, const Slice& probs, uint64_t draw,
+                            uint32_t h_end, uint64_t position, uint32_t stream) const;
+  // n entries of the row table for the recording in `r`, to be filled by the caller before dispatch().
+  std::span<contract::SampleRow> table_rows(const Recorder& r, uint32_t n);
+  // One dispatch over the entries table_rows() just gave (texels: the view every row's logits are read
+  // through, or null for device-address reads).
+  void dispatch(Recorder& r, std::span<const contract::SampleRow> entries, VkBufferView texels, uint32_t flags,
+                const FusedAccept* accept);
+
   Pipelines& pipelines_;
   uint32_t n_vocab_, max_rows_, max_history_;
   uint32_t lanes_;   // lanes per row (workgroup size) of sample_rows
@@ -81,6 +103,13 @@ class DeviceSampler {
   std::unique_ptr<Recorder> rec_;
   Slice history_, draws_, scratch_probs_;
   uint32_t window_ = 0, history_total_ = 0;   // from set_history
+  // The row table: a ring of SampleRow entries, written at record time and read by the submission.
+  // Invariant: one recording (a Recorder between begin() and its submission) takes at most table_rows_
+  // entries, so no entry is rewritten before the submission that reads it has run (asserted in dispatch).
+  Slice table_;
+  uint32_t table_rows_ = 0, table_next_ = 0, table_used_ = 0;
+  const Recorder* table_rec_ = nullptr;
+  uint64_t table_recording_ = 0;
 };
 
 }  // namespace vkspec

@@ -42,6 +42,10 @@ class Recorder {
   bool can_mark() const { return marks_pool_ != VK_NULL_HANDLE; }
   double seconds_between(uint32_t a, uint32_t b) const;
 
+  // How many times begin() was called: the command buffer being recorded is this recorder's
+  // recordings()-th (host-written data read by a submission must not be rewritten within one).
+  uint64_t recordings() const { return recordings_; }
+
   static uint64_t total_submissions() { return submissions_.load(); }
   static uint64_t total_dispatches() { return dispatches_.load(); }
 
@@ -57,6 +61,7 @@ class Recorder {
   VkFence fence_ = VK_NULL_HANDLE;
   VkQueryPool query_pool_ = VK_NULL_HANDLE;
   static constexpr uint32_t kMaxQueries = 4096;
+  uint64_t recordings_ = 0;
   uint32_t queries_used_ = 0;
   std::vector<std::string> query_labels_;   // one per dispatch (queries 2i, 2i+1)
   std::map<std::string, KernelTime> profile_;

@@ -68,6 +68,14 @@ class TokenChooser {
   void record_choice(Recorder& r, Kernels& k, const Slice& logits, uint32_t rows, uint32_t out_slot,
                      uint32_t history_len, uint64_t position, uint32_t stream, const Slice* probs = nullptr,
                      bool top_prob = false);
+  // Device mode: the choice after one logits row into slot out_slot as a row of a batched record
+  // (DeviceSampler::record_rows, with rows of other sequences), at history_len history tokens and counter
+  // `position` of `stream`: what record_choice(..., 1 row, ...) records alone.
+  DeviceSampler::BatchRow batch_row(const Slice& logits, uint32_t out_slot, uint32_t history_len, uint64_t position,
+                                    uint32_t stream) const {
+    if (mode_ != ChoiceMode::Device) throw Error("internal: batch_row outside Device mode");
+    return sampler_->row(device_p_, logits, scratch_probs_, slot_range(out_slot, 1), history_len, position, stream);
+  }
   DeviceSampler& device_sampler() { return *sampler_; }
 
  private:

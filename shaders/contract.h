@@ -113,21 +113,30 @@ VKSPEC_CONST MODE_ROPE_KV = 8u;       // matmul_rows, the [q k v] projection: Ro
 
 VKSPEC_CONST SAMPLE_LIST_CAP = 256u;    // sample_rows: entries of the top-k path's candidate list
 VKSPEC_CONST ACCEPT_MAX_LANES = 1024u;  // accept.glsl: lanes whose slice masses a workgroup keeps
-VKSPEC_CONST SAMPLE_DRAW = 1u;      // sample_rows: draw a token per row into `draws`
+VKSPEC_CONST SAMPLE_DRAW = 1u;      // sample_rows: draw a token per row into its draw slot
 VKSPEC_CONST SAMPLE_ACCEPT = 2u;    // sample_rows: fused verify (the last workgroup runs the accept chain)
-#define PC_SAMPLE_ROWS                                                                                  \
-  vk_addr logits;                      /* [rows][V] f32 (penalized in place) */                         \
-  vk_addr probs;                       /* [rows][V] f32 out */                                          \
-  vk_addr draws;                       /* [rows] token slots out (flags & SAMPLE_DRAW) */               \
+// One row of sample_rows (an entry of the host-written row table PC_SAMPLE_ROWS points to): where its
+// logits, probabilities and draw are and how it is sampled, so that one dispatch samples the rows of
+// several sequences with their own settings (a batched step) as well as the rows of one.
+#define SAMPLE_ROW                                                                                      \
+  vk_addr logits;                      /* [V] f32 (penalized in place) */                               \
+  vk_addr probs;                       /* [V] f32 out */                                                \
+  vk_addr draw;                        /* one token slot out (flags & SAMPLE_DRAW) */                   \
   vk_addr hist;                        /* uint token ids: the penalty's history */                      \
   vk_addr seed;                                                                                         \
-  vk_uint V; vk_uint h_ctx; vk_uint last_n; /* last_n = 0: no penalty window */                         \
+  vk_uint h_end;                       /* the penalty window ends before hist[h_end] */                 \
+  vk_uint last_n;                      /* the window's length; 0: no penalty */                         \
   vk_float penalty; vk_float temperature; vk_float top_p; vk_float min_p;                               \
-  vk_uint top_k; vk_uint position; vk_uint stream; vk_uint flags; /* SAMPLE_DRAW | SAMPLE_ACCEPT */     \
-  vk_float draft_p_min;                /* fused verify: drafts after one below it are not verified */   \
-  vk_addr q; vk_addr tokens; vk_addr result; vk_addr counter; /* fused verify: [K][V], slots, {acc, next}, uint[VERIFY_COUNTER_UINTS] */ \
-  vk_uint K;                                                                                            \
+  vk_uint top_k; vk_uint position; vk_uint stream; /* the draw's counter: (seed, position, stream) */   \
   vk_uint logits_texel;                /* sample_rows_texels: texel offset of logits in binding 0 */
+
+#define PC_SAMPLE_ROWS                                                                                  \
+  vk_addr rows;                        /* [workgroups] SAMPLE_ROW entries, one per workgroup */         \
+  vk_uint V; vk_uint flags;            /* SAMPLE_DRAW | SAMPLE_ACCEPT */                                \
+  vk_float draft_p_min;                /* fused verify: drafts after one below it are not verified */   \
+  vk_uint K;                                                                                            \
+  /* fused verify (the rows are p_0..p_K of one sequence; the chain draws at row 0's counter): */       \
+  vk_addr q; vk_addr tokens; vk_addr result; vk_addr counter; /* [K][V], slots, {acc, next}, uint[VERIFY_COUNTER_UINTS] */
 
 #define PC_SPEC_ACCEPT                                                                                  \
   vk_addr p;                           /* [K+1][V] f32, rows sum to 1 */                                \
@@ -148,6 +157,7 @@ struct AttentionPC { PC_ATTENTION };
 struct AttentionCombinePC { PC_ATTENTION_COMBINE };
 struct AttentionRowsPC { PC_ATTENTION_ROWS };
 struct ArgmaxPC { PC_ARGMAX };
+struct SampleRow { SAMPLE_ROW };
 struct SampleRowsPC { PC_SAMPLE_ROWS };
 struct SpecAcceptPC { PC_SPEC_ACCEPT };
 }  // namespace vkspec::contract

@@ -3,8 +3,12 @@
 // with the host Sampler's exact semantics (runtime/sampler.cpp is the reference the tests compare with):
 //   repetition penalty over the row's history window (once per distinct token) -> top-k (ties by lower
 //   id) -> top-p and min-p at temperature 1 -> softmax at the temperature.
+// Each workgroup reads its row's entry of the host-written row table (SAMPLE_ROW in contract.h): where its
+// logits, probabilities and draw slot are, and its settings. So one dispatch samples the rows of one
+// sequence (a verify pass, a draft step) or one row of each of several sequences with their own settings
+// (a batched step), and a row's result depends on its entry only.
 // Writes the distribution as a dense probability row (zero outside the kept set) and, when asked, draws a
-// token from it with the counter-based generator keyed by (seed, position + row, stream).
+// token from it with the counter-based generator keyed by the entry's (seed, position, stream).
 // top-k is found by a 4-pass radix select over order-preserving 32-bit keys (8-bit digit histograms in
 // shared memory), so the kept set never needs a sort of the vocabulary. With k <= MAX_TOP_K the candidates are
 // ranked in shared memory. Otherwise (top-k off or large: any kept set up to the vocabulary) every later cut
@@ -12,10 +16,10 @@
 // whose mass reaches top_p, the draw the shortest whose mass exceeds u; masses are summed per lane in a
 // fixed order (deterministic), and a prefix is (key of its last element, how many of the elements with that
 // key it takes, lowest ids first).
-// Row r's penalty window is hist[max(0, h_ctx + r - last_n) .. h_ctx + r): the host uploads the tail of
-// the context (h_ctx tokens) followed by the drafts, so the window grows draft by draft.
-// The penalty is applied to the logits row in place.
-// Draws go to `draws` as token slots ({token, top probability} pairs), which the next step's embedding reads.
+// A row's penalty window is hist[max(0, h_end - last_n) .. h_end): the host uploads the tail of the
+// context followed by the drafts, and row r of a sequence ends its window r tokens later than row 0, so
+// the window grows draft by draft. The penalty is applied to the logits row in place.
+// A draw goes to the row's token slot ({token, top probability}), which the next step's embedding reads.
 // Lane ranges are whole groups of 4 ids, walked 4 logits per read (logits4): on CPU devices the variant
 // built with TEXEL_LOGITS (sample_rows_texels) reads them through a uniform texel buffer, which llvmpipe
 // fetches for all lanes in one vector gather, where a device-address load is a scalar loop over the lanes
@@ -36,24 +40,27 @@
 
 
 layout(push_constant) uniform PC { PC_SAMPLE_ROWS } pc;   // shaders/contract.h
+struct SampleRow { SAMPLE_ROW };
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer SampleRows { SampleRow v[]; };
+SampleRow P;   // this workgroup's row: SampleRows(pc.rows).v[gl_WorkGroupID.x], set first in main
 shared bool row_non_finite;   // the row's logits hold NaN or Inf: its draw is NON_FINITE_TOKEN
 
-// Logits 4t .. 4t+3 of the row starting at element `base` (ids past V read as 0; callers stop at their hi).
+// Logits 4t .. 4t+3 of the row (ids past V read as 0; callers stop at their hi).
 #ifdef TEXEL_LOGITS
 layout(set = 0, binding = 0) uniform usamplerBuffer L;
-vec4 logits4(uint base, uint t) { return uintBitsToFloat(texelFetch(L, int(pc.logits_texel + base / 4u + t))); }
+vec4 logits4(uint t) { return uintBitsToFloat(texelFetch(L, int(P.logits_texel + t))); }
 #else
-vec4 logits4(uint base, uint t) {
+vec4 logits4(uint t) {
   vec4 q = vec4(0.0);
   for (uint c = 0u; c < 4u; ++c)
-    if (4u * t + c < pc.V) q[c] = Floats(pc.logits).v[base + 4u * t + c];
+    if (4u * t + c < pc.V) q[c] = Floats(P.logits).v[4u * t + c];
   return q;
 }
 #endif
 // The loop over a lane's ids lo..hi-1 in id order (lo a multiple of 4): v = the id, l = its logit.
-#define FOR_LOGITS(base, lo, hi)                                   \
+#define FOR_LOGITS(lo, hi)                                   \
   for (uint t_ = (lo) / 4u; 4u * t_ < (hi); ++t_) {                \
-    const vec4 q_ = logits4(base, t_);                             \
+    const vec4 q_ = logits4(t_);                             \
     [[unroll]] for (uint c_ = 0u; c_ < 4u; ++c_) {                 \
       const uint v = 4u * t_ + c_;                                 \
       if (v >= (hi)) break;                                        \
@@ -63,7 +70,7 @@ vec4 logits4(uint base, uint t) {
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer CoherentFloats { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer CoherentUints { uint v[]; };
 
-float p_at(uint row, uint v) { return CoherentFloats(pc.probs).v[row * pc.V + v]; }
+float p_at(uint row, uint v) { return CoherentFloats(SampleRows(pc.rows).v[row].probs).v[v]; }
 // q = 0: deterministic drafts (n-gram), whose q is one-hot at the draft
 float q_at(uint row, uint v) {
   if (pc.q == uvec2(0u)) return v == Uints(pc.tokens).v[SLOT_TOKEN(row)] ? 1.0 : 0.0;
@@ -101,9 +108,9 @@ shared float g_above;
 float logit_of_key(uint k) { return uintBitsToFloat((k & 0x80000000u) != 0u ? k & 0x7fffffffu : ~k); }
 
 // Elements with key == k in the lanes before this one.
-uint tie_base(uint k, uint base, uint lo, uint hi) {
+uint tie_base(uint k, uint lo, uint hi) {
   uint c = 0u;
-  FOR_LOGITS(base, lo, hi) c += key_of(l) == k ? 1u : 0u; END_FOR_LOGITS
+  FOR_LOGITS(lo, hi) c += key_of(l) == k ? 1u : 0u; END_FOR_LOGITS
   barrier();
   lane_ties[gl_LocalInvocationID.x] = c;
   barrier();
@@ -116,7 +123,7 @@ uint tie_base(uint k, uint base, uint lo, uint hi) {
 // The shortest prefix of the set S = prefix (sk, st) with logit >= floor_l whose mass, sum of
 // exp((l - m) * s), reaches `target` (strict: exceeds it); the whole set when nothing does. Result in
 // g_key, g_ties.
-void mass_select(uint base, uint lo, uint hi, uint sk, uint st, uint s_base, float floor_l, float m, float s,
+void mass_select(uint lo, uint hi, uint sk, uint st, uint s_base, float floor_l, float m, float s,
                  float target, bool strict) {
   const uint lane = gl_LocalInvocationID.x;
   uint prefix = 0u, mask = 0u;
@@ -124,7 +131,7 @@ void mass_select(uint base, uint lo, uint hi, uint sk, uint st, uint s_base, flo
   for (int shift = 28; shift >= 0; shift -= 4) {
     for (uint b = 0u; b < 16u; ++b) digit_mass[lane * 16u + b] = 0.0;
     uint tr = s_base;
-    FOR_LOGITS(base, lo, hi)
+    FOR_LOGITS(lo, hi)
       const uint key = key_of(l);
       bool in_s = key > sk;
       if (key == sk) in_s = tr++ < st;
@@ -159,7 +166,7 @@ void mass_select(uint base, uint lo, uint hi, uint sk, uint st, uint s_base, flo
   }
   // prefix is the key of the last element; take as many of its ties as reach the target
   uint avail = 0u;
-  FOR_LOGITS(base, lo, hi) avail += key_of(l) == prefix ? 1u : 0u; END_FOR_LOGITS
+  FOR_LOGITS(lo, hi) avail += key_of(l) == prefix ? 1u : 0u; END_FOR_LOGITS
   lane_ties[lane] = avail;
   barrier();
   if (lane == 0u) {
@@ -175,17 +182,17 @@ void mass_select(uint base, uint lo, uint hi, uint sk, uint st, uint s_base, flo
   barrier();
 }
 
-void sample_general(uint row, uint base, uint lo, uint hi, uint kth, uint ties_k) {
+void sample_general(uint lo, uint hi, uint kth, uint ties_k) {
   const uint lane = gl_LocalInvocationID.x;
   // m: the largest logit; z: the mass of the top-k set at temperature 1
   float mx = -1.0 / 0.0;
-  FOR_LOGITS(base, lo, hi) mx = max(mx, l); END_FOR_LOGITS
+  FOR_LOGITS(lo, hi) mx = max(mx, l); END_FOR_LOGITS
   const float m = wg_max(mx);
-  const uint k_base = tie_base(kth, base, lo, hi);
+  const uint k_base = tie_base(kth, lo, hi);
   const float no_floor = -1.0 / 0.0;
   float z = 0.0;
   uint tr = k_base;
-  FOR_LOGITS(base, lo, hi)
+  FOR_LOGITS(lo, hi)
     const uint key = key_of(l);
     bool in_k = key > kth;
     if (key == kth) in_k = tr++ < ties_k;
@@ -194,18 +201,18 @@ void sample_general(uint row, uint base, uint lo, uint hi, uint kth, uint ties_k
   z = wg_sum(z);
   // top-p: the shortest prefix of the top-k set whose probability reaches top_p
   uint fk = kth, ft = ties_k;
-  if (pc.top_p < 1.0) {
-    mass_select(base, lo, hi, kth, ties_k, k_base, no_floor, m, 1.0, pc.top_p * z, false);
+  if (P.top_p < 1.0) {
+    mass_select(lo, hi, kth, ties_k, k_base, no_floor, m, 1.0, P.top_p * z, false);
     fk = g_key;
     ft = g_ties;
   }
   // min-p: p_r / p_0 >= min_p, i.e. exp(l - m) >= min_p (at most 1, so the top element always stays)
-  const float floor_l = pc.min_p > 0.0 ? m + log(min(pc.min_p, 1.0)) : no_floor;
-  const uint f_base = tie_base(fk, base, lo, hi);
-  const float inv_t = 1.0 / max(pc.temperature, 1e-6);
+  const float floor_l = P.min_p > 0.0 ? m + log(min(P.min_p, 1.0)) : no_floor;
+  const uint f_base = tie_base(fk, lo, hi);
+  const float inv_t = 1.0 / max(P.temperature, 1e-6);
   float zt = 0.0;
   tr = f_base;
-  FOR_LOGITS(base, lo, hi)
+  FOR_LOGITS(lo, hi)
     const uint key = key_of(l);
     bool keep = key > fk;
     if (key == fk) keep = tr++ < ft;
@@ -214,24 +221,24 @@ void sample_general(uint row, uint base, uint lo, uint hi, uint kth, uint ties_k
   zt = wg_sum(zt);
   // dense row
   tr = f_base;
-  FOR_LOGITS(base, lo, hi)
+  FOR_LOGITS(lo, hi)
     const uint key = key_of(l);
     bool keep = key > fk;
     if (key == fk) keep = tr++ < ft;
-    CoherentFloats(pc.probs).v[base + v] = keep && l >= floor_l ? exp((l - m) * inv_t) / zt : 0.0;
+    CoherentFloats(P.probs).v[v] = keep && l >= floor_l ? exp((l - m) * inv_t) / zt : 0.0;
   END_FOR_LOGITS
   // draw: the shortest prefix of the kept set whose mass exceeds u * zt; its last element
   if ((pc.flags & SAMPLE_DRAW) != 0u) {
-    const float u = counter_uniform(pc.seed, pc.position + row, pc.stream);
-    mass_select(base, lo, hi, fk, ft, f_base, floor_l, m, inv_t, u * zt, true);
+    const float u = counter_uniform(P.seed, P.position, P.stream);
+    mass_select(lo, hi, fk, ft, f_base, floor_l, m, inv_t, u * zt, true);
     const uint pk = g_key, pt = g_ties;
     // the pt-th element (by id) with key pk: pk == fk ties continue the kept set's tie order
-    const uint p_base = tie_base(pk, base, lo, hi);
+    const uint p_base = tie_base(pk, lo, hi);
     uint r = p_base;
-    FOR_LOGITS(base, lo, hi)
+    FOR_LOGITS(lo, hi)
       if (key_of(l) == pk && r++ == pt - 1u) {
-        Uints(pc.draws).v[SLOT_TOKEN(row)] = row_non_finite ? NON_FINITE_TOKEN : v;
-        Uints(pc.draws).v[SLOT_AUX(row)] = floatBitsToUint(1.0 / zt);   // the top element's probability
+        Uints(P.draw).v[SLOT_TOKEN(0u)] = row_non_finite ? NON_FINITE_TOKEN : v;
+        Uints(P.draw).v[SLOT_AUX(0u)] = floatBitsToUint(1.0 / zt);   // the top element's probability
       }
     END_FOR_LOGITS
   }
@@ -248,9 +255,9 @@ shared uint list_key[SAMPLE_LIST_CAP], list_id[SAMPLE_LIST_CAP];
 shared uint n_list, thr_key;
 
 // Gathers the keys at or above the k-th largest lane maximum (lane_hi: this lane's largest logit) with their
-// ids into the list; false when they are more than SAMPLE_LIST_CAP (mass ties). Needs pc.top_k <= WG.
+// ids into the list; false when they are more than SAMPLE_LIST_CAP (mass ties). Needs P.top_k <= WG.
 // lane_ties holds the lanes' maximum keys meanwhile.
-bool gather_above_bound(uint base, uint lo, uint hi, float lane_hi) {
+bool gather_above_bound(uint lo, uint hi, float lane_hi) {
   const uint lane = gl_LocalInvocationID.x;
   lane_ties[lane] = lo < hi ? key_of(lane_hi) : 0u;   // an empty lane: the smallest key
   if (lane == 0u) n_list = 0u;
@@ -258,10 +265,10 @@ bool gather_above_bound(uint base, uint lo, uint hi, float lane_hi) {
   const uint mine = lane_ties[lane];
   uint rank = 0u;   // lanes whose maximum ranks above this one's (equal keys by lane)
   for (uint l = 0u; l < WG; ++l) rank += lane_ties[l] > mine || (lane_ties[l] == mine && l < lane) ? 1u : 0u;
-  if (rank == pc.top_k - 1u) thr_key = mine;
+  if (rank == P.top_k - 1u) thr_key = mine;
   barrier();
   const uint bound = thr_key;
-  FOR_LOGITS(base, lo, hi)
+  FOR_LOGITS(lo, hi)
     const uint key = key_of(l);
     if (key >= bound) {
       const uint slot = atomicAdd(n_list, 1u);
@@ -274,9 +281,9 @@ bool gather_above_bound(uint base, uint lo, uint hi, float lane_hi) {
 
 // The k-th largest key (sel_prefix) and how many of the keys equal to it to take (sel_remaining), one 8-bit
 // digit per pass, most significant first; over the list when `listed`, else over the lanes' logits.
-void radix_select(uint base, uint lo, uint hi, bool listed) {
+void radix_select(uint lo, uint hi, bool listed) {
   const uint lane = gl_LocalInvocationID.x;
-  if (lane == 0u) { sel_prefix = 0u; sel_remaining = pc.top_k >= 1u && pc.top_k < pc.V ? pc.top_k : pc.V; }
+  if (lane == 0u) { sel_prefix = 0u; sel_remaining = P.top_k >= 1u && P.top_k < pc.V ? P.top_k : pc.V; }
   uint mask = 0u;
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (uint b = lane; b < 256u; b += WG) digit_count[b] = 0u;
@@ -286,7 +293,7 @@ void radix_select(uint base, uint lo, uint hi, bool listed) {
       for (uint i = lane; i < n_list; i += WG)
         if ((list_key[i] & mask) == prefix) atomicAdd(digit_count[(list_key[i] >> uint(shift)) & 255u], 1u);
     } else {
-      FOR_LOGITS(base, lo, hi)
+      FOR_LOGITS(lo, hi)
         const uint key = key_of(l);
         if ((key & mask) == prefix) atomicAdd(digit_count[(key >> uint(shift)) & 255u], 1u);
       END_FOR_LOGITS
@@ -323,15 +330,15 @@ void collect_from_list(uint kth, uint ties_to_take) {
 }
 
 // The same from the lanes' logits: a lane's ties rank after those of lower lanes (lower ids).
-void collect_from_row(uint base, uint lo, uint hi, uint kth, uint ties_to_take) {
+void collect_from_row(uint lo, uint hi, uint kth, uint ties_to_take) {
   const uint lane = gl_LocalInvocationID.x;
   uint ties = 0u;
-  FOR_LOGITS(base, lo, hi) ties += key_of(l) == kth ? 1u : 0u; END_FOR_LOGITS
+  FOR_LOGITS(lo, hi) ties += key_of(l) == kth ? 1u : 0u; END_FOR_LOGITS
   lane_ties[lane] = ties;
   barrier();
   uint tie_rank = 0u;
   for (uint l = 0u; l < lane; ++l) tie_rank += lane_ties[l];
-  FOR_LOGITS(base, lo, hi)
+  FOR_LOGITS(lo, hi)
     const uint key = key_of(l);
     bool keep = key > kth;
     if (key == kth) keep = tie_rank++ < ties_to_take;
@@ -344,8 +351,8 @@ void collect_from_row(uint base, uint lo, uint hi, uint kth, uint ties_to_take) 
 }
 
 void main() {
-  const uint row = gl_WorkGroupID.x, lane = gl_LocalInvocationID.x;
-  const uint base = row * pc.V;
+  const uint lane = gl_LocalInvocationID.x;
+  P = SampleRows(pc.rows).v[gl_WorkGroupID.x];
   const uint per = ((pc.V + WG - 1u) / WG + 3u) & ~3u;   // whole groups of 4 ids per lane
   const uint lo = min(lane * per, pc.V), hi = min(lo + per, pc.V);
 
@@ -354,7 +361,7 @@ void main() {
   barrier();
   bool bad = false;
   float lane_hi = -1.0 / 0.0;   // this lane's largest logit (the top-k path's bound)
-  FOR_LOGITS(base, lo, hi)
+  FOR_LOGITS(lo, hi)
     bad = bad || isnan(l) || isinf(l);
     lane_hi = max(lane_hi, l);
   END_FOR_LOGITS
@@ -363,39 +370,39 @@ void main() {
 
   // 1. repetition penalty, once per distinct token of the window (never with TEXEL_LOGITS: see the top)
 #ifndef TEXEL_LOGITS
-  if (pc.last_n != 0u && pc.penalty != 1.0) {
-    const uint end = pc.h_ctx + row, start = end > pc.last_n ? end - pc.last_n : 0u;
+  if (P.last_n != 0u && P.penalty != 1.0) {
+    const uint end = P.h_end, start = end > P.last_n ? end - P.last_n : 0u;
     for (uint j = start + lane; j < end; j += WG) {
-      const uint id = Uints(pc.hist).v[j];
+      const uint id = Uints(P.hist).v[j];
       bool first = id < pc.V;
-      for (uint i = start; i < j && first; ++i) first = Uints(pc.hist).v[i] != id;
+      for (uint i = start; i < j && first; ++i) first = Uints(P.hist).v[i] != id;
       if (first) {
-        const float l = Floats(pc.logits).v[base + id];
-        Floats(pc.logits).v[base + id] = l > 0.0 ? l / pc.penalty : l * pc.penalty;
+        const float l = Floats(P.logits).v[id];
+        Floats(P.logits).v[id] = l > 0.0 ? l / P.penalty : l * P.penalty;
       }
     }
     memoryBarrierBuffer();
     barrier();
     lane_hi = -1.0 / 0.0;   // the penalty moved some logits
-    FOR_LOGITS(base, lo, hi) lane_hi = max(lane_hi, l); END_FOR_LOGITS
+    FOR_LOGITS(lo, hi) lane_hi = max(lane_hi, l); END_FOR_LOGITS
   }
 #endif
 
   // 2. top-k: the k-th largest key and how many of its ties to take; from the candidate list when k <= WG
   // (a finite row; NaN keys bound nothing)
-  const bool small_k = pc.top_k >= 1u && pc.top_k <= MAX_TOP_K && pc.top_k < pc.V;
-  const bool listed = small_k && pc.top_k <= WG && !row_non_finite && gather_above_bound(base, lo, hi, lane_hi);
-  radix_select(base, lo, hi, listed);
+  const bool small_k = P.top_k >= 1u && P.top_k <= MAX_TOP_K && P.top_k < pc.V;
+  const bool listed = small_k && P.top_k <= WG && !row_non_finite && gather_above_bound(lo, hi, lane_hi);
+  radix_select(lo, hi, listed);
   const uint kth = sel_prefix, ties_to_take = sel_remaining;
   if (!small_k) {
-    sample_general(row, base, lo, hi, kth, ties_to_take);
+    sample_general(lo, hi, kth, ties_to_take);
   } else {
 
   // 3. collect the kept candidates: keys above the k-th, and the lowest-id ties at it
   if (lane == 0u) n_cand = 0u;
   barrier();
   if (listed) collect_from_list(kth, ties_to_take);
-  else collect_from_row(base, lo, hi, kth, ties_to_take);
+  else collect_from_row(lo, hi, kth, ties_to_take);
   barrier();
   const uint n = n_cand;   // == top_k
 
@@ -416,22 +423,22 @@ void main() {
     float z = 0.0;
     for (uint r = 0u; r < n; ++r) z += exp(cand_l[order[r]] - m);
     uint keep = n;
-    if (pc.top_p < 1.0) {
+    if (P.top_p < 1.0) {
       float cum = 0.0;
       uint r = 0u;
       while (r < n) {
         cum += exp(cand_l[order[r++]] - m) / z;
-        if (cum >= pc.top_p) break;
+        if (cum >= P.top_p) break;
       }
       keep = max(r, 1u);
     }
-    if (pc.min_p > 0.0) {
+    if (P.min_p > 0.0) {
       // p_r / p_0 >= min_p over the kept prefix (the top-p cut renormalizes both sides alike)
       uint r = 1u;
-      while (r < keep && exp(cand_l[order[r]] - m) >= pc.min_p) ++r;
+      while (r < keep && exp(cand_l[order[r]] - m) >= P.min_p) ++r;
       keep = r;
     }
-    const float inv_t = 1.0 / max(pc.temperature, 1e-6);
+    const float inv_t = 1.0 / max(P.temperature, 1e-6);
     float zt = 0.0;
     for (uint r = 0u; r < n; ++r) {
       const float e = r < keep ? exp((cand_l[order[r]] - m) * inv_t) : 0.0;
@@ -443,15 +450,15 @@ void main() {
   barrier();
 
   // 6. dense row: zeros, then the kept probabilities
-  for (uint v = lo; v < hi; ++v) CoherentFloats(pc.probs).v[base + v] = 0.0;
+  for (uint v = lo; v < hi; ++v) CoherentFloats(P.probs).v[v] = 0.0;
   memoryBarrierBuffer();
   barrier();
   for (uint r = lane; r < n; r += WG)
-    if (cand_p[r] > 0.0) CoherentFloats(pc.probs).v[base + cand_id[order[r]]] = cand_p[r];
+    if (cand_p[r] > 0.0) CoherentFloats(P.probs).v[cand_id[order[r]]] = cand_p[r];
 
   // 7. draw by inverse CDF in rank order (the host Sampler's order)
   if ((pc.flags & SAMPLE_DRAW) != 0u && lane == 0u) {
-    const float u = counter_uniform(pc.seed, pc.position + row, pc.stream);
+    const float u = counter_uniform(P.seed, P.position, P.stream);
     float cum = 0.0;
     uint pick = cand_id[order[0]];
     for (uint r = 0u; r < n && cand_p[r] > 0.0; ++r) {
@@ -459,8 +466,8 @@ void main() {
       cum += cand_p[r];
       if (u < cum) break;
     }
-    Uints(pc.draws).v[SLOT_TOKEN(row)] = row_non_finite ? NON_FINITE_TOKEN : pick;
-    Uints(pc.draws).v[SLOT_AUX(row)] = floatBitsToUint(cand_p[0]);
+    Uints(P.draw).v[SLOT_TOKEN(0u)] = row_non_finite ? NON_FINITE_TOKEN : pick;
+    Uints(P.draw).v[SLOT_AUX(0u)] = floatBitsToUint(cand_p[0]);
   }
   }   // small_k
 
@@ -480,7 +487,7 @@ void main() {
   uint k = pc.K;
   for (uint i = 1u; i < pc.K && pc.draft_p_min > 0.0; ++i)
     if (uintBitsToFloat(Uints(pc.tokens).v[SLOT_AUX(i)]) < pc.draft_p_min) { k = i; break; }
-  const uvec2 r = rows_non_finite ? uvec2(0u, NON_FINITE_TOKEN) : accept_chain(k, pc.seed, pc.position);
+  const uvec2 r = rows_non_finite ? uvec2(0u, NON_FINITE_TOKEN) : accept_chain(k, SampleRows(pc.rows).v[0].seed, SampleRows(pc.rows).v[0].position);
   if (lane == 0u) {
     Uints(pc.result).v[0] = r.x;
     Uints(pc.result).v[1] = r.y;

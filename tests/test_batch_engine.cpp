@@ -72,6 +72,7 @@ TEST_F(BatchEngineTest, EveryRequestGetsTheTokensOfItsRunAlone) {
 #else
   const Mode modes[] = {{"greedy", "", "", 0.0f},
                         {"sampled", "", "", 0.9f},
+                        {"mixed settings", "", "", -1.0f},   // greedy, top-k, top-p, penalties side by side
                         {"greedy + ngram", "", "ngram", 0.0f},
                         {"greedy + draft model", shared_path("models/pycode-draft-f16.gguf"), "", 0.0f},
                         {"sampled + draft model", shared_path("models/pycode-draft-f16.gguf"), "", 0.9f}};
@@ -90,6 +91,13 @@ TEST_F(BatchEngineTest, EveryRequestGetsTheTokensOfItsRunAlone) {
       SamplingParams sp;
       sp.temperature = mode.temp;
       sp.seed = 100 + i;
+      if (mode.temp < 0) {   // one step samples rows of several settings in one dispatch (and argmax beside)
+        sp.temperature = i % 3 == 0 ? 0.0f : 0.7f + 0.1f * float(i);
+        sp.top_k = i % 3 == 2 ? 0 : 40;
+        sp.top_p = i % 2 ? 0.9f : 1.0f;
+        sp.min_p = i == 4 ? 0.05f : 0.0f;
+        if (i % 2) { sp.repeat_penalty = 1.2f; sp.repeat_last_n = 16; }   // i = 3: greedy with a penalty
+      }
       const auto prompt = encode(*t, kPrompts[i]);
       want.push_back(solo.generate(prompt, sp, 20 + int(i), true, solo.drafter() != nullptr).ids);
       batch.submit(request(prompt, sp, 20 + uint32_t(i), runs[i]));

@@ -79,6 +79,8 @@ TEST(Sampler, SeededDrawsAreReproducibleAndFollowTheDistribution) {
 
 // ---- the device transforms (shaders/sample_rows.comp) against the host Sampler as reference ----
 
+#include <algorithm>
+#include <cstring>
 #include <random>
 
 #include "runtime/device_sampler.h"
@@ -208,6 +210,79 @@ TEST_F(DeviceSamplerTest, TexelReadsEqualAddressReads) {
         EXPECT_EQ(a.token, b.token) << "row " << row;
         if (!c.nan || row != 1) { EXPECT_EQ(a.top_prob, b.top_prob) << "row " << row; }
         EXPECT_EQ(a.token == contract::NON_FINITE_TOKEN, c.nan && row == 1) << "row " << row;
+      }
+    }
+  }
+}
+
+// A batched record (one dispatch over rows of several sequences, each with its own settings, history,
+// counter and slot: a batched decoding step) gives each row exactly what recording it alone gives: the same
+// probability row bit for bit and the same draw. Sequences mix top-k <= MAX_TOP_K, top-k off (the general
+// path), top-p, min-p, temperatures, greedy-with-penalty's top-k 1 and penalties over their own histories;
+// V = 1024 reads through texels on CPU devices unless a row has a penalty (then the whole batch reads by
+// address), V = 301 always by address.
+TEST_F(DeviceSamplerTest, BatchedRowsEqualOneRecordEach) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  struct Seq { int top_k; float top_p, min_p, temp, penalty; uint64_t seed; uint32_t position; };
+  const std::vector<Seq> seqs = {{40, 0.95f, 0.05f, 0.8f, 1.0f, 5, 9},     {0, 0.9f, 0.0f, 1.0f, 1.0f, 6, 3},
+                                 {1, 1.0f, 0.0f, 1.0f, 1.0f, 7, 40},       {300, 0.8f, 0.1f, 1.5f, 1.0f, 8, 11},
+                                 {40, 1.0f, 0.0f, 0.7f, 1.0f, 5, 9},       {0, 0.97f, 0.02f, 1.2f, 1.0f, 9, 100}};
+  for (const uint32_t V : {1024u, 301u}) {
+    for (const bool penalties : {false, true}) {
+      SCOPED_TRACE("V " + std::to_string(V) + (penalties ? " with penalties" : ""));
+      const uint32_t n = uint32_t(seqs.size());
+      std::vector<std::unique_ptr<DeviceSampler>> own;   // each sequence's sampler (its history)
+      DeviceSampler batch(gpu().ctx, gpu().pipelines, V, n, 0);
+      std::vector<SamplingParams> ps(n);
+      std::vector<std::vector<uint32_t>> contexts(n);
+      std::vector<std::vector<float>> logits(n);
+      for (uint32_t i = 0; i < n; ++i) {
+        own.push_back(std::make_unique<DeviceSampler>(gpu().ctx, gpu().pipelines, V, 1, 64));
+        SamplingParams& p = ps[i];
+        p.top_k = seqs[i].top_k; p.top_p = seqs[i].top_p; p.min_p = seqs[i].min_p; p.temperature = seqs[i].temp;
+        p.seed = seqs[i].seed;
+        if (penalties && i % 2 == 1) { p.repeat_penalty = 1.3f + 0.2f * float(i); p.repeat_last_n = int(8 + i); }
+        for (uint32_t t = 0; t < 20; ++t) contexts[i].push_back((t * 37 + i * 11) % V);
+        logits[i].resize(V);
+        for (auto& x : logits[i]) x = i == 4 ? std::round(nd(rng)) * 0.5f : nd(rng);   // row 4: ties
+        for (uint32_t t : contexts[i]) logits[i][t] += 1.0f;   // the penalty moves the rows' leaders
+      }
+      // alone: one record per sequence
+      std::vector<std::vector<uint32_t>> alone_probs(n);
+      std::vector<DeviceSampler::Draw> alone(n);
+      for (uint32_t i = 0; i < n; ++i) {
+        Slice l = upload(logits[i]), pr = zeros<float>(V);
+        run([&](Recorder& r) {
+          own[i]->record(r, ps[i], l, pr, 1, contexts[i], {}, seqs[i].position, true, DeviceSampler::kStreamPlain);
+        });
+        alone_probs[i] = download<uint32_t>(pr, V);
+        alone[i] = own[i]->drawn(0);
+      }
+      // batched: every row in one dispatch, each with its own sampler's history, into its own slot
+      std::vector<float> all;
+      for (const auto& row : logits) all.insert(all.end(), row.begin(), row.end());
+      Slice l = upload(all), pr = zeros<float>(size_t(n) * V), slots = zeros<uint32_t>(size_t(n) * 2);
+      const VkDeviceSize row_bytes = VkDeviceSize(V) * 4, slot_bytes = 8;
+      std::vector<DeviceSampler::BatchRow> rows;
+      for (uint32_t i = 0; i < n; ++i) {
+        const uint32_t window = own[i]->set_history(ps[i], contexts[i]);
+        rows.push_back(own[i]->row(ps[i], l.sub(i * row_bytes, row_bytes), pr.sub(i * row_bytes, row_bytes),
+                                   slots.sub(i * slot_bytes, slot_bytes), window, seqs[i].position,
+                                   DeviceSampler::kStreamPlain));
+      }
+      const bool texels = std::all_of(rows.begin(), rows.end(), [](const auto& b) { return b.texels != VK_NULL_HANDLE; });
+      const DeviceFacts& f = gpu().ctx.facts();
+      EXPECT_EQ(texels, f.prefers_row_per_lane() && f.texel_reads() && V % 4 == 0 && !penalties);
+      run([&](Recorder& r) { batch.record_rows(r, rows); });
+      const std::vector<uint32_t> probs = download<uint32_t>(pr, size_t(n) * V), drawn = download<uint32_t>(slots, size_t(n) * 2);
+      for (uint32_t i = 0; i < n; ++i) {
+        EXPECT_TRUE(std::equal(alone_probs[i].begin(), alone_probs[i].end(), probs.begin() + long(i) * V))
+            << "sequence " << i << ": probability row differs";
+        EXPECT_EQ(drawn[2 * i], alone[i].token) << "sequence " << i;
+        float top;
+        std::memcpy(&top, &drawn[2 * i + 1], 4);
+        EXPECT_EQ(top, alone[i].top_prob) << "sequence " << i;
       }
     }
   }
