@@ -117,7 +117,7 @@ LlamaHParams read_llama_hparams(const GgufFile& f) {
 
 LlamaTensors find_llama_tensors(const GgufFile& f, const LlamaHParams& hp) {
   LlamaTensors t;
-  const uint64_t q_dim = uint64_t(hp.n_heads) * hp.head_dim, kv_dim = uint64_t(hp.n_kv_heads) * hp.head_dim;
+  const uint64_t q_dim = hp.q_dim(), kv_dim = hp.kv_dim();
   t.token_embd = require(f, "token_embd.weight", {hp.dim, hp.n_vocab});
   t.output_norm = require(f, "output_norm.weight", {hp.dim});
   t.output = hp.tied_embeddings ? t.token_embd : require(f, "output.weight", {hp.dim, hp.n_vocab});

@@ -21,6 +21,8 @@ struct LlamaHParams {
   double rope_base = 10000.0;
   std::vector<double> rope_inv_freq;   // [n_rot/2]: base^(-2i/n_rot) with linear / Llama 3 scaling folded in
   bool tied_embeddings = false;        // no output.weight: logits use token_embd
+  uint32_t q_dim() const { return n_heads * head_dim; }      // one token's q
+  uint32_t kv_dim() const { return n_kv_heads * head_dim; }  // one token's k (and v)
 };
 
 struct LlamaLayerTensors {

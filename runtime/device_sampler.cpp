@@ -68,9 +68,9 @@ DeviceSampler::~DeviceSampler() {
 uint32_t DeviceSampler::set_history(const SamplingParams& p, std::span<const uint32_t> context,
                                     std::span<const uint32_t> extra) {
   // The penalty's window: the context's last repeat_last_n tokens (all of it for -1), then `extra`.
-  const bool penalty = p.repeat_penalty != 1.0f && p.repeat_last_n != 0;
-  const size_t window = !penalty ? 0 : p.repeat_last_n < 0 ? context.size()
-                                                           : std::min(context.size(), size_t(p.repeat_last_n));
+  const size_t window = !p.penalized()        ? 0
+                        : p.repeat_last_n < 0 ? context.size()
+                                              : std::min(context.size(), size_t(p.repeat_last_n));
   if (window + extra.size() > max_history_) throw Error("internal: sampling history longer than planned");
   uint32_t* h = history_.host<uint32_t>();
   std::copy(context.end() - long(window), context.end(), h);
@@ -92,11 +92,10 @@ bool DeviceSampler::texel_logits(bool penalty, const Slice& logits) const {
 
 contract::SampleRow DeviceSampler::entry(const SamplingParams& p, const Slice& logits, const Slice& probs,
                                          uint64_t draw, uint32_t h_end, uint64_t position, uint32_t stream) const {
-  const bool penalty = p.repeat_penalty != 1.0f && p.repeat_last_n != 0;
-  const uint32_t last_n = !penalty ? 0u : p.repeat_last_n < 0 ? 0xffffffffu : uint32_t(p.repeat_last_n);
+  const uint32_t last_n = !p.penalized() ? 0u : p.repeat_last_n < 0 ? 0xffffffffu : uint32_t(p.repeat_last_n);
   return {logits.address, probs.address, draw, history_.address, p.seed, h_end, last_n, p.repeat_penalty,
           p.temperature, p.top_p, p.min_p, uint32_t(p.top_k), uint32_t(position), stream,
-          texel_logits(penalty, logits) ? texel_offset(logits) : 0u};
+          texel_logits(p.penalized(), logits) ? texel_offset(logits) : 0u};
 }
 
 std::span<contract::SampleRow> DeviceSampler::table_rows(const Recorder& r, uint32_t n) {
@@ -139,9 +138,8 @@ void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Rows& j) 
     rows[i] = entry(p, j.logits.sub(i * row_bytes, row_bytes), j.probs.sub(i * row_bytes, row_bytes),
                     j.draws ? j.draws->sub(i * kSlotBytes, kSlotBytes).address : 0, j.history_len + i, j.position + i,
                     j.stream);
-  const bool penalty = p.repeat_penalty != 1.0f && p.repeat_last_n != 0;
   const uint32_t flags = (j.draws ? contract::SAMPLE_DRAW : 0u) | (j.accept ? contract::SAMPLE_ACCEPT : 0u);
-  dispatch(r, rows, texel_logits(penalty, j.logits) ? j.logits.texels : VK_NULL_HANDLE, flags, j.accept);
+  dispatch(r, rows, texel_logits(p.penalized(), j.logits) ? j.logits.texels : VK_NULL_HANDLE, flags, j.accept);
 }
 
 DeviceSampler::BatchRow DeviceSampler::row(const SamplingParams& p, const Slice& logits, const Slice& probs,
@@ -150,9 +148,8 @@ DeviceSampler::BatchRow DeviceSampler::row(const SamplingParams& p, const Slice&
   if (!supports(p, n_vocab_) || logits.size < VkDeviceSize(n_vocab_) * 4 || probs.size < VkDeviceSize(n_vocab_) * 4 ||
       draw.size < kSlotBytes || history_len > history_total_)
     throw Error("internal: DeviceSampler::row out of range");
-  const bool penalty = p.repeat_penalty != 1.0f && p.repeat_last_n != 0;
   return {entry(p, logits, probs, draw.address, history_len, position, stream),
-          texel_logits(penalty, logits) ? logits.texels : VK_NULL_HANDLE};
+          texel_logits(p.penalized(), logits) ? logits.texels : VK_NULL_HANDLE};
 }
 
 void DeviceSampler::record_rows(Recorder& r, std::span<const BatchRow> batch) {

@@ -108,7 +108,7 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
   if (opts.progress) opts.progress(total, total);
 
   // ---- activations and per-pass I/O for kMaxBatch tokens ----
-  const uint64_t B = kMaxBatch, q_dim = uint64_t(hp_.n_heads) * hp_.head_dim, kv_dim = uint64_t(hp_.n_kv_heads) * hp_.head_dim;
+  const uint64_t B = kMaxBatch, q_dim = hp_.q_dim(), kv_dim = hp_.kv_dim();
   x_ = act_arena_->alloc(B * hp_.dim * 4, "activations");
   qkv_ = act_arena_->alloc(B * (q_dim + 2 * kv_dim) * 4, "activations");
   att_ = act_arena_->alloc(B * q_dim * 4, "activations");
@@ -146,7 +146,7 @@ MemoryEstimate LlamaModel::estimate_memory(const Context& ctx, const GgufFile& f
   MemoryEstimate e;
   e.n_ctx = opts.n_ctx ? opts.n_ctx : std::min<uint32_t>(hp.n_ctx_train, 4096);
   for (const auto& g : file.tensors()) e.weights += device_bytes(DType(g.type), g.elements());
-  const uint64_t kv_dim = uint64_t(hp.n_kv_heads) * hp.head_dim, q_dim = uint64_t(hp.n_heads) * hp.head_dim;
+  const uint64_t kv_dim = hp.kv_dim(), q_dim = hp.q_dim();
   const uint64_t blocks = opts.kv_pool_blocks(e.n_ctx);
   e.kv = 2ull * hp.n_layers * blocks * opts.kv_block_size * kv_dim * 4;
   e.activations = uint64_t(kMaxBatch) * (2 * hp.dim + 2 * q_dim + 2 * kv_dim + hp.ffn_dim + hp.n_vocab) * 4 +
@@ -272,7 +272,7 @@ uint32_t LlamaModel::record_chunk(Recorder& r, std::span<const ChunkPart> parts,
   }
   kv_->record_copies(r);   // copy-on-write of shared blocks, before this chunk writes them
 
-  const uint32_t qkv_w = (hp_.n_heads + 2 * hp_.n_kv_heads) * hp_.head_dim;   // one token's q, k, v side by side
+  const uint32_t qkv_w = hp_.q_dim() + 2 * hp_.kv_dim();   // one token's q, k, v side by side in qkv_
   const AttentionShape shape{hp_.n_heads, hp_.n_kv_heads, hp_.head_dim, hp_.n_rot, qkv_w, qkv_w};
   const VkDeviceSize x_row = VkDeviceSize(hp_.dim) * 4;
   const QkvSlices qkv = qkv_slices(qkv_, shape);

@@ -18,7 +18,7 @@ uint32_t argmax(std::span<const float> logits) {
 static std::vector<float> penalized(const SamplingParams& p, std::span<const float> logits,
                                     std::span<const uint32_t> history) {
   std::vector<float> l(logits.begin(), logits.end());
-  if (p.repeat_penalty != 1.0f && p.repeat_last_n != 0) {
+  if (p.penalized()) {
     size_t from = p.repeat_last_n < 0 || size_t(p.repeat_last_n) >= history.size() ? 0 : history.size() - size_t(p.repeat_last_n);
     std::unordered_set<uint32_t> seen(history.begin() + long(from), history.end());
     for (uint32_t id : seen)

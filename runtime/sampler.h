@@ -18,6 +18,8 @@ struct SamplingParams {
   int repeat_last_n = 64;
   uint64_t seed = 0;
   bool greedy() const { return temperature <= 0.f; }
+  // The repetition penalty applies (the one place this rule is written).
+  bool penalized() const { return repeat_penalty != 1.0f && repeat_last_n != 0; }
 };
 
 

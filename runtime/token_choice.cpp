@@ -20,8 +20,7 @@ SamplingParams device_form(const SamplingParams& p) {
 }  // namespace
 
 ChoiceMode choice_mode(const SamplingParams& p, uint32_t n_vocab) {
-  const bool penalty = p.repeat_penalty != 1.0f && p.repeat_last_n != 0;
-  if (p.greedy() && !penalty) return ChoiceMode::Argmax;
+  if (p.greedy() && !p.penalized()) return ChoiceMode::Argmax;
   if (!DeviceSampler::supports(device_form(p), n_vocab)) throw Error("internal: sampling parameters the device cannot run");
   return ChoiceMode::Device;
 }

@@ -60,7 +60,7 @@ class TokenChooser {
   // Appends the tokens of slots [first, first + n) to the history at `at`, on the device (Device mode with
   // a penalty: drafts chosen earlier in the same submission).
   void record_append_history(Recorder& r, uint32_t first, uint32_t n, uint32_t at);
-  bool penalized() const { return p_.repeat_penalty != 1.0f && p_.repeat_last_n != 0; }
+  bool penalized() const { return p_.penalized(); }
 
   // Records the choice after each of `rows` logits rows into slots out_slot, out_slot + 1, ... Row r's penalty sees history_len + r tokens; its draw uses
   // counter position + r in `stream`. probs: where the dense distributions go ([rows][n_vocab]; null:

@@ -76,7 +76,7 @@ void SpecAcceptor::record_fused(Recorder& r, const SamplingParams& p, const Slic
   // the kernel leaves the counter zeroed; set anyway in case a submission failed
   std::fill_n(counter_.host<uint32_t>(), contract::VERIFY_COUNTER_UINTS, 0u);
   const uint32_t window = sampler_->set_history(p, context);
-  if (p.repeat_penalty != 1.0f && p.repeat_last_n != 0 && k > 0) {
+  if (p.penalized() && k > 0) {
     sampler_->record_append_history(r, draft_slots, 0, k, window);
     r.barrier();
   }
