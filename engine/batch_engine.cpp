@@ -55,21 +55,16 @@ BatchEngine::BatchEngine(std::shared_ptr<TargetModel> target, const EngineOption
   rec_ = std::make_unique<Recorder>(*t_->ctx, profiling_requested());
   // A step's logits rows: one per sequence (its decode row or its prompt's last), K + 1 when it speculates.
   const VkDeviceSize rows = VkDeviceSize(opts.parallel) * (has_drafter() ? uint32_t(o.draft_max) + 1 : 1);
-  logits_arena_ = std::make_unique<Arena>(*t_->ctx, MemoryKind::Device,
-                                          rows * V * 4 + VkDeviceSize(opts.parallel) * TokenChooser::kSlotBytes + 4096);
+  logits_arena_ = std::make_unique<Arena>(*t_->ctx, MemoryKind::Device, rows * V * 4 + 4096);
   logits_ = logits_arena_->alloc(rows * V * 4, "batch logits");
   logits_readback_arena_ = std::make_unique<Arena>(*t_->ctx, MemoryKind::Readback, VkDeviceSize(opts.parallel) * V * 4 + 4096);
   logits_host_ = logits_readback_arena_->alloc(VkDeviceSize(opts.parallel) * V * 4, "batch logits read back");
-  step_slots_ = logits_arena_->alloc(VkDeviceSize(opts.parallel) * TokenChooser::kSlotBytes, "batched argmax token slots");
   if (draft_model_) {   // one row per sequence for each batched draft step
     const VkDeviceSize bytes = VkDeviceSize(opts.parallel) * draft_model_->hparams().n_vocab * 4;
     draft_logits_arena_ = std::make_unique<Arena>(*t_->ctx, MemoryKind::Device, bytes + 4096);
     draft_logits_ = draft_logits_arena_->alloc(bytes, "batched draft logits");
   }
-  // Records the step's sampled choices (record_choices); each row reads its own sequence's history.
-  batch_sampler_ = std::make_unique<DeviceSampler>(*t_->ctx, *t_->pipelines, V, opts.parallel, 0);
-  argmax_run_.reserve(opts.parallel);
-  sampled_rows_.reserve(opts.parallel);
+  choices_ = std::make_unique<BatchedChoices>(*t_->ctx, *t_->pipelines, V, opts.parallel);
   for (uint32_t i = 0; i < opts.parallel; ++i) {
     auto s = std::make_unique<Slot>();
     s->index = i;
@@ -436,7 +431,7 @@ void BatchEngine::plan_speculative_rows(StepRows& plan) {
     plan.drafted.push_back(&s);
   }
   if (!batched.empty()) {
-    record_batched_drafts(*draft_model_, batched, draft_logits_);
+    record_batched_drafts(*draft_model_, batched, draft_logits_, *choices_);
     size_t j = 0;
     for (Slot* s : plan.drafted)   // the batched ones, in the order they were added
       if (j < batched.size() && &s->spec->draft_round() == batched[j].round)
@@ -482,64 +477,31 @@ void BatchEngine::plan_prefill_rows(StepRows& plan) {
   }
 }
 
-// Each sequence's choice or verification from its logits rows (in the order of the pass's rows).
+// Each sequence's choice or verification from its logits rows (in the order of the pass's rows). The choices
+// are recorded together (BatchedChoices): one argmax for consecutive greedy rows, one sample_rows dispatch
+// for every sampled row, instead of a dispatch and a barrier per sequence (on lavapipe a one-row dispatch
+// is one workgroup on one core, then a barrier idles the other).
 void BatchEngine::record_choices(const StepRows& plan) {
   LlamaModel& m = *t_->model;
   Recorder& rec = *rec_;
-  const uint32_t V = m.hparams().n_vocab;
-  const VkDeviceSize row_bytes = VkDeviceSize(V) * 4;
-  // Greedy choices of consecutive logits rows (argmax mode) share one argmax dispatch into step_slots_, then
-  // each token slot is copied to its sequence's slot 0 (where take_result reads it, and where a speculative
-  // round's verify input starts). One dispatch and one barrier instead of one each per sequence: on
-  // lavapipe a one-row argmax is one workgroup on one core, then a barrier idles the other.
-  std::vector<Slot*>& run = argmax_run_;
-  run.clear();
-  uint32_t run_first = 0;
-  auto flush_run = [&] {
-    if (run.empty()) return;
-    m.kernels().argmax(rec, logits_.sub(run_first * row_bytes, run.size() * row_bytes), step_slots_,
-                       uint32_t(run.size()), V);
-    rec.barrier();
-    for (size_t i = 0; i < run.size(); ++i)
-      rec.copy(step_slots_.sub(i * TokenChooser::kSlotBytes, TokenChooser::kSlotBytes), run[i]->chooser->slot_range(0, 1));
-    run.clear();   // nothing else in the step reads those slots: the submission's end makes them host-visible
-  };
-  // Sampled choices (device mode), wherever their rows are, all in one sample_rows dispatch, each row with
-  // its sequence's settings, history and slot 0: likewise one dispatch instead of one per sequence, and on
-  // a GPU no barrier between sequences.
-  std::vector<DeviceSampler::BatchRow>& sampled = sampled_rows_;
-  sampled.clear();
-  bool read_back = false;   // logits rows copied out, which sampling then penalizes in place
+  const VkDeviceSize row_bytes = VkDeviceSize(m.hparams().n_vocab) * 4;
   uint32_t at = 0;
   for (Slot* s : plan.in_step) {
     const Slice logits = logits_.sub(at * row_bytes, logits_.size - at * row_bytes);
     if (s->part == Slot::Part::Verify) {
-      flush_run();
       s->spec->record_verify(logits);
       at += s->rows;
     } else if (s->part == Slot::Part::Decode || s->part == Slot::Part::PrefillLast) {
       TokenChooser& ch = *s->chooser;
-      if (s->req->logits) {   // read back (before the sampler penalizes the row in place)
+      if (s->req->logits)   // read back (before sampling penalizes the row in place: choices_ orders them)
         rec.copy(logits.sub(0, row_bytes), logits_host_.sub(s->index * row_bytes, row_bytes));
-        read_back = true;
-      }
-      if (ch.mode() == ChoiceMode::Argmax) {   // argmax only reads the row: no hazard with the copy
-        if (run.empty()) run_first = at;
-        run.push_back(s);
-      } else {
-        flush_run();   // a run is consecutive rows
-        const uint32_t history = ch.set_history(s->context);
-        sampled.push_back(ch.batch_row(logits.sub(0, row_bytes), 0, history, s->context.size(), DeviceSampler::kStreamPlain));
-      }
+      const uint32_t history = ch.mode() == ChoiceMode::Device ? ch.set_history(s->context) : 0;
+      choices_->add(rec, m.kernels(), ch, logits.sub(0, row_bytes), 0, history, s->context.size(),
+                    DeviceSampler::kStreamPlain);
       at += 1;
     }
   }
-  flush_run();
-  if (!sampled.empty()) {
-    if (read_back) rec.barrier();
-    batch_sampler_->record_rows(rec, sampled);
-    rec.barrier();
-  }
+  choices_->record(rec, m.kernels());
 }
 
 // After the step's wait: what its part of the pass gave this sequence (may end the request).

@@ -126,10 +126,7 @@ class BatchEngine {
   std::unique_ptr<Arena> logits_arena_, logits_readback_arena_, draft_logits_arena_;
   Slice logits_, logits_host_;   // [parallel * (K + 1)][n_vocab]: the step's logits rows; [parallel] rows read back
   Slice draft_logits_;           // [parallel][draft n_vocab]: a batched draft step's rows
-  Slice step_slots_;             // [parallel] token slots of a step's batched argmax (record_choices)
-  std::unique_ptr<DeviceSampler> batch_sampler_;   // a step's sampled choices, one dispatch (record_choices)
-  std::vector<Slot*> argmax_run_;                  // record_choices' scratch, reserved for `parallel`
-  std::vector<DeviceSampler::BatchRow> sampled_rows_;
+  std::unique_ptr<BatchedChoices> choices_;   // a step's token choices, and a batched draft step's
   std::vector<std::unique_ptr<Slot>> slots_;
   uint32_t reserved_ = 0, draft_reserved_ = 0;   // KV blocks reserved by the running requests
   struct CachedSequence {

@@ -40,20 +40,19 @@ bool DeviceSampler::lanes_fit(const DeviceFacts& f, uint32_t lanes) {
 }
 
 DeviceSampler::DeviceSampler(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_rows,
-                             uint32_t max_history, uint32_t lanes, bool texel_reads)
+                             uint32_t max_history, uint32_t lanes, bool texel_reads, uint32_t submission_rows)
     : pipelines_(pipelines), n_vocab_(n_vocab), max_rows_(max_rows), max_history_(max_history),
       lanes_(lanes ? lanes : lanes_for(ctx.facts())),
       texel_reads_(texel_reads && ctx.facts().prefers_row_per_lane() && ctx.facts().texel_reads()) {
   if (!lanes_fit(ctx.facts(), lanes_)) throw Error("internal: sample_rows lanes do not fit the device");
+  // The row table holds the rows of one recording and the slots a wrap-around skips (table_rows() checks it).
+  table_rows_ = (submission_rows ? submission_rows : 4 * std::max(max_rows, 1u)) + std::max(max_rows, 1u);
   device_ = std::make_unique<Arena>(ctx, MemoryKind::Device, VkDeviceSize(n_vocab) * 4 + 4096);
   upload_ = std::make_unique<Arena>(ctx, MemoryKind::Upload,
-                                    VkDeviceSize(max_history) * 4 + VkDeviceSize(16 * max_rows) * sizeof(contract::SampleRow) + 4096);
+                                    VkDeviceSize(max_history) * 4 + VkDeviceSize(table_rows_) * sizeof(contract::SampleRow) + 4096);
   readback_ = std::make_unique<Arena>(ctx, MemoryKind::Readback, VkDeviceSize(max_rows) * kSlotBytes + 256);
   scratch_probs_ = device_->alloc(VkDeviceSize(n_vocab) * 4, "sampling probabilities");
   history_ = upload_->alloc(VkDeviceSize(std::max(max_history, 1u)) * 4, "sampling history");
-  // Room for the rows of one recording: a verify pass, a speculative round's draft steps, and the slots a
-  // wrap-around skips (dispatch() checks it).
-  table_rows_ = 4 * std::max(max_rows, 1u);
   table_ = upload_->alloc(VkDeviceSize(table_rows_) * sizeof(contract::SampleRow), "sampling row table");
   draws_ = readback_->alloc(VkDeviceSize(max_rows) * kSlotBytes, "sampled tokens (token slots)");
   if (!history_.mapped || !draws_.mapped || !table_.mapped) throw Error("internal: sampling buffers are not mapped");
@@ -75,9 +74,7 @@ uint32_t DeviceSampler::set_history(const SamplingParams& p, std::span<const uin
   uint32_t* h = history_.host<uint32_t>();
   std::copy(context.end() - long(window), context.end(), h);
   std::copy(extra.begin(), extra.end(), h + window);
-  window_ = uint32_t(window);
-  history_total_ = uint32_t(window + extra.size());
-  return window_;
+  return uint32_t(window);
 }
 
 void DeviceSampler::record_append_history(Recorder& r, const Slice& slots, uint32_t first, uint32_t n, uint32_t at) {
@@ -146,7 +143,7 @@ DeviceSampler::BatchRow DeviceSampler::row(const SamplingParams& p, const Slice&
                                            const Slice& draw, uint32_t history_len, uint64_t position,
                                            uint32_t stream) const {
   if (!supports(p, n_vocab_) || logits.size < VkDeviceSize(n_vocab_) * 4 || probs.size < VkDeviceSize(n_vocab_) * 4 ||
-      draw.size < kSlotBytes || history_len > history_total_)
+      draw.size < kSlotBytes || history_len > max_history_)   // drafts may extend the history on the device
     throw Error("internal: DeviceSampler::row out of range");
   return {entry(p, logits, probs, draw.address, history_len, position, stream),
           texel_logits(p.penalized(), logits) ? logits.texels : VK_NULL_HANDLE};

@@ -28,9 +28,10 @@ class DeviceSampler {
   // max_rows: rows per record(); max_history: the longest context + extra tokens ever passed; lanes: 0 for
   // lanes_for(device), else a power of two >= 64 that fits (tests run the GPUs' lane counts on lavapipe).
   // texel_reads: CPU devices read logits through a texel buffer where they can (texel_logits); false keeps
-  // the device-address variant everywhere (tests compare the two).
+  // the device-address variant everywhere (tests compare the two). submission_rows: the most rows recorded
+  // in one submission (0: 4 max_rows, a verify pass and a round's draft steps).
   DeviceSampler(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_rows, uint32_t max_history,
-                uint32_t lanes = 0, bool texel_reads = true);
+                uint32_t lanes = 0, bool texel_reads = true, uint32_t submission_rows = 0);
   ~DeviceSampler();
 
   // The penalty's history for the next records: the context's last repeat_last_n tokens, then `extra`.
@@ -102,7 +103,6 @@ class DeviceSampler {
   std::unique_ptr<Arena> device_, upload_, readback_;
   std::unique_ptr<Recorder> rec_;
   Slice history_, draws_, scratch_probs_;
-  uint32_t window_ = 0, history_total_ = 0;   // from set_history
   // The row table: a ring of SampleRow entries, written at record time and read by the submission.
   // Invariant: one recording (a Recorder between begin() and its submission) takes at most table_rows_
   // entries, so no entry is rewritten before the submission that reads it has run (asserted in dispatch).

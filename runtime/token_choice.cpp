@@ -75,6 +75,62 @@ void TokenChooser::record_choice(Recorder& r, Kernels& k, const Slice& logits, u
   r.barrier();
 }
 
+BatchedChoices::BatchedChoices(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_rows)
+    : n_vocab_(n_vocab), max_rows_(max_rows) {
+  arena_ = std::make_unique<Arena>(ctx, MemoryKind::Device, VkDeviceSize(max_rows) * TokenChooser::kSlotBytes + 4096);
+  scratch_slots_ = arena_->alloc(VkDeviceSize(max_rows) * TokenChooser::kSlotBytes, "batched argmax token slots");
+  // a submission records a step's choices and a round's draft steps: up to kMaxBatch + 1 record()s
+  sampler_ = std::make_unique<DeviceSampler>(ctx, pipelines, n_vocab, max_rows, 0, 0, true,
+                                             (LlamaModel::kMaxBatch + 1) * max_rows);
+  run_out_.reserve(max_rows);
+  sampled_.reserve(max_rows);
+}
+
+void BatchedChoices::add(Recorder& r, Kernels& k, TokenChooser& ch, const Slice& logits, uint32_t out_slot,
+                         uint32_t history_len, uint64_t position, uint32_t stream, const Slice* probs, bool top_prob) {
+  const VkDeviceSize row = VkDeviceSize(n_vocab_) * 4;
+  if (added_ == max_rows_ || logits.size < row) throw Error("internal: BatchedChoices::add out of range");
+  ++added_;
+  if (ch.mode() == ChoiceMode::Device) {
+    sampled_.push_back(ch.batch_row(logits.sub(0, row), out_slot, history_len, position, stream, probs));
+    return;
+  }
+  const bool follows = !run_out_.empty() && logits.buffer == run_logits_.buffer &&
+                       logits.offset == run_logits_.offset + run_logits_.size && top_prob == run_top_prob_;
+  if (!follows) {
+    record_argmax_run(r, k);
+    run_logits_ = logits.sub(0, 0);
+    run_top_prob_ = top_prob;
+  }
+  run_logits_.size += row;
+  run_out_.push_back(ch.slot_range(out_slot, 1));
+}
+
+void BatchedChoices::record_argmax_run(Recorder& r, Kernels& k) {
+  if (run_out_.empty()) return;
+  const uint32_t n = uint32_t(run_out_.size());
+  const Slice slots = scratch_slots_.sub(VkDeviceSize(run_first_) * TokenChooser::kSlotBytes,
+                                         VkDeviceSize(n) * TokenChooser::kSlotBytes);
+  k.argmax(r, run_logits_, slots, n, n_vocab_, run_top_prob_);
+  r.barrier();
+  for (uint32_t i = 0; i < n; ++i)
+    r.copy(slots.sub(VkDeviceSize(i) * TokenChooser::kSlotBytes, TokenChooser::kSlotBytes), run_out_[i]);
+  run_first_ += n;
+  run_out_.clear();
+}
+
+void BatchedChoices::record(Recorder& r, Kernels& k) {
+  record_argmax_run(r, k);
+  if (!sampled_.empty()) {
+    r.barrier();   // what the rows' sampling rewrites in place (penalized logits) may have been copied out
+    sampler_->record_rows(r, sampled_);
+    sampled_.clear();
+  }
+  r.barrier();
+  added_ = 0;
+  run_first_ = 0;
+}
+
 void TokenChooser::throw_non_finite(uint32_t id) {
   throw Error(id == contract::NON_FINITE_TOKEN
                   ? "the model produced non-finite logits (NaN or infinity): its weights or the input are broken"

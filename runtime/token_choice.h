@@ -72,9 +72,10 @@ class TokenChooser {
   // (DeviceSampler::record_rows, with rows of other sequences), at history_len history tokens and counter
   // `position` of `stream`: what record_choice(..., 1 row, ...) records alone.
   DeviceSampler::BatchRow batch_row(const Slice& logits, uint32_t out_slot, uint32_t history_len, uint64_t position,
-                                    uint32_t stream) const {
+                                    uint32_t stream, const Slice* probs = nullptr) const {
     if (mode_ != ChoiceMode::Device) throw Error("internal: batch_row outside Device mode");
-    return sampler_->row(device_p_, logits, scratch_probs_, slot_range(out_slot, 1), history_len, position, stream);
+    return sampler_->row(device_p_, logits, probs ? *probs : scratch_probs_, slot_range(out_slot, 1), history_len,
+                         position, stream);
   }
   DeviceSampler& device_sampler() { return *sampler_; }
 
@@ -85,6 +86,37 @@ class TokenChooser {
   std::unique_ptr<Arena> slots_arena_, scratch_arena_;
   std::unique_ptr<DeviceSampler> sampler_;
   Slice slots_, scratch_probs_;
+};
+
+// The token choices after the logits rows of several sequences in one pass (a batched step, a batched draft
+// step), recorded together: argmax rows in one argmax dispatch per run of consecutive logits rows (into
+// scratch slots, then copied to each sequence's slot), sampled rows in one sample_rows dispatch, each with
+// its own settings (DeviceSampler::record_rows). Each choice is what TokenChooser::record_choice gives for
+// its row alone. Invariant: between two record()s, at most max_rows add()s, each argmax row taking its own
+// scratch slot (runs never reuse one within a recording, so no copy races the next run's argmax).
+class BatchedChoices {
+ public:
+  BatchedChoices(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_rows);
+  // record_choice(r, k, logits, 1, out_slot, history_len, position, stream, probs, top_prob) of `ch`, for
+  // one [n_vocab] logits row; may record the argmax of the run before it.
+  void add(Recorder& r, Kernels& k, TokenChooser& ch, const Slice& logits, uint32_t out_slot, uint32_t history_len,
+           uint64_t position, uint32_t stream, const Slice* probs = nullptr, bool top_prob = false);
+  // Records the choices added since the last record(), then a barrier.
+  void record(Recorder& r, Kernels& k);
+
+ private:
+  void record_argmax_run(Recorder& r, Kernels& k);
+
+  uint32_t n_vocab_, max_rows_;
+  std::unique_ptr<Arena> arena_;
+  std::unique_ptr<DeviceSampler> sampler_;   // records the sampled rows (each reads its own chooser's history)
+  Slice scratch_slots_;                      // [max_rows] argmax token slots
+  uint32_t added_ = 0;                       // rows since the last record()
+  Slice run_logits_;                         // the pending argmax run: its consecutive logits rows,
+  std::vector<Slice> run_out_;               // each row's destination slot
+  uint32_t run_first_ = 0;                   // its first scratch slot
+  bool run_top_prob_ = false;
+  std::vector<DeviceSampler::BatchRow> sampled_;
 };
 
 // One decoding step in one submission: the forward pass over `in` (n tokens at the end of `seq`), then the

@@ -4,10 +4,13 @@ numbers of concurrent streams, for `vkspec serve` (plain and speculative) and ll
 the same GGUF, interleaved round by round (the machines are noisy: medians over rounds, ratios per round).
 
     scripts/serve_bench.py --vkspec build/vkspec --model M.gguf [--draft D.gguf | --ngram]
-                           [--llama-server PATH] [--streams 1,4,8,16] [--n 64] [--rounds 3] [--ctx 512] [--json]
+                           [--llama-server PATH] [--compare OTHER/vkspec] [--streams 1,4,8,16] [--n 64]
+                           [--rounds 3] [--ctx 512] [--temperature T] [--json]
 
-Each stream sends the same number of requests one after another (a different prompt each, greedy,
-`ignore_eos` so every request generates exactly --n tokens). Standard library only.
+Each stream sends the same number of requests one after another (a different prompt each, greedy unless
+--temperature is given (then seeded by the request's index), `ignore_eos` so every request generates
+exactly --n tokens). --compare runs a second vkspec binary the same way in every round (an A/B of two
+builds). Standard library only.
 """
 import argparse
 import http.client
@@ -62,10 +65,10 @@ def stop(p):
         os.killpg(p.pid, signal.SIGKILL)
 
 
-def one_request(port, prompt, n):
+def one_request(port, prompt, n, temperature=0.0, seed=0):
     """Streams one completion; returns (tokens, seconds to first token, seconds in all)."""
-    body = json.dumps({"prompt": prompt, "max_tokens": n, "temperature": 0, "stream": True, "ignore_eos": True,
-                       "stream_options": {"include_usage": True}})
+    body = json.dumps({"prompt": prompt, "max_tokens": n, "temperature": temperature, "seed": seed, "stream": True,
+                       "ignore_eos": True, "stream_options": {"include_usage": True}})
     t0 = time.perf_counter()
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
@@ -90,13 +93,14 @@ def one_request(port, prompt, n):
     return (usage if usage is not None else events), first or total, total
 
 
-def level(port, streams, n, requests_per_stream):
+def level(port, streams, n, requests_per_stream, temperature):
     results, threads = [], []
     lock = threading.Lock()
 
     def worker(k):
         for i in range(requests_per_stream):
-            out = one_request(port, PROMPTS[(k * requests_per_stream + i) % len(PROMPTS)], n)
+            j = k * requests_per_stream + i
+            out = one_request(port, PROMPTS[j % len(PROMPTS)], n, temperature, j)
             with lock:
                 results.append(out)
 
@@ -126,6 +130,8 @@ def main():
     ap.add_argument("--requests", type=int, default=2, help="requests per stream")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--ctx", type=int, default=512)
+    ap.add_argument("--temperature", type=float, default=0.0, help="sampling temperature of every request (0: greedy)")
+    ap.add_argument("--compare", help="a second vkspec binary, run the same way in every round")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     levels = [int(s) for s in a.streams.split(",")]
@@ -133,8 +139,11 @@ def main():
     tmp = tempfile.mkdtemp(prefix="serve-bench-")
 
     servers = {"vkspec": [a.vkspec, "serve", "-m", a.model, "--port", "0", "--parallel", str(parallel), "--ctx", str(a.ctx)]}
-    if a.draft or a.ngram:
-        servers["vkspec-spec"] = servers["vkspec"] + (["-md", a.draft] if a.draft else ["--draft", "ngram"])
+    if a.compare:
+        servers["vkspec-compare"] = [a.compare] + servers["vkspec"][1:]
+    for name in list(servers):
+        if a.draft or a.ngram:
+            servers[name + "-spec"] = servers[name] + (["-md", a.draft] if a.draft else ["--draft", "ngram"])
     if a.llama_server:
         servers["llama-server"] = [a.llama_server, "-m", a.model, "--port", "PORT", "--host", "127.0.0.1", "-np", str(parallel),
                                    "-c", str(a.ctx * parallel), "-t", str(a.llama_threads), "-tb", str(a.llama_threads),
@@ -152,12 +161,13 @@ def main():
             try:
                 one_request(port, PROMPTS[0], 8)   # warm-up
                 for s in levels:
-                    figures[name][s].append(level(port, s, a.n, a.requests))
+                    figures[name][s].append(level(port, s, a.n, a.requests, a.temperature))
                     print(f"round {rnd} {name} {s} streams: {figures[name][s][-1]['tok_s']:.1f} tok/s", file=sys.stderr)
             finally:
                 stop(p)
 
-    out = {"model": a.model, "n": a.n, "requests_per_stream": a.requests, "rounds": a.rounds, "servers": {}}
+    out = {"model": a.model, "n": a.n, "requests_per_stream": a.requests, "rounds": a.rounds,
+           "temperature": a.temperature, "servers": {}}
     for name in servers:
         out["servers"][name] = [{"streams": s,
                                  "tok_s_median": statistics.median(f["tok_s"] for f in figures[name][s]),

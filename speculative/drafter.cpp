@@ -32,15 +32,21 @@ ModelDrafter::Steps ModelDrafter::begin(std::span<const uint32_t> context, uint3
   return st;
 }
 
-// Step i's choice: draft i + 1 into slot i + 1 (argmax, or a draw from q_i, left in the acceptor's q row i).
-void ModelDrafter::choose(uint32_t i, DraftRound& round, const Slice& logits_row, size_t context_size) {
+// Step i's choice: draft i + 1 into slot i + 1 (argmax, or a draw from q_i, left in the acceptor's q row i);
+// recorded now, or added to `batch` (recorded with other sequences' choices of the same step).
+void ModelDrafter::choose(uint32_t i, DraftRound& round, const Slice& logits_row, size_t context_size,
+                          BatchedChoices* batch) {
   TokenChooser& ch = round.chooser;
   const bool sampling = !ch.greedy();
   const VkDeviceSize row = VkDeviceSize(model_.hparams().n_vocab) * 4;
   if (i > 0) ch.record_append_history(round.rec, i, 1, round.history_len + i - 1);
   const Slice q = sampling ? round.acceptor->q_rows().sub(i * row, row) : Slice{};
-  ch.record_choice(round.rec, model_.kernels(), logits_row, 1, i + 1, round.history_len + i, context_size + i,
-                   DeviceSampler::kStreamDraft, sampling ? &q : nullptr, p_min_ > 0);
+  if (batch)
+    batch->add(round.rec, model_.kernels(), ch, logits_row, i + 1, round.history_len + i, context_size + i,
+               DeviceSampler::kStreamDraft, sampling ? &q : nullptr, p_min_ > 0);
+  else
+    ch.record_choice(round.rec, model_.kernels(), logits_row, 1, i + 1, round.history_len + i, context_size + i,
+                     DeviceSampler::kStreamDraft, sampling ? &q : nullptr, p_min_ > 0);
 }
 
 void ModelDrafter::end(std::span<const uint32_t> context, uint32_t k) {
@@ -69,7 +75,7 @@ uint32_t ModelDrafter::draft(std::span<const uint32_t> context, uint32_t k, Draf
   return st.k;
 }
 
-void record_batched_drafts(LlamaModel& draft, std::span<BatchedDraft> jobs, const Slice& logits) {
+void record_batched_drafts(LlamaModel& draft, std::span<BatchedDraft> jobs, const Slice& logits, BatchedChoices& choices) {
   std::vector<ModelDrafter::Steps> steps;
   uint32_t k_max = 0;
   for (BatchedDraft& j : jobs) {
@@ -89,10 +95,11 @@ void record_batched_drafts(LlamaModel& draft, std::span<BatchedDraft> jobs, cons
     uint32_t r = 0;
     for (size_t j = 0; j < jobs.size(); ++j) {
       if (jobs[j].k <= i) continue;
-      jobs[j].drafter->choose(i, *jobs[j].round, logits.sub(r++ * row, row), jobs[j].context.size());
+      jobs[j].drafter->choose(i, *jobs[j].round, logits.sub(r++ * row, row), jobs[j].context.size(), &choices);
       steps[j].in = jobs[j].round->chooser.input(i + 1);
       steps[j].n_in = 1;
     }
+    choices.record(rec, draft.kernels());
   }
   for (BatchedDraft& j : jobs)
     if (j.k) j.drafter->end(j.context, j.k);

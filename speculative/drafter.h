@@ -76,7 +76,8 @@ class ModelDrafter : public Drafter {
   // end() records what the cache now holds.
   struct Steps { TokenInput in; uint32_t n_in = 0, k = 0; };
   Steps begin(std::span<const uint32_t> context, uint32_t k);
-  void choose(uint32_t i, DraftRound& round, const Slice& logits_row, size_t context_size);
+  void choose(uint32_t i, DraftRound& round, const Slice& logits_row, size_t context_size,
+              BatchedChoices* batch = nullptr);
   void end(std::span<const uint32_t> context, uint32_t k);
   int sequence() const { return seq_; }
   LlamaModel& model() { return model_; }
@@ -105,15 +106,16 @@ class NgramDrafter : public Drafter {
 
 // The drafts of several sequences on one draft model, recorded together: step i of every sequence that
 // drafts more than i tokens runs in one batched pass (LlamaModel::record_batch), then each draws its draft
-// from its row. Drafts are those each ModelDrafter::draft would give alone (batch invariance). `logits`
-// holds a row per job. Returns nothing; each job's k becomes what it drafted.
+// from its row, the step's choices recorded together (`choices`: one argmax or sample_rows dispatch for all
+// of them). Drafts are those each ModelDrafter::draft would give alone (batch invariance). `logits` holds a
+// row per job. Returns nothing; each job's k becomes what it drafted.
 struct BatchedDraft {
   ModelDrafter* drafter;
   std::span<const uint32_t> context;
   uint32_t k;
   DraftRound* round;
 };
-void record_batched_drafts(LlamaModel& draft, std::span<BatchedDraft> jobs, const Slice& logits);
+void record_batched_drafts(LlamaModel& draft, std::span<BatchedDraft> jobs, const Slice& logits, BatchedChoices& choices);
 
 // Draft and target must share a vocabulary (size, texts, types, special ids); throws Error otherwise.
 void check_same_vocabulary(const Tokenizer& target, const Tokenizer& draft);

@@ -84,6 +84,7 @@ TEST(Sampler, SeededDrawsAreReproducibleAndFollowTheDistribution) {
 #include <random>
 
 #include "runtime/device_sampler.h"
+#include "runtime/token_choice.h"
 #include "speculative/acceptance.h"
 #include "tests/vk_test_env.h"
 
@@ -286,6 +287,63 @@ TEST_F(DeviceSamplerTest, BatchedRowsEqualOneRecordEach) {
       }
     }
   }
+}
+
+// BatchedChoices (a batched step's choices recorded together) puts into each sequence's slot what
+// TokenChooser::record_choice gives for its row alone: argmax rows in runs of consecutive logits rows (here
+// two runs, split by a sampled row and by a change of top_prob), sampled rows in one dispatch, out slots
+// other than 0, a caller's probability rows.
+TEST_F(DeviceSamplerTest, BatchedChoicesEqualOneChoiceEach) {
+  const uint32_t V = 1024, n = 6;
+  std::mt19937 rng(31);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  Kernels k(gpu().ctx, gpu().pipelines);
+  std::vector<float> all(size_t(n) * V);
+  for (auto& x : all) x = nd(rng);
+  const std::vector<uint32_t> context = {5, 6, 7, 5};
+  std::vector<std::unique_ptr<TokenChooser>> alone, batched;
+  for (uint32_t i = 0; i < n; ++i) {
+    SamplingParams p;
+    p.seed = 40 + i;
+    p.temperature = i == 0 || i == 1 || i == 3 || i == 4 ? 0.0f : 0.9f;   // rows 0-1, 3-4 greedy; 2, 5 sampled
+    if (i == 5) { p.repeat_penalty = 1.4f; p.repeat_last_n = 8; }
+    for (auto* set : {&alone, &batched}) {
+      set->push_back(std::make_unique<TokenChooser>(gpu().ctx, gpu().pipelines, V, 64));
+      set->back()->start(p);
+    }
+  }
+  const VkDeviceSize row = VkDeviceSize(V) * 4;
+  const uint32_t out_slot = 2;
+  auto top_prob = [](uint32_t i) { return i == 4; };   // row 4 wants the top probability: a run of its own
+  Slice q_alone = zeros<float>(V), q_batched = zeros<float>(V);   // row 2's probabilities go to a caller's row
+  {
+    Slice logits = upload(all);
+    run([&](Recorder& r) {
+      for (uint32_t i = 0; i < n; ++i) {
+        TokenChooser& ch = *alone[i];
+        const uint32_t h = ch.mode() == ChoiceMode::Device ? ch.set_history(context) : 0;
+        ch.record_choice(r, k, logits.sub(i * row, row), 1, out_slot, h, 9, DeviceSampler::kStreamDraft,
+                         i == 2 ? &q_alone : nullptr, top_prob(i));
+      }
+    });
+  }
+  BatchedChoices choices(gpu().ctx, gpu().pipelines, V, n);
+  Slice logits = upload(all);
+  run([&](Recorder& r) {
+    for (uint32_t i = 0; i < n; ++i) {
+      TokenChooser& ch = *batched[i];
+      const uint32_t h = ch.mode() == ChoiceMode::Device ? ch.set_history(context) : 0;
+      choices.add(r, k, ch, logits.sub(i * row, row), out_slot, h, 9, DeviceSampler::kStreamDraft,
+                  i == 2 ? &q_batched : nullptr, top_prob(i));
+    }
+    choices.record(r, k);
+  });
+  for (uint32_t i = 0; i < n; ++i) {
+    EXPECT_EQ(batched[i]->token(out_slot), alone[i]->token(out_slot)) << "row " << i;
+    EXPECT_EQ(batched[i]->top_prob(out_slot), alone[i]->top_prob(out_slot)) << "row " << i;
+  }
+  EXPECT_EQ(download<uint32_t>(q_batched, V), download<uint32_t>(q_alone, V));
+  EXPECT_GT(alone[4]->top_prob(out_slot), 0.0f);   // argmax computed it where asked
 }
 
 // The fused verify (p rows transformed on the device, accept chain in the last workgroup) decides exactly as
