@@ -96,9 +96,8 @@ contract::SampleRow DeviceSampler::entry(const SamplingParams& p, const Slice& l
 }
 
 std::span<contract::SampleRow> DeviceSampler::table_rows(const Recorder& r, uint32_t n) {
-  if (&r != table_rec_ || r.recordings() != table_recording_) {   // a new recording: its entries start here
-    table_rec_ = &r;
-    table_recording_ = r.recordings();
+  if (r.recording() != table_recording_) {   // a new recording: its entries start here
+    table_recording_ = r.recording();
     table_used_ = 0;
   }
   if (table_next_ + n > table_rows_) {   // wrap: the skipped slots count as used by this recording

@@ -104,11 +104,11 @@ class DeviceSampler {
   std::unique_ptr<Recorder> rec_;
   Slice history_, draws_, scratch_probs_;
   // The row table: a ring of SampleRow entries, written at record time and read by the submission.
-  // Invariant: one recording (a Recorder between begin() and its submission) takes at most table_rows_
-  // entries, so no entry is rewritten before the submission that reads it has run (asserted in dispatch).
+  // Invariant: one recording (Recorder::recording()) takes at most table_rows_ entries, the slots a
+  // wrap-around skips included, so no entry is rewritten before the submission that reads it has run
+  // (checked in table_rows()).
   Slice table_;
   uint32_t table_rows_ = 0, table_next_ = 0, table_used_ = 0;
-  const Recorder* table_rec_ = nullptr;
   uint64_t table_recording_ = 0;
 };
 

@@ -49,7 +49,7 @@ void Recorder::begin() {
   VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
   vk_check(vk::vkBeginCommandBuffer(cmd_, &bi), "vkBeginCommandBuffer");
-  ++recordings_;
+  recording_ = ++recordings_;
   queries_used_ = 0;
   query_labels_.clear();
   if (query_pool_) vk::vkCmdResetQueryPool(cmd_, query_pool_, 0, kMaxQueries);

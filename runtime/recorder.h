@@ -42,9 +42,9 @@ class Recorder {
   bool can_mark() const { return marks_pool_ != VK_NULL_HANDLE; }
   double seconds_between(uint32_t a, uint32_t b) const;
 
-  // How many times begin() was called: the command buffer being recorded is this recorder's
-  // recordings()-th (host-written data read by a submission must not be rewritten within one).
-  uint64_t recordings() const { return recordings_; }
+  // The recording begun last, unique in the process (across recorders, also one created where another
+  // was destroyed): host-written data that a submission reads must not be rewritten within one recording.
+  uint64_t recording() const { return recording_; }
 
   static uint64_t total_submissions() { return submissions_.load(); }
   static uint64_t total_dispatches() { return dispatches_.load(); }
@@ -61,7 +61,7 @@ class Recorder {
   VkFence fence_ = VK_NULL_HANDLE;
   VkQueryPool query_pool_ = VK_NULL_HANDLE;
   static constexpr uint32_t kMaxQueries = 4096;
-  uint64_t recordings_ = 0;
+  uint64_t recording_ = 0;
   uint32_t queries_used_ = 0;
   std::vector<std::string> query_labels_;   // one per dispatch (queries 2i, 2i+1)
   std::map<std::string, KernelTime> profile_;
@@ -69,7 +69,7 @@ class Recorder {
   VkQueryPool marks_pool_ = VK_NULL_HANDLE;
   uint32_t marks_used_ = 0;
   uint64_t mark_ticks_[kMaxMarks] = {};
-  static inline std::atomic<uint64_t> submissions_{0}, dispatches_{0};
+  static inline std::atomic<uint64_t> submissions_{0}, dispatches_{0}, recordings_{0};
 };
 
 }  // namespace vkspec
