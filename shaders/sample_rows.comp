@@ -58,12 +58,12 @@ vec4 logits4(uint t) {
 }
 #endif
 // The loop over a lane's ids lo..hi-1 in id order (lo a multiple of 4): v = the id, l = its logit.
-#define FOR_LOGITS(lo, hi)                                   \
-  for (uint t_ = (lo) / 4u; 4u * t_ < (hi); ++t_) {                \
-    const vec4 q_ = logits4(t_);                             \
-    [[unroll]] for (uint c_ = 0u; c_ < 4u; ++c_) {                 \
-      const uint v = 4u * t_ + c_;                                 \
-      if (v >= (hi)) break;                                        \
+#define FOR_LOGITS(lo, hi)                                     \
+  for (uint t_ = (lo) / 4u; 4u * t_ < (hi); ++t_) {            \
+    const vec4 q_ = logits4(t_);                               \
+    [[unroll]] for (uint c_ = 0u; c_ < 4u; ++c_) {             \
+      const uint v = 4u * t_ + c_;                             \
+      if (v >= (hi)) break;                                    \
       const float l = q_[c_];
 #define END_FOR_LOGITS }}
 
