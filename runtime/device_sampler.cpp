@@ -88,11 +88,12 @@ bool DeviceSampler::texel_logits(bool penalty, const Slice& logits) const {
 }
 
 contract::SampleRow DeviceSampler::entry(const SamplingParams& p, const Slice& logits, const Slice& probs,
-                                         uint64_t draw, uint32_t h_end, uint64_t position, uint32_t stream) const {
+                                         uint64_t draw, uint32_t h_end, uint64_t position, uint32_t stream,
+                                         bool texels) const {
   const uint32_t last_n = !p.penalized() ? 0u : p.repeat_last_n < 0 ? 0xffffffffu : uint32_t(p.repeat_last_n);
   return {logits.address, probs.address, draw, history_.address, p.seed, h_end, last_n, p.repeat_penalty,
           p.temperature, p.top_p, p.min_p, uint32_t(p.top_k), uint32_t(position), stream,
-          texel_logits(p.penalized(), logits) ? texel_offset(logits) : 0u};
+          texels ? texel_offset(logits) : 0u};
 }
 
 std::span<contract::SampleRow> DeviceSampler::table_rows(const Recorder& r, uint32_t n) {
@@ -129,13 +130,14 @@ void DeviceSampler::dispatch(Recorder& r, std::span<const contract::SampleRow> e
 void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Rows& j) {
   if (!supports(p, n_vocab_) || j.rows == 0 || j.rows > max_rows_) throw Error("internal: DeviceSampler::record out of range");
   const VkDeviceSize row_bytes = VkDeviceSize(n_vocab_) * 4;
+  const bool texels = texel_logits(p.penalized(), j.logits);   // whole texels per row: every row then is too
   const std::span<contract::SampleRow> rows = table_rows(r, j.rows);
   for (uint32_t i = 0; i < j.rows; ++i)   // row i of the sequence: i tokens later than row 0
     rows[i] = entry(p, j.logits.sub(i * row_bytes, row_bytes), j.probs.sub(i * row_bytes, row_bytes),
                     j.draws ? j.draws->sub(i * kSlotBytes, kSlotBytes).address : 0, j.history_len + i, j.position + i,
-                    j.stream);
+                    j.stream, texels);
   const uint32_t flags = (j.draws ? contract::SAMPLE_DRAW : 0u) | (j.accept ? contract::SAMPLE_ACCEPT : 0u);
-  dispatch(r, rows, texel_logits(p.penalized(), j.logits) ? j.logits.texels : VK_NULL_HANDLE, flags, j.accept);
+  dispatch(r, rows, texels ? j.logits.texels : VK_NULL_HANDLE, flags, j.accept);
 }
 
 DeviceSampler::BatchRow DeviceSampler::row(const SamplingParams& p, const Slice& logits, const Slice& probs,
@@ -144,8 +146,9 @@ DeviceSampler::BatchRow DeviceSampler::row(const SamplingParams& p, const Slice&
   if (!supports(p, n_vocab_) || logits.size < VkDeviceSize(n_vocab_) * 4 || probs.size < VkDeviceSize(n_vocab_) * 4 ||
       draw.size < kSlotBytes || history_len > max_history_)   // drafts may extend the history on the device
     throw Error("internal: DeviceSampler::row out of range");
-  return {entry(p, logits, probs, draw.address, history_len, position, stream),
-          texel_logits(p.penalized(), logits) ? logits.texels : VK_NULL_HANDLE};
+  const bool texels = texel_logits(p.penalized(), logits);
+  return {entry(p, logits, probs, draw.address, history_len, position, stream, texels),
+          texels ? logits.texels : VK_NULL_HANDLE};
 }
 
 void DeviceSampler::record_rows(Recorder& r, std::span<const BatchRow> batch) {

@@ -87,8 +87,9 @@ class DeviceSampler {
   bool texel_logits(bool penalty, const Slice& logits) const;
 
  private:
+  // texels: the row is read through its texel view (texel_logits, decided once by the caller)
   contract::SampleRow entry(const SamplingParams& p, const Slice& logits, const Slice& probs, uint64_t draw,
-                            uint32_t h_end, uint64_t position, uint32_t stream) const;
+                            uint32_t h_end, uint64_t position, uint32_t stream, bool texels) const;
   // n entries of the row table for the recording in `r`, to be filled by the caller before dispatch().
   std::span<contract::SampleRow> table_rows(const Recorder& r, uint32_t n);
   // One dispatch over the entries table_rows() just gave (texels: the view every row's logits are read
