@@ -68,6 +68,8 @@ LlamaHParams read_llama_hparams(const GgufFile& f) {
   if (auto kd = f.opt_uint("llama.attention.key_length"); kd && *kd != hp.head_dim)
     throw Error("llama.attention.key_length != embedding_length / head_count is not supported");
   if (hp.head_dim > 256) throw Error("head dimension " + std::to_string(hp.head_dim) + " > 256 is not supported");
+  // the KV cache stores a head's elements as f16 pairs (shaders/paged_kv.glsl)
+  if (hp.head_dim % 2) throw Error("head dimension " + std::to_string(hp.head_dim) + " is odd (not supported)");
   hp.n_rot = f.opt_uint("llama.rope.dimension_count") ? u32(f, "llama.rope.dimension_count", 1024) : hp.head_dim;
   if (hp.n_rot % 2 || hp.n_rot > hp.head_dim) throw Error("llama.rope.dimension_count must be even and <= head dim");
   hp.rms_eps = float(f.opt_number("llama.attention.layer_norm_rms_epsilon").value_or(1e-5));

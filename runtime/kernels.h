@@ -20,7 +20,7 @@ namespace vkspec {
 enum class KernelFamily { Auto, RowPerLane, Subgroup };
 
 struct PagedKvView {        // one layer of the KV cache, as the kernels see it
-  Slice k_pool, v_pool;     // [n_blocks][block_size][n_kv_heads][head_dim] f32
+  Slice k_pool, v_pool;     // [n_blocks][block_size][n_kv_heads][head_dim] f16 pairs (shaders/paged_kv.glsl)
   Slice block_tables;       // every sequence's table, logical block -> physical block (uint)
   uint32_t block_size = 16;
 };
@@ -110,7 +110,8 @@ class Kernels {
   void attention(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& out, const PagedKvView& kv,
                  const KvRows& rows, uint32_t n);
   // Which shader attention() records: attention_rows (texel reads, G = n_heads/n_kv_heads <= 4 query heads
-  // per workgroup) for the row-per-lane family when q, the pools and the table are texel-readable.
+  // per workgroup, head_dim a multiple of 8 up to 128: whole f16 KV texels per row) for the row-per-lane
+  // family when q, the pools and the table are texel-readable.
   const char* attention_shader(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const;
   // slots[t] = {argmax of row t (lowest id among ties), its softmax probability when top_prob else 0}.
   void argmax(Recorder& r, const Slice& logits, const Slice& slots, uint32_t n, uint32_t cols, bool top_prob = false);

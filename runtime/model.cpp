@@ -148,7 +148,7 @@ MemoryEstimate LlamaModel::estimate_memory(const Context& ctx, const GgufFile& f
   for (const auto& g : file.tensors()) e.weights += device_bytes(DType(g.type), g.elements());
   const uint64_t kv_dim = hp.kv_dim(), q_dim = hp.q_dim();
   const uint64_t blocks = opts.kv_pool_blocks(e.n_ctx);
-  e.kv = 2ull * hp.n_layers * blocks * opts.kv_block_size * kv_dim * 4;
+  e.kv = 2ull * hp.n_layers * blocks * opts.kv_block_size * kv_dim * contract::KV_ELEMENT_BYTES;
   e.activations = uint64_t(kMaxBatch) * (2 * hp.dim + 2 * q_dim + 2 * kv_dim + hp.ffn_dim + hp.n_vocab) * 4 +
                   uint64_t(e.n_ctx) * hp.n_rot * 4;
   const VkPhysicalDeviceMemoryProperties& mp = ctx.memory_properties();

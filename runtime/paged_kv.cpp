@@ -9,7 +9,8 @@ PagedKvCache::PagedKvCache(Arena& device, Arena& upload, uint32_t n_layers, uint
                            uint32_t block_size, uint32_t n_blocks, uint32_t max_seq_len, uint32_t max_sequences)
     : block_size_(block_size), max_seq_len_(max_seq_len), max_blocks_per_seq_((max_seq_len + block_size - 1) / block_size) {
   if (block_size == 0 || n_blocks == 0) throw Error("KV cache needs at least one block");
-  block_bytes_ = VkDeviceSize(block_size) * n_kv_heads * head_dim * sizeof(float);
+  if (head_dim % 2) throw Error("internal: the f16 KV cache needs an even head_dim");
+  block_bytes_ = VkDeviceSize(block_size) * n_kv_heads * head_dim * contract::KV_ELEMENT_BYTES;
   const VkDeviceSize pool_bytes = VkDeviceSize(n_blocks) * block_bytes_;
   for (uint32_t l = 0; l < n_layers; ++l) {
     k_pools_.push_back(device.alloc(pool_bytes, "KV cache (K)"));

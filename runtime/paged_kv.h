@@ -69,7 +69,7 @@ class PagedKvCache {
 
   uint32_t block_size_, max_seq_len_, max_blocks_per_seq_;
   VkDeviceSize block_bytes_;
-  std::vector<Slice> k_pools_, v_pools_;   // per layer: [n_blocks][block_size][n_kv_heads][head_dim] f32
+  std::vector<Slice> k_pools_, v_pools_;   // per layer: [n_blocks][block_size][n_kv_heads][head_dim] f16
   Slice tables_;                           // [max_sequences][max_blocks_per_seq] uint, host-visible
   std::vector<uint32_t> free_;             // free physical blocks (LIFO: recently freed reused first)
   std::vector<uint32_t> refs_;             // per physical block: table entries naming it

@@ -45,7 +45,11 @@ void main() {
     if (j < k_end) {
       const uint kb = kv_index(pc.block_tables, row.y, j, kvh, pc.n_kv_heads, pc.head_dim);
       s = 0.0;
-      for (uint d = 0; d < pc.head_dim; ++d) s += q_s[d] * Floats(pc.k_pool).v[kb + d];
+      for (uint d = 0; d < pc.head_dim; d += 2u) {   // kb and head_dim are even: f16 pairs
+        const vec2 k2 = kv_load2(pc.k_pool, kb + d);
+        s += q_s[d] * k2.x;
+        s += q_s[d + 1u] * k2.y;
+      }
       s *= pc.scale;
     }
     const float m_new = max(m, wg_max(s));
@@ -60,7 +64,7 @@ void main() {
       if (d >= pc.head_dim) break;
       precise float a = acc[i] * corr;
       for (uint jj = 0; jj < cn; ++jj)
-        a += p_s[jj] * Floats(pc.v_pool).v[kv_index(pc.block_tables, row.y, c0 + jj, kvh, pc.n_kv_heads, pc.head_dim) + d];
+        a += p_s[jj] * kv_load(pc.v_pool, kv_index(pc.block_tables, row.y, c0 + jj, kvh, pc.n_kv_heads, pc.head_dim) + d);
       acc[i] = a;
     }
     m = m_new;

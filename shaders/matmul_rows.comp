@@ -180,9 +180,7 @@ void store_rope_pair(uint row, uint t0, vec4 al, vec4 ah, vec4 bl, vec4 bh, vec4
       if (!is_q) {
         const uint dst =
             kv_index_in(pc.block_tables, kr.y, kr.x, j / pc.head_dim, pc.n_kv_heads, pc.head_dim, pc.block_size) + d;
-        const uvec2 pool = is_v ? pc.v_pool : pc.k_pool;
-        Floats(pool).v[dst] = a;
-        Floats(pool).v[dst + 1u] = b;
+        kv_store2(is_v ? pc.v_pool : pc.k_pool, dst, a, b);   // d is even: the pair is one f16 pair
       }
     }
   }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "loader/model_file.h"
+#include "runtime/quant.h"
 
 namespace vkspec::test {
 
@@ -33,8 +34,8 @@ class CpuLlama {
       auto q = matvec(L.wq, xn, qd), k = matvec(L.wk, xn, kvd), v = matvec(L.wv, xn, kvd);
       rope(q, hp.n_heads, pos);
       rope(k, hp.n_kv_heads, pos);
-      kcache[l].push_back(k);
-      vcache[l].push_back(v);
+      kcache[l].push_back(as_f16(k));   // the device's KV cache holds f16 (llama.cpp's default too)
+      vcache[l].push_back(as_f16(v));
       std::vector<double> att(qd, 0.0);
       for (uint32_t h = 0; h < hp.n_heads; ++h) {
         const uint32_t g = h / (hp.n_heads / hp.n_kv_heads);
@@ -71,6 +72,10 @@ class CpuLlama {
     std::vector<double> o(x.size());
     for (size_t i = 0; i < x.size(); ++i) o[i] = x[i] * s * w[i];
     return o;
+  }
+  static std::vector<double> as_f16(std::vector<double> v) {
+    for (double& e : v) e = half_to_float(float_to_half(float(e)));
+    return v;
   }
   static std::vector<double> matvec(const std::vector<float>& w, const std::vector<double>& x, uint32_t rows) {
     std::vector<double> y(rows, 0.0);

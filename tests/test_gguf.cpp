@@ -81,6 +81,18 @@ TEST(Gguf, RejectsMalformedFiles) {
   flat.tensor("token_embd.weight", {16}, 0, emb.data(), emb.size() * 4);
   EXPECT_NE(error_of(flat.bytes()).find("'token_embd.weight' has 1 dimension"), std::string::npos) << error_of(flat.bytes());
 
+  GgufWriter odd_head;   // the f16 KV cache stores head dims in pairs: an odd head dimension is refused
+  odd_head.str("general.architecture", "llama");
+  odd_head.u32("llama.embedding_length", 18);
+  odd_head.u32("llama.block_count", 1);
+  odd_head.u32("llama.attention.head_count", 2);
+  odd_head.u32("llama.feed_forward_length", 16);
+  odd_head.u32("llama.context_length", 64);
+  odd_head.u32("llama.rope.dimension_count", 8);
+  std::vector<float> emb18(18 * 4, 0.5f);
+  odd_head.tensor("token_embd.weight", {18, 4}, 0, emb18.data(), emb18.size() * 4);
+  EXPECT_NE(error_of(odd_head.bytes()).find("head dimension 9 is odd"), std::string::npos) << error_of(odd_head.bytes());
+
   auto bad_magic = valid;
   bad_magic[0] = 'X';
   EXPECT_NE(error_of(bad_magic).find("not a GGUF file"), std::string::npos);

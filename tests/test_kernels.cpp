@@ -405,8 +405,9 @@ TEST_P(KernelTest, RopeAndPagedAttentionMatchReferenceAndAreBatchInvariant) {
                  // decoding) in the device-address kernel, batches whose first rows have one split fewer than
                  // their last (64 and 256 keys), and many splits
                  Case{4, 2, 64, 16, 60, 8}, Case{4, 2, 64, 16, 250, 10}, Case{8, 2, 128, 16, 600, 5},
-                 // head_dim past the texel kernel's 128: the device-address kernel on every device
-                 Case{4, 2, 256, 16, 20, 4}}) {
+                 // head_dim past the texel kernel's 128, and one that is not whole f16 KV texels (8 dims): the
+                 // device-address kernel on every device
+                 Case{4, 2, 256, 16, 20, 4}, Case{4, 2, 12, 4, 30, 5}}) {
     SCOPED_TRACE("heads=" + std::to_string(c.n_heads) + " kv=" + std::to_string(c.n_kv));
     const uint32_t total = c.prior + c.n, hd = c.head_dim, qd = c.n_heads * hd, kvd = c.n_kv * hd;
     const uint32_t n_blocks = (total + c.block - 1) / c.block + 3;
@@ -422,7 +423,7 @@ TEST_P(KernelTest, RopeAndPagedAttentionMatchReferenceAndAreBatchInvariant) {
       std::iota(tables.rbegin(), tables.rend(), 0u);
       tables.insert(tables.end(), table.begin(), table.end());
       Slice qs = upload(q), ks = upload(kk), vs = upload(v), rs = upload(rope), tbl = upload(tables);
-      PagedKvView kv{zeros<float>(n_blocks * c.block * kvd), zeros<float>(n_blocks * c.block * kvd), tbl, c.block};
+      PagedKvView kv{zeros<uint16_t>(n_blocks * c.block * kvd), zeros<uint16_t>(n_blocks * c.block * kvd), tbl, c.block};
       auto rows = [&](uint32_t pos0, uint32_t n) {   // {position, table offset} of rows at pos0 .. pos0 + n - 1
         std::vector<uint32_t> r;
         for (uint32_t i = 0; i < n; ++i) r.insert(r.end(), {pos0 + i, n_blocks});
@@ -430,10 +431,10 @@ TEST_P(KernelTest, RopeAndPagedAttentionMatchReferenceAndAreBatchInvariant) {
       };
       Slice out = zeros<float>(total * qd);
       Kernels k = kernels();
-      // the texel kernel serves up to 4 query heads per kv head and head_dim <= 128 on CPU devices; the
-      // device-address one the rest
+      // the texel kernel serves up to 4 query heads per kv head and head_dim <= 128 (a multiple of 8: whole f16
+      // KV texels) on CPU devices; the device-address one the rest
       const bool rows_expected = GetParam() == KernelFamily::RowPerLane && gpu().ctx.facts().texel_reads() &&
-                                 c.n_heads / c.n_kv <= 4 && hd <= 128;
+                                 c.n_heads / c.n_kv <= 4 && hd <= 128 && hd % 8 == 0;
       EXPECT_STREQ(k.attention_shader(shape, qs, kv), rows_expected ? "attention_rows" : "attention");
       auto at = [&](const Slice& s, uint32_t t, uint32_t width) { return s.sub(size_t(t) * width * 4, size_t(width) * 4 * (total - t)); };
       run([&](Recorder& r) {
@@ -471,9 +472,11 @@ TEST_P(KernelTest, RopeAndPagedAttentionMatchReferenceAndAreBatchInvariant) {
             e[1] = a * sn + b * cs;
           }
     };
-    auto qr = q, kr = kk;
+    auto qr = q, kr = kk, vr = v;
     rotate(qr, qd, c.n_heads);
     rotate(kr, kvd, c.n_kv);
+    for (auto* kv_rows : {&kr, &vr})   // the cache holds f16
+      for (float& e : *kv_rows) e = half_to_float(float_to_half(e));
     for (uint32_t t = c.prior; t < total; ++t)
       for (uint32_t h = 0; h < c.n_heads; ++h) {
         uint32_t g = h / (c.n_heads / c.n_kv);
@@ -488,7 +491,7 @@ TEST_P(KernelTest, RopeAndPagedAttentionMatchReferenceAndAreBatchInvariant) {
         for (auto& x : s) z += (x = std::exp(x - m));
         for (uint32_t e = 0; e < hd; ++e) {
           double o = 0;
-          for (uint32_t j = 0; j <= t; ++j) o += s[j] / z * v[j * kvd + g * hd + e];
+          for (uint32_t j = 0; j <= t; ++j) o += s[j] / z * vr[j * kvd + g * hd + e];
           size_t i = t * qd + h * hd + e;
           ASSERT_NEAR(batched[i], o, 2e-5) << "t=" << t << " h=" << h << " e=" << e;
           ASSERT_EQ(batched[i], single[i]) << "batch invariance t=" << t << " h=" << h << " e=" << e;
@@ -529,8 +532,8 @@ TEST_P(KernelTest, QkvRopeEpilogueEqualsMatmulThenRopeStoreKv) {
       const KvRows kv_rows{upload(rows), prior + n};
       const MatmulInput in(xs, norm, 1e-5f);
       const Slice fused = zeros<float>(n * M), split = zeros<float>(n * M);
-      const PagedKvView kv_fused{zeros<float>(n_blocks * block * kvd), zeros<float>(n_blocks * block * kvd), tbl, block};
-      const PagedKvView kv_split{zeros<float>(n_blocks * block * kvd), zeros<float>(n_blocks * block * kvd), tbl, block};
+      const PagedKvView kv_fused{zeros<uint16_t>(n_blocks * block * kvd), zeros<uint16_t>(n_blocks * block * kvd), tbl, block};
+      const PagedKvView kv_split{zeros<uint16_t>(n_blocks * block * kvd), zeros<uint16_t>(n_blocks * block * kvd), tbl, block};
       run([&](Recorder& r) {
         k.qkv_rope_store_kv(r, m, in, fused, n, shape, rs, kv_fused, kv_rows);
         k.matmul(r, m, in, split, n, false, 0, M);
@@ -539,7 +542,7 @@ TEST_P(KernelTest, QkvRopeEpilogueEqualsMatmulThenRopeStoreKv) {
         k.rope_store_kv(r, shape, parts.q, parts.k, parts.v, rs, kv_split, kv_rows, n);
       });
       // bit patterns, not float ==: -0 and +0 would pass that
-      const size_t pool = size_t(n_blocks) * block * kvd;
+      const size_t pool = size_t(n_blocks) * block * kvd / 2;   // uints: f16 pairs
       EXPECT_EQ(download<uint32_t>(fused, n * M), download<uint32_t>(split, n * M)) << "q|k|v rows, n=" << n;
       EXPECT_EQ(download<uint32_t>(kv_fused.k_pool, pool), download<uint32_t>(kv_split.k_pool, pool)) << "K pool, n=" << n;
       EXPECT_EQ(download<uint32_t>(kv_fused.v_pool, pool), download<uint32_t>(kv_split.v_pool, pool)) << "V pool, n=" << n;
