@@ -71,6 +71,7 @@ DeviceFacts probe(VkPhysicalDevice pd, uint32_t index) {
   f.subgroup_basic = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                      (sg.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT);
   f.subgroup_arithmetic = f.subgroup_basic && (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
+  f.subgroup_shuffle = f.subgroup_basic && (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
   f.min_subgroup_size = sgc.minSubgroupSize ? sgc.minSubgroupSize : sg.subgroupSize;
   f.max_subgroup_size = sgc.maxSubgroupSize ? sgc.maxSubgroupSize : sg.subgroupSize;
   f.max_storage_buffer_range = p.limits.maxStorageBufferRange;

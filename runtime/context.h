@@ -22,6 +22,7 @@ struct DeviceFacts {
   uint32_t min_subgroup_size = 0, max_subgroup_size = 0;
   bool subgroup_size_control = false;
   bool subgroup_arithmetic = false;  // subgroupAdd/Max in compute
+  bool subgroup_shuffle = false;     // subgroupShuffle in compute (attention_rows)
   bool subgroup_basic = false;
   bool shader_float16 = false;       // fp16 arithmetic
   bool shader_int8 = false;

@@ -2,12 +2,15 @@
 // Causal grouped-query attention for CPU devices (lavapipe): q and the paged KV cache are read through
 // uniform texel buffers (one vector gather each, see matmul_rows.comp); a KV texel holds 8 f16 elements
 // (shaders/paged_kv.glsl), so a 64-dim row is 8 fetches where f32 took 16 (the fetches are most of this
-// kernel's time at long context). One workgroup per (kv head, token)
-// serves the G query heads that share the kv head, so every K and V texel is fetched once for all of them.
-// Keys are visited in chunks of C with an online softmax:
-//   scores: lane i computes q_g . k_j for keys j = c0+i, c0+i+WG, ... (one K row per lane, texel by texel);
+// kernel's time at long context). One workgroup per (kv head, token) serves the G query heads that share
+// the kv head, so every K and V texel is fetched once for all of them. Keys are visited in chunks of C with
+// an online softmax:
+//   scores: lane i computes q_g . k_j for keys j = c0+i, c0+i+WG, ... (one K row per lane, texel by texel)
+//   and keeps them, then their probabilities, in registers (pr: R vec4s, the G heads as components);
 //   values: lane i owns KV texels i, i+WG, ... (dims 8i..8i+7, ...) and adds p_gj * V_j over the chunk in
-//   key order.
+//   key order, taking p_j from the lane that holds it with subgroupShuffle. The probabilities went through
+//   shared memory before, which llvmpipe reads with a loop over the lanes per load: the shuffle made an
+//   attention call at 4000 keys (1B shape) ~15-25% faster (interleaved probe runs).
 // A workgroup is one subgroup (the host sets WG = the subgroup size): llvmpipe runs the subgroups of a
 // larger workgroup as coroutines and switches between them at every barrier, and the online softmax has
 // several per chunk; with 16 lanes (two subgroups) decode after 2000 tokens of context was 98 tok/s against
@@ -16,6 +19,7 @@
 // for any row of a verify batch.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
 #include "contract.h"
 
@@ -31,6 +35,7 @@ const uint HD4 = HD / 4u;                   // q and output texels (f32) per hea
 const uint HD8 = HD / 8u;                   // KV texels (f16) per row
 const uint OPL = (HD8 + WG - 1u) / WG;      // KV texels of the output per lane (two output texels each)
 const uint C = 64;                          // keys per chunk
+const uint R = (C + WG - 1u) / WG;          // keys per lane per chunk
 
 layout(set = 0, binding = 0) uniform usamplerBuffer Q;    // block holding q [n][q_stride] (rotated)
 layout(set = 0, binding = 1) uniform usamplerBuffer KP;   // block holding the K pool
@@ -39,11 +44,6 @@ layout(set = 0, binding = 3) uniform usamplerBuffer BT;   // block holding the b
 
 layout(push_constant) uniform PC { PC_ATTENTION_ROWS } pc;   // shaders/contract.h
 
-// [key in chunk]: scores, then probabilities, of the G query heads (components 0..G-1). One vec4 per key:
-// llvmpipe turns each shared-memory load in a loop into a loop over the lanes, and the values loop read G
-// floats per key, a third of this kernel's time (decode after 435 tokens, pycode target: 0.41 -> 0.31 ms
-// per call; 1B shape after 1351 tokens: 3.05 -> 2.59 ms, VKSPEC_PROFILE).
-shared vec4 p_s[C];
 shared vec4 red4[8];
 
 vec4 wg_max4(vec4 v) {
@@ -99,7 +99,11 @@ void main() {
   for (uint c0 = 0; c0 < len; c0 += C) {
     const uint cn = min(C, len - c0);
     vec4 smax = vec4(-1.0 / 0.0);
-    for (uint jj = lane; jj < cn; jj += WG) {
+    vec4 pr[R];   // this lane's keys lane + r * WG of the chunk: scores, then probabilities (0 past cn)
+    [[unroll]] for (uint r = 0; r < R; ++r) {
+      const uint jj = lane + r * WG;
+      pr[r] = vec4(0.0);
+      if (jj >= cn) continue;
       const uint kb = pc.k_pool + kv_row(row.y, c0 + jj, kvh) * HD8;
       vec4 s = vec4(0.0);
       [[unroll]] for (uint d8 = 0; d8 < HD8; ++d8) {
@@ -115,26 +119,26 @@ void main() {
         }
       }
       s *= pc.scale;
-      p_s[jj] = s;
+      pr[r] = s;
       smax = max(smax, s);
     }
     const vec4 m_new = max(m, wg_max4(smax));
     const vec4 corr = exp(m - m_new);
     vec4 psum = vec4(0.0);
-    for (uint jj = lane; jj < cn; jj += WG) {
-      const vec4 p = exp(p_s[jj] - m_new);   // components past G: unused
-      p_s[jj] = p;
-      psum += p;
-    }
-    barrier();   // every lane's probabilities are in p_s
+    [[unroll]] for (uint r = 0; r < R; ++r)
+      if (lane + r * WG < cn) {
+        pr[r] = exp(pr[r] - m_new);   // components past G: unused
+        psum += pr[r];
+      }
     l = l * corr + wg_sum4(psum);
     m = m_new;
     [[unroll]] for (uint i = 0; i < 2 * OPL; ++i) {
       acc0[i] *= corr.x; acc1[i] *= corr.y; acc2[i] *= corr.z; acc3[i] *= corr.w;
     }
+    // keys in order: jj = r * WG + k, whose probabilities lane k holds in pr[r]
     for (uint jj = 0; jj < cn; ++jj) {
       const uint vb = pc.v_pool + kv_row(row.y, c0 + jj, kvh) * HD8;
-      const vec4 p = p_s[jj];
+      const vec4 p = subgroupShuffle(pr[jj / WG], jj % WG);
       const float p0 = p.x, p1 = p.y, p2 = p.z, p3 = p.w;
       [[unroll]] for (uint i = 0; i < OPL; ++i)
         if (lane + i * WG < HD8) {
@@ -146,7 +150,6 @@ void main() {
           if (G > 3u) { acc3[2 * i] += p3 * lo; acc3[2 * i + 1] += p3 * hi; }
         }
     }
-    barrier();   // p_s is rewritten by the next chunk
   }
   [[unroll]] for (uint i = 0; i < OPL; ++i)
     if (lane + i * WG < HD8) {

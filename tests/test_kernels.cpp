@@ -434,7 +434,7 @@ TEST_P(KernelTest, RopeAndPagedAttentionMatchReferenceAndAreBatchInvariant) {
       // the texel kernel serves up to 4 query heads per kv head and head_dim <= 128 (a multiple of 8: whole f16
       // KV texels) on CPU devices; the device-address one the rest
       const bool rows_expected = GetParam() == KernelFamily::RowPerLane && gpu().ctx.facts().texel_reads() &&
-                                 c.n_heads / c.n_kv <= 4 && hd <= 128 && hd % 8 == 0;
+                                 gpu().ctx.facts().subgroup_shuffle && c.n_heads / c.n_kv <= 4 && hd <= 128 && hd % 8 == 0;
       EXPECT_STREQ(k.attention_shader(shape, qs, kv), rows_expected ? "attention_rows" : "attention");
       auto at = [&](const Slice& s, uint32_t t, uint32_t width) { return s.sub(size_t(t) * width * 4, size_t(width) * 4 * (total - t)); };
       run([&](Recorder& r) {
