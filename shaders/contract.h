@@ -36,10 +36,10 @@ VKSPEC_CONST VERIFY_COUNTER_UINTS = 2u;   // the fused verify's counter: {rows d
 VKSPEC_CONST VERIFY_ROWS_DONE = 0u;
 VKSPEC_CONST VERIFY_NON_FINITE = 1u;
 VKSPEC_CONST KV_ROW_UINTS = 2u;       // a row of a pass (KvRows): {position, first uint of its block table}
+                                      // (read as one uvec2 by shaders/paged_kv.glsl, attention_rows.comp)
 // The KV cache holds f16 (llama.cpp's default cache type): two elements of a head packed in one uint
 // (packHalf2x16, shaders/paged_kv.glsl), so head_dim is even.
 VKSPEC_CONST KV_ELEMENT_BYTES = 2u;
-                                      // (read as one uvec2 by shaders/paged_kv.glsl, attention_rows.comp)
 #define SLOT_TOKEN(i) (TOKEN_SLOT_UINTS * (i))        // uint index of slot i's token
 #define SLOT_AUX(i) (TOKEN_SLOT_UINTS * (i) + 1u)     // uint index of slot i's aux
 // matmul_rows.comp walks a quantized row in steps of at most this many weights (one token; multi-token

@@ -70,24 +70,22 @@ TEST(Gguf, RejectsMalformedFiles) {
   cut.resize(40);
   EXPECT_NE(error_of(cut).find("truncated or corrupt"), std::string::npos) << error_of(cut);
 
-  GgufWriter flat;   // a 1-D token embedding is named as such, not as a missing tensor
-  flat.str("general.architecture", "llama");
-  flat.u32("llama.embedding_length", 8);
-  flat.u32("llama.block_count", 1);
-  flat.u32("llama.attention.head_count", 2);
-  flat.u32("llama.feed_forward_length", 16);
-  flat.u32("llama.context_length", 64);
+  auto llama_keys = [](uint32_t dim) {   // one layer, 2 heads
+    GgufWriter w;
+    w.str("general.architecture", "llama");
+    w.u32("llama.embedding_length", dim);
+    w.u32("llama.block_count", 1);
+    w.u32("llama.attention.head_count", 2);
+    w.u32("llama.feed_forward_length", 16);
+    w.u32("llama.context_length", 64);
+    return w;
+  };
+  GgufWriter flat = llama_keys(8);   // a 1-D token embedding is named as such, not as a missing tensor
   std::vector<float> emb(16, 0.5f);
   flat.tensor("token_embd.weight", {16}, 0, emb.data(), emb.size() * 4);
   EXPECT_NE(error_of(flat.bytes()).find("'token_embd.weight' has 1 dimension"), std::string::npos) << error_of(flat.bytes());
 
-  GgufWriter odd_head;   // the f16 KV cache stores head dims in pairs: an odd head dimension is refused
-  odd_head.str("general.architecture", "llama");
-  odd_head.u32("llama.embedding_length", 18);
-  odd_head.u32("llama.block_count", 1);
-  odd_head.u32("llama.attention.head_count", 2);
-  odd_head.u32("llama.feed_forward_length", 16);
-  odd_head.u32("llama.context_length", 64);
+  GgufWriter odd_head = llama_keys(18);   // the f16 KV cache stores head dims in pairs: head dim 9 is refused
   odd_head.u32("llama.rope.dimension_count", 8);
   std::vector<float> emb18(18 * 4, 0.5f);
   odd_head.tensor("token_embd.weight", {18, 4}, 0, emb18.data(), emb18.size() * 4);
