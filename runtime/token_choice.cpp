@@ -95,8 +95,9 @@ void BatchedChoices::add(Recorder& r, Kernels& k, TokenChooser& ch, const Slice&
     sampled_.push_back(ch.batch_row(logits.sub(0, row), out_slot, history_len, position, stream, probs));
     return;
   }
-  // a run is one slice of consecutive rows: the next row must start where the run ends, in the same buffer
-  // and texel view (the run's slice is widened to cover it)
+  // a run is one slice of consecutive rows, widened row by row: the next row must start where the run ends,
+  // in the same buffer and texel view (a row past its block's texel range has none, and the widened slice
+  // would otherwise claim a view that does not reach it)
   const bool follows = !run_out_.empty() && logits.buffer == run_logits_.buffer &&
                        logits.texels == run_logits_.texels &&
                        logits.offset == run_logits_.offset + run_logits_.size && top_prob == run_top_prob_;

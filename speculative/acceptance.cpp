@@ -52,7 +52,9 @@ void SpecAcceptor::record_accept(uint32_t k, uint64_t seed, uint32_t position, u
   // About four ids per lane, 8..64 lanes. The statistical tests' 24-token vocabulary gets 8 lanes, one
   // subgroup on lavapipe, which runs a workgroup's subgroups as coroutines switched at every barrier and a
   // shared-memory load in a loop as a loop over the lanes: test_acceptance (15 x 200,000 trials) took 206 s
-  // with 64 lanes and takes 7.5 s with 8 (2-core AMD EPYC machine, Mesa 22.3).
+  // with 64 lanes and takes 7.5 s with 8 (2-core AMD EPYC machine, Mesa 22.3). From 129 ids on it is 64, the
+  // lanes sample_rows has on CPU devices: the residual draw's partial sums follow the lane count, and
+  // test_sampler's FusedVerifyTest (300 ids) expects this kernel's draws to equal the fused verify's.
   const uint32_t lanes = std::clamp(std::bit_ceil((n_vocab_ + 3) / 4), 8u, 64u);
   const uint32_t gx = std::min(trials, 32768u);
   rec_->dispatch(pipelines_.get("spec_accept", {lanes}), &pc, sizeof pc, gx, (trials + gx - 1) / gx);
