@@ -16,6 +16,7 @@ using contract::AttentionRowsPC;
 using contract::EmbedPC;
 using contract::MatmulPC;
 using contract::MatmulRowsPC;
+using contract::QuantizeX8PC;
 using contract::RopeKvPC;
 static_assert(sizeof(MatmulPC) <= 128 && sizeof(MatmulRowsPC) <= 128 && sizeof(RopeKvPC) <= 128 &&
                   sizeof(AttentionPC) <= 128 && sizeof(AttentionRowsPC) <= 128,
@@ -40,6 +41,12 @@ Kernels::Kernels(Context& ctx, Pipelines& pipelines, KernelFamily family)
     else family_ = ctx.facts().prefers_row_per_lane() ? KernelFamily::RowPerLane : KernelFamily::Subgroup;
   }
   wg_rows_ = family_ == KernelFamily::RowPerLane ? std::max(16u, ctx.facts().subgroup_size) : 64;
+  const char* x8 = getenv("VKSPEC_INT8_X");
+  if (x8 && *x8 && strcmp(x8, "0") != 0 && strcmp(x8, "1") != 0)
+    throw Error(std::string("VKSPEC_INT8_X must be 0 or 1 (or unset), got '") + x8 + "'");
+  x8_ = family_ == KernelFamily::RowPerLane && ctx.facts().texel_reads() && ctx.facts().subgroup_arithmetic &&
+        !(x8 && strcmp(x8, "0") == 0);
+  x8_scratch_ = std::make_shared<X8Scratch>();
   scratch_arena_ = std::make_shared<Arena>(ctx, MemoryKind::Device, 4ull << 20);
   partials_ = std::make_shared<Slice>();
 }
@@ -67,8 +74,8 @@ static bool texel_path(KernelFamily fam, const DeviceMatrix& w, const DeviceMatr
 }
 
 const char* Kernels::matmul_shader(const DeviceMatrix& w, const Slice& x, uint32_t x_stride) const {
-  return (texel_path(family_, w, nullptr, x, x_stride ? x_stride : w.cols) ? kMatmulRowsShader
-                                                                           : kMatmulShader)[w.format.storage];
+  if (!texel_path(family_, w, nullptr, x, x_stride ? x_stride : w.cols)) return kMatmulShader[w.format.storage];
+  return x8_matmul(w) ? "matmul_rows_q4_x8" : kMatmulRowsShader[w.format.storage];
 }
 
 // Rows per lane for the texel kernel: each x texel is fetched once for all of a lane's rows (x fetches, not
@@ -94,18 +101,45 @@ static bool texel_matmul(KernelFamily fam, const DeviceMatrix& w, const DeviceMa
   return texel_path(fam, w, w2, in.x, x_stride ? x_stride : w.cols) && (!in.norm || texel_readable(in.norm));
 }
 
-static void record_matmul(Recorder& r, Pipelines& pipes, KernelFamily fam, uint32_t wg, const DeviceMatrix& w,
-                          const DeviceMatrix* w2, const MatmulInput& in, const Slice& y, uint32_t n, uint32_t mode,
-                          uint32_t x_stride, uint32_t y_stride, const RopeKvEpilogue* rope = nullptr) {
+Slice Kernels::quantize_x8(Recorder& r, const MatmulInput& in, uint32_t K, uint32_t n, uint32_t x_stride) {
+  const VkDeviceSize bytes = VkDeviceSize(n) * (K / contract::X8_BLOCK) * contract::X8_BLOCK_TEXELS * 16;
+  X8Scratch& s = *x8_scratch_;
+  if (s.half < bytes) {   // grown, never shrunk or freed: recorded passes keep reading the buffer they were given
+    s.half = (std::max(bytes, 2 * s.half) + 255) / 256 * 256;
+    s.buffer = scratch_arena_->alloc(2 * s.half, "int8 activations");
+  }
+  const Slice out = s.buffer.sub(s.next * s.half, bytes);
+  s.next ^= 1;
+  QuantizeX8PC pc{out.address, texel_offset(in.x), in.norm ? texel_offset(in.norm) : 0, K, x_stride, in.eps};
+  const VkBufferView views[Pipelines::kTexelBindings] = {in.x.texels, in.norm ? in.norm.texels : in.x.texels,
+                                                         in.x.texels, in.x.texels};
+  const Pipeline& p = pipelines_.get("quantize_x8", {ctx_.facts().subgroup_size, in.norm ? 1u : 0u},
+                                     Pipelines::Layout::Texels);
+  r.dispatch(p, views, &pc, sizeof pc, n);
+  r.barrier();
+  return out;
+}
+
+void Kernels::record_matmul(Recorder& r, const DeviceMatrix& w, const DeviceMatrix* w2, const MatmulInput& input,
+                            const Slice& y, uint32_t n, uint32_t mode, uint32_t x_stride, uint32_t y_stride,
+                            const RopeKvEpilogue* rope) {
+  const uint32_t wg = wg_rows_;
+  MatmulInput in = input;
   const WeightFormat& f = w.format;
   if (f.quantized() && w.cols % f.group != 0) throw Error("internal: quantized rows must be whole groups");
   if (w2 && !(w2->format == f)) throw Error("internal: gate and up projections in different formats");
-  const Slice& x = in.x;
   x_stride = x_stride ? x_stride : w.cols;
   y_stride = y_stride ? y_stride : w.rows;
   if (in.norm) mode |= contract::MODE_RMSNORM;
-  if (texel_matmul(fam, w, w2, in, x_stride)) {
+  if (texel_matmul(family_, w, w2, in, x_stride)) {
     const uint32_t tt = std::min(n, Kernels::kBatchTile);   // no padded tokens: a verify of 6 computes 6
+    const bool x8 = x8_matmul(w);
+    if (x8) {   // the matmul reads x as quantize_x8 wrote it, normalized already
+      in = MatmulInput(quantize_x8(r, in, w.cols, n, x_stride));
+      x_stride = w.cols / contract::X8_BLOCK * contract::X8_BLOCK_TEXELS * 4;
+      mode &= ~contract::MODE_RMSNORM;
+    }
+    const Slice& x = in.x;
     MatmulRowsPC pc{y.address, texel_offset(w.data), texel_offset(w.scales), w2 ? texel_offset(w2->data) : 0,
                     w2 ? texel_offset(w2->scales) : 0, texel_offset(x), w.rows, w.cols, n, x_stride, y_stride, mode,
                     in.norm ? texel_offset(in.norm) : 0, in.eps};
@@ -128,23 +162,23 @@ static void record_matmul(Recorder& r, Pipelines& pipes, KernelFamily fam, uint3
       pc.block_size = rope->kv.block_size;
     }
     const uint32_t spec_mode = mode & (contract::MODE_SWIGLU | contract::MODE_RMSNORM | contract::MODE_ROPE_KV);
-    const Pipeline& p = pipes.get(kMatmulRowsShader[f.storage], {wg, tt, rpl, f.group, f.has_min, spec_mode},
-                                  Pipelines::Layout::Texels);
+    const Pipeline& p = pipelines_.get(x8 ? "matmul_rows_q4_x8" : kMatmulRowsShader[f.storage],
+                                       {wg, tt, rpl, f.group, f.has_min, spec_mode}, Pipelines::Layout::Texels);
     r.dispatch(p, views, &pc, sizeof pc, ceil_div(w.rows, wg * rpl), ceil_div(n, tt));
     return;
   }
   const uint32_t tt = n == 1 ? 1 : Kernels::kBatchTile;
-  const uint32_t lpr = fam == KernelFamily::RowPerLane ? 1 : wg;
+  const uint32_t lpr = family_ == KernelFamily::RowPerLane ? 1 : wg;
   MatmulPC pc{w.data.address, w.scales.address, w2 ? w2->data.address : 0, w2 ? w2->scales.address : 0,
-              x.address, y.address, w.rows, w.cols, n, x_stride, y_stride, mode,
+              in.x.address, y.address, w.rows, w.cols, n, x_stride, y_stride, mode,
               in.norm ? in.norm.address : 0, in.eps};
-  const Pipeline& p = pipes.get(kMatmulShader[f.storage], {wg, tt, lpr, f.group, f.has_min});
+  const Pipeline& p = pipelines_.get(kMatmulShader[f.storage], {wg, tt, lpr, f.group, f.has_min});
   r.dispatch(p, &pc, sizeof pc, lpr == 1 ? ceil_div(w.rows, wg) : w.rows, ceil_div(n, tt));
 }
 
 void Kernels::matmul(Recorder& r, const DeviceMatrix& w, const MatmulInput& x, const Slice& y, uint32_t n,
                      bool accumulate, uint32_t x_stride, uint32_t y_stride) {
-  record_matmul(r, pipelines_, family_, wg_rows_, w, nullptr, x, y, n, accumulate ? kModeAccumulate : 0, x_stride,
+  record_matmul(r, w, nullptr, x, y, n, accumulate ? kModeAccumulate : 0, x_stride,
                 y_stride);
 }
 
@@ -152,7 +186,7 @@ void Kernels::matmul_swiglu(Recorder& r, const DeviceMatrix& gate, const DeviceM
                             const Slice& y, uint32_t n) {
   if (!(gate.format == up.format) || gate.rows != up.rows || gate.cols != up.cols)
     throw Error("internal: gate and up projections differ in format or shape");
-  record_matmul(r, pipelines_, family_, wg_rows_, gate, &up, x, y, n, kModeSwiglu, 0, 0);
+  record_matmul(r, gate, &up, x, y, n, kModeSwiglu, 0, 0);
 }
 
 void Kernels::rope_store_kv(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& k, const Slice& v,
@@ -176,7 +210,7 @@ void Kernels::qkv_rope_store_kv(Recorder& r, const DeviceMatrix& wqkv, const Mat
                                 const KvRows& rows) {
   if (qkv_rope_fused(wqkv, x, s)) {
     const RopeKvEpilogue rope{s, rope_table, kv, rows};
-    record_matmul(r, pipelines_, family_, wg_rows_, wqkv, nullptr, x, qkv, n, 0, 0, wqkv.rows, &rope);
+    record_matmul(r, wqkv, nullptr, x, qkv, n, 0, 0, wqkv.rows, &rope);
     return;
   }
   matmul(r, wqkv, x, qkv, n, false, 0, wqkv.rows);

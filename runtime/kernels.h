@@ -53,6 +53,8 @@ struct MatmulInput {
   float eps = 0.0f;
 };
 
+struct RopeKvEpilogue;
+
 struct AttentionShape {
   uint32_t n_heads = 0, n_kv_heads = 0, head_dim = 0, n_rot = 0;
   // floats from one token's q (k, v) row to the next; 0 = packed (n_heads*head_dim, n_kv_heads*head_dim).
@@ -118,11 +120,24 @@ class Kernels {
 
  private:
   bool attention_texels(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const;
+  void record_matmul(Recorder& r, const DeviceMatrix& w, const DeviceMatrix* w2, const MatmulInput& in, const Slice& y,
+                     uint32_t n, uint32_t mode, uint32_t x_stride, uint32_t y_stride,
+                     const RopeKvEpilogue* rope = nullptr);
+  // Int8 activations: the texel matmul of q4 weights reads x quantized per 32 values (quantize_x8.comp),
+  // two weights per 32-bit integer multiply (matmul_rows.comp X8). Decided from the weights' format and
+  // the device only (every pass of a model takes the same path: batch invariance). VKSPEC_INT8_X=0 turns
+  // it off (measurements, tests of the float path).
+  bool x8_matmul(const DeviceMatrix& w) const { return x8_ && w.format.storage == WT_Q4; }
+  // Records x (RMSNorm applied when in.norm is set) -> int8 activations and a barrier; returns where they
+  // are: the next of two halves of a scratch buffer, so that a matmul still reading the other half (no
+  // barrier between it and this call) is not overwritten.
+  Slice quantize_x8(Recorder& r, const MatmulInput& in, uint32_t K, uint32_t n, uint32_t x_stride);
 
   Context& ctx_;
   Pipelines& pipelines_;
   KernelFamily family_;
   uint32_t wg_rows_;   // workgroup size for the row-parallel kernels
+  bool x8_ = false;    // int8 activations for q4 texel matmuls (x8_matmul)
   // Workgroup size for a kernel whose lanes meet at barriers, given its size on a GPU: one subgroup on CPU
   // devices, where llvmpipe runs a larger workgroup's subgroups as coroutines switched at every barrier.
   uint32_t wg_synced(uint32_t gpu_wg) const;
@@ -132,6 +147,13 @@ class Kernels {
   // contexts get longer; shared by copies of this object.
   std::shared_ptr<Arena> scratch_arena_;
   std::shared_ptr<Slice> partials_;
+  // Int8 activations: two halves, used in turn (quantize_x8); grown like partials_.
+  struct X8Scratch {
+    Slice buffer;
+    VkDeviceSize half = 0;
+    uint32_t next = 0;
+  };
+  std::shared_ptr<X8Scratch> x8_scratch_;
 };
 
 }  // namespace vkspec

@@ -46,6 +46,15 @@ VKSPEC_CONST KV_ELEMENT_BYTES = 2u;
 // tiles take half), whose scales lie in one or two texels that are fetched once per step. Rows of quantized
 // weights must be whole steps for that kernel (runtime/kernels.cpp texel_path).
 VKSPEC_CONST ROW_QUANT_STEP = 64u;
+// Int8 activations (matmul_rows_q4_x8; runtime/kernels.cpp x8_matmul): quantize_x8.comp writes each token's
+// x (RMSNorm applied) as blocks of X8_BLOCK values, X8_BLOCK_TEXELS texels each:
+//   texels 0-3: the block's two 16-value chunks as int pairs, chunk c in texels 2c, 2c+1: pair i of texel
+//               2c+h is q[8h + i + 4] + 65536 * q[8h + i] (q = round(x / d), |q| <= 127; the weights'
+//               nibble pairs of matmul_rows.comp meet them so that one 32-bit product holds two weights'
+//               products in its upper half);
+//   texel 4:    floats {d, d * (sum of chunk 0's q), d * (sum of chunk 1's q), 0} (d = max |x| / 127).
+VKSPEC_CONST X8_BLOCK = 32u;
+VKSPEC_CONST X8_BLOCK_TEXELS = 5u;
 VKSPEC_CONST MODE_ACCUMULATE = 1u;    // matmul: y += W x
 VKSPEC_CONST MODE_SWIGLU = 2u;        // matmul: y = silu(W x) * (W2 x)
 VKSPEC_CONST MODE_RMSNORM = 4u;       // matmul: x is rmsnorm(x) * norm, computed on the fly
@@ -77,6 +86,12 @@ VKSPEC_CONST MODE_ROPE_KV = 8u;       // matmul_rows, the [q k v] projection: Ro
   /* MODE_ROPE_KV only (as in PC_ROPE_STORE_KV): y's rows are [q | k | v] of q_dim, kv_dim, kv_dim */    \
   vk_addr rope; vk_addr k_pool; vk_addr v_pool; vk_addr block_tables; vk_addr kv_rows;                  \
   vk_uint q_dim; vk_uint n_kv_heads; vk_uint head_dim; vk_uint n_rot; vk_uint block_size;
+
+#define PC_QUANTIZE_X8                                                                                  \
+  vk_addr out_;                        /* [n][K / X8_BLOCK][X8_BLOCK_TEXELS] texels */                  \
+  vk_uint x; vk_uint norm;             /* texel offsets: x [n][x_stride] f32, the [K] norm weight */    \
+  vk_uint K; vk_uint x_stride;                                                                          \
+  vk_float eps;
 
 #define PC_ROPE_STORE_KV                                                                                \
   vk_addr q; vk_addr k; vk_addr v;     /* q: [n][q_stride], k/v: [n][kv_stride] (q, k rotated in place) */ \
@@ -155,6 +170,7 @@ VKSPEC_CONST SAMPLE_ACCEPT = 2u;    // sample_rows: fused verify (the last workg
 struct EmbedPC { PC_EMBED };
 struct MatmulPC { PC_MATMUL };
 struct MatmulRowsPC { PC_MATMUL_ROWS };
+struct QuantizeX8PC { PC_QUANTIZE_X8 };
 struct RopeKvPC { PC_ROPE_STORE_KV };
 struct AttentionPC { PC_ATTENTION };
 struct AttentionCombinePC { PC_ATTENTION_COMBINE };

@@ -34,6 +34,14 @@ const uint WTYPE = WT_Q8, EPT = 16;
 #else
 const uint WTYPE = WT_Q4, EPT = 32;
 #endif
+#ifdef X8
+// x as int8 activations (quantize_x8.comp; layout at contract.h X8_BLOCK), q4 weights only: a chunk's 16
+// nibbles are taken in pairs 16 bits apart and multiplied by the matching pairs of x, one 32-bit product for
+// two weights (sum of 8 products: |upper half| <= 8 * 2 * 15 * 127 < 2^15, |lower half| <= 8 * 15 * 127 <
+// 2^15, so rounding off the lower half leaves the exact integer dot product of the chunk). On llvmpipe,
+// which splits every float multiply-add into two instructions, the q4 matmul of the Llama-3.2-1B shape ran
+// about 3x faster than with float x.
+#endif
 const uint EPC = EPT > 16u ? 16u : EPT;   // weights per decoded chunk
 const uint CPT = EPT / EPC;               // chunks per texel
 
@@ -58,11 +66,14 @@ layout(set = 0, binding = 3) uniform usamplerBuffer G;    // block holding the n
 layout(push_constant) uniform PC { PC_MATMUL_ROWS } pc;   // shaders/contract.h
 
 vec4 xv(uint t4) { return uintBitsToFloat(texelFetch(X, int(pc.x + t4))); }
+uvec4 xq(uint t4) { return texelFetch(X, int(pc.x + t4)); }   // X8: x as quantize_x8.comp wrote it
 vec4 gv(uint t4) { return uintBitsToFloat(texelFetch(G, int(pc.norm + t4))); }
 
 // One chunk of a weight row, decoded: EPC weights (or quants) as up to four vec4s, and the quant group's
 // scale and min.
 struct Wt { vec4 a, b, c, d; float s, m; };
+// X8: a q4 chunk as nibble pairs (weights i and i + 4 of each 8, in the low and high 16 bits)
+struct Wq { uvec4 pa, pb; float s, m; };
 
 uvec4 fetch(usamplerBuffer tex, uint base, uint row, uint i, uint kt) { return texelFetch(tex, int(base + row * kt + i)); }
 
@@ -87,6 +98,21 @@ Wt decode(uvec4 u, uint chunk, vec2 sm) {
     w.a = q4x4(h.x); w.b = q4x4(h.x >> 16); w.c = q4x4(h.y); w.d = q4x4(h.y >> 16);
   }
   return w;
+}
+
+Wq decode_pairs(uvec4 u, uint chunk, vec2 sm) {
+  const uvec2 h = (chunk & 1u) == 0u ? u.xy : u.zw;
+  const uvec4 sh = uvec4(0u, 4u, 8u, 12u);
+  return Wq((uvec4(h.x) >> sh) & 0x000F000Fu, (uvec4(h.y) >> sh) & 0x000F000Fu, sm.x, sm.y);
+}
+
+// X8: one chunk's contribution: d * s * (integer dot product) + m * (sum of the chunk's x as quantized),
+// xa, xb: its x pairs, xd: the block's d, xs: d * the sum of the chunk's quants.
+float dot_chunk_x8(Wq w, ivec4 xa, ivec4 xb, float xd, float xs) {
+  const ivec4 p = ivec4(w.pa) * xa + ivec4(w.pb) * xb;
+  const int q = (p.x + p.y + p.z + p.w + 32768) >> 16;
+  precise float v = float(q) * (w.s * xd);
+  return HAS_MIN ? v + w.m * xs : v;
 }
 
 // Quantized formats: scale texels hold SPT groups' scales (4 floats, or 2 {s, m} pairs); a step's groups
@@ -195,6 +221,7 @@ void main() {
   const uint steps = pc.K / STEP, gpr = pc.K / GROUP;
   const vec4 one = vec4(1.0, 0.0, 1.0, 0.0);
   const Wt zero = Wt(vec4(0.0), vec4(0.0), vec4(0.0), vec4(0.0), 1.0, 0.0);
+  const Wq zeroq = Wq(uvec4(0u), uvec4(0u), 1.0, 0.0);
   // Per row j: its index (rows past M repeat the last row; their results are dropped) and its sums (a: W,
   // g: W2; tokens 0-3 in l, 4-7 in h). Nothing else lives across steps: llvmpipe writes a variable that a
   // loop carries through memory under the lane mask (keeping the scale texels across steps was 20% slower).
@@ -238,14 +265,41 @@ void main() {
       FOR_ROWS(FETCH)
 #undef FETCH
     }
+#ifdef X8
+#define DECODE(j)                                                                                \
+    Wq w##j = zeroq, u##j = zeroq;                                                               \
+    if (RPL > j) {                                                                               \
+      w##j = decode_pairs(f##j, chunk, chunk_scale(s##j, s##j##b, r##j * gpr + gs, c));           \
+      if (SWIGLU) u##j = decode_pairs(e##j, chunk, chunk_scale(z##j, z##j##b, r##j * gpr + gs, c)); \
+    }
+#else
 #define DECODE(j)                                                          \
     Wt w##j = zero, u##j = zero;                                           \
     if (RPL > j) {                                                         \
       w##j = decode(f##j, chunk, chunk_scale(s##j, s##j##b, r##j * gpr + gs, c));   \
       if (SWIGLU) u##j = decode(e##j, chunk, chunk_scale(z##j, z##j##b, r##j * gpr + gs, c)); \
     }
+#endif
     FOR_ROWS(DECODE)
 #undef DECODE
+#ifdef X8
+#define ROW(j, h, c)                                                     \
+    if (RPL > j) {                                                       \
+      a##j##h.c += dot_chunk_x8(w##j, xa, xb, xd, xs);                   \
+      if (SWIGLU) g##j##h.c += dot_chunk_x8(u##j, xa, xb, xd, xs);       \
+    }
+#define TOKEN(t, h, c)                                                   \
+    if (TT > t) {                                                        \
+      const uint xt = min(x0 + t * xs4, last) + xi;                      \
+      const ivec4 xa = ivec4(xq(xt)), xb = ivec4(xq(xt + 1u));           \
+      const vec4 xsc = uintBitsToFloat(xq(xt + xsi));                    \
+      const float xd = xsc.x, xs = (chunk & 1u) == 0u ? xsc.y : xsc.z;   \
+      FOR_ROWS_AT(ROW, h, c)                                             \
+    }
+    // the chunk's x pairs (block chunk / 2, its texels 2 (chunk & 1) and 2 (chunk & 1) + 1) and, xsi texels
+    // on, its block's scale texel
+    const uint xi = chunk / 2u * X8_BLOCK_TEXELS + (chunk & 1u) * 2u, xsi = 4u - (chunk & 1u) * 2u;
+#else
     const uint xi = chunk * XPC;   // the chunk's first x texel
     vec4 ga = vec4(1.0), gb = vec4(1.0), gc = vec4(1.0), gd = vec4(1.0);   // norm weights of this chunk
     if (NORMED) {
@@ -272,6 +326,7 @@ void main() {
       precise float xs = HAS_MIN ? dot(xa + xb + xc + xd, vec4(1.0)) : 0.0; \
       FOR_ROWS_AT(ROW, h, c)                                             \
     }
+#endif
     TOKEN(0, l, x) TOKEN(1, l, y) TOKEN(2, l, z) TOKEN(3, l, w)
     TOKEN(4, h, x) TOKEN(5, h, y) TOKEN(6, h, z) TOKEN(7, h, w)
 #undef TOKEN

@@ -1,7 +1,10 @@
 #pragma once
 // The tests' own dequantizer for GGUF's block types, written from the block layouts in ggml-common.h and the
 // loops of ggml-quants.c (dequantize_row_*), independently of runtime/quant.cpp's decoder; and random blocks
-// of every type (any bit pattern is a valid block; the f16 scales are kept finite and moderate).
+// of every type (any bit pattern is a valid block; the f16 scales are kept finite and moderate); and the
+// int8 activations of the q4 row kernel.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -158,6 +161,21 @@ inline void ref_dequantize_block(DType t, const uint8_t* x, float* y) {
     }
     default: break;
   }
+}
+
+// x as the int8-activation matmul multiplies it (shaders/quantize_x8.comp, written here from its contract):
+// per 32 values d = max |v| / 127, q = roundEven(v * (1 / d)), value d * q; all in f32. max_d (when given)
+// gets the largest d.
+inline std::vector<float> ref_int8_activations(const std::vector<float>& x, float* max_d = nullptr) {
+  std::vector<float> y(x.size());
+  for (size_t b = 0; b + 32 <= x.size(); b += 32) {
+    float amax = 0;
+    for (size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b + i]));
+    const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+    for (size_t i = 0; i < 32; ++i) y[b + i] = d * std::nearbyint(x[b + i] * id);   // default rounding: to even
+    if (max_d) *max_d = std::max(*max_d, d);
+  }
+  return y;
 }
 
 inline std::vector<float> ref_dequantize(DType t, const uint8_t* x, size_t n) {

@@ -44,7 +44,23 @@ TestMatrix test_matrix(DType type, uint32_t rows, uint32_t cols, uint32_t seed) 
 class KernelTest : public VkTest, public ::testing::WithParamInterface<KernelFamily> {
  protected:
   Kernels kernels() { return Kernels(gpu().ctx, gpu().pipelines, GetParam()); }
+  // The same family with int8 activations off (VKSPEC_INT8_X=0): the float path of the q4 row kernel.
+  Kernels kernels_float_x() {
+    setenv("VKSPEC_INT8_X", "0", 1);
+    Kernels k(gpu().ctx, gpu().pipelines, GetParam());
+    unsetenv("VKSPEC_INT8_X");
+    return k;
+  }
 };
+
+// The x a matmul of `m` multiplies: x itself, or, where it takes int8 activations (matmul_rows_q4_x8),
+// x [n][K] rounded per 32 values as quantize_x8.comp does (tests/quant_reference.h).
+bool int8_x(const Kernels& k, const DeviceMatrix& m, const Slice& xs) {
+  return std::string(k.matmul_shader(m, xs)) == "matmul_rows_q4_x8";
+}
+std::vector<float> x_as_multiplied(const Kernels& k, const DeviceMatrix& m, const Slice& xs, const std::vector<float>& x) {
+  return int8_x(k, m, xs) ? ref_int8_activations(x) : x;
+}
 
 struct MatmulCase { uint32_t M, K, n; };
 
@@ -80,7 +96,8 @@ void check_matmul(KernelTest* self, Kernels k, DType type, MatmulCase c, bool ac
   gpu().uploader.flush();
   Slice xs = self->upload(x), ys = self->upload(y0);
   self->run([&](Recorder& r) { k.matmul(r, m, xs, ys, c.n, accumulate); });
-  expect_product(self->download<float>(ys, y0.size()), wq, x, type, c, accumulate ? &y0 : nullptr);
+  expect_product(self->download<float>(ys, y0.size()), wq, x_as_multiplied(k, m, xs, x), type, c,
+                 accumulate ? &y0 : nullptr);
 }
 
 TEST_P(KernelTest, MatmulMatchesReferenceAllTypesOddSizes) {
@@ -93,7 +110,37 @@ TEST_P(KernelTest, MatmulMatchesReferenceAllTypesOddSizes) {
     const uint32_t b = block_layout(type).elems;   // rows are whole blocks: 1, 3 and 18 of them
     for (uint32_t M : {1u, 7u, 257u})
       for (uint32_t K : {b, 3 * b, 18 * b})   // 18 blocks: whole 64-weight steps of the row kernel
-        for (uint32_t n : {1u, 5u, 16u}) check_matmul(this, kernels(), type, {M, K, n}, false);
+        for (uint32_t n : {1u, 5u, 16u}) {
+          check_matmul(this, kernels(), type, {M, K, n}, false);
+          if (native_format(type).storage == WT_Q4) check_matmul(this, kernels_float_x(), type, {M, K, n}, false);
+        }
+  }
+}
+
+// The int8-activation kernel packs two products in one 32-bit integer (matmul_rows.comp X8): the largest
+// ones it can meet (every quant 15, every activation +-127 of the same sign, or alternating) must come out
+// exact, and y = K * 7 * x for q4_0 blocks of d = 1 and quants 15 (value 15 - 8).
+TEST_P(KernelTest, Int8ActivationsHoldTheLargestProducts) {
+  const uint32_t M = 37, K = 512;
+  std::vector<uint8_t> blocks(size_t(M) * K / 32 * 18);
+  for (size_t b = 0; b < blocks.size(); b += 18) {
+    const uint16_t one = float_to_half(1.0f);
+    memcpy(&blocks[b], &one, 2);
+    memset(&blocks[b + 2], 0xff, 16);
+  }
+  DeviceMatrix m = upload_matrix(*arena_, gpu().uploader, DType::Q4_0, M, K, blocks.data(), "w");
+  gpu().uploader.flush();
+  Kernels k = kernels();
+  for (float v : {1.0f, -1.0f}) {
+    std::vector<float> x(2 * K, v);   // token 0: all v; token 1: +-1 alternating (sum 0)
+    for (uint32_t i = 0; i < K; ++i) x[K + i] = i % 2 ? -1.0f : 1.0f;
+    Slice xs = upload(x), ys = zeros<float>(2 * M);
+    run([&](Recorder& r) { k.matmul(r, m, xs, ys, 2, false); });
+    auto y = download<float>(ys, 2 * M);
+    for (uint32_t r = 0; r < M; ++r) {
+      ASSERT_NEAR(y[r], 7.0 * K * v, 1e-5 * 7 * K) << "x = " << v << " row " << r;
+      ASSERT_NEAR(y[M + r], 0.0, 1e-5 * 7 * K) << "alternating x, row " << r;
+    }
   }
 }
 
@@ -167,6 +214,14 @@ TEST_P(KernelTest, MatmulPathsAreBothCovered) {
   if (gpu().ctx.facts().type == VK_PHYSICAL_DEVICE_TYPE_CPU && GetParam() == KernelFamily::RowPerLane) {
     EXPECT_TRUE(texels) << "lavapipe has push descriptors: the texel path should be on";
   }
+  // q4 weights on the texel path take int8 activations where the device has subgroup arithmetic (the
+  // quantizing pass reduces x^2 with subgroupAdd), unless VKSPEC_INT8_X=0
+  const auto blocks = random_blocks(DType::Q4_K, 64 * 256, 1);
+  DeviceMatrix q4 = upload_matrix(*arena_, gpu().uploader, DType::Q4_K, 64, 256, blocks.data(), "q4");
+  gpu().uploader.flush();
+  const bool x8 = texels && gpu().ctx.facts().subgroup_arithmetic;
+  EXPECT_STREQ(k.matmul_shader(q4, x), x8 ? "matmul_rows_q4_x8" : texels ? "matmul_rows_q4" : "matmul_q4");
+  EXPECT_STREQ(kernels_float_x().matmul_shader(q4, x), texels ? "matmul_rows_q4" : "matmul_q4");
 }
 
 TEST_P(KernelTest, MatmulAccumulatesIntoResidual) {
@@ -197,7 +252,7 @@ TEST_P(KernelTest, StackedPartsOfDifferentTypesMatchTheirOwnValues) {
   Slice xs = upload(x), ys = zeros<float>(n * M);
   Kernels k = kernels();
   run([&](Recorder& r) { k.matmul(r, m, xs, ys, n, false); });
-  expect_product(download<float>(ys, n * M), values, x, DType::Q4_K, {M, K, n});
+  expect_product(download<float>(ys, n * M), values, x_as_multiplied(k, m, xs, x), DType::Q4_K, {M, K, n});
 }
 
 TEST_P(KernelTest, MatmulSwigluMatchesReference) {
@@ -259,14 +314,31 @@ TEST_P(KernelTest, NormalizedMatmulMatchesReferenceAndIsBatchInvariant) {
           k.matmul(r, m, MatmulInput(xs.sub(t * K * 4, K * 4), gs, eps), single.sub(t * M * 4, M * 4), 1, false);
       });
       auto b = download<float>(batch, n * M), sg = download<float>(single, n * M);
+      // int8 activations: x normalized in f32 as quantize_x8.comp does, then rounded per 32. Its sum of
+      // squares is reduced in another order than here, so a value within an ulp of a rounding boundary may
+      // land on the other quant: the tolerance allows two such (d * the largest |w| each).
+      const bool x8 = int8_x(k, m, xs);
+      float max_d = 0, max_w = 0;
+      for (float v : wref) max_w = std::max(max_w, std::fabs(v));
       for (uint32_t t = 0; t < n; ++t) {
         double ss = 0;
         for (uint32_t i = 0; i < K; ++i) ss += double(x[t * K + i]) * x[t * K + i];
         const double scale = 1.0 / std::sqrt(ss / K + eps);
+        std::vector<double> xn(K);
+        if (x8) {
+          std::vector<float> v(K);
+          for (uint32_t i = 0; i < K; ++i) v[i] = (x[t * K + i] * float(scale)) * g[i];
+          const std::vector<float> q = ref_int8_activations(v, &max_d);
+          std::copy(q.begin(), q.end(), xn.begin());
+        } else {
+          for (uint32_t i = 0; i < K; ++i) xn[i] = x[t * K + i] * scale * g[i];
+        }
+        const double flips = x8 ? 2.0 * max_d * max_w : 0.0;
         for (uint32_t r = 0; r < M; ++r) {
           double ref = 0;
-          for (uint32_t i = 0; i < K; ++i) ref += double(wref[r * K + i]) * x[t * K + i] * scale * g[i];
-          ASSERT_NEAR(b[t * M + r], ref, (is_quantized(type) ? 2e-4 : 2e-5) * (1 + std::fabs(ref))) << dtype_name(type) << " K=" << K;
+          for (uint32_t i = 0; i < K; ++i) ref += double(wref[r * K + i]) * xn[i];
+          ASSERT_NEAR(b[t * M + r], ref, (is_quantized(type) ? 2e-4 : 2e-5) * (1 + std::fabs(ref)) + flips)
+              << dtype_name(type) << " K=" << K;
           ASSERT_EQ(b[t * M + r], sg[t * M + r]) << "batch invariance " << dtype_name(type) << " K=" << K;
         }
       }
@@ -613,6 +685,7 @@ TEST_F(VkTest, QuantizedMatmulOverTensorLargerThan128MiB) {
     run([&](Recorder& r) { k.matmul(r, m, xs, ys, 1, false); });
     auto y = download<float>(ys, M);
     const BlockLayout L = block_layout(type);
+    x = x_as_multiplied(k, m, xs, x);
     for (uint32_t r : {0u, 1u, M / 2 + 3, M - 1}) {
       auto w = ref_dequantize(type, blocks.data() + size_t(r) * (K / L.elems) * L.bytes, K);
       double ref = 0, abs_sum = 0;
