@@ -26,6 +26,7 @@ constexpr uint32_t kModeAccumulate = contract::MODE_ACCUMULATE, kModeSwiglu = co
 const char* const kMatmulShader[] = {"matmul_f32", "matmul_f16", "matmul_bf16", "matmul_q8", "matmul_q4"};
 const char* const kMatmulRowsShader[] = {"matmul_rows_f32", "matmul_rows_f16", "matmul_rows_bf16", "matmul_rows_q8",
                                          "matmul_rows_q4"};
+const char* const kMatmulRowsX8Shader[] = {nullptr, nullptr, nullptr, "matmul_rows_q8_x8", "matmul_rows_q4_x8"};
 const uint32_t kElemsPerTexel[] = {4, 8, 8, 16, 32};
 
 uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
@@ -75,7 +76,7 @@ static bool texel_path(KernelFamily fam, const DeviceMatrix& w, const DeviceMatr
 
 const char* Kernels::matmul_shader(const DeviceMatrix& w, const Slice& x, uint32_t x_stride) const {
   if (!texel_path(family_, w, nullptr, x, x_stride ? x_stride : w.cols)) return kMatmulShader[w.format.storage];
-  return x8_matmul(w) ? "matmul_rows_q4_x8" : kMatmulRowsShader[w.format.storage];
+  return (x8_matmul(w) ? kMatmulRowsX8Shader : kMatmulRowsShader)[w.format.storage];
 }
 
 // Rows per lane for the texel kernel: each x texel is fetched once for all of a lane's rows (x fetches, not
@@ -162,7 +163,7 @@ void Kernels::record_matmul(Recorder& r, const DeviceMatrix& w, const DeviceMatr
       pc.block_size = rope->kv.block_size;
     }
     const uint32_t spec_mode = mode & (contract::MODE_SWIGLU | contract::MODE_RMSNORM | contract::MODE_ROPE_KV);
-    const Pipeline& p = pipelines_.get(x8 ? "matmul_rows_q4_x8" : kMatmulRowsShader[f.storage],
+    const Pipeline& p = pipelines_.get((x8 ? kMatmulRowsX8Shader : kMatmulRowsShader)[f.storage],
                                        {wg, tt, rpl, f.group, f.has_min, spec_mode}, Pipelines::Layout::Texels);
     r.dispatch(p, views, &pc, sizeof pc, ceil_div(w.rows, wg * rpl), ceil_div(n, tt));
     return;

@@ -123,11 +123,11 @@ class Kernels {
   void record_matmul(Recorder& r, const DeviceMatrix& w, const DeviceMatrix* w2, const MatmulInput& in, const Slice& y,
                      uint32_t n, uint32_t mode, uint32_t x_stride, uint32_t y_stride,
                      const RopeKvEpilogue* rope = nullptr);
-  // Int8 activations: the texel matmul of q4 weights reads x quantized per 32 values (quantize_x8.comp),
-  // two weights per 32-bit integer multiply (matmul_rows.comp X8). Decided from the weights' format and
+  // Int8 activations: the texel matmul of quantized weights reads x quantized per 32 values
+  // (quantize_x8.comp) and multiplies in integers, q4 two weights per 32-bit product (matmul_rows.comp X8). Decided from the weights' format and
   // the device only (every pass of a model takes the same path: batch invariance). VKSPEC_INT8_X=0 turns
   // it off (measurements, tests of the float path).
-  bool x8_matmul(const DeviceMatrix& w) const { return x8_ && w.format.storage == WT_Q4; }
+  bool x8_matmul(const DeviceMatrix& w) const { return x8_ && w.format.quantized(); }
   // Records x (RMSNorm applied when in.norm is set) -> int8 activations and a barrier; returns where they
   // are: the next of two halves of a scratch buffer, so that a matmul still reading the other half (no
   // barrier between it and this call) is not overwritten.
@@ -137,7 +137,7 @@ class Kernels {
   Pipelines& pipelines_;
   KernelFamily family_;
   uint32_t wg_rows_;   // workgroup size for the row-parallel kernels
-  bool x8_ = false;    // int8 activations for q4 texel matmuls (x8_matmul)
+  bool x8_ = false;    // int8 activations for quantized texel matmuls (x8_matmul)
   // Workgroup size for a kernel whose lanes meet at barriers, given its size on a GPU: one subgroup on CPU
   // devices, where llvmpipe runs a larger workgroup's subgroups as coroutines switched at every barrier.
   uint32_t wg_synced(uint32_t gpu_wg) const;

@@ -46,7 +46,7 @@ VKSPEC_CONST KV_ELEMENT_BYTES = 2u;
 // tiles take half), whose scales lie in one or two texels that are fetched once per step. Rows of quantized
 // weights must be whole steps for that kernel (runtime/kernels.cpp texel_path).
 VKSPEC_CONST ROW_QUANT_STEP = 64u;
-// Int8 activations (matmul_rows_q4_x8; runtime/kernels.cpp x8_matmul): quantize_x8.comp writes each token's
+// Int8 activations (matmul_rows_q4_x8 / _q8_x8; runtime/kernels.h x8_matmul): quantize_x8.comp writes each token's
 // x (RMSNorm applied) as blocks of X8_BLOCK values, X8_BLOCK_TEXELS texels each:
 //   texels 0-3: the block's two 16-value chunks as int pairs, chunk c in texels 2c, 2c+1: pair i of texel
 //               2c+h is q[8h + i + 4] + 65536 * q[8h + i] (q = round(x / d), |q| <= 127; the weights'

@@ -35,12 +35,15 @@ const uint WTYPE = WT_Q8, EPT = 16;
 const uint WTYPE = WT_Q4, EPT = 32;
 #endif
 #ifdef X8
-// x as int8 activations (quantize_x8.comp; layout at contract.h X8_BLOCK), q4 weights only: a chunk's 16
-// nibbles are taken in pairs 16 bits apart and multiplied by the matching pairs of x, one 32-bit product for
-// two weights (sum of 8 products: |upper half| <= 8 * 2 * 15 * 127 < 2^15, |lower half| <= 8 * 15 * 127 <
-// 2^15, so rounding off the lower half leaves the exact integer dot product of the chunk). On llvmpipe,
-// which splits every float multiply-add into two instructions, the q4 matmul of the Llama-3.2-1B shape ran
-// about 3x faster than with float x.
+// x as int8 activations (quantize_x8.comp; layout at contract.h X8_BLOCK), quantized weights only. q4: a
+// chunk's 16 nibbles are taken in pairs 16 bits apart and multiplied by the matching pairs of x, one 32-bit
+// product for two weights (sum of 8 products: |upper half| <= 8 * 2 * 15 * 127 < 2^15, |lower half| <=
+// 8 * 15 * 127 < 2^15, so rounding off the lower half leaves the exact integer dot product of the chunk).
+// q8: one integer product per weight (int8 x int8 does not fit 16-bit halves), x unpacked from its pairs
+// once per token. On llvmpipe, which splits every float multiply-add into two instructions, a call of the
+// 1B shape's q4 matmul took ~1.3x less time than with float x, of the q8 one (q6_K tensors) ~1.13x less;
+// whole Q4_K_M prefill and decode ~1.3x faster (docs/PERFORMANCE.md). Whole-texel (32-weight) q4 chunks
+// were tried: prefill got slower.
 #endif
 const uint EPC = EPT > 16u ? 16u : EPT;   // weights per decoded chunk
 const uint CPT = EPT / EPC;               // chunks per texel
@@ -101,6 +104,7 @@ Wt decode(uvec4 u, uint chunk, vec2 sm) {
 }
 
 Wq decode_pairs(uvec4 u, uint chunk, vec2 sm) {
+  if (WTYPE == WT_Q8) return Wq(u, uvec4(0u), sm.x, sm.y);   // a whole texel: 16 int8 weights
   const uvec2 h = (chunk & 1u) == 0u ? u.xy : u.zw;
   const uvec4 sh = uvec4(0u, 4u, 8u, 12u);
   return Wq((uvec4(h.x) >> sh) & 0x000F000Fu, (uvec4(h.y) >> sh) & 0x000F000Fu, sm.x, sm.y);
@@ -109,8 +113,16 @@ Wq decode_pairs(uvec4 u, uint chunk, vec2 sm) {
 // X8: one chunk's contribution: d * s * (integer dot product) + m * (sum of the chunk's x as quantized),
 // xa, xb: its x pairs, xd: the block's d, xs: d * the sum of the chunk's quants.
 float dot_chunk_x8(Wq w, ivec4 xa, ivec4 xb, float xd, float xs) {
-  const ivec4 p = ivec4(w.pa) * xa + ivec4(w.pb) * xb;
-  const int q = (p.x + p.y + p.z + p.w + 32768) >> 16;
+  int q;
+  if (WTYPE == WT_Q8) {   // one product per weight: x unpacked from its pairs, weight k = byte k % 4 of pa[k / 4]
+    const ivec4 sh = ivec4(24, 16, 8, 0);
+    const ivec4 p = ((ivec4(w.pa.x) << sh) >> 24) * ((xa + 32768) >> 16) + ((ivec4(w.pa.y) << sh) >> 24) * ((xa << 16) >> 16) +
+                    ((ivec4(w.pa.z) << sh) >> 24) * ((xb + 32768) >> 16) + ((ivec4(w.pa.w) << sh) >> 24) * ((xb << 16) >> 16);
+    q = p.x + p.y + p.z + p.w;
+  } else {
+    const ivec4 p = ivec4(w.pa) * xa + ivec4(w.pb) * xb;
+    q = (p.x + p.y + p.z + p.w + 32768) >> 16;
+  }
   precise float v = float(q) * (w.s * xd);
   return HAS_MIN ? v + w.m * xs : v;
 }

@@ -5,6 +5,7 @@
 #include <limits>
 #include <cstring>
 #include <numeric>
+#include <tuple>
 
 #include "runtime/quant.h"
 #include "tests/quant_reference.h"
@@ -53,10 +54,11 @@ class KernelTest : public VkTest, public ::testing::WithParamInterface<KernelFam
   }
 };
 
-// The x a matmul of `m` multiplies: x itself, or, where it takes int8 activations (matmul_rows_q4_x8),
+// The x a matmul of `m` multiplies: x itself, or, where it takes int8 activations (matmul_rows_*_x8),
 // x [n][K] rounded per 32 values as quantize_x8.comp does (tests/quant_reference.h).
 bool int8_x(const Kernels& k, const DeviceMatrix& m, const Slice& xs) {
-  return std::string(k.matmul_shader(m, xs)) == "matmul_rows_q4_x8";
+  const std::string shader = k.matmul_shader(m, xs);
+  return shader.size() > 3 && shader.compare(shader.size() - 3, 3, "_x8") == 0;
 }
 std::vector<float> x_as_multiplied(const Kernels& k, const DeviceMatrix& m, const Slice& xs, const std::vector<float>& x) {
   return int8_x(k, m, xs) ? ref_int8_activations(x) : x;
@@ -112,23 +114,28 @@ TEST_P(KernelTest, MatmulMatchesReferenceAllTypesOddSizes) {
       for (uint32_t K : {b, 3 * b, 18 * b})   // 18 blocks: whole 64-weight steps of the row kernel
         for (uint32_t n : {1u, 5u, 16u}) {
           check_matmul(this, kernels(), type, {M, K, n}, false);
-          if (native_format(type).storage == WT_Q4) check_matmul(this, kernels_float_x(), type, {M, K, n}, false);
+          if (GetParam() == KernelFamily::RowPerLane)   // the float-x path of the row kernel as well
+            check_matmul(this, kernels_float_x(), type, {M, K, n}, false);
         }
   }
 }
 
-// The int8-activation kernel packs two products in one 32-bit integer (matmul_rows.comp X8): the largest
-// ones it can meet (every quant 15, every activation +-127 of the same sign, or alternating) must come out
-// exact, and y = K * 7 * x for q4_0 blocks of d = 1 and quants 15 (value 15 - 8).
+// The int8-activation kernels sum exact integer products (matmul_rows.comp X8; q4 packs two in one 32-bit
+// integer): the largest they can meet (every quant at its extreme, every activation +-127 of the same
+// sign, or alternating) must come out exact: y = K * w * x for q4_0 blocks of d = 1 and quants 15 (w = 15 - 8)
+// and q8_0 blocks of d = 1 and quants -128.
 TEST_P(KernelTest, Int8ActivationsHoldTheLargestProducts) {
   const uint32_t M = 37, K = 512;
-  std::vector<uint8_t> blocks(size_t(M) * K / 32 * 18);
-  for (size_t b = 0; b < blocks.size(); b += 18) {
+  for (const auto& [type, quant_byte, w] : {std::tuple{DType::Q4_0, 0xff, 7.0}, std::tuple{DType::Q8_0, 0x80, -128.0}}) {
+  SCOPED_TRACE(dtype_name(type));
+  const BlockLayout L = block_layout(type);
+  std::vector<uint8_t> blocks(size_t(M) * K / L.elems * L.bytes);
+  for (size_t b = 0; b < blocks.size(); b += L.bytes) {
     const uint16_t one = float_to_half(1.0f);
     memcpy(&blocks[b], &one, 2);
-    memset(&blocks[b + 2], 0xff, 16);
+    memset(&blocks[b + 2], quant_byte, L.bytes - 2);
   }
-  DeviceMatrix m = upload_matrix(*arena_, gpu().uploader, DType::Q4_0, M, K, blocks.data(), "w");
+  DeviceMatrix m = upload_matrix(*arena_, gpu().uploader, type, M, K, blocks.data(), "w");
   gpu().uploader.flush();
   Kernels k = kernels();
   for (float v : {1.0f, -1.0f}) {
@@ -138,9 +145,10 @@ TEST_P(KernelTest, Int8ActivationsHoldTheLargestProducts) {
     run([&](Recorder& r) { k.matmul(r, m, xs, ys, 2, false); });
     auto y = download<float>(ys, 2 * M);
     for (uint32_t r = 0; r < M; ++r) {
-      ASSERT_NEAR(y[r], 7.0 * K * v, 1e-5 * 7 * K) << "x = " << v << " row " << r;
-      ASSERT_NEAR(y[M + r], 0.0, 1e-5 * 7 * K) << "alternating x, row " << r;
+      ASSERT_NEAR(y[r], w * K * v, 1e-5 * std::fabs(w) * K) << "x = " << v << " row " << r;
+      ASSERT_NEAR(y[M + r], 0.0, 1e-5 * std::fabs(w) * K) << "alternating x, row " << r;
     }
+  }
   }
 }
 
@@ -222,6 +230,10 @@ TEST_P(KernelTest, MatmulPathsAreBothCovered) {
   const bool x8 = texels && gpu().ctx.facts().subgroup_arithmetic;
   EXPECT_STREQ(k.matmul_shader(q4, x), x8 ? "matmul_rows_q4_x8" : texels ? "matmul_rows_q4" : "matmul_q4");
   EXPECT_STREQ(kernels_float_x().matmul_shader(q4, x), texels ? "matmul_rows_q4" : "matmul_q4");
+  const auto blocks8 = random_blocks(DType::Q6_K, 64 * 256, 2);
+  DeviceMatrix q8 = upload_matrix(*arena_, gpu().uploader, DType::Q6_K, 64, 256, blocks8.data(), "q8");
+  gpu().uploader.flush();
+  EXPECT_STREQ(k.matmul_shader(q8, x), x8 ? "matmul_rows_q8_x8" : texels ? "matmul_rows_q8" : "matmul_q8");
 }
 
 TEST_P(KernelTest, MatmulAccumulatesIntoResidual) {
@@ -276,6 +288,7 @@ TEST_P(KernelTest, MatmulSwigluMatchesReference) {
     Kernels k = kernels();
     run([&](Recorder& r) { k.matmul_swiglu(r, gm, um, xs, ys, n); });
     auto y = download<float>(ys, n * M);
+    x = x_as_multiplied(k, gm, xs, x);
     for (uint32_t t = 0; t < n; ++t)
       for (uint32_t r = 0; r < M; ++r) {
         double a = 0, b = 0, abs_a = 0, abs_b = 0;
