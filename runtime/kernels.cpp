@@ -179,8 +179,7 @@ void Kernels::record_matmul(Recorder& r, const DeviceMatrix& w, const DeviceMatr
 
 void Kernels::matmul(Recorder& r, const DeviceMatrix& w, const MatmulInput& x, const Slice& y, uint32_t n,
                      bool accumulate, uint32_t x_stride, uint32_t y_stride) {
-  record_matmul(r, w, nullptr, x, y, n, accumulate ? kModeAccumulate : 0, x_stride,
-                y_stride);
+  record_matmul(r, w, nullptr, x, y, n, accumulate ? kModeAccumulate : 0, x_stride, y_stride);
 }
 
 void Kernels::matmul_swiglu(Recorder& r, const DeviceMatrix& gate, const DeviceMatrix& up, const MatmulInput& x,

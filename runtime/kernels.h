@@ -1,6 +1,8 @@
 #pragma once
-// Host side of the GLSL kernels in shaders/: one method per op, each recording one dispatch (no
-// barriers, no waits; the caller orders dependent ops with Recorder::barrier()).
+// Host side of the GLSL kernels in shaders/: one method per op, each recording one dispatch (no waits;
+// the caller orders dependent ops with Recorder::barrier()). Where an op needs a pass of its own first, the
+// method records it and the barrier between them (a quantized matmul's int8 activations, quantize_x8; the
+// unfused q|k|v projection's rope_store_kv): its inputs and output stay the caller's to order.
 //
 // Two kernel families, chosen from probed facts (DeviceFacts::prefers_row_per_lane) and both tested:
 //   RowPerLane: each lane owns a weight row and loops over it 16 bytes at a time (CPU devices: lanes are
