@@ -47,6 +47,7 @@ struct TokenInput {
 // sums by 1/sqrt(mean(x^2) + eps)), so RMSNorm costs no dispatch. Measured: lavapipe pycode target decode
 // +5-20%, prefill +5%, draft decode +10%; H100 1B q8_0 decode +40% (with the wider argmax), prefill -20%
 // (the norm's work is repeated for every row of a 16-token chunk; a tiled prefill matmul will fix that).
+// With int8 activations (x8_matmul) the quantizing pass applies the norm instead.
 struct MatmulInput {
   MatmulInput(const Slice& x_) : x(x_) {}   // implicit: a plain input
   MatmulInput(const Slice& x_, const Slice& norm_, float eps_) : x(x_), norm(norm_), eps(eps_) {}
