@@ -75,7 +75,8 @@ vec4 gv(uint t4) { return uintBitsToFloat(texelFetch(G, int(pc.norm + t4))); }
 // One chunk of a weight row, decoded: EPC weights (or quants) as up to four vec4s, and the quant group's
 // scale and min.
 struct Wt { vec4 a, b, c, d; float s, m; };
-// X8: a q4 chunk as nibble pairs (weights i and i + 4 of each 8, in the low and high 16 bits)
+// X8: a q4 chunk as nibble pairs (weights i and i + 4 of each 8, in the low and high 16 bits), or a q8
+// chunk's texel as it is (pa: 16 int8 weights, 4 per uint)
 struct Wq { uvec4 pa, pb; float s, m; };
 
 uvec4 fetch(usamplerBuffer tex, uint base, uint row, uint i, uint kt) { return texelFetch(tex, int(base + row * kt + i)); }
