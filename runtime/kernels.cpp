@@ -103,7 +103,8 @@ static bool texel_matmul(KernelFamily fam, const DeviceMatrix& w, const DeviceMa
 }
 
 Slice Kernels::quantize_x8(Recorder& r, const MatmulInput& in, uint32_t K, uint32_t n, uint32_t x_stride) {
-  const VkDeviceSize bytes = VkDeviceSize(n) * (K / contract::X8_BLOCK) * contract::X8_BLOCK_TEXELS * 16;
+  using namespace contract;   // X8_ROW_TEXELS
+  const VkDeviceSize bytes = VkDeviceSize(n) * X8_ROW_TEXELS(K) * 16;
   X8Scratch& s = *x8_scratch_;
   if (s.half < bytes) {   // grown, never shrunk or freed: recorded passes keep reading the buffer they were given
     s.half = (std::max(bytes, 2 * s.half) + 255) / 256 * 256;
@@ -137,7 +138,8 @@ void Kernels::record_matmul(Recorder& r, const DeviceMatrix& w, const DeviceMatr
     const bool x8 = x8_matmul(w);
     if (x8) {   // the matmul reads x as quantize_x8 wrote it, normalized already
       in = MatmulInput(quantize_x8(r, in, w.cols, n, x_stride));
-      x_stride = w.cols / contract::X8_BLOCK * contract::X8_BLOCK_TEXELS * 4;
+      using namespace contract;   // X8_ROW_TEXELS
+      x_stride = X8_ROW_TEXELS(w.cols) * 4;   // in uints, as for float x
       mode &= ~contract::MODE_RMSNORM;
     }
     const Slice& x = in.x;

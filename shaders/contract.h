@@ -53,8 +53,11 @@ VKSPEC_CONST ROW_QUANT_STEP = 64u;
 //               nibble pairs of matmul_rows.comp meet them so that one 32-bit product holds two weights'
 //               products in its upper half);
 //   texel 4:    floats {d, d * (sum of chunk 0's q), d * (sum of chunk 1's q), 0} (d = max |x| / 127).
+// A token's row of K values is X8_ROW_TEXELS(K) texels.
 VKSPEC_CONST X8_BLOCK = 32u;
 VKSPEC_CONST X8_BLOCK_TEXELS = 5u;
+VKSPEC_CONST X8_SCALE_TEXEL = 4u;   // the block's texel of floats
+#define X8_ROW_TEXELS(K) ((K) / X8_BLOCK * X8_BLOCK_TEXELS)
 VKSPEC_CONST MODE_ACCUMULATE = 1u;    // matmul: y += W x
 VKSPEC_CONST MODE_SWIGLU = 2u;        // matmul: y = silu(W x) * (W2 x)
 VKSPEC_CONST MODE_RMSNORM = 4u;       // matmul: x is rmsnorm(x) * norm, computed on the fly

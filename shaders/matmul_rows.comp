@@ -311,7 +311,7 @@ void main() {
     }
     // the chunk's x pairs (block chunk / 2, its texels 2 (chunk & 1) and 2 (chunk & 1) + 1) and, xsi texels
     // on, its block's scale texel
-    const uint xi = chunk / 2u * X8_BLOCK_TEXELS + (chunk & 1u) * 2u, xsi = 4u - (chunk & 1u) * 2u;
+    const uint xi = chunk / 2u * X8_BLOCK_TEXELS + (chunk & 1u) * 2u, xsi = X8_SCALE_TEXEL - (chunk & 1u) * 2u;
 #else
     const uint xi = chunk * XPC;   // the chunk's first x texel
     vec4 ga = vec4(1.0), gb = vec4(1.0), gc = vec4(1.0), gd = vec4(1.0);   // norm weights of this chunk

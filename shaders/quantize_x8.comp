@@ -45,15 +45,16 @@ void main() {
     ivec4 q[8];
     [[unroll]] for (uint i = 0; i < 8u; ++i) q[i] = ivec4(roundEven(v[i] * id));
     // chunk c = q[4c .. 4c+3]; texel 2c+h pairs q[4c+2h+1] (low half) with q[4c+2h] (high half)
-    const uint o = ((tok * blocks + b) * X8_BLOCK_TEXELS) * 4u;
+    const uint o = (tok * X8_ROW_TEXELS(pc.K) + b * X8_BLOCK_TEXELS) * 4u;   // the block's first uint
     [[unroll]] for (uint t = 0; t < 4u; ++t) {
       const ivec4 pairs = q[2u * t + 1u] + q[2u * t] * 65536;
       [[unroll]] for (uint i = 0; i < 4u; ++i) Uints(pc.out_).v[o + 4u * t + i] = uint(pairs[i]);
     }
     const ivec4 s0 = q[0] + q[1] + q[2] + q[3], s1 = q[4] + q[5] + q[6] + q[7];
-    Floats(pc.out_).v[o + 16u] = d;
-    Floats(pc.out_).v[o + 17u] = d * float(s0.x + s0.y + s0.z + s0.w);
-    Floats(pc.out_).v[o + 18u] = d * float(s1.x + s1.y + s1.z + s1.w);
-    Floats(pc.out_).v[o + 19u] = 0.0;
+    const uint f = o + 4u * X8_SCALE_TEXEL;
+    Floats(pc.out_).v[f] = d;
+    Floats(pc.out_).v[f + 1u] = d * float(s0.x + s0.y + s0.z + s0.w);
+    Floats(pc.out_).v[f + 2u] = d * float(s1.x + s1.y + s1.z + s1.w);
+    Floats(pc.out_).v[f + 3u] = 0.0;
   }
 }
