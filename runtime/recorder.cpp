@@ -6,10 +6,23 @@
 
 namespace vkspec {
 
-bool profiling_requested() {
+namespace {
+// VKSPEC_PROFILE: unset, "" or "0" (off), "1" (per kernel), "each" (per dispatch); anything else is an Error.
+std::string profile_setting() {
   const char* e = getenv("VKSPEC_PROFILE");
-  return e && std::string(e) == "1";
+  const std::string v = e ? e : "";
+  if (v != "" && v != "0" && v != "1" && v != "each")
+    throw Error("VKSPEC_PROFILE must be 0, 1 or each (or unset), got '" + v + "'");
+  return v;
 }
+}  // namespace
+
+bool profiling_requested() {
+  const std::string v = profile_setting();
+  return v == "1" || v == "each";
+}
+
+bool profiling_each_dispatch() { return profile_setting() == "each"; }
 
 Recorder::Recorder(Context& ctx, bool profile) : ctx_(ctx) {
   VkCommandPoolCreateInfo pi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
@@ -80,7 +93,10 @@ void Recorder::dispatch(const Pipeline& p, const void* push, uint32_t push_size,
   dispatches_++;
   if (timed) {
     vk::vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, query_pool_, queries_used_++);
-    query_labels_.push_back(p.name);
+    static const bool each = profiling_each_dispatch();
+    char label[160];
+    if (each) snprintf(label, sizeof label, "%03u %s %ux%u", queries_used_ / 2, p.name.c_str(), gx, gy);
+    query_labels_.push_back(each ? label : p.name);
   }
 }
 
@@ -147,10 +163,11 @@ void Recorder::submit_and_wait() {
 }
 
 std::string Recorder::profile_report() const {
-  std::string out = "kernel profile (VKSPEC_PROFILE=1):\n";
+  std::string out = profiling_each_dispatch() ? "kernel profile per dispatch (VKSPEC_PROFILE=each):\n"
+                                              : "kernel profile (VKSPEC_PROFILE=1):\n";
   char line[256];
   for (auto& [name, k] : profile_) {
-    snprintf(line, sizeof line, "  %-24s %10.3f ms total %8llu calls %9.4f ms/call\n", name.c_str(), k.total_ms,
+    snprintf(line, sizeof line, "  %-28s %10.3f ms total %8llu calls %9.4f ms/call\n", name.c_str(), k.total_ms,
              (unsigned long long)k.calls, k.total_ms / double(k.calls ? k.calls : 1));
     out += line;
   }

@@ -15,9 +15,12 @@
 
 namespace vkspec {
 
-// True when VKSPEC_PROFILE=1: recorders are then created with profiling on and print their report when
-// destroyed (profile_report()).
+// True when VKSPEC_PROFILE=1 or =each: recorders are then created with profiling on and print their report
+// when destroyed (profile_report()). With =each the report has a line per dispatch position of a
+// recording ("007 matmul_rows_f16 5x1": the 7th dispatch, its workgroup grid) instead of per kernel, and a
+// speculative round prints the device time of its drafts and of its verify pass.
 bool profiling_requested();
+bool profiling_each_dispatch();
 
 class Recorder {
  public:

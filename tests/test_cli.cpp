@@ -248,6 +248,8 @@ TEST(Cli, HostileInputsAreRefusedByName) {
       {"run " + kStories + " -p hi --seed -5", "--seed must be"},
       {"run " + kStories + " -p hi --device -3", "--device must be"},
       {"VKSPEC_KERNELS=fast run " + kStories + " -p hi", "VKSPEC_KERNELS must be"},
+      {"VKSPEC_PROFILE=yes run " + kStories + " -p hi", "VKSPEC_PROFILE must be"},
+      {"VKSPEC_INT8_X=2 run " + kStories + " -p hi", "VKSPEC_INT8_X must be"},
       {"VKSPEC_DEVICE=99999999999 run " + kStories + " -p hi", "VKSPEC_DEVICE must be"},
   };
   for (const Case& c : cases) {
@@ -260,6 +262,25 @@ TEST(Cli, HostileInputsAreRefusedByName) {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
   }
   unlink(fifo.c_str());
+}
+
+// VKSPEC_PROFILE=1 reports device time per kernel; =each per dispatch position (in recording order, with
+// its grid) and, for a speculative round, the time of its drafts and of its verify pass.
+TEST(Cli, ProfileReportsPerKernelAndPerDispatch) {
+  const std::string run = std::string(VKSPEC_BIN) + " run " + kStories + " -md " + shared_path("models/stories260K.gguf") +
+                          " -p 'Once upon a time' -n 12 --temp 0";
+  auto kernels = run_command("VKSPEC_PROFILE=1 " + run);
+  ASSERT_EQ(kernels.code, 0) << kernels.err;
+  EXPECT_NE(kernels.err.find("kernel profile (VKSPEC_PROFILE=1)"), std::string::npos) << kernels.err;
+  EXPECT_NE(kernels.err.find("  embed "), std::string::npos) << kernels.err;
+  EXPECT_EQ(kernels.err.find("speculative round:"), std::string::npos) << kernels.err;
+  auto each = run_command("VKSPEC_PROFILE=each " + run);
+  ASSERT_EQ(each.code, 0) << each.err;
+  EXPECT_EQ(each.out, kernels.out) << "profiling changed the tokens";
+  EXPECT_NE(each.err.find("kernel profile per dispatch (VKSPEC_PROFILE=each)"), std::string::npos) << each.err;
+  EXPECT_NE(each.err.find("  001 embed 1x1 "), std::string::npos) << each.err;   // a decode step's first dispatch
+  EXPECT_NE(each.err.find("speculative round: "), std::string::npos) << each.err;
+  EXPECT_NE(each.err.find(" ms, verify pass of "), std::string::npos) << each.err;
 }
 
 TEST(Cli, WriteFailuresExitNonZero) {
