@@ -24,7 +24,7 @@ bool profiling_requested() {
 
 bool profiling_each_dispatch() { return profile_setting() == "each"; }
 
-Recorder::Recorder(Context& ctx, bool profile) : ctx_(ctx) {
+Recorder::Recorder(Context& ctx, bool profile) : ctx_(ctx), each_(profile && profiling_each_dispatch()) {
   VkCommandPoolCreateInfo pi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
   pi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
   pi.queueFamilyIndex = ctx.queue_family();
@@ -93,10 +93,9 @@ void Recorder::dispatch(const Pipeline& p, const void* push, uint32_t push_size,
   dispatches_++;
   if (timed) {
     vk::vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, query_pool_, queries_used_++);
-    static const bool each = profiling_each_dispatch();
     char label[160];
-    if (each) snprintf(label, sizeof label, "%03u %s %ux%u", queries_used_ / 2, p.name.c_str(), gx, gy);
-    query_labels_.push_back(each ? label : p.name);
+    if (each_) snprintf(label, sizeof label, "%03u %s %ux%u", queries_used_ / 2, p.name.c_str(), gx, gy);
+    query_labels_.push_back(each_ ? label : p.name);
   }
 }
 
@@ -163,8 +162,7 @@ void Recorder::submit_and_wait() {
 }
 
 std::string Recorder::profile_report() const {
-  std::string out = profiling_each_dispatch() ? "kernel profile per dispatch (VKSPEC_PROFILE=each):\n"
-                                              : "kernel profile (VKSPEC_PROFILE=1):\n";
+  std::string out = each_ ? "kernel profile per dispatch (VKSPEC_PROFILE=each):\n" : "kernel profile (VKSPEC_PROFILE=1):\n";
   char line[256];
   for (auto& [name, k] : profile_) {
     snprintf(line, sizeof line, "  %-28s %10.3f ms total %8llu calls %9.4f ms/call\n", name.c_str(), k.total_ms,

@@ -53,6 +53,7 @@ class Recorder {
   static uint64_t total_dispatches() { return dispatches_.load(); }
 
   bool profiling() const { return query_pool_ != VK_NULL_HANDLE; }
+  bool profiling_each() const { return each_ && profiling(); }   // per dispatch position (VKSPEC_PROFILE=each)
   struct KernelTime { double total_ms = 0; uint64_t calls = 0; };
   const std::map<std::string, KernelTime>& profile() const { return profile_; }
   std::string profile_report() const;
@@ -68,6 +69,7 @@ class Recorder {
   uint32_t queries_used_ = 0;
   std::vector<std::string> query_labels_;   // one per dispatch (queries 2i, 2i+1)
   std::map<std::string, KernelTime> profile_;
+  bool each_ = false;   // profiling per dispatch position (VKSPEC_PROFILE=each), read once at construction
   static constexpr uint32_t kMaxMarks = 8;
   VkQueryPool marks_pool_ = VK_NULL_HANDLE;
   uint32_t marks_used_ = 0;

@@ -49,8 +49,7 @@ bool SpeculativeDecoder::round() {
   stats_.gpu_s += std::max(0.0, rec_.seconds_between(m_draft, m_end));
   const bool caught_up = round_.catch_up_end >= 0;   // the drafter caught up first, timed apart
   const uint32_t m_steps = caught_up ? uint32_t(round_.catch_up_end) : m_draft;
-  static const bool each = profiling_each_dispatch();
-  if (each)   // what a round's parts cost on the device: the figures adaptive K weighs
+  if (rec_.profiling_each())   // what a round's parts cost on the device: the figures adaptive K weighs
     fprintf(stderr, "speculative round: %u drafts %.3f ms, verify pass of %u rows %.3f ms\n", k_,
             1e3 * rec_.seconds_between(m_steps, m_verify), rows, 1e3 * rec_.seconds_between(m_verify, m_end));
   return finish(rec_.seconds_between(m_steps, m_verify), rec_.seconds_between(m_verify, m_end),
