@@ -22,9 +22,7 @@ bool profiling_requested() {
   return v == "1" || v == "each";
 }
 
-bool profiling_each_dispatch() { return profile_setting() == "each"; }
-
-Recorder::Recorder(Context& ctx, bool profile) : ctx_(ctx), each_(profile && profiling_each_dispatch()) {
+Recorder::Recorder(Context& ctx, bool profile) : ctx_(ctx), each_(profile && profile_setting() == "each") {
   VkCommandPoolCreateInfo pi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
   pi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
   pi.queueFamilyIndex = ctx.queue_family();

@@ -16,11 +16,11 @@
 namespace vkspec {
 
 // True when VKSPEC_PROFILE=1 or =each: recorders are then created with profiling on and print their report
-// when destroyed (profile_report()). With =each the report has a line per dispatch position of a
-// recording ("007 matmul_rows_f16 5x1": the 7th dispatch, its workgroup grid) instead of per kernel, and a
-// speculative round prints the device time of its drafts and of its verify pass.
+// when destroyed (profile_report()). With =each (Recorder::profiling_each) the report has a line per
+// dispatch position of a recording ("007 matmul_rows_f16 5x1": the 7th dispatch, its workgroup grid)
+// instead of per kernel, and a speculative round prints the device time of its drafts and of its verify pass.
+// Any other value than 0, 1 or each is an Error.
 bool profiling_requested();
-bool profiling_each_dispatch();
 
 class Recorder {
  public:
