@@ -370,19 +370,21 @@ void main() {
 
   // 1. repetition penalty, once per distinct token of the window (never with TEXEL_LOGITS: see the top)
 #ifndef TEXEL_LOGITS
+  // Each lane rewrites the logits of its own range only, so every later read of a logit is by the invocation
+  // that wrote it (program order). The logits are not coherent memory: when any lane penalized any id, a GPU
+  // let the owning lane's later loops read the old value in one walk and the new in another (an H200 gave a
+  // probability row that differed run to run; test_sampler's BatchedRowsEqualOneRecordEach).
   if (P.last_n != 0u && P.penalty != 1.0) {
     const uint end = P.h_end, start = end > P.last_n ? end - P.last_n : 0u;
-    for (uint j = start + lane; j < end; j += WG) {
+    for (uint j = start; j < end; ++j) {
       const uint id = Uints(P.hist).v[j];
-      bool first = id < pc.V;
+      bool first = id >= lo && id < hi;
       for (uint i = start; i < j && first; ++i) first = Uints(P.hist).v[i] != id;
       if (first) {
         const float l = Floats(P.logits).v[id];
         Floats(P.logits).v[id] = l > 0.0 ? l / P.penalty : l * P.penalty;
       }
     }
-    memoryBarrierBuffer();
-    barrier();
     lane_hi = -1.0 / 0.0;   // the penalty moved some logits
     FOR_LOGITS(lo, hi) lane_hi = max(lane_hi, l); END_FOR_LOGITS
   }

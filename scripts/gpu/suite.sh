@@ -7,8 +7,10 @@ R=$PWD
 find .gpu -name '*.xz' -exec xz -d -f -T0 {} +
 chmod +x .gpu/bin/* .gpu/llama/llama_driver 2>/dev/null
 export VK_LAYER_PATH=$R/.gpu/layer LD_LIBRARY_PATH=$R/.gpu/lib XDG_CACHE_HOME=/tmp/cache VKSPEC_SHARED=$R/.gpu/shared
-[ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] &&
-  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+icd=$(ls /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json \
+  /usr/share/vulkan/icd.d/nvidia_icd.json 2>/dev/null | head -1)
+[ -n "$icd" ] || icd=$(find /usr /etc -name 'nvidia_icd*.json' 2>/dev/null | head -1)
+[ -n "$icd" ] && export VK_DRIVER_FILES=$icd; echo "ICD: ${icd:-none found}"
 # test_cli runs the vkspec binary at the path it was built with here.
 mkdir -p /work build/tests; [ -e /work/main ] || ln -s "$R" /work/main
 cp .gpu/bin/vkspec build/; cp .gpu/bin/test_* .gpu/bin/vkspec-shape build/tests/ 2>/dev/null
