@@ -101,6 +101,9 @@ TEST_F(SpeculativeTest, GreedyParityBitForBitForEveryDrafterAndK) {
       {shared_path("models/pycode-target-f16.gguf"), shared_path("models/pycode-draft-f16.gguf"),
        {"def fibonacci(n):", "import os", "class Stack:", "for i in range(", "    def __init__(self", "# Copyright",
         "if __name__ == '__main__':", "return self."}, 20}};
+#ifdef VKSPEC_SANITIZED   // the sanitizer job: three prompts of each pair reach every drafter, K and rejection path
+  for (auto& p : pairs) p.prompts.resize(3);
+#endif
   for (auto& p : pairs) {
     GgufFile tf(p.target), df(p.draft);
     auto tok = Tokenizer::from_gguf(tf);
@@ -295,7 +298,11 @@ TEST_F(SpeculativeTest, SampledTokensHaveTheTargetsDistribution) {
   target.forward(seq, prompt, Logits::Last);
   const uint32_t last = prompt.back();
   const std::vector<float> prompt_logits(target.logits(0), target.logits(0) + V);
+#ifdef VKSPEC_SANITIZED   // the sanitizer job looks for memory errors on the same paths, not for statistical power
+  const int n_seeds = 300, n_tokens = 3;
+#else
   const int n_seeds = 2000, n_tokens = 3;
+#endif
   int widest = 0;
   struct Setting { float temp; int top_k; float top_p; };
   for (Setting st : {Setting{0.8f, 40, 0.95f}, Setting{1.0f, 0, 0.9f}}) {
