@@ -22,6 +22,17 @@ function(vkspec_shader name source)
   set_property(GLOBAL APPEND PROPERTY VKSPEC_SHADER_SOURCES ${cpp})
 endfunction()
 
+# matmul_rows.comp in four builds (runtime/kernels.cpp matmul_rows_shader picks one per pass): NAME for
+# tiles of up to 8 tokens and 8 rows per lane, NAME_t1 for one token (ONE_TOKEN), NAME_r2 and NAME_t1_r2 for
+# up to 2 rows per lane (TWO_ROWS). Specialization removes the code a pipeline does not use only after
+# lavapipe has translated the whole module, so a smaller module is a faster start.
+function(vkspec_matmul_rows_shaders name)
+  vkspec_shader(${name} shaders/matmul_rows.comp ${ARGN})
+  vkspec_shader(${name}_t1 shaders/matmul_rows.comp ${ARGN} -DONE_TOKEN)
+  vkspec_shader(${name}_r2 shaders/matmul_rows.comp ${ARGN} -DTWO_ROWS)
+  vkspec_shader(${name}_t1_r2 shaders/matmul_rows.comp ${ARGN} -DONE_TOKEN -DTWO_ROWS)
+endfunction()
+
 function(vkspec_shader_library target)
   set(index ${CMAKE_BINARY_DIR}/shaders/shader_index.cpp)
   get_property(names GLOBAL PROPERTY VKSPEC_SHADER_NAMES)

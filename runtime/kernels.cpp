@@ -27,6 +27,14 @@ const char* const kMatmulShader[] = {"matmul_f32", "matmul_f16", "matmul_bf16", 
 const char* const kMatmulRowsShader[] = {"matmul_rows_f32", "matmul_rows_f16", "matmul_rows_bf16", "matmul_rows_q8",
                                          "matmul_rows_q4"};
 const char* const kMatmulRowsX8Shader[] = {nullptr, nullptr, nullptr, "matmul_rows_q8_x8", "matmul_rows_q4_x8"};
+// matmul_rows.comp's builds (cmake/shaders.cmake vkspec_matmul_rows_shaders), suffixed: "_t1" holds one
+// token's code, "_r2" two rows per lane. Each is the full build's code specialized the same way, so the same
+// bits; only the module is smaller. lavapipe translates a pipeline's whole module, dead code included,
+// when the pipeline is created (its cache keeps only LLVM's code), so in every process a decode pipeline
+// of the int8 q8 kernel is created ~3x faster (~180 -> ~60 ms) and a 2-row one ~3.5x (docs/PERFORMANCE.md).
+std::string matmul_rows_shader(const char* base, uint32_t tt, uint32_t rpl) {
+  return std::string(base) + (tt == 1 ? "_t1" : "") + (rpl <= 2 ? "_r2" : "");
+}
 const uint32_t kElemsPerTexel[] = {4, 8, 8, 16, 32};
 
 uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
@@ -165,7 +173,7 @@ void Kernels::record_matmul(Recorder& r, const DeviceMatrix& w, const DeviceMatr
       pc.block_size = rope->kv.block_size;
     }
     const uint32_t spec_mode = mode & (contract::MODE_SWIGLU | contract::MODE_RMSNORM | contract::MODE_ROPE_KV);
-    const Pipeline& p = pipelines_.get((x8 ? kMatmulRowsX8Shader : kMatmulRowsShader)[f.storage],
+    const Pipeline& p = pipelines_.get(matmul_rows_shader((x8 ? kMatmulRowsX8Shader : kMatmulRowsShader)[f.storage], tt, rpl),
                                        {wg, tt, rpl, f.group, f.has_min, spec_mode}, Pipelines::Layout::Texels);
     r.dispatch(p, views, &pc, sizeof pc, ceil_div(w.rows, wg * rpl), ceil_div(n, tt));
     return;

@@ -48,7 +48,10 @@ const uint WTYPE = WT_Q4, EPT = 32;
 const uint EPC = EPT > 16u ? 16u : EPT;   // weights per decoded chunk
 const uint CPT = EPT / EPC;               // chunks per texel
 
-layout(constant_id = 1) const uint TT = 1;    // tokens per workgroup: 1..8
+// tokens per workgroup: 1..8. ONE_TOKEN, decode's build (the host passes TT = 1 to it), holds one token's
+// code. TT stays a specialization constant there: as a literal it made glslang unroll the chunk loop into a
+// larger module, which lavapipe then created no faster.
+layout(constant_id = 1) const uint TT = 1;
 layout(constant_id = 2) const uint RPL = 1;   // rows per lane: 1, 2, 4 or 8 (x is fetched once for all of them)
 layout(constant_id = 3) const uint GROUP = 32;       // quantized: weights per scale (16 or 32)
 layout(constant_id = 4) const bool HAS_MIN = false;  // quantized: scales are {s, m} pairs
@@ -166,8 +169,13 @@ const uint XPC = EPC / 4u;                // x texels per chunk
 
 // Per-row code is written once and expanded for rows 0..RPL-1 (llvmpipe keeps named vec4s in registers or
 // its stack frame, but an indexed array in scratch memory).
+#ifdef TWO_ROWS   // the build for RPL <= 2 (cmake/shaders.cmake vkspec_matmul_rows_shaders)
+#define FOR_ROWS(M) M(0) M(1)
+#define FOR_ROWS_AT(M, h, c) M(0, h, c) M(1, h, c)
+#else
 #define FOR_ROWS(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7)
 #define FOR_ROWS_AT(M, h, c) M(0, h, c) M(1, h, c) M(2, h, c) M(3, h, c) M(4, h, c) M(5, h, c) M(6, h, c) M(7, h, c)
+#endif
 
 // y[t][row] for the TT tokens of the workgroup from one row's sums (lo: tokens 0-3, hi: 4-7; up: SwiGLU's)
 void store_row(uint row, uint t0, vec4 lo, vec4 hi, vec4 up_lo, vec4 up_hi, vec4 ssl, vec4 ssh) {
@@ -340,8 +348,11 @@ void main() {
       FOR_ROWS_AT(ROW, h, c)                                             \
     }
 #endif
-    TOKEN(0, l, x) TOKEN(1, l, y) TOKEN(2, l, z) TOKEN(3, l, w)
+    TOKEN(0, l, x)
+#ifndef ONE_TOKEN
+    TOKEN(1, l, y) TOKEN(2, l, z) TOKEN(3, l, w)
     TOKEN(4, h, x) TOKEN(5, h, y) TOKEN(6, h, z) TOKEN(7, h, w)
+#endif
 #undef TOKEN
 #undef ROW
     }
@@ -349,7 +360,10 @@ void main() {
 
   if (ROPE_KV) {
 #define STORE_PAIR(j, k) if (RPL > j) store_rope_pair(row0 + j, t0, a##j##l, a##j##h, a##k##l, a##k##h, ssl, ssh);
-    STORE_PAIR(0, 1) STORE_PAIR(2, 3) STORE_PAIR(4, 5) STORE_PAIR(6, 7)
+    STORE_PAIR(0, 1)
+#ifndef TWO_ROWS
+    STORE_PAIR(2, 3) STORE_PAIR(4, 5) STORE_PAIR(6, 7)
+#endif
 #undef STORE_PAIR
   } else {
 #define STORE(j) if (RPL > j) store_row(row0 + j, t0, a##j##l, a##j##h, g##j##l, g##j##h, ssl, ssh);

@@ -118,6 +118,14 @@ TEST_P(KernelTest, MatmulMatchesReferenceAllTypesOddSizes) {
             check_matmul(this, kernels_float_x(), type, {M, K, n}, false);
         }
   }
+  // The sizes above take 1 or 2 rows per lane on CPU devices; these 4 and 8 (matmul_rows' 8-row builds,
+  // at one token and in a tile)
+  if (GetParam() != KernelFamily::RowPerLane) return;
+  std::vector<DType> types(std::begin(kFloatTypes), std::end(kFloatTypes));
+  types.insert(types.end(), std::begin(kQuantTypes), std::end(kQuantTypes));
+  for (DType type : types)
+    for (uint32_t M : {600u, 1100u})
+      for (uint32_t n : {1u, 5u}) check_matmul(this, kernels(), type, {M, 3 * block_layout(type).elems * 8, n}, false);
 }
 
 // The int8-activation kernels sum exact integer products (matmul_rows.comp X8; q4 packs two in one 32-bit
@@ -358,15 +366,18 @@ TEST_P(KernelTest, NormalizedMatmulMatchesReferenceAndIsBatchInvariant) {
     }
 }
 
-// Token t's output must not depend on n or on which other tokens share the dispatch.
+// Token t's output must not depend on n or on which other tokens share the dispatch. In the row-per-lane
+// family M = 97 takes one row per lane and M = 1100 eight (matmul_rows' 2-row and 8-row builds, each at one
+// token and in tiles).
 TEST_P(KernelTest, MatmulIsBatchInvariantBitForBit) {
   Kernels k = kernels();
   std::vector<DType> types(std::begin(kFloatTypes), std::end(kFloatTypes));
   types.insert(types.end(), std::begin(kQuantTypes), std::end(kQuantTypes));
   for (DType type : types)
-    for (uint32_t K : {64u, 96u, 257u, 512u}) {
-      if (K % block_layout(type).elems) continue;
-      const uint32_t M = 97, n = 16;
+    for (uint32_t K : {64u, 96u, 257u, 512u})
+    for (uint32_t M : {97u, 1100u}) {
+      if (K % block_layout(type).elems || (M > 97 && (K != 512 || GetParam() != KernelFamily::RowPerLane))) continue;
+      const uint32_t n = 16;
       auto x = random_floats(n * K, 5);
       const TestMatrix w = test_matrix(type, M, K, K);
       DeviceMatrix m = upload_matrix(*arena_, gpu().uploader, type, M, K, w.bytes.data(), "w");
