@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <array>
+#include <cstdio>
 
 namespace vkspec {
 
@@ -32,8 +34,10 @@ const char* const kMatmulRowsX8Shader[] = {nullptr, nullptr, nullptr, "matmul_ro
 // bits; only the module is smaller. lavapipe translates a pipeline's whole module, dead code included,
 // when the pipeline is created (its cache keeps only LLVM's code), so in every process a decode pipeline
 // of the int8 q8 kernel is created ~3x faster (~180 -> ~60 ms) and a 2-row one ~3.5x (docs/PERFORMANCE.md).
-std::string matmul_rows_shader(const char* base, uint32_t tt, uint32_t rpl) {
-  return std::string(base) + (tt == 1 ? "_t1" : "") + (rpl <= 2 ? "_r2" : "");
+// The name is written into `buf`: recording a dispatch allocates nothing.
+std::string_view matmul_rows_shader(std::array<char, 48>& buf, const char* base, uint32_t tt, uint32_t rpl) {
+  const int n = snprintf(buf.data(), buf.size(), "%s%s%s", base, tt == 1 ? "_t1" : "", rpl <= 2 ? "_r2" : "");
+  return {buf.data(), size_t(std::min(n, int(buf.size()) - 1))};
 }
 const uint32_t kElemsPerTexel[] = {4, 8, 8, 16, 32};
 
@@ -173,7 +177,8 @@ void Kernels::record_matmul(Recorder& r, const DeviceMatrix& w, const DeviceMatr
       pc.block_size = rope->kv.block_size;
     }
     const uint32_t spec_mode = mode & (contract::MODE_SWIGLU | contract::MODE_RMSNORM | contract::MODE_ROPE_KV);
-    const Pipeline& p = pipelines_.get(matmul_rows_shader((x8 ? kMatmulRowsX8Shader : kMatmulRowsShader)[f.storage], tt, rpl),
+    std::array<char, 48> name;
+    const Pipeline& p = pipelines_.get(matmul_rows_shader(name, (x8 ? kMatmulRowsX8Shader : kMatmulRowsShader)[f.storage], tt, rpl),
                                        {wg, tt, rpl, f.group, f.has_min, spec_mode}, Pipelines::Layout::Texels);
     r.dispatch(p, views, &pc, sizeof pc, ceil_div(w.rows, wg * rpl), ceil_div(n, tt));
     return;

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -88,16 +89,23 @@ Pipelines::~Pipelines() {
   if (texel_set_layout_) vk::vkDestroyDescriptorSetLayout(ctx_.device(), texel_set_layout_, nullptr);
 }
 
-const Pipeline& Pipelines::get(const std::string& shader, const std::vector<uint32_t>& spec, Layout layout) {
-  auto key = std::make_pair(shader, spec);
-  if (auto it = pipelines_.find(key); it != pipelines_.end()) return it->second;
+bool Pipelines::KeyLess::operator()(KeyRef a, KeyRef b) const {
+  if (a.shader != b.shader) return a.shader < b.shader;
+  return std::lexicographical_compare(a.spec.begin(), a.spec.end(), b.spec.begin(), b.spec.end());
+}
 
-  VkShaderModule& module = modules_[shader];
+const Pipeline& Pipelines::get(std::string_view shader, std::initializer_list<uint32_t> spec_list, Layout layout) {
+  const std::span<const uint32_t> spec(spec_list.begin(), spec_list.size());
+  if (auto it = pipelines_.find(KeyRef(shader, spec)); it != pipelines_.end()) return it->second;
+
+  auto mit = modules_.find(shader);
+  if (mit == modules_.end()) mit = modules_.emplace(std::string(shader), VkShaderModule(VK_NULL_HANDLE)).first;
+  VkShaderModule& module = mit->second;
   if (!module) {
     const shaders::EmbeddedShader* found = nullptr;
     for (size_t i = 0; i < shaders::kShaderCount; ++i)
       if (shader == shaders::kShaders[i].name) found = &shaders::kShaders[i];
-    if (!found) throw Error("internal: no embedded shader named " + shader);
+    if (!found) throw Error("internal: no embedded shader named " + std::string(shader));
     VkShaderModuleCreateInfo mi{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
     mi.codeSize = found->size_bytes;
     mi.pCode = found->words;
@@ -105,23 +113,23 @@ const Pipeline& Pipelines::get(const std::string& shader, const std::vector<uint
   }
   std::vector<VkSpecializationMapEntry> entries(spec.size());
   for (uint32_t i = 0; i < spec.size(); ++i) entries[i] = {i, i * 4u, 4};
-  VkSpecializationInfo si{uint32_t(entries.size()), entries.data(), spec.size() * 4, spec.data()};
+  VkSpecializationInfo si{uint32_t(entries.size()), entries.data(), spec.size_bytes(), spec.data()};
   VkComputePipelineCreateInfo pi{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
   pi.stage = {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO};
   pi.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
   pi.stage.module = module;
   pi.stage.pName = "main";
   pi.stage.pSpecializationInfo = &si;
-  if (layout == Layout::Texels && !texel_layout_) throw Error("internal: " + shader + " needs push descriptors");
+  if (layout == Layout::Texels && !texel_layout_) throw Error("internal: " + std::string(shader) + " needs push descriptors");
   pi.layout = layout == Layout::Texels ? texel_layout_ : layout_;
   Pipeline p;
   vk_check(vk::vkCreateComputePipelines(ctx_.device(), cache_, 1, &pi, nullptr, &p.pipeline),
-           ("creating pipeline " + shader).c_str());
+           ("creating pipeline " + std::string(shader)).c_str());
   p.layout = pi.layout;
   p.texel_bindings = layout == Layout::Texels;
   p.workgroup_size = spec.empty() ? 1 : spec[0];
   p.name = shader;
-  return pipelines_.emplace(key, p).first->second;
+  return pipelines_.emplace(Key{std::string(shader), std::vector<uint32_t>(spec.begin(), spec.end())}, p).first->second;
 }
 
 }  // namespace vkspec

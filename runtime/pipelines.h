@@ -4,8 +4,11 @@
 // through texel buffers also have set 0 = kTexelBindings uniform texel buffers, bound per dispatch with
 // push descriptors (no descriptor pools or sets to manage). The VkPipelineCache is persisted under $XDG_CACHE_HOME/vkspec (or ~/.cache/vkspec),
 // one file per device UUID, so a second start does not recompile.
+#include <initializer_list>
 #include <map>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/context.h"
@@ -31,8 +34,9 @@ class Pipelines {
   Pipelines(const Pipelines&) = delete;
   Pipelines& operator=(const Pipelines&) = delete;
 
-  // spec[0] is the workgroup size; spec[i] is constant_id i.
-  const Pipeline& get(const std::string& shader, const std::vector<uint32_t>& spec,
+  // spec[0] is the workgroup size; spec[i] is constant_id i. Finding a pipeline that exists allocates
+  // nothing: it runs for every dispatch a step records.
+  const Pipeline& get(std::string_view shader, std::initializer_list<uint32_t> spec,
                       Layout layout = Layout::PushConstants);
   const std::string& cache_path() const { return cache_path_; }
   size_t created() const { return pipelines_.size(); }
@@ -44,8 +48,23 @@ class Pipelines {
   VkPipelineLayout texel_layout_ = VK_NULL_HANDLE;   // only when the device has push descriptors
   VkPipelineCache cache_ = VK_NULL_HANDLE;
   std::string cache_path_;
-  std::map<std::string, VkShaderModule> modules_;
-  std::map<std::pair<std::string, std::vector<uint32_t>>, Pipeline> pipelines_;
+  // (shader, specialization constants), ordered by name then constants; looked up by KeyRef without a copy
+  struct Key {
+    std::string shader;
+    std::vector<uint32_t> spec;
+  };
+  struct KeyRef {
+    std::string_view shader;
+    std::span<const uint32_t> spec;
+    KeyRef(std::string_view s, std::span<const uint32_t> c) : shader(s), spec(c) {}
+    KeyRef(const Key& k) : shader(k.shader), spec(k.spec) {}
+  };
+  struct KeyLess {
+    using is_transparent = void;
+    bool operator()(KeyRef a, KeyRef b) const;
+  };
+  std::map<std::string, VkShaderModule, std::less<>> modules_;
+  std::map<Key, Pipeline, KeyLess> pipelines_;
 };
 
 }  // namespace vkspec
