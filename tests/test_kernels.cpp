@@ -17,6 +17,11 @@ namespace {
 const DType kFloatTypes[] = {DType::F32, DType::F16, DType::BF16};
 const DType kQuantTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
                              DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+std::vector<DType> all_types() {
+  std::vector<DType> types(std::begin(kFloatTypes), std::end(kFloatTypes));
+  types.insert(types.end(), std::begin(kQuantTypes), std::end(kQuantTypes));
+  return types;
+}
 
 // A [rows][cols] test matrix in GGUF encoding of `type`, and its values: float types encode random floats;
 // quantized types are random blocks, valued by the tests' own dequantizer (tests/quant_reference.h).
@@ -121,8 +126,7 @@ TEST_P(KernelTest, MatmulMatchesReferenceAllTypesOddSizes) {
   // The sizes above take 1 or 2 rows per lane on CPU devices; these 4 and 8 (matmul_rows' 8-row builds,
   // at one token and in a tile)
   if (GetParam() != KernelFamily::RowPerLane) return;
-  std::vector<DType> types(std::begin(kFloatTypes), std::end(kFloatTypes));
-  types.insert(types.end(), std::begin(kQuantTypes), std::end(kQuantTypes));
+  const std::vector<DType> types = all_types();
   for (DType type : types)
     for (uint32_t M : {600u, 1100u})
       for (uint32_t n : {1u, 5u}) check_matmul(this, kernels(), type, {M, 3 * block_layout(type).elems * 8, n}, false);
@@ -371,8 +375,7 @@ TEST_P(KernelTest, NormalizedMatmulMatchesReferenceAndIsBatchInvariant) {
 // token and in tiles).
 TEST_P(KernelTest, MatmulIsBatchInvariantBitForBit) {
   Kernels k = kernels();
-  std::vector<DType> types(std::begin(kFloatTypes), std::end(kFloatTypes));
-  types.insert(types.end(), std::begin(kQuantTypes), std::end(kQuantTypes));
+  const std::vector<DType> types = all_types();
   for (DType type : types)
     for (uint32_t K : {64u, 96u, 257u, 512u})
     for (uint32_t M : {97u, 1100u}) {
@@ -410,8 +413,7 @@ TEST_P(KernelTest, MatmulIsBatchInvariantBitForBit) {
 TEST_P(KernelTest, EmbedGathersRowsOfEveryType) {
   const uint32_t vocab = 67;
   std::vector<uint32_t> ids = {0, 66, 5, 5, 31};
-  std::vector<DType> types(std::begin(kFloatTypes), std::end(kFloatTypes));
-  types.insert(types.end(), std::begin(kQuantTypes), std::end(kQuantTypes));
+  const std::vector<DType> types = all_types();
   for (DType type : types) {
     const uint32_t dim = block_layout(type).elems == 256 ? 512 : 96;
     const TestMatrix table = test_matrix(type, vocab, dim, 11);
