@@ -26,6 +26,8 @@ static_assert(sizeof(MatmulPC) <= 128 && sizeof(MatmulRowsPC) <= 128 && sizeof(R
 constexpr uint32_t kModeAccumulate = contract::MODE_ACCUMULATE, kModeSwiglu = contract::MODE_SWIGLU;
 // Indexed by WeightFormat::storage (WT_*).
 const char* const kMatmulShader[] = {"matmul_f32", "matmul_f16", "matmul_bf16", "matmul_q8", "matmul_q4"};
+const char* const kMatmulTileShader[] = {"matmul_tile_f32", "matmul_tile_f16", "matmul_tile_bf16", "matmul_tile_q8",
+                                         "matmul_tile_q4"};
 const char* const kMatmulRowsShader[] = {"matmul_rows_f32", "matmul_rows_f16", "matmul_rows_bf16", "matmul_rows_q8",
                                          "matmul_rows_q4"};
 const char* const kMatmulRowsX8Shader[] = {nullptr, nullptr, nullptr, "matmul_rows_q8_x8", "matmul_rows_q4_x8"};
@@ -59,6 +61,14 @@ Kernels::Kernels(Context& ctx, Pipelines& pipelines, KernelFamily family)
     throw Error(std::string("VKSPEC_INT8_X must be 0 or 1 (or unset), got '") + x8 + "'");
   x8_ = family_ == KernelFamily::RowPerLane && ctx.facts().texel_reads() && ctx.facts().subgroup_arithmetic &&
         !(x8 && strcmp(x8, "0") == 0);
+  const char* tile = getenv("VKSPEC_MATMUL_TILE");
+  if (tile && *tile && strcmp(tile, "0") != 0 && strcmp(tile, "1") != 0)
+    throw Error(std::string("VKSPEC_MATMUL_TILE must be 0 or 1 (or unset), got '") + tile + "'");
+  static_assert(kBatchTile * kTileRows + kBatchTile <= contract::MATMUL_TILE_VALUES &&
+                2 * kBatchTile * kTileRowsSwiglu + kBatchTile <= contract::MATMUL_TILE_VALUES,
+                "matmul_tile's reduction slots");
+  tile_ = family_ == KernelFamily::Subgroup && ctx.facts().min_subgroup_size > 0 &&
+          wg_rows_ / ctx.facts().min_subgroup_size <= contract::MATMUL_TILE_SUBGROUPS && !(tile && strcmp(tile, "0") == 0);
   x8_scratch_ = std::make_shared<X8Scratch>();
   scratch_arena_ = std::make_shared<Arena>(ctx, MemoryKind::Device, 4ull << 20);
   partials_ = std::make_shared<Slice>();
@@ -86,7 +96,15 @@ static bool texel_path(KernelFamily fam, const DeviceMatrix& w, const DeviceMatr
          (!w.format.quantized() || w.cols % contract::ROW_QUANT_STEP == 0);
 }
 
-const char* Kernels::matmul_shader(const DeviceMatrix& w, const Slice& x, uint32_t x_stride) const {
+// The subgroup family's passes of several tokens: tiles of rows x tokens per workgroup (matmul_tile.comp),
+// where rows are whole vec4s and the device's subgroups fit the tile's reduction slots. One token and
+// everything else: matmul.comp, whose order of additions the tile keeps (batch invariance).
+bool Kernels::tile_matmul(const DeviceMatrix& w, uint32_t n, uint32_t x_stride) const {
+  return tile_ && n > 1 && w.cols % 4 == 0 && (x_stride ? x_stride : w.cols) % 4 == 0;
+}
+
+const char* Kernels::matmul_shader(const DeviceMatrix& w, const Slice& x, uint32_t x_stride, uint32_t n) const {
+  if (tile_matmul(w, n, x_stride)) return kMatmulTileShader[w.format.storage];
   if (!texel_path(family_, w, nullptr, x, x_stride ? x_stride : w.cols)) return kMatmulShader[w.format.storage];
   return (x8_matmul(w) ? kMatmulRowsX8Shader : kMatmulRowsShader)[w.format.storage];
 }
@@ -181,6 +199,16 @@ void Kernels::record_matmul(Recorder& r, const DeviceMatrix& w, const DeviceMatr
     const Pipeline& p = pipelines_.get(matmul_rows_shader(name, (x8 ? kMatmulRowsX8Shader : kMatmulRowsShader)[f.storage], tt, rpl),
                                        {wg, tt, rpl, f.group, f.has_min, spec_mode}, Pipelines::Layout::Texels);
     r.dispatch(p, views, &pc, sizeof pc, ceil_div(w.rows, wg * rpl), ceil_div(n, tt));
+    return;
+  }
+  if (tile_matmul(w, n, x_stride)) {   // see matmul_tile.comp
+    const uint32_t rt = w2 ? kTileRowsSwiglu : kTileRows;
+    MatmulPC pc{w.data.address, w.scales.address, w2 ? w2->data.address : 0, w2 ? w2->scales.address : 0,
+                in.x.address, y.address, w.rows, w.cols, n, x_stride, y_stride, mode,
+                in.norm ? in.norm.address : 0, in.eps};
+    const uint32_t spec_mode = mode & (contract::MODE_SWIGLU | contract::MODE_RMSNORM);
+    const Pipeline& p = pipelines_.get(kMatmulTileShader[f.storage], {wg, kBatchTile, rt, f.group, f.has_min, spec_mode});
+    r.dispatch(p, &pc, sizeof pc, ceil_div(w.rows, rt), ceil_div(n, kBatchTile));
     return;
   }
   const uint32_t tt = n == 1 ? 1 : Kernels::kBatchTile;

@@ -87,6 +87,9 @@ class Kernels {
   // finer (attention_split).
   static constexpr uint32_t kAttentionSplit = 256;
   static constexpr uint32_t kBatchTile = 8;   // tokens per workgroup in batched matmuls
+  // Rows per workgroup of the subgroup family's multi-token matmul (matmul_tile.comp; SwiGLU's holds two
+  // sums per row and token).
+  static constexpr uint32_t kTileRows = 8, kTileRowsSwiglu = 4;
 
   Kernels(Context& ctx, Pipelines& pipelines, KernelFamily family = KernelFamily::Auto);
   KernelFamily family() const { return family_; }
@@ -96,8 +99,8 @@ class Kernels {
   // y[t] = W x[t] (accumulate: y[t] += W x[t]). x: [n][x_stride], y: [n][y_stride].
   void matmul(Recorder& r, const DeviceMatrix& w, const MatmulInput& x, const Slice& y, uint32_t n, bool accumulate,
               uint32_t x_stride = 0, uint32_t y_stride = 0);
-  // Which shader matmul() records for these operands (tests check both paths are exercised).
-  const char* matmul_shader(const DeviceMatrix& w, const Slice& x, uint32_t x_stride = 0) const;
+  // Which shader matmul() records for these operands and n tokens (tests check every path is exercised).
+  const char* matmul_shader(const DeviceMatrix& w, const Slice& x, uint32_t x_stride = 0, uint32_t n = 1) const;
   // y[t] = silu(Wg x[t]) * (Wu x[t]).
   void matmul_swiglu(Recorder& r, const DeviceMatrix& gate, const DeviceMatrix& up, const MatmulInput& x,
                      const Slice& y, uint32_t n);
@@ -131,6 +134,7 @@ class Kernels {
   // the device only (every pass of a model takes the same path: batch invariance). VKSPEC_INT8_X=0 turns
   // it off (measurements, tests of the float path).
   bool x8_matmul(const DeviceMatrix& w) const { return x8_ && w.format.quantized(); }
+  bool tile_matmul(const DeviceMatrix& w, uint32_t n, uint32_t x_stride) const;
   // Records x (RMSNorm applied when in.norm is set) -> int8 activations and a barrier; returns where they
   // are: the next of two halves of a scratch buffer, so that a matmul still reading the other half (no
   // barrier between it and this call) is not overwritten.
@@ -141,6 +145,7 @@ class Kernels {
   KernelFamily family_;
   uint32_t wg_rows_;   // workgroup size for the row-parallel kernels
   bool x8_ = false;    // int8 activations for quantized texel matmuls (x8_matmul)
+  bool tile_ = false;  // multi-token matmuls in tiles (tile_matmul); VKSPEC_MATMUL_TILE=0 turns it off (A/B)
   // Workgroup size for a kernel whose lanes meet at barriers, given its size on a GPU: one subgroup on CPU
   // devices, where llvmpipe runs a larger workgroup's subgroups as coroutines switched at every barrier.
   uint32_t wg_synced(uint32_t gpu_wg) const;

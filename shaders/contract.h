@@ -46,6 +46,11 @@ VKSPEC_CONST KV_ELEMENT_BYTES = 2u;
 // tiles take half), whose scales lie in one or two texels that are fetched once per step. Rows of quantized
 // weights must be whole steps for that kernel (runtime/kernels.cpp texel_path).
 VKSPEC_CONST ROW_QUANT_STEP = 64u;
+// matmul_tile.comp reduces a workgroup's sums (RT * TT of them, twice with SwiGLU, + TT sums of squares with
+// RMSNorm) through shared memory, one slot per sum and subgroup: runtime/kernels.cpp sizes its tiles and
+// checks the device's subgroups against these.
+VKSPEC_CONST MATMUL_TILE_VALUES = 72u;
+VKSPEC_CONST MATMUL_TILE_SUBGROUPS = 16u;
 // Int8 activations (matmul_rows_q4_x8 / _q8_x8; runtime/kernels.h x8_matmul): quantize_x8.comp writes each token's
 // x (RMSNorm applied) as blocks of X8_BLOCK values, X8_BLOCK_TEXELS texels each:
 //   texels 0-3: the block's two 16-value chunks as int pairs, chunk c in texels 2c, 2c+1: pair i of texel

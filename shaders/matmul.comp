@@ -8,7 +8,8 @@
 //
 // Batch invariance: every y[t][r] is reduced in the same order (k ascending within a lane, lanes combined
 // by wg_sum) whatever n and TT are; `precise` stops the compiler from fusing or reordering differently in
-// the TT=1 and TT=8 variants.
+// the TT=1 and TT=8 variants. The subgroup family (LPR = WG) uses this kernel for one token only and
+// matmul_tile.comp, which keeps this order, for more.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "contract.h"
@@ -33,6 +34,7 @@ layout(constant_id = 4) const bool HAS_MIN = false; // quantized: scales are {s,
 
 
 layout(push_constant) uniform PC { PC_MATMUL } pc;   // shaders/contract.h
+#include "matmul_epilogue.glsl"
 
 void main() {
   const uint gid = gl_GlobalInvocationID.x;
@@ -89,18 +91,7 @@ void main() {
       if (swiglu) s2 = wg_sum(s2);
       if (normed) sq = wg_sum(sq);
     }
-    if (normed) {
-      const float scale = 1.0 / sqrt(sq / float(pc.K) + pc.eps);
-      s *= scale;
-      s2 *= scale;
-    }
     const uint tok = t0 + t;
-    if (in_range && lane == 0u && tok < pc.n) {
-      const uint o = tok * pc.y_stride + row;
-      float v = s;
-      if (swiglu) v = s / (1.0 + exp(-s)) * s2;
-      if ((pc.mode & MODE_ACCUMULATE) != 0u) v += Floats(pc.y).v[o];
-      Floats(pc.y).v[o] = v;
-    }
+    if (in_range && lane == 0u && tok < pc.n) matmul_store(tok * pc.y_stride + row, s, s2, sq, swiglu, normed);
   }
 }

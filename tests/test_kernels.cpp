@@ -231,6 +231,10 @@ TEST_P(KernelTest, MatmulPathsAreBothCovered) {
   const bool texels = GetParam() == KernelFamily::RowPerLane && gpu().ctx.facts().texel_reads();
   EXPECT_STREQ(k.matmul_shader(aligned, x), texels ? "matmul_rows_f32" : "matmul_f32");
   EXPECT_STREQ(k.matmul_shader(odd, x), "matmul_f32");
+  // several tokens: the subgroup family's tiles of rows x tokens where rows are whole vec4s
+  const bool tiles = GetParam() == KernelFamily::Subgroup;
+  EXPECT_STREQ(k.matmul_shader(aligned, x, 0, 8), tiles ? "matmul_tile_f32" : texels ? "matmul_rows_f32" : "matmul_f32");
+  EXPECT_STREQ(k.matmul_shader(odd, x, 0, 8), "matmul_f32");
   if (gpu().ctx.facts().type == VK_PHYSICAL_DEVICE_TYPE_CPU && GetParam() == KernelFamily::RowPerLane) {
     EXPECT_TRUE(texels) << "lavapipe has push descriptors: the texel path should be on";
   }
@@ -296,10 +300,15 @@ TEST_P(KernelTest, MatmulSwigluMatchesReference) {
       um = upload_matrix(*arena_, gpu().uploader, decode_matrix(c.up, M, K, u.bytes.data(), "up", &f), "up");
     }
     gpu().uploader.flush();
-    Slice xs = upload(x), ys = zeros<float>(n * M);
+    Slice xs = upload(x), ys = zeros<float>(n * M), singles = zeros<float>(n * M);
     Kernels k = kernels();
-    run([&](Recorder& r) { k.matmul_swiglu(r, gm, um, xs, ys, n); });
-    auto y = download<float>(ys, n * M);
+    run([&](Recorder& r) {
+      k.matmul_swiglu(r, gm, um, xs, ys, n);
+      for (uint32_t t = 0; t < n; ++t)
+        k.matmul_swiglu(r, gm, um, xs.sub(t * K * 4, K * 4), singles.sub(t * M * 4, M * 4), 1);
+    });
+    auto y = download<float>(ys, n * M), y1 = download<float>(singles, n * M);
+    for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], y1[i]) << "batch invariance at " << i;
     x = x_as_multiplied(k, gm, xs, x);
     for (uint32_t t = 0; t < n; ++t)
       for (uint32_t r = 0; r < M; ++r) {
