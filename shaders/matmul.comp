@@ -15,17 +15,7 @@
 #include "contract.h"
 #include "weights.glsl"
 
-#if defined(WTYPE_F32)
-const uint WTYPE = WT_F32;
-#elif defined(WTYPE_F16)
-const uint WTYPE = WT_F16;
-#elif defined(WTYPE_BF16)
-const uint WTYPE = WT_BF16;
-#elif defined(WTYPE_Q8)
-const uint WTYPE = WT_Q8;
-#else
-const uint WTYPE = WT_Q4;
-#endif
+#include "wtype.glsl"
 
 layout(constant_id = 1) const uint TT = 1;    // tokens per workgroup (1 for decode, 8 for batches)
 layout(constant_id = 2) const uint LPR = 1;   // lanes per row: 1 = row per lane (CPU devices), WG = row per workgroup (GPUs)

@@ -23,17 +23,8 @@
 #include "paged_kv.glsl"
 #extension GL_EXT_control_flow_attributes : require
 
-#if defined(WTYPE_F32)
-const uint WTYPE = WT_F32, EPT = 4;
-#elif defined(WTYPE_F16)
-const uint WTYPE = WT_F16, EPT = 8;
-#elif defined(WTYPE_BF16)
-const uint WTYPE = WT_BF16, EPT = 8;
-#elif defined(WTYPE_Q8)
-const uint WTYPE = WT_Q8, EPT = 16;
-#else
-const uint WTYPE = WT_Q4, EPT = 32;
-#endif
+#include "wtype.glsl"
+const uint EPT = WTYPE == WT_F32 ? 4u : WTYPE == WT_Q8 ? 16u : WTYPE == WT_Q4 ? 32u : 8u;   // weights per texel
 #ifdef X8
 // x as int8 activations (quantize_x8.comp; layout at contract.h X8_BLOCK), quantized weights only. q4: a
 // chunk's 16 nibbles are taken in pairs 16 bits apart and multiplied by the matching pairs of x, one 32-bit

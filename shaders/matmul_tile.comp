@@ -16,17 +16,7 @@
 #include "contract.h"
 #include "weights.glsl"
 
-#if defined(WTYPE_F32)
-const uint WTYPE = WT_F32;
-#elif defined(WTYPE_F16)
-const uint WTYPE = WT_F16;
-#elif defined(WTYPE_BF16)
-const uint WTYPE = WT_BF16;
-#elif defined(WTYPE_Q8)
-const uint WTYPE = WT_Q8;
-#else
-const uint WTYPE = WT_Q4;
-#endif
+#include "wtype.glsl"
 
 layout(constant_id = 1) const uint TT = 8;          // tokens per workgroup
 layout(constant_id = 2) const uint RT = 4;          // rows per workgroup
