@@ -29,17 +29,21 @@ layout(push_constant) uniform PC { PC_MATMUL } pc;   // shaders/contract.h
 #include "matmul_epilogue.glsl"
 
 // Every (row, token) sum (and SwiGLU's second one, and RMSNorm's sum of squares per token) is reduced through
-// this: one slot per value and subgroup (the host asks for RT * TT * 2 + TT <= MATMUL_TILE_VALUES and at most
-// MATMUL_TILE_SUBGROUPS subgroups).
+// this: one slot per value and subgroup. Values: acc at 0.., SwiGLU's acc2 at RT * TT.., the sums of squares
+// at SS_AT.. (the host asks for SS_AT + TT <= MATMUL_TILE_VALUES and at most MATMUL_TILE_SUBGROUPS subgroups).
+const uint SS_AT = (SWIGLU ? 2u : 1u) * RT * TT;
 shared float tile_partials[MATMUL_TILE_VALUES * MATMUL_TILE_SUBGROUPS];
 
+// A value past the slots is dropped and reads back as NaN, so that a tile too large for them fails every
+// test instead of writing past the array (the checks fold away: values are constants after unrolling).
 void put_partial(uint value, float v) {
   v = subgroupAdd(v);
-  if (subgroupElect()) tile_partials[value * MATMUL_TILE_SUBGROUPS + gl_SubgroupID] = v;
+  if (value < MATMUL_TILE_VALUES && subgroupElect()) tile_partials[value * MATMUL_TILE_SUBGROUPS + gl_SubgroupID] = v;
 }
 
 // wg_sum's result for `value` (after the barrier that follows the put_partial calls)
 float lane_sum(uint value) {
+  if (value >= MATMUL_TILE_VALUES) return uintBitsToFloat(0x7fc00000u);
   const uint base = value * MATMUL_TILE_SUBGROUPS;
   if (gl_NumSubgroups == 1) return tile_partials[base];
   float s = 0.0;
@@ -82,18 +86,17 @@ void main() {
     }
   }
 
-  // values: acc at 0.., acc2 at RT * TT.., ss at 2 RT * TT..
   [[unroll]] for (uint i = 0; i < RT * TT; ++i) {
     put_partial(i, acc[i]);
     if (SWIGLU) put_partial(RT * TT + i, acc2[i]);
   }
-  if (NORMED) [[unroll]] for (uint t = 0; t < TT; ++t) put_partial(2u * RT * TT + t, ss[t]);
+  if (NORMED) [[unroll]] for (uint t = 0; t < TT; ++t) put_partial(SS_AT + t, ss[t]);
   barrier();
   for (uint i = lane; i < RT * TT; i += WG) {
     const uint r = i / TT, t = i % TT, row = r0 + r, tok = t0 + t;
     if (row < pc.M && tok < pc.n) {
       const float s = lane_sum(i), s2 = SWIGLU ? lane_sum(RT * TT + i) : 0.0;
-      const float sq = NORMED ? lane_sum(2u * RT * TT + t) : 0.0;
+      const float sq = NORMED ? lane_sum(SS_AT + t) : 0.0;
       matmul_store(tok * pc.y_stride + row, s, s2, sq, SWIGLU, NORMED);
     }
   }
