@@ -27,7 +27,8 @@ vec4 load_w4(uint wt, uint group, bool has_min, uvec2 w, uvec2 scales, uint i4) 
   if (wt == WT_BF16) { uvec2 u = Uvec2s(w).v[i4]; return vec4(bf16x2(u.x), bf16x2(u.y)); }
   const vec4 q = wt == WT_Q8 ? q8x4(Uints(w).v[i4]) : q4x4(Uints(w).v[i4 >> 1] >> (16u * (i4 & 1u)));
   const vec2 sm = group_scale(scales, 4u * i4 / group, has_min);
-  return q * sm.x + sm.y;
+  precise vec4 v = q * sm.x + sm.y;   // never fused differently in two kernels that must agree (matmul, matmul_tile)
+  return v;
 }
 
 // One weight at element index i (any K).
@@ -39,5 +40,6 @@ float load_w1(uint wt, uint group, bool has_min, uvec2 w, uvec2 scales, uint i) 
   const float q = wt == WT_Q8 ? float(bitfieldExtract(int(u), int(8u * (i & 3u)), 8))
                               : float(bitfieldExtract(u, int(4u * (i & 7u)), 4));
   const vec2 sm = group_scale(scales, i / group, has_min);
-  return q * sm.x + sm.y;
+  precise float v = q * sm.x + sm.y;
+  return v;
 }
