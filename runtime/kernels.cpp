@@ -44,6 +44,15 @@ std::string_view matmul_rows_shader(std::array<char, 48>& buf, const char* base,
 const uint32_t kElemsPerTexel[] = {4, 8, 8, 16, 32};
 
 uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
+
+// An on/off switch for measurements (VKSPEC_INT8_X, VKSPEC_MATMUL_TILE): true when set to 0; unset or 1 keeps
+// the default; anything else is an Error.
+bool switched_off(const char* name) {
+  const char* v = getenv(name);
+  if (v && *v && strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
+    throw Error(std::string(name) + " must be 0 or 1 (or unset), got '" + v + "'");
+  return v && strcmp(v, "0") == 0;
+}
 }  // namespace
 
 Kernels::Kernels(Context& ctx, Pipelines& pipelines, KernelFamily family)
@@ -56,19 +65,15 @@ Kernels::Kernels(Context& ctx, Pipelines& pipelines, KernelFamily family)
     else family_ = ctx.facts().prefers_row_per_lane() ? KernelFamily::RowPerLane : KernelFamily::Subgroup;
   }
   wg_rows_ = family_ == KernelFamily::RowPerLane ? std::max(16u, ctx.facts().subgroup_size) : 64;
-  const char* x8 = getenv("VKSPEC_INT8_X");
-  if (x8 && *x8 && strcmp(x8, "0") != 0 && strcmp(x8, "1") != 0)
-    throw Error(std::string("VKSPEC_INT8_X must be 0 or 1 (or unset), got '") + x8 + "'");
-  x8_ = family_ == KernelFamily::RowPerLane && ctx.facts().texel_reads() && ctx.facts().subgroup_arithmetic &&
-        !(x8 && strcmp(x8, "0") == 0);
-  const char* tile = getenv("VKSPEC_MATMUL_TILE");
-  if (tile && *tile && strcmp(tile, "0") != 0 && strcmp(tile, "1") != 0)
-    throw Error(std::string("VKSPEC_MATMUL_TILE must be 0 or 1 (or unset), got '") + tile + "'");
-  static_assert(kBatchTile * kTileRows + kBatchTile <= contract::MATMUL_TILE_VALUES &&
-                2 * kBatchTile * kTileRowsSwiglu + kBatchTile <= contract::MATMUL_TILE_VALUES,
+  // read before the conditions below, so that a bad value is refused whichever family and device
+  const bool x8_off = switched_off("VKSPEC_INT8_X"), tile_off = switched_off("VKSPEC_MATMUL_TILE");
+  x8_ = family_ == KernelFamily::RowPerLane && ctx.facts().texel_reads() && ctx.facts().subgroup_arithmetic && !x8_off;
+  // matmul_tile: the sums of squares follow the sums (contract.h MATMUL_TILE_SUMS); every slot must exist
+  static_assert(MATMUL_TILE_SUMS(kTileRows, kBatchTile, false) + kBatchTile <= contract::MATMUL_TILE_VALUES &&
+                MATMUL_TILE_SUMS(kTileRowsSwiglu, kBatchTile, true) + kBatchTile <= contract::MATMUL_TILE_VALUES,
                 "matmul_tile's reduction slots");
   tile_ = family_ == KernelFamily::Subgroup && ctx.facts().min_subgroup_size > 0 &&
-          wg_rows_ / ctx.facts().min_subgroup_size <= contract::MATMUL_TILE_SUBGROUPS && !(tile && strcmp(tile, "0") == 0);
+          wg_rows_ / ctx.facts().min_subgroup_size <= contract::MATMUL_TILE_SUBGROUPS && !tile_off;
   x8_scratch_ = std::make_shared<X8Scratch>();
   scratch_arena_ = std::make_shared<Arena>(ctx, MemoryKind::Device, 4ull << 20);
   partials_ = std::make_shared<Slice>();
@@ -201,11 +206,11 @@ void Kernels::record_matmul(Recorder& r, const DeviceMatrix& w, const DeviceMatr
     r.dispatch(p, views, &pc, sizeof pc, ceil_div(w.rows, wg * rpl), ceil_div(n, tt));
     return;
   }
+  MatmulPC pc{w.data.address, w.scales.address, w2 ? w2->data.address : 0, w2 ? w2->scales.address : 0,
+              in.x.address, y.address, w.rows, w.cols, n, x_stride, y_stride, mode,
+              in.norm ? in.norm.address : 0, in.eps};
   if (tile_matmul(w, n, x_stride)) {   // see matmul_tile.comp
     const uint32_t rt = w2 ? kTileRowsSwiglu : kTileRows;
-    MatmulPC pc{w.data.address, w.scales.address, w2 ? w2->data.address : 0, w2 ? w2->scales.address : 0,
-                in.x.address, y.address, w.rows, w.cols, n, x_stride, y_stride, mode,
-                in.norm ? in.norm.address : 0, in.eps};
     const uint32_t spec_mode = mode & (contract::MODE_SWIGLU | contract::MODE_RMSNORM);
     const Pipeline& p = pipelines_.get(kMatmulTileShader[f.storage], {wg, kBatchTile, rt, f.group, f.has_min, spec_mode});
     r.dispatch(p, &pc, sizeof pc, ceil_div(w.rows, rt), ceil_div(n, kBatchTile));
@@ -213,9 +218,6 @@ void Kernels::record_matmul(Recorder& r, const DeviceMatrix& w, const DeviceMatr
   }
   const uint32_t tt = n == 1 ? 1 : Kernels::kBatchTile;
   const uint32_t lpr = family_ == KernelFamily::RowPerLane ? 1 : wg;
-  MatmulPC pc{w.data.address, w.scales.address, w2 ? w2->data.address : 0, w2 ? w2->scales.address : 0,
-              in.x.address, y.address, w.rows, w.cols, n, x_stride, y_stride, mode,
-              in.norm ? in.norm.address : 0, in.eps};
   const Pipeline& p = pipelines_.get(kMatmulShader[f.storage], {wg, tt, lpr, f.group, f.has_min});
   r.dispatch(p, &pc, sizeof pc, lpr == 1 ? ceil_div(w.rows, wg) : w.rows, ceil_div(n, tt));
 }

@@ -29,9 +29,9 @@ layout(push_constant) uniform PC { PC_MATMUL } pc;   // shaders/contract.h
 #include "matmul_epilogue.glsl"
 
 // Every (row, token) sum (and SwiGLU's second one, and RMSNorm's sum of squares per token) is reduced through
-// this: one slot per value and subgroup. Values: acc at 0.., SwiGLU's acc2 at RT * TT.., the sums of squares
-// at SS_AT.. (the host asks for SS_AT + TT <= MATMUL_TILE_VALUES and at most MATMUL_TILE_SUBGROUPS subgroups).
-const uint SS_AT = (SWIGLU ? 2u : 1u) * RT * TT;
+// this: one slot per value and subgroup, laid out as contract.h MATMUL_TILE_SUMS says (the host checks that
+// SS_AT + TT slots fit MATMUL_TILE_VALUES and that there are at most MATMUL_TILE_SUBGROUPS subgroups).
+const uint SS_AT = MATMUL_TILE_SUMS(RT, TT, SWIGLU);
 shared float tile_partials[MATMUL_TILE_VALUES * MATMUL_TILE_SUBGROUPS];
 
 // A value past the slots is dropped and reads back as NaN, so that a tile too large for them fails every

@@ -235,6 +235,10 @@ TEST_P(KernelTest, MatmulPathsAreBothCovered) {
   const bool tiles = GetParam() == KernelFamily::Subgroup;
   EXPECT_STREQ(k.matmul_shader(aligned, x, 0, 8), tiles ? "matmul_tile_f32" : texels ? "matmul_rows_f32" : "matmul_f32");
   EXPECT_STREQ(k.matmul_shader(odd, x, 0, 8), "matmul_f32");
+  setenv("VKSPEC_MATMUL_TILE", "0", 1);   // the A/B switch: one row per workgroup again
+  const Kernels untiled(gpu().ctx, gpu().pipelines, GetParam());
+  unsetenv("VKSPEC_MATMUL_TILE");
+  EXPECT_STREQ(untiled.matmul_shader(aligned, x, 0, 8), texels ? "matmul_rows_f32" : "matmul_f32");
   if (gpu().ctx.facts().type == VK_PHYSICAL_DEVICE_TYPE_CPU && GetParam() == KernelFamily::RowPerLane) {
     EXPECT_TRUE(texels) << "lavapipe has push descriptors: the texel path should be on";
   }
