@@ -25,12 +25,13 @@ static_assert(sizeof(MatmulPC) <= 128 && sizeof(MatmulRowsPC) <= 128 && sizeof(R
               "push constants: the 128 bytes every device has");
 constexpr uint32_t kModeAccumulate = contract::MODE_ACCUMULATE, kModeSwiglu = contract::MODE_SWIGLU;
 // Indexed by WeightFormat::storage (WT_*).
-const char* const kMatmulShader[] = {"matmul_f32", "matmul_f16", "matmul_bf16", "matmul_q8", "matmul_q4"};
+const char* const kMatmulShader[] = {"matmul_f32", "matmul_f16", "matmul_bf16", "matmul_q8", "matmul_q4", "matmul_q6"};
 const char* const kMatmulTileShader[] = {"matmul_tile_f32", "matmul_tile_f16", "matmul_tile_bf16", "matmul_tile_q8",
-                                         "matmul_tile_q4"};
+                                         "matmul_tile_q4", "matmul_tile_q6"};
 const char* const kMatmulRowsShader[] = {"matmul_rows_f32", "matmul_rows_f16", "matmul_rows_bf16", "matmul_rows_q8",
-                                         "matmul_rows_q4"};
-const char* const kMatmulRowsX8Shader[] = {nullptr, nullptr, nullptr, "matmul_rows_q8_x8", "matmul_rows_q4_x8"};
+                                         "matmul_rows_q4", "matmul_rows_q6"};
+const char* const kMatmulRowsX8Shader[] = {nullptr, nullptr, nullptr, "matmul_rows_q8_x8", "matmul_rows_q4_x8",
+                                           "matmul_rows_q6_x8"};
 // matmul_rows.comp's builds (cmake/shaders.cmake vkspec_matmul_rows_shaders), suffixed: "_t1" holds one
 // token's code, "_r2" two rows per lane. Each is the full build's code specialized the same way, so the same
 // bits; only the module is smaller. lavapipe translates a pipeline's whole module, dead code included,
@@ -41,7 +42,11 @@ std::string_view matmul_rows_shader(std::array<char, 48>& buf, const char* base,
   const int n = snprintf(buf.data(), buf.size(), "%s%s%s", base, tt == 1 ? "_t1" : "", rpl <= 2 ? "_r2" : "");
   return {buf.data(), size_t(std::min(n, int(buf.size()) - 1))};
 }
-const uint32_t kElemsPerTexel[] = {4, 8, 8, 16, 32};
+const uint32_t kElemsPerTexel[] = {4, 8, 8, 16, 32, 32};   // q6: of its nibble plane
+static_assert(std::size(kMatmulShader) == WT_Q6 + 1 && std::size(kMatmulTileShader) == WT_Q6 + 1 &&
+                  std::size(kMatmulRowsShader) == WT_Q6 + 1 && std::size(kMatmulRowsX8Shader) == WT_Q6 + 1 &&
+                  std::size(kElemsPerTexel) == WT_Q6 + 1,
+              "one entry per weight format (WT_*)");
 
 uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 

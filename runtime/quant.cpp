@@ -1,6 +1,7 @@
 #include "runtime/quant.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -97,9 +98,12 @@ WeightFormat native_format(DType t) {
     case DType::F32: return {WT_F32, 0, false};
     case DType::F16: return {WT_F16, 0, false};
     case DType::BF16: return {WT_BF16, 0, false};
-    case DType::Q8_0: case DType::Q5_0: return {WT_Q8, 32, false};
-    case DType::Q5_1: case DType::Q5_K: return {WT_Q8, 32, true};
-    case DType::Q6_K: return {WT_Q8, 16, false};
+    case DType::Q8_0: return {WT_Q8, 32, false};
+    // 5- and 6-bit quants in 6 bits: 0.75 bytes per weight instead of 1, and pairs of them in one 32-bit
+    // product in matmul_rows.comp's int8 path, as nibbles are
+    case DType::Q5_0: return {WT_Q6, 32, false};
+    case DType::Q5_1: case DType::Q5_K: return {WT_Q6, 32, true};
+    case DType::Q6_K: return {WT_Q6, 16, false};
     case DType::Q4_0: case DType::Q4_1: case DType::Q4_K: return {WT_Q4, 32, true};
     case DType::Q2_K: case DType::Q3_K: return {WT_Q4, 16, true};
   }
@@ -114,8 +118,11 @@ uint64_t device_bytes(DType t, uint64_t elements) {
 
 WeightFormat common_format(const WeightFormat& a, const WeightFormat& b) {
   if (!a.quantized() || !b.quantized()) throw Error("internal: common_format of a float type");
-  return {a.storage == WT_Q4 && b.storage == WT_Q4 ? uint32_t(WT_Q4) : uint32_t(WT_Q8), std::min(a.group, b.group),
-          a.has_min || b.has_min};
+  // every Q4 quant (0..15) fits Q6 (-32..31), every Q6 quant Q8
+  const uint32_t storage = a.storage == WT_Q8 || b.storage == WT_Q8   ? uint32_t(WT_Q8)
+                           : a.storage == WT_Q6 || b.storage == WT_Q6 ? uint32_t(WT_Q6)
+                                                                      : uint32_t(WT_Q4);
+  return {storage, std::min(a.group, b.group), a.has_min || b.has_min};
 }
 
 namespace {
@@ -250,7 +257,7 @@ namespace {
 void repack_blocks(DType t, const WeightFormat& f, const uint8_t* blocks, size_t first, size_t last, uint8_t* data,
                    float* scales) {
   const BlockLayout L = block_layout(t);
-  const bool q4 = f.storage == WT_Q4;
+  const bool q4 = f.storage == WT_Q4, q6 = f.storage == WT_Q6;
   const size_t per = f.group / kCanonicalGroup, stride = f.has_min ? 2 : 1;
   int8_t q[256];
   float s[16], m[16];
@@ -265,6 +272,18 @@ void repack_blocks(DType t, const WeightFormat& f, const uint8_t* blocks, size_t
         out[i / 2] = uint8_t(q[i] | (q[i + 1] << 4));
       }
       if (!fits) throw Error("internal: a quant does not fit 4 bits");
+    } else if (q6) {   // per 32 weights: 4 uints of nibbles, 2 of high bits (shaders/weights.glsl)
+      for (uint32_t u0 = 0; u0 < L.elems; u0 += 32) {
+        uint32_t words[6] = {};
+        for (uint32_t e = 0; e < 32; ++e) {
+          const int v = q[u0 + e] + 32;
+          if (v < 0 || v > 63) throw Error("internal: a quant does not fit 6 bits");
+          words[e / 8] |= uint32_t(v & 15) << (4 * (e % 8));
+          words[4 + e / 16] |= uint32_t(v >> 4) << Q6_HIGH_SHIFT(e % 16);
+        }
+        static_assert(std::endian::native == std::endian::little, "device uints are little-endian");
+        memcpy(data + (e0 + u0) / 32 * 24, words, 24);
+      }
     } else {
       memcpy(data + e0, q, L.elems);
     }

@@ -38,25 +38,29 @@ void quantize_q8_0(const float* x, size_t n, uint8_t* blocks);
 // How a matrix is laid out on the device (the contract with shaders/weights.glsl). Float types keep their
 // GGUF encoding. Quantized types are repacked at upload into
 //   data:   the quants, row-major; WT_Q8: one int8 per weight; WT_Q4: one unsigned nibble per weight
-//           (weight e of a row in byte e/2, low nibble first);
+//           (weight e of a row in byte e/2, low nibble first); WT_Q6: q + 32 in 6 bits, per 32 weights 16
+//           bytes of nibbles and 8 of high bits (shaders/weights.glsl says where each bit lies);
 //   scales: per `group` consecutive weights of a row, float s, or vec2 {s, m} when `has_min`;
 // and weight = s * q + m, which equals llama.cpp's dequantized value bit for bit (see decode_quant).
 // The GGUF file stays the source of truth: the repacking is exact and reversible.
 struct WeightFormat {
-  uint32_t storage = WT_F32;   // WT_F32 / WT_F16 / WT_BF16 / WT_Q8 / WT_Q4
+  uint32_t storage = WT_F32;   // WT_F32 / WT_F16 / WT_BF16 / WT_Q8 / WT_Q4 / WT_Q6
   uint32_t group = 0;          // quantized: weights per scale, 16 or 32
   bool has_min = false;
-  bool quantized() const { return storage == WT_Q8 || storage == WT_Q4; }
-  // Quantized formats: the planes of `weights` consecutive weights of a row-major matrix (whole groups)
-  uint64_t data_bytes(uint64_t weights) const { return storage == WT_Q4 ? weights / 2 : weights; }
+  bool quantized() const { return storage == WT_Q8 || storage == WT_Q4 || storage == WT_Q6; }
+  // Quantized formats: the planes of `weights` consecutive weights of a row-major matrix (whole groups;
+  // WT_Q6: whole units of 32, which every quantized row is)
+  uint64_t data_bytes(uint64_t weights) const {
+    return storage == WT_Q4 ? weights / 2 : storage == WT_Q6 ? weights / 32 * 24 : weights;
+  }
   uint64_t scale_floats(uint64_t weights) const { return weights / group * (has_min ? 2 : 1); }
   bool operator==(const WeightFormat& o) const {
     return storage == o.storage && group == o.group && has_min == o.has_min;
   }
 };
 WeightFormat native_format(DType t);
-// The narrowest quantized format holding both `a` and `b` exactly (Q4 widens to Q8, groups to 16, a min
-// plane added): so matrices of different quantized types can share one kernel (fused QKV, gate/up).
+// The narrowest quantized format holding both `a` and `b` exactly (Q4 widens to Q6, Q6 to Q8, groups to 16,
+// a min plane added): so matrices of different quantized types can share one kernel (fused QKV, gate/up).
 WeightFormat common_format(const WeightFormat& a, const WeightFormat& b);
 
 // Device bytes of `elements` weights of type `t` in its native format (data plane + scales).

@@ -27,6 +27,9 @@ using vk_float = float;
 #define WT_BF16 2
 #define WT_Q8 3    // int8 quants + per-group scales (and mins)
 #define WT_Q4 4    // 4-bit unsigned quants + per-group scales and mins
+#define WT_Q6 5    // 6-bit quants (q + 32 in a nibble plane and a 2-bit plane) + per-group scales (and mins)
+// WT_Q6: the bit at which weight g (0..15) of a 16 keeps its two high bits in their uint (shaders/weights.glsl)
+#define Q6_HIGH_SHIFT(g) (2u * ((g) & 3u) + 16u * (((g) >> 2) & 1u) + 8u * ((g) >> 3))
 
 VKSPEC_CONST MAX_TOP_K = 256u;        // top-k the sampler ranks in shared memory (larger: the general path)
 VKSPEC_CONST MAX_HEAD_DIM = 256u;     // attention.comp keeps one head's output dims in registers

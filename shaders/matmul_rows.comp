@@ -6,7 +6,8 @@
 // matmul.comp (accumulate, fused SwiGLU, RMSNorm applied on the fly: each lane reduces x^2 per token over the
 // texels it reads anyway and multiplies x by the norm weight once for all of its rows).
 //
-// Layout per row: K/EPT texels (EPT = weights per texel: f32 4, f16/bf16 8, q8 16, q4 32), decoded EPC
+// Layout per row: K/EPT texels (EPT = weights per texel: f32 4, f16/bf16 8, q8 16, q4 32; q6 64 per 3 texels:
+// its units of 32 weights are 1.5 texels, see q6_chunk), decoded EPC
 // (<= 16) weights at a time; quantized formats have per-GROUP scales (float, or {s, m} when HAS_MIN) in a
 // plane of the same memory block (shaders/weights.glsl). x rows are x_stride floats (x_stride % 4 == 0),
 // 4 floats per texel. A quantized chunk contributes s * dot(q, x) + m * sum(x): the sum of x is taken once
@@ -24,16 +25,19 @@
 #extension GL_EXT_control_flow_attributes : require
 
 #include "wtype.glsl"
-const uint EPT = WTYPE == WT_F32 ? 4u : WTYPE == WT_Q8 ? 16u : WTYPE == WT_Q4 ? 32u : 8u;   // weights per texel
+const uint EPT = WTYPE == WT_F32 ? 4u : WTYPE == WT_Q8 ? 16u : WTYPE >= WT_Q4 ? 32u : 8u;   // weights per texel (q6: nibbles)
 #ifdef X8
 // x as int8 activations (quantize_x8.comp; layout at contract.h X8_BLOCK), quantized weights only. q4: a
 // chunk's 16 nibbles are taken in pairs 16 bits apart and multiplied by the matching pairs of x, one 32-bit
 // product for two weights (sum of 8 products: |upper half| <= 8 * 2 * 15 * 127 < 2^15, |lower half| <=
 // 8 * 15 * 127 < 2^15, so rounding off the lower half leaves the exact integer dot product of the chunk).
-// q8: one integer product per weight (int8 x int8 does not fit 16-bit halves), x unpacked from its pairs
-// once per token. On llvmpipe, which splits every float multiply-add into two instructions, a call of the
-// 1B shape's q4 matmul took ~1.3x less time than with float x, of the q8 one (q6_K tensors) ~1.13x less;
-// whole Q4_K_M prefill and decode ~1.3x faster (docs/PERFORMANCE.md). Whole-texel (32-weight) q4 chunks
+// q6: pairs of 6-bit quants minus 32 the same way; |q| <= 32, so the upper half is taken per 8 weights
+// (|upper half| <= 4 * 2 * 32 * 127 < 2^15, |lower half| <= 4 * 32 * 127). q8 (only q8_0 now): one integer
+// product per weight (int8 x int8 does not fit 16-bit halves), x unpacked from its pairs once per token.
+// On llvmpipe, which splits every float multiply-add into two instructions, a call of the 1B shape's q4
+// matmul took ~1.3x less time than with float x, of the q8 one (then holding the q6_K tensors) ~1.13x
+// less; whole Q4_K_M prefill and decode ~1.3x faster (docs/PERFORMANCE.md). The q6 format made those
+// q6_K calls ~1.35x faster again at one token and ~1.85x at eight. Whole-texel (32-weight) q4 chunks
 // were tried: prefill got slower.
 #endif
 const uint EPC = EPT > 16u ? 16u : EPT;   // weights per decoded chunk
@@ -69,14 +73,26 @@ vec4 gv(uint t4) { return uintBitsToFloat(texelFetch(G, int(pc.norm + t4))); }
 // One chunk of a weight row, decoded: EPC weights (or quants) as up to four vec4s, and the quant group's
 // scale and min.
 struct Wt { vec4 a, b, c, d; float s, m; };
-// X8: a q4 chunk as nibble pairs (weights i and i + 4 of each 8, in the low and high 16 bits), or a q8
-// chunk's texel as it is (pa: 16 int8 weights, 4 per uint)
+// X8: a q4 chunk as nibble pairs (weights i and i + 4 of each 8, in the low and high 16 bits), a q6 chunk
+// as pairs of quants (signed 16-bit halves), or a q8 chunk's texel as it is (pa: 16 int8 weights, 4 per uint)
 struct Wq { uvec4 pa, pb; float s, m; };
+
+// q6: chunk c (0-3) of a 64-weight step. The step is 3 texels, two units of 32 weights (weights.glsl):
+// t0 = unit 0's nibbles, t1 = unit 0's high bits and the first half of unit 1's nibbles, t2 = the rest of
+// unit 1's nibbles and its high bits. The kernel holds t0 (then t2, fetched at chunk 2) in f and t1 in f2.
+// Returns the chunk's two nibble uints and its high-bit uint.
+uvec3 q6_chunk(uvec4 f, uvec4 f2, uint c) {
+  if (c == 0u) return uvec3(f.xy, f2.x);
+  if (c == 1u) return uvec3(f.zw, f2.y);
+  if (c == 2u) return uvec3(f2.zw, f.z);
+  return uvec3(f.xy, f.w);
+}
 
 uvec4 fetch(usamplerBuffer tex, uint base, uint row, uint i, uint kt) { return texelFetch(tex, int(base + row * kt + i)); }
 
-// Weights of chunk `chunk` (of the texel u holding it) with the scale {s, m} of its group.
-Wt decode(uvec4 u, uint chunk, vec2 sm) {
+// Weights of chunk `chunk` (of the texel u holding it; q6: chunk c of a step in u and u2) with the scale
+// {s, m} of its group.
+Wt decode(uvec4 u, uvec4 u2, uint chunk, uint c, vec2 sm) {
   Wt w;
   w.s = sm.x;
   w.m = sm.y;
@@ -91,6 +107,10 @@ Wt decode(uvec4 u, uint chunk, vec2 sm) {
     w.b = vec4(bf16x2(u.z), bf16x2(u.w));
   } else if (WTYPE == WT_Q8) {
     w.a = q8x4(u.x); w.b = q8x4(u.y); w.c = q8x4(u.z); w.d = q8x4(u.w);
+  } else if (WTYPE == WT_Q6) {   // weights 0-3, 4-7, 8-11, 12-15: their high bits at 0, 16, 8, 24
+    const uvec3 q = q6_chunk(u, u2, c);
+    w.a = q6x4_bits(q.x, q.z); w.b = q6x4_bits(q.x >> 16, q.z >> 16);
+    w.c = q6x4_bits(q.y, q.z >> 8); w.d = q6x4_bits(q.y >> 16, q.z >> 24);
   } else {
     const uvec2 h = (chunk & 1u) == 0u ? u.xy : u.zw;   // two 16-quant chunks per texel
     w.a = q4x4(h.x); w.b = q4x4(h.x >> 16); w.c = q4x4(h.y); w.d = q4x4(h.y >> 16);
@@ -98,10 +118,16 @@ Wt decode(uvec4 u, uint chunk, vec2 sm) {
   return w;
 }
 
-Wq decode_pairs(uvec4 u, uint chunk, vec2 sm) {
+Wq decode_pairs(uvec4 u, uvec4 u2, uint chunk, uint c, vec2 sm) {
   if (WTYPE == WT_Q8) return Wq(u, uvec4(0u), sm.x, sm.y);   // a whole texel: 16 int8 weights
-  const uvec2 h = (chunk & 1u) == 0u ? u.xy : u.zw;
   const uvec4 sh = uvec4(0u, 4u, 8u, 12u);
+  if (WTYPE == WT_Q6) {   // nibble pairs with their high bits (16 bits apart too), minus 32 in each half
+    const uvec3 q = q6_chunk(u, u2, c);
+    const uvec4 a = ((uvec4(q.x) >> sh) & 0x000F000Fu) | (((uvec4(q.z) >> (sh >> 1)) & 0x00030003u) << 4);
+    const uvec4 b = ((uvec4(q.y) >> sh) & 0x000F000Fu) | (((uvec4(q.z) >> ((sh >> 1) + 8u)) & 0x00030003u) << 4);
+    return Wq(a - 0x00200020u, b - 0x00200020u, sm.x, sm.y);
+  }
+  const uvec2 h = (chunk & 1u) == 0u ? u.xy : u.zw;
   return Wq((uvec4(h.x) >> sh) & 0x000F000Fu, (uvec4(h.y) >> sh) & 0x000F000Fu, sm.x, sm.y);
 }
 
@@ -114,6 +140,9 @@ float dot_chunk_x8(Wq w, ivec4 xa, ivec4 xb, float xd, float xs) {
     const ivec4 p = ((ivec4(w.pa.x) << sh) >> 24) * ((xa + 32768) >> 16) + ((ivec4(w.pa.y) << sh) >> 24) * ((xa << 16) >> 16) +
                     ((ivec4(w.pa.z) << sh) >> 24) * ((xb + 32768) >> 16) + ((ivec4(w.pa.w) << sh) >> 24) * ((xb << 16) >> 16);
     q = p.x + p.y + p.z + p.w;
+  } else if (WTYPE == WT_Q6) {   // each 8 weights' sum in its own upper half
+    const ivec4 pa = ivec4(w.pa) * xa, pb = ivec4(w.pb) * xb;
+    q = ((pa.x + pa.y + pa.z + pa.w + 32768) >> 16) + ((pb.x + pb.y + pb.z + pb.w + 32768) >> 16);
   } else {
     const ivec4 p = ivec4(w.pa) * xa + ivec4(w.pb) * xb;
     q = (p.x + p.y + p.z + p.w + 32768) >> 16;
@@ -151,9 +180,10 @@ float pick(vec4 lo, vec4 hi, uint t) { return t < 4u ? lo[t] : hi[t - 4u]; }
 // Weights per step: quantized, ROW_QUANT_STEP for one token (the step's scale texels are fetched once per
 // step: 1B-shape decode ~10% faster than with 32-weight steps) and half of it for multi-token tiles, whose
 // fetches are shared by TT tokens already (64-weight steps were no faster there, and every extra unrolled
-// chunk costs JIT time in every process: lavapipe compiles each pipeline when it is created). Float formats
+// chunk costs JIT time in every process: lavapipe compiles each pipeline when it is created; q6 keeps whole
+// steps, two of its 32-weight units, so that a step is whole texels). Float formats
 // have no scales and step a chunk at a time (a longer unrolled step only made the JIT slower).
-const uint STEP = WTYPE >= WT_Q8 ? (TT == 1u ? ROW_QUANT_STEP : ROW_QUANT_STEP / 2u) : EPC;
+const uint STEP = WTYPE >= WT_Q8 ? (TT == 1u || WTYPE == WT_Q6 ? ROW_QUANT_STEP : ROW_QUANT_STEP / 2u) : EPC;
 const uint CPS = STEP / EPC;              // chunks per step: q8/q4 4, float formats 1
 const bool TWO_SCALE_TEXELS = STEP / GROUP > SPT;
 const uint XPC = EPC / 4u;                // x texels per chunk
@@ -227,7 +257,7 @@ void store_rope_pair(uint row, uint t0, vec4 al, vec4 ah, vec4 bl, vec4 bh, vec4
 void main() {
   const uint row0 = gl_GlobalInvocationID.x * RPL;
   const uint t0 = gl_WorkGroupID.y * TT;
-  const uint kt = pc.K / EPT, xs4 = pc.x_stride / 4u;
+  const uint kt = WTYPE == WT_Q6 ? pc.K / ROW_QUANT_STEP * 3u : pc.K / EPT, xs4 = pc.x_stride / 4u;   // texels per row
   // rows are whole steps: float steps are one texel (the host asks for K % EPT == 0), quantized rows whole
   // ROW_QUANT_STEPs (the host asks for K % ROW_QUANT_STEP == 0)
   const uint steps = pc.K / STEP, gpr = pc.K / GROUP;
@@ -247,8 +277,10 @@ void main() {
   const uint x0 = min(t0 * xs4, last);
   for (uint s = 0; s < steps; ++s) {
     const uint gs = s * STEP / GROUP;   // the step's first group in a row
-    // per row: the step's scale texels (s: W, z: W2) and the current weight texels (f: W, e: W2)
-#define STEP_STATE(j) vec4 s##j = one, z##j = one, s##j##b = one, z##j##b = one; uvec4 f##j = uvec4(0u), e##j = uvec4(0u);
+    // per row: the step's scale texels (s: W, z: W2) and the current weight texels (f: W, e: W2; q6: and its
+    // second texel, f2 and e2)
+#define STEP_STATE(j) vec4 s##j = one, z##j = one, s##j##b = one, z##j##b = one; \
+    uvec4 f##j = uvec4(0u), e##j = uvec4(0u), f2##j = uvec4(0u), e2##j = uvec4(0u);
     FOR_ROWS(STEP_STATE)
 #undef STEP_STATE
     if (WTYPE >= WT_Q8) {               // the step's scale texels of each row
@@ -267,12 +299,16 @@ void main() {
     }
     [[unroll]] for (uint c = 0; c < CPS; ++c) {
     const uint chunk = s * CPS + c;
-    if (c % CPT == 0u) {    // a new weight texel for each row
-      const uint i = chunk / CPT;
-#define FETCH(j)                                      \
-      if (RPL > j) {                                  \
-        f##j = fetch(W, pc.w, r##j, i, kt);           \
-        if (SWIGLU) e##j = fetch(W2, pc.w2, r##j, i, kt); \
+    if (c % CPT == 0u) {    // a new weight texel for each row (q6: t0 and t1 at chunk 0, t2 at chunk 2)
+      const uint i = WTYPE == WT_Q6 ? 3u * s + (c == 0u ? 0u : 2u) : chunk / CPT;
+#define FETCH(j)                                                                 \
+      if (RPL > j) {                                                             \
+        f##j = fetch(W, pc.w, r##j, i, kt);                                      \
+        if (WTYPE == WT_Q6 && c == 0u) f2##j = fetch(W, pc.w, r##j, i + 1u, kt); \
+        if (SWIGLU) {                                                            \
+          e##j = fetch(W2, pc.w2, r##j, i, kt);                                  \
+          if (WTYPE == WT_Q6 && c == 0u) e2##j = fetch(W2, pc.w2, r##j, i + 1u, kt); \
+        }                                                                        \
       }
       FOR_ROWS(FETCH)
 #undef FETCH
@@ -281,15 +317,15 @@ void main() {
 #define DECODE(j)                                                                                \
     Wq w##j = zeroq, u##j = zeroq;                                                               \
     if (RPL > j) {                                                                               \
-      w##j = decode_pairs(f##j, chunk, chunk_scale(s##j, s##j##b, r##j * gpr + gs, c));           \
-      if (SWIGLU) u##j = decode_pairs(e##j, chunk, chunk_scale(z##j, z##j##b, r##j * gpr + gs, c)); \
+      w##j = decode_pairs(f##j, f2##j, chunk, c, chunk_scale(s##j, s##j##b, r##j * gpr + gs, c));           \
+      if (SWIGLU) u##j = decode_pairs(e##j, e2##j, chunk, c, chunk_scale(z##j, z##j##b, r##j * gpr + gs, c)); \
     }
 #else
 #define DECODE(j)                                                          \
     Wt w##j = zero, u##j = zero;                                           \
     if (RPL > j) {                                                         \
-      w##j = decode(f##j, chunk, chunk_scale(s##j, s##j##b, r##j * gpr + gs, c));   \
-      if (SWIGLU) u##j = decode(e##j, chunk, chunk_scale(z##j, z##j##b, r##j * gpr + gs, c)); \
+      w##j = decode(f##j, f2##j, chunk, c, chunk_scale(s##j, s##j##b, r##j * gpr + gs, c));   \
+      if (SWIGLU) u##j = decode(e##j, e2##j, chunk, c, chunk_scale(z##j, z##j##b, r##j * gpr + gs, c)); \
     }
 #endif
     FOR_ROWS(DECODE)

@@ -10,6 +10,8 @@ const uint WTYPE = WT_F16;
 const uint WTYPE = WT_BF16;
 #elif defined(WTYPE_Q8)
 const uint WTYPE = WT_Q8;
+#elif defined(WTYPE_Q6)
+const uint WTYPE = WT_Q6;
 #else
 const uint WTYPE = WT_Q4;
 #endif

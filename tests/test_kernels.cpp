@@ -134,16 +134,24 @@ TEST_P(KernelTest, MatmulMatchesReferenceAllTypesOddSizes) {
 
 // The int8-activation kernels sum exact integer products (matmul_rows.comp X8; q4 packs two in one 32-bit
 // integer): the largest they can meet (every quant at its extreme, every activation +-127 of the same
-// sign, or alternating) must come out exact: y = K * w * x for q4_0 blocks of d = 1 and quants 15 (w = 15 - 8)
-// and q8_0 blocks of d = 1 and quants -128.
+// sign, or alternating) must come out exact: y = K * w * x for q4_0 blocks of d = 1 and quants 15 (w = 15 - 8),
+// q8_0 blocks of d = 1 and quants -128, and q6_K blocks of d = 1, scales 1 and quants 0 (w = 0 - 32; q6 pairs
+// two of them in one product too).
 TEST_P(KernelTest, Int8ActivationsHoldTheLargestProducts) {
   const uint32_t M = 37, K = 512;
-  for (const auto& [type, quant_byte, w] : {std::tuple{DType::Q4_0, 0xff, 7.0}, std::tuple{DType::Q8_0, 0x80, -128.0}}) {
+  for (const auto& [type, quant_byte, w] : {std::tuple{DType::Q4_0, 0xff, 7.0}, std::tuple{DType::Q8_0, 0x80, -128.0},
+                                            std::tuple{DType::Q6_K, 0x00, -32.0}}) {
   SCOPED_TRACE(dtype_name(type));
   const BlockLayout L = block_layout(type);
   std::vector<uint8_t> blocks(size_t(M) * K / L.elems * L.bytes);
+  const uint16_t one = float_to_half(1.0f);
   for (size_t b = 0; b < blocks.size(); b += L.bytes) {
-    const uint16_t one = float_to_half(1.0f);
+    if (type == DType::Q6_K) {   // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}
+      memset(&blocks[b], quant_byte, 192);
+      memset(&blocks[b + 192], 1, 16);
+      memcpy(&blocks[b + 208], &one, 2);
+      continue;
+    }
     memcpy(&blocks[b], &one, 2);
     memset(&blocks[b + 2], quant_byte, L.bytes - 2);
   }
@@ -167,7 +175,15 @@ TEST_P(KernelTest, Int8ActivationsHoldTheLargestProducts) {
 // Weight i of a matrix packed for the device, read back on the host as the kernels read it: s * q + m.
 float packed_value(const HostMatrix& h, size_t i) {
   const WeightFormat& f = h.format;
-  const int q = f.storage == WT_Q4 ? (h.data[i / 2] >> (4 * (i & 1))) & 15 : int(int8_t(h.data[i]));
+  int q = f.storage == WT_Q4 ? (h.data[i / 2] >> (4 * (i & 1))) & 15 : int(int8_t(h.data[i]));
+  if (f.storage == WT_Q6) {   // per 32 weights 16 bytes of nibbles, then 8 of high bits (shaders/weights.glsl)
+    const uint8_t* unit = &h.data[i / 32 * 24];
+    const size_t e = i % 32, g = e % 16;
+    uint32_t high;
+    memcpy(&high, unit + 16 + 4 * (e / 16), 4);
+    const int lo = (unit[e / 2] >> (4 * (e & 1))) & 15;
+    q = (lo | int((high >> (2 * (g % 4) + 16 * ((g / 4) % 2) + 8 * (g / 8))) & 3) << 4) - 32;
+  }
   const size_t g = i / f.group;
   return f.has_min ? h.scales[2 * g] * float(q) + h.scales[2 * g + 1] : h.scales[g] * float(q);
 }
@@ -253,7 +269,11 @@ TEST_P(KernelTest, MatmulPathsAreBothCovered) {
   const auto blocks8 = random_blocks(DType::Q6_K, 64 * 256, 2);
   DeviceMatrix q8 = upload_matrix(*arena_, gpu().uploader, DType::Q6_K, 64, 256, blocks8.data(), "q8");
   gpu().uploader.flush();
-  EXPECT_STREQ(k.matmul_shader(q8, x), x8 ? "matmul_rows_q8_x8" : texels ? "matmul_rows_q8" : "matmul_q8");
+  EXPECT_STREQ(k.matmul_shader(q8, x), x8 ? "matmul_rows_q6_x8" : texels ? "matmul_rows_q6" : "matmul_q6");
+  const auto blocks80 = random_blocks(DType::Q8_0, 64 * 256, 3);
+  DeviceMatrix q80 = upload_matrix(*arena_, gpu().uploader, DType::Q8_0, 64, 256, blocks80.data(), "q8_0");
+  gpu().uploader.flush();
+  EXPECT_STREQ(k.matmul_shader(q80, x), x8 ? "matmul_rows_q8_x8" : texels ? "matmul_rows_q8" : "matmul_q8");
 }
 
 TEST_P(KernelTest, MatmulAccumulatesIntoResidual) {
@@ -707,7 +727,7 @@ TEST_F(VkTest, QuantizedMatmulOverTensorLargerThan128MiB) {
   for (DType type : kQuantTypes) {
     const WeightFormat f = native_format(type);
     const uint32_t K = 4096;
-    const double bits = (f.storage == WT_Q4 ? 4 : 8) + 32.0 * (f.has_min ? 2 : 1) / f.group;
+    const double bits = (f.storage == WT_Q4 ? 4 : f.storage == WT_Q6 ? 6 : 8) + 32.0 * (f.has_min ? 2 : 1) / f.group;
     const uint32_t M = uint32_t((129.0 * (1 << 20) * 8) / (bits * K)) + 1;
     // 64 random rows, repeated (random bytes for 130 MiB would dominate the suite's time)
     const auto rows64 = random_blocks(type, size_t(64) * K, 5);
