@@ -56,8 +56,8 @@ VKSPEC_CONST MATMUL_TILE_VALUES = 72u;
 VKSPEC_CONST MATMUL_TILE_SUBGROUPS = 16u;
 // Its slot layout: the sums at 0.., SwiGLU's second sums at RT * TT.., the sums of squares from here on.
 #define MATMUL_TILE_SUMS(RT, TT, SWIGLU) (((SWIGLU) ? 2u : 1u) * (RT) * (TT))
-// Int8 activations (matmul_rows_q4_x8 / _q8_x8; runtime/kernels.h x8_matmul): quantize_x8.comp writes each token's
-// x (RMSNorm applied) as blocks of X8_BLOCK values, X8_BLOCK_TEXELS texels each:
+// Int8 activations (matmul_rows_q4_x8 / _q6_x8 / _q8_x8; runtime/kernels.h x8_matmul): quantize_x8.comp
+// writes each token's x (RMSNorm applied) as blocks of X8_BLOCK values, X8_BLOCK_TEXELS texels each:
 //   texels 0-3: the block's two 16-value chunks as int pairs, chunk c in texels 2c, 2c+1: pair i of texel
 //               2c+h is q[8h + i + 4] + 65536 * q[8h + i] (q = round(x / d), |q| <= 127; the weights'
 //               nibble pairs of matmul_rows.comp meet them so that one 32-bit product holds two weights'

@@ -1,6 +1,6 @@
 #version 460
-// x -> int8 activations for matmul_rows_q4_x8 / _q8_x8 (layout: shaders/contract.h X8_BLOCK): per token, optional
-// RMSNorm ((x * 1/sqrt(mean(x^2) + eps)) * norm, llama.cpp's order), then per block of 32 values
+// x -> int8 activations for matmul_rows_q4_x8 / _q6_x8 / _q8_x8 (layout: shaders/contract.h X8_BLOCK): per
+// token, optional RMSNorm ((x * 1/sqrt(mean(x^2) + eps)) * norm, llama.cpp's order), then per block of 32 values
 // d = max |v| / 127 and q = roundEven(v / d) (as v * (1 / d)), like llama.cpp's q8_0 activations.
 // One workgroup (one subgroup: the host sets WG = the subgroup size) per token; lane i quantizes blocks
 // i, i + WG, ... . A token's result depends on its own x only (batch invariance).

@@ -5,7 +5,8 @@
 //   q6   : K 6-bit quants u = q + 32 (q in [-32, 31])   /    w = s * q + m
 // q6 is laid out in units of 32 weights (6 uints, over the matrix's weights in row-major order, so any K
 // that is a multiple of 32): uints 0-3 the low nibbles (weight e of the unit in uint e / 8, bits 4 (e % 8)),
-// uints 4 and 5 the high two bits of weights 0-15 and 16-31, weight g of such a 16 at bit Q6_HIGH_SHIFT(g) (contract.h).
+// uints 4 and 5 the high two bits of weights 0-15 and 16-31, weight g of such a 16 at bit Q6_HIGH_SHIFT(g)
+// (contract.h).
 // That order puts the high bits of weights i and i + 4 16 bits apart, as their nibbles are, so that
 // matmul_rows.comp's int8 path takes a pair of 6-bit quants with the same shifts and masks as a pair of
 // nibbles.

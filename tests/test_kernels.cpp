@@ -175,8 +175,12 @@ TEST_P(KernelTest, Int8ActivationsHoldTheLargestProducts) {
 // Weight i of a matrix packed for the device, read back on the host as the kernels read it: s * q + m.
 float packed_value(const HostMatrix& h, size_t i) {
   const WeightFormat& f = h.format;
-  int q = f.storage == WT_Q4 ? (h.data[i / 2] >> (4 * (i & 1))) & 15 : int(int8_t(h.data[i]));
-  if (f.storage == WT_Q6) {   // per 32 weights 16 bytes of nibbles, then 8 of high bits (shaders/weights.glsl)
+  int q;
+  if (f.storage == WT_Q4) {
+    q = (h.data[i / 2] >> (4 * (i & 1))) & 15;
+  } else if (f.storage == WT_Q8) {
+    q = int8_t(h.data[i]);
+  } else {   // WT_Q6: per 32 weights 16 bytes of nibbles, then 8 of high bits (shaders/weights.glsl)
     const uint8_t* unit = &h.data[i / 32 * 24];
     const size_t e = i % 32, g = e % 16;
     uint32_t high;
