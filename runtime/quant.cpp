@@ -274,15 +274,15 @@ void repack_blocks(DType t, const WeightFormat& f, const uint8_t* blocks, size_t
       if (!fits) throw Error("internal: a quant does not fit 4 bits");
     } else if (q6) {   // per 32 weights: 4 uints of nibbles, 2 of high bits (shaders/weights.glsl)
       for (uint32_t u0 = 0; u0 < L.elems; u0 += 32) {
-        uint32_t words[6] = {};
+        uint32_t words[contract::Q6_UNIT_UINTS] = {};
         for (uint32_t e = 0; e < 32; ++e) {
           const int v = q[u0 + e] + 32;
           if (v < 0 || v > 63) throw Error("internal: a quant does not fit 6 bits");
           words[e / 8] |= uint32_t(v & 15) << (4 * (e % 8));
-          words[4 + e / 16] |= uint32_t(v >> 4) << Q6_HIGH_SHIFT(e % 16);
+          words[contract::Q6_HIGH_UINT + e / 16] |= uint32_t(v >> 4) << Q6_HIGH_SHIFT(e % 16);
         }
         static_assert(std::endian::native == std::endian::little, "device uints are little-endian");
-        memcpy(data + (e0 + u0) / 32 * 24, words, 24);
+        memcpy(data + f.data_bytes(e0 + u0), words, sizeof words);
       }
     } else {
       memcpy(data + e0, q, L.elems);

@@ -51,7 +51,9 @@ struct WeightFormat {
   // Quantized formats: the planes of `weights` consecutive weights of a row-major matrix (whole groups;
   // WT_Q6: whole units of 32, which every quantized row is)
   uint64_t data_bytes(uint64_t weights) const {
-    return storage == WT_Q4 ? weights / 2 : storage == WT_Q6 ? weights / 32 * 24 : weights;
+    return storage == WT_Q4   ? weights / 2
+           : storage == WT_Q6 ? weights / 32 * contract::Q6_UNIT_UINTS * 4
+                              : weights;
   }
   uint64_t scale_floats(uint64_t weights) const { return weights / group * (has_min ? 2 : 1); }
   bool operator==(const WeightFormat& o) const {
