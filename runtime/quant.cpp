@@ -181,10 +181,9 @@ void decode_block(DType t, const uint8_t* b, int8_t* q, float* s, float* m) {
     case DType::Q2_K: {   // 16 sub-blocks of 16; 2-bit quants, four per byte across 32-byte groups
       const float d = f16_at(b + 80), dmin = f16_at(b + 82);
       const uint8_t* sc = b;
-      for (int e = 0; e < 256; ++e) {
-        const int half = e / 128, j = (e % 128) / 32, l = e % 32;
-        q[e] = int8_t((b[16 + half * 32 + l] >> (2 * j)) & 3);
-      }
+      for (int half = 0; half < 2; ++half)   // weight e = 128 half + 32 j + l
+        for (int j = 0; j < 4; ++j)
+          for (int l = 0; l < 32; ++l) q[128 * half + 32 * j + l] = int8_t((b[16 + half * 32 + l] >> (2 * j)) & 3);
       for (int g = 0; g < 16; ++g) s[g] = d * float(sc[g] & 0xF), m[g] = -(dmin * float(sc[g] >> 4));
       break;
     }
@@ -193,11 +192,12 @@ void decode_block(DType t, const uint8_t* b, int8_t* q, float* s, float* m) {
       const uint8_t* hm = b;
       const uint8_t* qs = b + 32;
       const uint8_t* sc = b + 96;
-      for (int e = 0; e < 256; ++e) {
-        const int half = e / 128, j = (e % 128) / 32, l = e % 32;
-        const int lo = (qs[half * 32 + l] >> (2 * j)) & 3, hi = (hm[l] >> (half * 4 + j)) & 1;
-        q[e] = int8_t(lo + (hi ? 4 : 0));   // stored as q + 4 (0..7): the -4 goes into m
-      }
+      for (int half = 0; half < 2; ++half)   // weight e = 128 half + 32 j + l
+        for (int j = 0; j < 4; ++j)
+          for (int l = 0; l < 32; ++l) {
+            const int lo = (qs[half * 32 + l] >> (2 * j)) & 3, hi = (hm[l] >> (half * 4 + j)) & 1;
+            q[128 * half + 32 * j + l] = int8_t(lo + 4 * hi);   // stored as q + 4 (0..7): the -4 goes into m
+          }
       for (int g = 0; g < 16; ++g) {
         const int low = g < 8 ? sc[g] & 0xF : sc[g - 8] >> 4, high = (sc[8 + g % 4] >> (2 * (g / 4))) & 3;
         const float dl = d * float((low | (high << 4)) - 32);
@@ -211,12 +211,13 @@ void decode_block(DType t, const uint8_t* b, int8_t* q, float* s, float* m) {
       const uint8_t* scales = b + 4;
       const uint8_t* qh = b + 16;
       const uint8_t* qs = b + (q5 ? 48 : 16);
-      for (int e = 0; e < 256; ++e) {
-        const int pair = e / 64, hi = (e % 64) / 32, l = e % 32;
-        int v = (qs[pair * 32 + l] >> (4 * hi)) & 0xF;
-        if (q5 && ((qh[l] >> (2 * pair + hi)) & 1)) v += 16;
-        q[e] = int8_t(v);
-      }
+      for (int pair = 0; pair < 4; ++pair)   // weight 64 pair + l: low nibble of qs[32 pair + l], + 32: high
+        for (int l = 0; l < 32; ++l) {
+          const int byte = qs[pair * 32 + l];
+          const int h = q5 ? qh[l] >> (2 * pair) : 0;
+          q[64 * pair + l] = int8_t((byte & 0xF) | ((h & 1) << 4));
+          q[64 * pair + 32 + l] = int8_t((byte >> 4) | ((h & 2) << 3));
+        }
       for (int j = 0; j < 8; ++j) {
         uint8_t sc, mn;
         scale_min_k4(j, scales, sc, mn);
@@ -230,12 +231,13 @@ void decode_block(DType t, const uint8_t* b, int8_t* q, float* s, float* m) {
       const uint8_t* ql = b;
       const uint8_t* qh = b + 128;
       const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
-      for (int e = 0; e < 256; ++e) {
-        const int half = e / 128, j = (e % 128) / 32, l = e % 32;
-        const int lo = (ql[half * 64 + (j & 1) * 32 + l] >> (4 * (j >> 1))) & 0xF;
-        const int hi = (qh[half * 32 + l] >> (2 * j)) & 3;
-        q[e] = int8_t((lo | (hi << 4)) - 32);
-      }
+      for (int half = 0; half < 2; ++half)   // weight e = 128 half + 32 j + l
+        for (int j = 0; j < 4; ++j)
+          for (int l = 0; l < 32; ++l) {
+            const int lo = (ql[half * 64 + (j & 1) * 32 + l] >> (4 * (j >> 1))) & 0xF;
+            const int hi = (qh[half * 32 + l] >> (2 * j)) & 3;
+            q[128 * half + 32 * j + l] = int8_t((lo | (hi << 4)) - 32);
+          }
       for (int g = 0; g < 16; ++g) s[g] = d * float(sc[g]), m[g] = 0;
       break;
     }
@@ -266,20 +268,31 @@ void repack_blocks(DType t, const WeightFormat& f, const uint8_t* blocks, size_t
     const size_t e0 = blk * L.elems;
     if (q4) {
       uint8_t* out = data + e0 / 2;
-      bool fits = true;
+      uint8_t high = 0;   // any bit above the nibbles, tested once after the loop (no branch inside it)
       for (uint32_t i = 0; i < L.elems; i += 2) {
-        fits = fits && uint8_t(q[i]) < 16 && uint8_t(q[i + 1]) < 16;
+        high |= uint8_t(q[i] | q[i + 1]);
         out[i / 2] = uint8_t(q[i] | (q[i + 1] << 4));
       }
-      if (!fits) throw Error("internal: a quant does not fit 4 bits");
+      if (high & 0xF0) throw Error("internal: a quant does not fit 4 bits");
     } else if (q6) {   // per 32 weights: 4 uints of nibbles, 2 of high bits (shaders/weights.glsl)
       for (uint32_t u0 = 0; u0 < L.elems; u0 += 32) {
-        uint32_t words[contract::Q6_UNIT_UINTS] = {};
-        for (uint32_t e = 0; e < 32; ++e) {
-          const int v = q[u0 + e] + 32;
-          if (v < 0 || v > 63) throw Error("internal: a quant does not fit 6 bits");
-          words[e / 8] |= uint32_t(v & 15) << (4 * (e % 8));
-          words[contract::Q6_HIGH_UINT + e / 16] |= uint32_t(v >> 4) << Q6_HIGH_SHIFT(e % 16);
+        // Each word is built in a register by a loop of constant trip count and shifts (unrolled; a loop
+        // over the 32 weights updating words[e / 8] in memory was most of a Q4_K_M model's load).
+        uint32_t v[32], outside = 0;   // v = q + 32; outside: any bit of a v outside 0..63
+        for (uint32_t e = 0; e < 32; ++e) outside |= v[e] = uint32_t(q[u0 + e] + 32);
+        if (outside & ~63u) throw Error("internal: a quant does not fit 6 bits");
+        static_assert(contract::Q6_HIGH_UINT * 8 == 32 && (contract::Q6_UNIT_UINTS - contract::Q6_HIGH_UINT) * 16 == 32,
+                      "the loops below write every word of a 32-weight unit");
+        uint32_t words[contract::Q6_UNIT_UINTS];
+        for (uint32_t k = 0; k < contract::Q6_HIGH_UINT; ++k) {   // nibbles of weights 8 k .. 8 k + 7
+          uint32_t w = 0;
+          for (uint32_t e = 0; e < 8; ++e) w |= (v[8 * k + e] & 15) << (4 * e);
+          words[k] = w;
+        }
+        for (uint32_t h = 0; h < contract::Q6_UNIT_UINTS - contract::Q6_HIGH_UINT; ++h) {   // high bits, 16 each
+          uint32_t w = 0;
+          for (uint32_t g = 0; g < 16; ++g) w |= (v[16 * h + g] >> 4) << Q6_HIGH_SHIFT(g);
+          words[contract::Q6_HIGH_UINT + h] = w;
         }
         static_assert(std::endian::native == std::endian::little, "device uints are little-endian");
         memcpy(data + f.data_bytes(e0 + u0), words, sizeof words);
@@ -304,8 +317,9 @@ void repack_quant(DType t, const WeightFormat& f, const uint8_t* blocks, size_t 
   const BlockLayout L = block_layout(t);
   if (!f.quantized() || f.group % kCanonicalGroup || L.elems % f.group) throw Error("internal: repack format");
   const size_t n_blocks = n / L.elems;
-  // Decoding is most of a quantized model's load (1B-shape Q4_K_M: ~35% on lavapipe, the rest page faults
-  // and reads): a large tensor is split over the cores, each thread writing its own whole blocks.
+  // Decoding is a third of a quantized model's start (1B-shape Q4_K_M, `run -n 1` on lavapipe: 34% of the CPU
+  // samples; the rest is page faults, reads and pipelines): a large tensor is split over the cores, each
+  // thread writing its own whole blocks.
   const size_t threads = std::min<size_t>({std::max(1u, std::thread::hardware_concurrency()), 8, n_blocks / 4096 + 1});
   std::vector<std::thread> pool;
   std::vector<std::exception_ptr> errors(threads);
