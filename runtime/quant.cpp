@@ -267,31 +267,34 @@ void repack_blocks(DType t, const WeightFormat& f, const uint8_t* blocks, size_t
     decode_block(t, blocks + blk * L.bytes, q, s, m);
     const size_t e0 = blk * L.elems;
     if (q4) {
-      uint8_t* out = data + e0 / 2;
-      uint8_t high = 0;   // any bit above the nibbles, tested once after the loop (no branch inside it)
-      for (uint32_t i = 0; i < L.elems; i += 2) {
-        high |= uint8_t(q[i] | q[i + 1]);
-        out[i / 2] = uint8_t(q[i] | (q[i + 1] << 4));
+      uint8_t packed[128], high = 0;   // high: any bit above the nibbles, tested once after the loop
+      for (uint32_t i = 0; i < L.elems / 2; ++i) {   // into a local buffer: `data` could alias q for the compiler
+        high |= uint8_t(q[2 * i] | q[2 * i + 1]);
+        packed[i] = uint8_t(q[2 * i] | (q[2 * i + 1] << 4));
       }
       if (high & 0xF0) throw Error("internal: a quant does not fit 4 bits");
+      memcpy(data + e0 / 2, packed, L.elems / 2);
     } else if (q6) {   // per 32 weights: 4 uints of nibbles, 2 of high bits (shaders/weights.glsl)
       for (uint32_t u0 = 0; u0 < L.elems; u0 += 32) {
         // Each word is built in a register by a loop of constant trip count and shifts (unrolled; a loop
         // over the 32 weights updating words[e / 8] in memory was most of a Q4_K_M model's load).
-        uint32_t v[32], outside = 0;   // v = q + 32; outside: any bit of a v outside 0..63
-        for (uint32_t e = 0; e < 32; ++e) outside |= v[e] = uint32_t(q[u0 + e] + 32);
-        if (outside & ~63u) throw Error("internal: a quant does not fit 6 bits");
         static_assert(contract::Q6_HIGH_UINT * 8 == 32 && (contract::Q6_UNIT_UINTS - contract::Q6_HIGH_UINT) * 16 == 32,
                       "the loops below write every word of a 32-weight unit");
-        uint32_t words[contract::Q6_UNIT_UINTS];
+        const int8_t* qu = q + u0;
+        uint32_t words[contract::Q6_UNIT_UINTS], outside = 0;   // outside: any bit of a q + 32 outside 0..63
         for (uint32_t k = 0; k < contract::Q6_HIGH_UINT; ++k) {   // nibbles of weights 8 k .. 8 k + 7
           uint32_t w = 0;
-          for (uint32_t e = 0; e < 8; ++e) w |= (v[8 * k + e] & 15) << (4 * e);
+          for (uint32_t e = 0; e < 8; ++e) {
+            const uint32_t v = uint32_t(qu[8 * k + e] + 32);
+            outside |= v;
+            w |= (v & 15) << (4 * e);
+          }
           words[k] = w;
         }
+        if (outside & ~63u) throw Error("internal: a quant does not fit 6 bits");
         for (uint32_t h = 0; h < contract::Q6_UNIT_UINTS - contract::Q6_HIGH_UINT; ++h) {   // high bits, 16 each
           uint32_t w = 0;
-          for (uint32_t g = 0; g < 16; ++g) w |= (v[16 * h + g] >> 4) << Q6_HIGH_SHIFT(g);
+          for (uint32_t g = 0; g < 16; ++g) w |= (uint32_t(qu[16 * h + g] + 32) >> 4) << Q6_HIGH_SHIFT(g);
           words[contract::Q6_HIGH_UINT + h] = w;
         }
         static_assert(std::endian::native == std::endian::little, "device uints are little-endian");
@@ -317,8 +320,8 @@ void repack_quant(DType t, const WeightFormat& f, const uint8_t* blocks, size_t 
   const BlockLayout L = block_layout(t);
   if (!f.quantized() || f.group % kCanonicalGroup || L.elems % f.group) throw Error("internal: repack format");
   const size_t n_blocks = n / L.elems;
-  // Decoding is a third of a quantized model's start (1B-shape Q4_K_M, `run -n 1` on lavapipe: 34% of the CPU
-  // samples; the rest is page faults, reads and pipelines): a large tensor is split over the cores, each
+  // Decoding is a quarter of a quantized model's start (1B-shape Q4_K_M, `run -n 1` on lavapipe: 27% of the
+  // CPU samples; the rest is page faults, reads and pipelines): a large tensor is split over the cores, each
   // thread writing its own whole blocks.
   const size_t threads = std::min<size_t>({std::max(1u, std::thread::hardware_concurrency()), 8, n_blocks / 4096 + 1});
   std::vector<std::thread> pool;
