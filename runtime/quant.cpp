@@ -267,8 +267,10 @@ void repack_blocks(DType t, const WeightFormat& f, const uint8_t* blocks, size_t
     decode_block(t, blocks + blk * L.bytes, q, s, m);
     const size_t e0 = blk * L.elems;
     if (q4) {
-      uint8_t packed[128], high = 0;   // high: any bit above the nibbles, tested once after the loop
-      for (uint32_t i = 0; i < L.elems / 2; ++i) {   // into a local buffer: `data` could alias q for the compiler
+      // Into a local buffer, copied out after: stores through `data` (a byte pointer) would otherwise have to
+      // stay ordered with the loads of q. high: any bit above the nibbles, tested once after the loop.
+      uint8_t packed[sizeof q / 2], high = 0;
+      for (uint32_t i = 0; i < L.elems / 2; ++i) {
         high |= uint8_t(q[2 * i] | q[2 * i + 1]);
         packed[i] = uint8_t(q[2 * i] | (q[2 * i + 1] << 4));
       }
@@ -277,7 +279,7 @@ void repack_blocks(DType t, const WeightFormat& f, const uint8_t* blocks, size_t
     } else if (q6) {   // per 32 weights: 4 uints of nibbles, 2 of high bits (shaders/weights.glsl)
       for (uint32_t u0 = 0; u0 < L.elems; u0 += 32) {
         // Each word is built in a register by a loop of constant trip count and shifts (unrolled; a loop
-        // over the 32 weights updating words[e / 8] in memory was most of a Q4_K_M model's load).
+        // over the 32 weights updating words[e / 8] in memory was the hottest loop of a Q4_K_M model's load).
         static_assert(contract::Q6_HIGH_UINT * 8 == 32 && (contract::Q6_UNIT_UINTS - contract::Q6_HIGH_UINT) * 16 == 32,
                       "the loops below write every word of a 32-weight unit");
         const int8_t* qu = q + u0;
