@@ -276,12 +276,13 @@ void repack_blocks(DType t, const WeightFormat& f, const uint8_t* blocks, size_t
       }
       if (high & 0xF0) throw Error("internal: a quant does not fit 4 bits");
       memcpy(data + e0 / 2, packed, L.elems / 2);
-    } else if (q6) {   // per 32 weights: 4 uints of nibbles, 2 of high bits (shaders/weights.glsl)
-      for (uint32_t u0 = 0; u0 < L.elems; u0 += 32) {
+    } else if (q6) {   // per unit of 32 weights: 4 uints of nibbles, 2 of high bits (shaders/weights.glsl)
+      for (uint32_t u0 = 0; u0 < L.elems; u0 += contract::Q6_UNIT_WEIGHTS) {
         // Each word is built in a register by a loop of constant trip count and shifts (unrolled; a loop
         // over the 32 weights updating words[e / 8] in memory was the hottest loop of a Q4_K_M model's load).
-        static_assert(contract::Q6_HIGH_UINT * 8 == 32 && (contract::Q6_UNIT_UINTS - contract::Q6_HIGH_UINT) * 16 == 32,
-                      "the loops below write every word of a 32-weight unit");
+        static_assert(contract::Q6_HIGH_UINT * 8 == contract::Q6_UNIT_WEIGHTS &&
+                          (contract::Q6_UNIT_UINTS - contract::Q6_HIGH_UINT) * 16 == contract::Q6_UNIT_WEIGHTS,
+                      "the loops below write every word of a unit");
         const int8_t* qu = q + u0;
         uint32_t words[contract::Q6_UNIT_UINTS], outside = 0;   // outside: any bit of a q + 32 outside 0..63
         for (uint32_t k = 0; k < contract::Q6_HIGH_UINT; ++k) {   // nibbles of weights 8 k .. 8 k + 7

@@ -52,7 +52,7 @@ struct WeightFormat {
   // WT_Q6: whole units of 32, which every quantized row is)
   uint64_t data_bytes(uint64_t weights) const {
     return storage == WT_Q4   ? weights / 2
-           : storage == WT_Q6 ? weights / 32 * contract::Q6_UNIT_UINTS * 4
+           : storage == WT_Q6 ? weights / contract::Q6_UNIT_WEIGHTS * contract::Q6_UNIT_UINTS * 4
                               : weights;
   }
   uint64_t scale_floats(uint64_t weights) const { return weights / group * (has_min ? 2 : 1); }

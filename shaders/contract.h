@@ -29,7 +29,9 @@ using vk_float = float;
 #define WT_Q4 4    // 4-bit unsigned quants + per-group scales and mins
 #define WT_Q6 5    // 6-bit quants (q + 32 in a nibble plane and a 2-bit plane) + per-group scales (and mins)
 // WT_Q6: the bit at which weight g (0..15) of a 16 keeps its two high bits in their uint (shaders/weights.glsl)
-// WT_Q6: a unit of 32 weights is this many uints, its nibbles first (4 uints), then its high bits (2 uints)
+// WT_Q6: a unit of Q6_UNIT_WEIGHTS weights is Q6_UNIT_UINTS uints, its nibbles first (4 uints), then its high
+// bits (2 uints)
+VKSPEC_CONST Q6_UNIT_WEIGHTS = 32u;
 VKSPEC_CONST Q6_UNIT_UINTS = 6u;
 VKSPEC_CONST Q6_HIGH_UINT = 4u;
 #define Q6_HIGH_SHIFT(g) (2u * ((g) & 3u) + 16u * (((g) >> 2) & 1u) + 8u * ((g) >> 3))

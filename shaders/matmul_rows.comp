@@ -257,7 +257,7 @@ void store_rope_pair(uint row, uint t0, vec4 al, vec4 ah, vec4 bl, vec4 bh, vec4
 void main() {
   const uint row0 = gl_GlobalInvocationID.x * RPL;
   const uint t0 = gl_WorkGroupID.y * TT;
-  const uint kt = WTYPE == WT_Q6 ? pc.K / 32u * Q6_UNIT_UINTS / 4u : pc.K / EPT, xs4 = pc.x_stride / 4u;   // texels per row
+  const uint kt = WTYPE == WT_Q6 ? pc.K / Q6_UNIT_WEIGHTS * Q6_UNIT_UINTS / 4u : pc.K / EPT, xs4 = pc.x_stride / 4u;   // texels per row
   // rows are whole steps: float steps are one texel (the host asks for K % EPT == 0), quantized rows whole
   // ROW_QUANT_STEPs (the host asks for K % ROW_QUANT_STEP == 0)
   const uint steps = pc.K / STEP, gpr = pc.K / GROUP;

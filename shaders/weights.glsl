@@ -30,12 +30,13 @@ vec4 q6x4_bits(uint lo, uint hi) {
 }
 // q6: the four quants of weights 4 i4 .. 4 i4 + 3 of the matrix
 vec4 q6x4(uvec2 w, uint i4) {
-  const uint unit = Q6_UNIT_UINTS * (i4 >> 3), f = (i4 & 7u) * 4u;   // f: the first weight's index in its unit
+  const uint per = Q6_UNIT_WEIGHTS / 4u;   // groups of four per unit
+  const uint unit = Q6_UNIT_UINTS * (i4 / per), f = (i4 % per) * 4u;   // f: the first weight's index in its unit
   return q6x4_bits(Uints(w).v[unit + (f >> 3)] >> (16u * ((f >> 2) & 1u)),
                    Uints(w).v[unit + Q6_HIGH_UINT + (f >> 4)] >> Q6_HIGH_SHIFT(f & 15u));
 }
 float q6x1(uvec2 w, uint i) {
-  const uint unit = Q6_UNIT_UINTS * (i >> 5), f = i & 31u;
+  const uint unit = Q6_UNIT_UINTS * (i / Q6_UNIT_WEIGHTS), f = i % Q6_UNIT_WEIGHTS;
   const uint lo = (Uints(w).v[unit + (f >> 3)] >> (4u * (f & 7u))) & 15u;
   const uint hi = (Uints(w).v[unit + Q6_HIGH_UINT + (f >> 4)] >> Q6_HIGH_SHIFT(f & 15u)) & 3u;
   return float(int(lo | (hi << 4)) - 32);
