@@ -3,7 +3,8 @@
 # Idempotent: packages already present are skipped by apt. Needs root (or sudo).
 #   scripts/install-deps.sh [--mesa-backports]
 #   --mesa-backports   opt-in, never the default (CI stays on Debian 12's Mesa 22.3): lavapipe from Mesa 25
-#                      in bookworm-backports, which runs vkspec's kernels faster (docs/PERFORMANCE.md)
+#                      in bookworm-backports. Measure before choosing it: with today's int8 kernels it runs
+#                      the 1B shape slower than 22.3 (docs/PERFORMANCE.md, 2026-11-26 late)
 set -euo pipefail
 mesa_backports=0
 [ "${1:-}" = "--mesa-backports" ] && mesa_backports=1
