@@ -67,7 +67,8 @@ VKSPEC_CONST MATMUL_TILE_SUBGROUPS = 16u;
 //               2c+h is q[8h + i + 4] + 65536 * q[8h + i] (q = round(x / d), |q| <= 127; the weights'
 //               nibble pairs of matmul_rows.comp meet them so that one 32-bit product holds two weights'
 //               products in its upper half);
-//   texel 4:    floats {d, d * (sum of chunk 0's q), d * (sum of chunk 1's q), 0} (d = max |x| / 127).
+//   texel 4:    floats {d, d * (sum of chunk 0's q), d * (sum of chunk 1's q), d * (sum of the block's q)}
+//               (d = max |x| / 127).
 // A token's row of K values is X8_ROW_TEXELS(K) texels.
 VKSPEC_CONST X8_BLOCK = 32u;
 VKSPEC_CONST X8_BLOCK_TEXELS = 5u;

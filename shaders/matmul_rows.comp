@@ -37,8 +37,9 @@ const uint EPT = WTYPE == WT_F32 ? 4u : WTYPE == WT_Q8 ? 16u : WTYPE >= WT_Q4 ? 
 // On llvmpipe, which splits every float multiply-add into two instructions, a call of the 1B shape's q4
 // matmul took ~1.3x less time than with float x, of the q8 one (then holding the q6_K tensors) ~1.13x
 // less; whole Q4_K_M prefill and decode ~1.3x faster (docs/PERFORMANCE.md). The q6 format made those
-// q6_K calls ~1.35x faster again at one token and ~1.85x at eight. Whole-texel (32-weight) q4 chunks
-// were tried: prefill got slower.
+// q6_K calls ~1.35x faster again at one token and ~1.85x at eight. Groups of two chunks add their integer
+// dot products before one scaling (PAIRED below): the 1B shape's eight-row q4 call ~6% faster, its
+// prefill ~9%. Whole-texel (32-weight) q4 chunks were tried: prefill got slower.
 #endif
 const uint EPC = EPT > 16u ? 16u : EPT;   // weights per decoded chunk
 const uint CPT = EPT / EPC;               // chunks per texel
@@ -131,24 +132,27 @@ Wq decode_pairs(uvec4 u, uvec4 u2, uint chunk, uint c, vec2 sm) {
   return Wq((uvec4(h.x) >> sh) & 0x000F000Fu, (uvec4(h.y) >> sh) & 0x000F000Fu, sm.x, sm.y);
 }
 
-// X8: one chunk's contribution: d * s * (integer dot product) + m * (sum of the chunk's x as quantized),
-// xa, xb: its x pairs, xd: the block's d, xs: d * the sum of the chunk's quants.
-float dot_chunk_x8(Wq w, ivec4 xa, ivec4 xb, float xd, float xs) {
-  int q;
+// X8: a chunk's exact integer dot product with its x pairs xa, xb.
+int chunk_dot_x8(Wq w, ivec4 xa, ivec4 xb) {
   if (WTYPE == WT_Q8) {   // one product per weight: x unpacked from its pairs, weight k = byte k % 4 of pa[k / 4]
     const ivec4 sh = ivec4(24, 16, 8, 0);
     const ivec4 p = ((ivec4(w.pa.x) << sh) >> 24) * ((xa + 32768) >> 16) + ((ivec4(w.pa.y) << sh) >> 24) * ((xa << 16) >> 16) +
                     ((ivec4(w.pa.z) << sh) >> 24) * ((xb + 32768) >> 16) + ((ivec4(w.pa.w) << sh) >> 24) * ((xb << 16) >> 16);
-    q = p.x + p.y + p.z + p.w;
-  } else if (WTYPE == WT_Q6) {   // each 8 weights' sum in its own upper half
-    const ivec4 pa = ivec4(w.pa) * xa, pb = ivec4(w.pb) * xb;
-    q = ((pa.x + pa.y + pa.z + pa.w + 32768) >> 16) + ((pb.x + pb.y + pb.z + pb.w + 32768) >> 16);
-  } else {
-    const ivec4 p = ivec4(w.pa) * xa + ivec4(w.pb) * xb;
-    q = (p.x + p.y + p.z + p.w + 32768) >> 16;
+    return p.x + p.y + p.z + p.w;
   }
-  precise float v = float(q) * (w.s * xd);
-  return HAS_MIN ? v + w.m * xs : v;
+  if (WTYPE == WT_Q6) {   // each 8 weights' sum in its own upper half
+    const ivec4 pa = ivec4(w.pa) * xa, pb = ivec4(w.pb) * xb;
+    return ((pa.x + pa.y + pa.z + pa.w + 32768) >> 16) + ((pb.x + pb.y + pb.z + pb.w + 32768) >> 16);
+  }
+  const ivec4 p = ivec4(w.pa) * xa + ivec4(w.pb) * xb;
+  return (p.x + p.y + p.z + p.w + 32768) >> 16;
+}
+
+// X8: the contribution of a group's (or a chunk's) integer dot product q: d * s * q + m * xs, where xd is
+// x's block scale d and xs = d * the sum of the matching quants of x.
+float scaled_x8(int q, float s, float m, float xd, float xs) {
+  precise float v = float(q) * (s * xd);
+  return HAS_MIN ? v + m * xs : v;
 }
 
 // Quantized formats: scale texels hold SPT groups' scales (4 floats, or 2 {s, m} pairs); a step's groups
@@ -187,6 +191,11 @@ const uint STEP = WTYPE >= WT_Q8 ? (TT == 1u || WTYPE == WT_Q6 ? ROW_QUANT_STEP 
 const uint CPS = STEP / EPC;              // chunks per step: q8/q4 4, float formats 1
 const bool TWO_SCALE_TEXELS = STEP / GROUP > SPT;
 const uint XPC = EPC / 4u;                // x texels per chunk
+// X8, quantized groups of two chunks (every GROUP-32 format: q4_K, q4_0/1, q5_0/1/K, q8_0; not q6_K's 16):
+// the two chunks' exact integer dot products are added before the group's scale is applied, once, and x's
+// block sum (a block is a group: X8_BLOCK == GROUP) is read once; the even chunk reads no scale texel of x.
+// Integer addition is exact, so the order of float operations per group is the same for every TT.
+const bool PAIRED = GROUP == 2u * EPC;
 
 // Per-row code is written once and expanded for rows 0..RPL-1 (llvmpipe keeps named vec4s in registers or
 // its stack frame, but an indexed array in scratch memory).
@@ -280,7 +289,8 @@ void main() {
     // per row: the step's scale texels (s: W, z: W2) and the current weight texels (f: W, e: W2; q6: and its
     // second texel, f2 and e2)
 #define STEP_STATE(j) vec4 s##j = one, z##j = one, s##j##b = one, z##j##b = one; \
-    uvec4 f##j = uvec4(0u), e##j = uvec4(0u), f2##j = uvec4(0u), e2##j = uvec4(0u);
+    uvec4 f##j = uvec4(0u), e##j = uvec4(0u), f2##j = uvec4(0u), e2##j = uvec4(0u);       \
+    ivec4 p##j##l = ivec4(0), p##j##h = ivec4(0), pg##j##l = ivec4(0), pg##j##h = ivec4(0);
     FOR_ROWS(STEP_STATE)
 #undef STEP_STATE
     if (WTYPE >= WT_Q8) {               // the step's scale texels of each row
@@ -299,6 +309,7 @@ void main() {
     }
     [[unroll]] for (uint c = 0; c < CPS; ++c) {
     const uint chunk = s * CPS + c;
+    const bool odd = (c & 1u) == 1u;   // a step is whole chunk pairs: chunk and c have the same parity
     if (c % CPT == 0u) {    // a new weight texel for each row (q6: t0 and t1 at chunk 0, t2 at chunk 2)
       const uint i = WTYPE == WT_Q6 ? 3u * s + (c == 0u ? 0u : 2u) : chunk / CPT;
 #define FETCH(j)                                                                 \
@@ -331,18 +342,26 @@ void main() {
     FOR_ROWS(DECODE)
 #undef DECODE
 #ifdef X8
-#define ROW(j, h, c)                                                     \
-    if (RPL > j) {                                                       \
-      a##j##h.c += dot_chunk_x8(w##j, xa, xb, xd, xs);                   \
-      if (SWIGLU) g##j##h.c += dot_chunk_x8(u##j, xa, xb, xd, xs);       \
+// per row: a chunk's integer dot products (p: W, pg: W2; tokens in l/h.c); PAIRED keeps the even chunk's
+// for its group's odd one
+#define ROW(j, h, c)                                                                                 \
+    if (RPL > j) {                                                                                   \
+      const int q = chunk_dot_x8(w##j, xa, xb), qg = SWIGLU ? chunk_dot_x8(u##j, xa, xb) : 0;         \
+      if (PAIRED && !odd) {                                                                          \
+        p##j##h.c = q;                                                                               \
+        pg##j##h.c = qg;                                                                             \
+      } else {                                                                                       \
+        a##j##h.c += scaled_x8(PAIRED ? p##j##h.c + q : q, w##j.s, w##j.m, xd, xs);                  \
+        if (SWIGLU) g##j##h.c += scaled_x8(PAIRED ? pg##j##h.c + qg : qg, u##j.s, u##j.m, xd, xs);   \
+      }                                                                                              \
     }
-#define TOKEN(t, h, c)                                                   \
-    if (TT > t) {                                                        \
-      const uint xt = min(x0 + t * xs4, last) + xi;                      \
-      const ivec4 xa = ivec4(xq(xt)), xb = ivec4(xq(xt + 1u));           \
-      const vec4 xsc = uintBitsToFloat(xq(xt + xsi));                    \
-      const float xd = xsc.x, xs = (chunk & 1u) == 0u ? xsc.y : xsc.z;   \
-      FOR_ROWS_AT(ROW, h, c)                                             \
+#define TOKEN(t, h, c)                                                                      \
+    if (TT > t) {                                                                           \
+      const uint xt = min(x0 + t * xs4, last) + xi;                                         \
+      const ivec4 xa = ivec4(xq(xt)), xb = ivec4(xq(xt + 1u));                              \
+      const vec4 xsc = PAIRED && !odd ? vec4(0.0) : uintBitsToFloat(xq(xt + xsi));          \
+      const float xd = xsc.x, xs = PAIRED ? xsc.w : odd ? xsc.z : xsc.y;                    \
+      FOR_ROWS_AT(ROW, h, c)                                                                \
     }
     // the chunk's x pairs (block chunk / 2, its texels 2 (chunk & 1) and 2 (chunk & 1) + 1) and, xsi texels
     // on, its block's scale texel

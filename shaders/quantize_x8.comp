@@ -55,6 +55,6 @@ void main() {
     Floats(pc.out_).v[f] = d;
     Floats(pc.out_).v[f + 1u] = d * float(s0.x + s0.y + s0.z + s0.w);
     Floats(pc.out_).v[f + 2u] = d * float(s1.x + s1.y + s1.z + s1.w);
-    Floats(pc.out_).v[f + 3u] = 0.0;
+    Floats(pc.out_).v[f + 3u] = d * float(s0.x + s0.y + s0.z + s0.w + s1.x + s1.y + s1.z + s1.w);
   }
 }
