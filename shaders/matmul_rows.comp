@@ -193,9 +193,9 @@ const bool TWO_SCALE_TEXELS = STEP / GROUP > SPT;
 const uint XPC = EPC / 4u;                // x texels per chunk
 // X8, quantized groups of two chunks (every GROUP-32 format: q4_K, q4_0/1, q5_0/1/K, q8_0; not q6_K's 16):
 // the two chunks' exact integer dot products are added before the group's scale is applied, once, and x's
-// block sum (a block is a group: X8_BLOCK == GROUP) is read once; the even chunk reads no scale texel of x.
-// Integer addition is exact, so the order of float operations per group is the same for every TT.
-const bool PAIRED = GROUP == 2u * EPC;
+// block sum is read once (the group is x's block); the even chunk reads no scale texel of x. Integer
+// addition is exact, so the order of float operations per group is the same for every TT.
+const bool PAIRED = GROUP == X8_BLOCK && 2u * EPC == X8_BLOCK;
 
 // Per-row code is written once and expanded for rows 0..RPL-1 (llvmpipe keeps named vec4s in registers or
 // its stack frame, but an indexed array in scratch memory).

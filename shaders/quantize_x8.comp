@@ -50,11 +50,12 @@ void main() {
       const ivec4 pairs = q[2u * t + 1u] + q[2u * t] * 65536;
       [[unroll]] for (uint i = 0; i < 4u; ++i) Uints(pc.out_).v[o + 4u * t + i] = uint(pairs[i]);
     }
-    const ivec4 s0 = q[0] + q[1] + q[2] + q[3], s1 = q[4] + q[5] + q[6] + q[7];
+    const ivec4 v0 = q[0] + q[1] + q[2] + q[3], v1 = q[4] + q[5] + q[6] + q[7];
+    const int s0 = v0.x + v0.y + v0.z + v0.w, s1 = v1.x + v1.y + v1.z + v1.w;   // each chunk's sum of q
     const uint f = o + 4u * X8_SCALE_TEXEL;
     Floats(pc.out_).v[f] = d;
-    Floats(pc.out_).v[f + 1u] = d * float(s0.x + s0.y + s0.z + s0.w);
-    Floats(pc.out_).v[f + 2u] = d * float(s1.x + s1.y + s1.z + s1.w);
-    Floats(pc.out_).v[f + 3u] = d * float(s0.x + s0.y + s0.z + s0.w + s1.x + s1.y + s1.z + s1.w);
+    Floats(pc.out_).v[f + 1u] = d * float(s0);
+    Floats(pc.out_).v[f + 2u] = d * float(s1);
+    Floats(pc.out_).v[f + 3u] = d * float(s0 + s1);
   }
 }
