@@ -17,8 +17,8 @@ double DraftPolicy::pass_cost(uint32_t n) const {
   // slope: the median over recent verify passes of their cost above a plain pass, per extra token
   std::array<double, kVerifyWindow> slopes;
   for (size_t i = 0; i < m; ++i) slopes[i] = (verify_[i].s - plain) / double(verify_[i].n - 1);
-  std::nth_element(slopes.begin(), slopes.begin() + m / 2, slopes.begin() + m);
-  return plain + std::max(0.0, slopes[m / 2]) * double(n - 1);
+  std::nth_element(slopes.begin(), slopes.begin() + (m - 1) / 2, slopes.begin() + m);
+  return plain + std::max(0.0, slopes[(m - 1) / 2]) * double(n - 1);
 }
 
 // switch_s: a one-time cost of drafting this round (the draft model's catch-up after plain rounds)
@@ -44,13 +44,13 @@ uint32_t DraftPolicy::next_k() const {
   if (!adaptive_) return max_;
   if (plain_rounds_ >= probe_every_) return 1;
   if (timing_free_) return choose();
-  // Nothing measured yet: one draft, which measures a draft step and a verify pass at the least cost when
-  // the drafts miss (a first round of K = 5 at acceptance ~0.4 cost ~7 ms more than a plain step here).
-  if (t_draft_.size() == 0) return std::min(max_, 1u);
   // A plain pass before choosing, and again once the last is old: a verify pass of K+1 tokens priced as a
   // plain step would make speculating always look worth it, and a plain cost measured while the machine
   // was busy would do the same.
   if (t_plain_.size() == 0 || since_plain_ >= kRefreshEvery) return 0;
+  // Warm-up: K from the model and the acceptance seen so far, so that the timings that decide later rounds
+  // are medians of several drafting rounds, not one cold one.
+  if (t_draft_.size() < kWarmUp) return std::max(1u, best_k(draft_cost_, &DraftPolicy::modeled_pass, 0.0));
   return choose();
 }
 

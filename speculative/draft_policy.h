@@ -10,7 +10,11 @@
 // is the median of its recent samples, not a moving average: lavapipe compiles a pipeline variant at its
 // first dispatch, and a shared machine stalls now and then, and one such sample must not steer many rounds.
 // t_plain is measured by a plain round before any choice and again when the last one is kRefreshEvery
-// rounds old. After plain rounds a draft model must first catch up on the tokens it has not seen (a pass
+// rounds old. The first kWarmUp drafting rounds are priced by the timing-free model below (their K is at
+// least 1): their own timings include cold caches and first dispatches (the first draft step of a run took
+// ~2x a later one on lavapipe), and when one such round decided alone, the policy chose plain rounds and
+// then learned otherwise only from a probe every 8 and 16 rounds: 26 of a 128-token run's first ~40 rounds
+// were plain on a prompt whose drafts were 92% accepted (pycode pair, prose prompt). After plain rounds a draft model must first catch up on the tokens it has not seen (a pass
 // of its own): the first drafting round after plain ones is charged that measured cost, so the policy does
 // not flip between plain and drafting near break-even, paying a catch-up at each flip. After probe_every_
 // plain rounds one draft is tried anyway, so that a drafter that starts agreeing again is noticed; a probe
@@ -39,9 +43,9 @@ class RecentMedian {
   double median() const {   // of the values held; -1 when none
     const size_t n = size();
     if (n == 0) return -1.0;
-    std::array<double, N> v = v_;
-    std::nth_element(v.begin(), v.begin() + n / 2, v.begin() + n);
-    return v[n / 2];
+    std::array<double, N> v = v_;   // while filling, an even count: the lower middle (slow outliers are high)
+    std::nth_element(v.begin(), v.begin() + (n - 1) / 2, v.begin() + n);
+    return v[(n - 1) / 2];
   }
  private:
   std::array<double, N> v_{};
@@ -53,6 +57,7 @@ class DraftPolicy {
   static constexpr uint32_t kMaxPass = 16;     // the largest verify pass (LlamaModel::kMaxBatch)
   static constexpr uint32_t kProbeEvery = 8, kProbeMax = 64;
   static constexpr uint32_t kRefreshEvery = 32;
+  static constexpr uint32_t kWarmUp = 3;   // drafting rounds priced by the model before timings are trusted
 
   static constexpr double kVerifyGrowth = 0.1;
 
@@ -79,7 +84,7 @@ class DraftPolicy {
 
   uint32_t max_;
   bool adaptive_, timing_free_;
-  double draft_cost_;                        // timing_free: a draft in target decoding steps
+  double draft_cost_;                        // timing_free and warm-up: a draft in target decoding steps
   double accepted_ = 3.0, rejected_ = 1.0;   // decayed counts of accepted drafts and rejections (prior 0.75)
   RecentMedian<9> t_plain_;                  // seconds per one-token pass
   RecentMedian<15> t_draft_;                 // seconds per drafted token
