@@ -352,6 +352,19 @@ TEST_F(SpeculativeTest, SampledTokensHaveTheTargetsDistribution) {
   target.kv().free_sequence(seq);
 }
 
+// DraftPolicy's model written again as the tests' reference: the K in 0..k_max with the most expected tokens
+// per second, E(K) = (1 - a^(K+1)) / (1 - a) over switch_s + K * draft + plain + slope * K (K = 0: a plain
+// pass, 1 / plain).
+uint32_t model_best_k(double a, double draft, double plain, double slope, uint32_t k_max, double switch_s = 0.0) {
+  uint32_t best = 0;
+  double best_rate = 1.0 / plain;
+  for (uint32_t k = 1; k <= k_max; ++k) {
+    const double rate = (1 - std::pow(a, k + 1)) / (1 - a) / (switch_s + k * draft + plain + slope * k);
+    if (rate > best_rate) best_rate = rate, best = k;
+  }
+  return best;
+}
+
 // The adaptive policy against its model: E(K) / (K t_draft + t_verify(K+1)) with measured inputs.
 TEST(Speculative, DraftPolicyPicksTheFastestKAndProbesAfterPlainRounds) {
   DraftPolicy fixed(5, false);
@@ -403,14 +416,7 @@ TEST(Speculative, DraftPolicyPicksTheFastestKAndProbesAfterPlainRounds) {
   // Middle ground, checked against the formula: alpha 0.6, drafts 2 ms, pass 10 ms + 1 ms per extra token.
   DraftPolicy mid(8, true);
   for (uint32_t n = 1; n <= 9; ++n) mid.observe(n - 1, 0, 0.002 * (n - 1), 0.010 + 0.001 * (n - 1));
-  double best_rate = 0;
-  uint32_t want = 0;
-  const double a = mid.alpha();
-  for (uint32_t k = 0; k <= 8; ++k) {
-    const double rate = (1 - std::pow(a, k + 1)) / (1 - a) / (k * 0.002 + 0.010 + 0.001 * k);
-    if (rate > best_rate) best_rate = rate, want = k;
-  }
-  EXPECT_EQ(mid.next_k(), want) << "alpha " << a;
+  EXPECT_EQ(mid.next_k(), model_best_k(mid.alpha(), 0.002, 0.010, 0.001, 8)) << "alpha " << mid.alpha();
 
   // timing-free (sampled runs): modeled costs, whatever the timings say. A draft at 0.3 of a step with
   // acceptance ~0.5: one draft a round (E = 1.5 tokens for 1.4 steps; K = 2: 1.75 for 1.8); nearly always
@@ -452,12 +458,7 @@ TEST(Speculative, DraftPolicyPricesPassesFromRecentMediansNotOneSlowSample) {
   EXPECT_NEAR(p.pass_cost(4), plain + 3 * slope, 1e-9);   // sizes never seen: the same line
   EXPECT_NEAR(p.draft_cost(), draft, 1e-9);
   const double a = p.alpha();
-  uint32_t want = 0;
-  double best_rate = 1.0 / plain;
-  for (uint32_t k = 1; k <= 5; ++k) {
-    const double rate = (1 - std::pow(a, k + 1)) / (1 - a) / (k * draft + plain + slope * k);
-    if (rate > best_rate) best_rate = rate, want = k;
-  }
+  const uint32_t want = model_best_k(a, draft, plain, slope, 5);
   EXPECT_GE(want, 1u) << "alpha " << a;
   EXPECT_EQ(p.next_k(), want) << "alpha " << a;
 
@@ -483,17 +484,8 @@ TEST(Speculative, DraftPolicyDoesNotLetOneColdRoundChoosePlain) {
   ASSERT_GE(k, 1u);
   p.observe(k, k, k * 2.5 * draft, plain + 3 * slope * k);   // cold: drafts 2.5x, the verify 3x its slope
   // What the cold round alone would choose: plain (this is what the test guards against).
-  auto best = [&](double d, double sl) {
-    const double a = p.alpha();
-    uint32_t b = 0;
-    double best_rate = 1.0 / plain;
-    for (uint32_t j = 1; j <= 5; ++j) {
-      const double rate = (1 - std::pow(a, j + 1)) / (1 - a) / (j * d + plain + sl * j);
-      if (rate > best_rate) best_rate = rate, b = j;
-    }
-    return b;
-  };
-  ASSERT_EQ(best(2.5 * draft * 2, 3 * slope * 2), 0u) << "a cold round twice as slow must favour plain, or this tests nothing";
+  ASSERT_EQ(model_best_k(p.alpha(), 2.5 * draft, plain, 3 * slope, 5), 0u)
+      << "the cold round's costs must favour plain, or this tests nothing";
   for (int round = 0; round < 40; ++round) {
     k = p.next_k();
     if (round % DraftPolicy::kRefreshEvery == DraftPolicy::kRefreshEvery - 1 && k == 0) {   // the refresh
@@ -503,7 +495,7 @@ TEST(Speculative, DraftPolicyDoesNotLetOneColdRoundChoosePlain) {
     ASSERT_GE(k, 1u) << "round " << round << ", alpha " << p.alpha();
     p.observe(k, k, k * draft, plain + slope * k);
   }
-  EXPECT_EQ(p.next_k(), best(draft, slope));
+  EXPECT_EQ(p.next_k(), model_best_k(p.alpha(), draft, plain, slope, 5));
   EXPECT_GE(p.next_k(), 4u);
 }
 
@@ -515,15 +507,7 @@ TEST(Speculative, DraftPolicyChargesTheCatchUpToLeavingPlainDecoding) {
   for (int i = 0; i < 9; ++i) p.observe(0, 0, 0.0, plain);
   for (int i = 0; i < 9; ++i) p.observe(2, 1, 2 * draft, plain + 2 * slope, catch_up);
   const double a = p.alpha();
-  auto want = [&](double switch_s) {
-    uint32_t best = 0;
-    double best_rate = 1.0 / plain;
-    for (uint32_t k = 1; k <= 5; ++k) {
-      const double rate = (1 - std::pow(a, k + 1)) / (1 - a) / (switch_s + k * draft + plain + slope * k);
-      if (rate > best_rate) best_rate = rate, best = k;
-    }
-    return best;
-  };
+  auto want = [&](double switch_s) { return model_best_k(a, draft, plain, slope, 5, switch_s); };
   ASSERT_GE(want(0.0), 1u) << "alpha " << a << ": drafting must win once caught up, or this tests nothing";
   ASSERT_EQ(want(catch_up), 0u) << "alpha " << a;
   EXPECT_EQ(p.next_k(), want(0.0));   // caught up: keep drafting
