@@ -50,7 +50,7 @@ uint32_t DraftPolicy::next_k() const {
   if (t_plain_.size() == 0 || since_plain_ >= kRefreshEvery) return 0;
   // Warm-up: K from the model and the acceptance seen so far, so that the timings that decide later rounds
   // are medians of several drafting rounds, not one cold one.
-  if (t_draft_.size() < kWarmUp) return std::max(1u, best_k(draft_cost_, &DraftPolicy::modeled_pass, 0.0));
+  if (t_draft_.size() < kWarmUp) return std::min(max_, std::max(1u, best_k(draft_cost_, &DraftPolicy::modeled_pass, 0.0)));
   return choose();
 }
 

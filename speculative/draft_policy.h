@@ -14,7 +14,8 @@
 // least 1): their own timings include cold caches and first dispatches (the first draft step of a run took
 // ~2x a later one on lavapipe), and when one such round decided alone, the policy chose plain rounds and
 // then learned otherwise only from a probe every 8 and 16 rounds: 26 of a 128-token run's first ~40 rounds
-// were plain on a prompt whose drafts were 92% accepted (pycode pair, prose prompt). After plain rounds a draft model must first catch up on the tokens it has not seen (a pass
+// were plain on a prompt whose drafts were 92% accepted (pycode pair, prose prompt).
+// After plain rounds a draft model must first catch up on the tokens it has not seen (a pass
 // of its own): the first drafting round after plain ones is charged that measured cost, so the policy does
 // not flip between plain and drafting near break-even, paying a catch-up at each flip. After probe_every_
 // plain rounds one draft is tried anyway, so that a drafter that starts agreeing again is noticed; a probe

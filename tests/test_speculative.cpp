@@ -371,6 +371,10 @@ TEST(Speculative, DraftPolicyPicksTheFastestKAndProbesAfterPlainRounds) {
   fixed.observe(5, 0, 0.01, 0.01);
   EXPECT_EQ(fixed.next_k(), 5u);
 
+  DraftPolicy none(0, true);   // --draft-max 0: no draft ever, warm-up rounds included
+  none.observe(0, 0, 0.0, 0.010);
+  EXPECT_EQ(none.next_k(), 0u);
+
   DraftPolicy good(5, true);
   EXPECT_EQ(good.next_k(), 0u);   // nothing measured yet: a plain pass first
   for (int i = 0; i < 30; ++i) {
