@@ -64,6 +64,11 @@ void DraftPolicy::observe(uint32_t drafted, uint32_t accepted, double draft_s, d
   const bool probe = plain_rounds_ >= probe_every_;
   plain_rounds_ = 0;
   since_plain_++;
+  // The first round of each verify size is not timed: it runs pipeline variants for the first time (on
+  // lavapipe they are compiled then) and its draft steps follow the drafter's catch-up cold.
+  const bool first_of_size = drafted + 1 <= kMaxPass && !size_seen_[drafted + 1];
+  if (drafted + 1 <= kMaxPass) size_seen_[drafted + 1] = true;
+  if (first_of_size) draft_s = pass_s = catch_up_s = -1;
   if (pass_s >= 0 && drafted + 1 <= kMaxPass) verify_[verify_seen_++ % kVerifyWindow] = {drafted + 1, pass_s};
   if (draft_s >= 0) t_draft_.add(draft_s / drafted);
   if (catch_up_s >= 0) t_catch_up_.add(catch_up_s);

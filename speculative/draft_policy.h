@@ -14,7 +14,10 @@
 // least 1): their own timings include cold caches and first dispatches (the first draft step of a run took
 // ~2x a later one on lavapipe), and when one such round decided alone, the policy chose plain rounds and
 // then learned otherwise only from a probe every 8 and 16 rounds: 26 of a 128-token run's first ~40 rounds
-// were plain on a prompt whose drafts were 92% accepted (pycode pair, prose prompt).
+// were plain on a prompt whose drafts were 92% accepted (pycode pair, prose prompt). For the same reason
+// the first round of each verify size gives no timings (only its acceptance): in a process's first run
+// every new size compiles pipeline variants at its first dispatch, and three such rounds in a row (K = 2,
+// 1, 1) still priced drafting out for ~60 rounds.
 // After plain rounds a draft model must first catch up on the tokens it has not seen (a pass
 // of its own): the first drafting round after plain ones is charged that measured cost, so the policy does
 // not flip between plain and drafting near break-even, paying a catch-up at each flip. After probe_every_
@@ -93,6 +96,7 @@ class DraftPolicy {
   static constexpr size_t kVerifyWindow = 15;
   std::array<Pass, kVerifyWindow> verify_{};  // the last verify passes (n > 1), for the slope
   uint32_t verify_seen_ = 0;
+  std::array<bool, kMaxPass + 1> size_seen_{};   // verify sizes observed (their first round is not timed)
   uint32_t plain_rounds_ = 0;                // consecutive plain rounds (probe after probe_every_)
   uint32_t probe_every_ = kProbeEvery;
   uint32_t since_plain_ = 0;                 // rounds since the last plain one (refresh after kRefreshEvery)

@@ -411,7 +411,7 @@ TEST(Speculative, DraftPolicyPicksTheFastestKAndProbesAfterPlainRounds) {
   unseen.observe(5, 1, 5 * 0.005, 0.020);
   EXPECT_EQ(unseen.next_k(), 0u);
   unseen.observe(0, 0, 0.0, 0.010);
-  for (uint32_t i = 1; i < DraftPolicy::kWarmUp; ++i) {
+  for (uint32_t i = 0; i < DraftPolicy::kWarmUp; ++i) {   // the first round of its size gave no timings
     EXPECT_GE(unseen.next_k(), 1u) << "warm-up round " << i;
     unseen.observe(5, 1, 5 * 0.005, 0.020);
   }
@@ -419,7 +419,8 @@ TEST(Speculative, DraftPolicyPicksTheFastestKAndProbesAfterPlainRounds) {
 
   // Middle ground, checked against the formula: alpha 0.6, drafts 2 ms, pass 10 ms + 1 ms per extra token.
   DraftPolicy mid(8, true);
-  for (uint32_t n = 1; n <= 9; ++n) mid.observe(n - 1, 0, 0.002 * (n - 1), 0.010 + 0.001 * (n - 1));
+  for (uint32_t n = 1; n <= 9; ++n)   // each size twice: the first round of a size is not timed
+    for (int i = 0; i < 2; ++i) mid.observe(n - 1, 0, 0.002 * (n - 1), 0.010 + 0.001 * (n - 1));
   EXPECT_EQ(mid.next_k(), model_best_k(mid.alpha(), 0.002, 0.010, 0.001, 8)) << "alpha " << mid.alpha();
 
   // timing-free (sampled runs): modeled costs, whatever the timings say. A draft at 0.3 of a step with
@@ -501,6 +502,27 @@ TEST(Speculative, DraftPolicyDoesNotLetOneColdRoundChoosePlain) {
   }
   EXPECT_EQ(p.next_k(), model_best_k(p.alpha(), draft, plain, slope, 5));
   EXPECT_GE(p.next_k(), 4u);
+}
+
+// A process's first run: every verify size is slow the first time it is dispatched (lavapipe compiles its
+// pipeline variants then), so the warm-up rounds, each of a size not seen before, are all slow. Measured on
+// lavapipe (pycode pair, default prompt): warm-up rounds of K = 2, 1, 1 then ~60 plain rounds.
+TEST(Speculative, DraftPolicyDoesNotTimeTheFirstRoundOfEachSize) {
+  const double plain = 0.0075, slope = 0.0015, draft = 0.002, cold = 4.0;   // a first dispatch: 4x its cost
+  DraftPolicy p(5, true, false, 0.2);
+  p.observe(0, 0, 0.0, plain);
+  p.observe(2, 1, cold * 2 * draft, cold * (plain + 2 * slope));   // the first 3-token pass
+  p.observe(1, 1, cold * draft, cold * (plain + slope));           // the first 2-token pass
+  p.observe(1, 1, draft, plain + slope);
+  EXPECT_NEAR(p.draft_cost(), draft, 1e-12);   // the cold rounds priced nothing
+  EXPECT_NEAR(p.pass_cost(3), plain + 2 * slope, 1e-12);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_GE(p.next_k(), 1u) << "warm-up: two of three timed rounds still to come";
+    p.observe(1, 1, draft, plain + slope);
+  }
+  const uint32_t want = model_best_k(p.alpha(), draft, plain, slope, 5);
+  ASSERT_GE(want, 1u) << "alpha " << p.alpha() << ": drafting must win, or this tests nothing";
+  EXPECT_EQ(p.next_k(), want);
 }
 
 // After plain rounds a draft model catches up on what it has not seen before drafting (5 ms here): the
