@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace vkspec {
 
@@ -17,8 +18,7 @@ double DraftPolicy::pass_cost(uint32_t n) const {
   // slope: the median over recent verify passes of their cost above a plain pass, per extra token
   std::array<double, kVerifyWindow> slopes;
   for (size_t i = 0; i < m; ++i) slopes[i] = (verify_[i].s - plain) / double(verify_[i].n - 1);
-  std::nth_element(slopes.begin(), slopes.begin() + (m - 1) / 2, slopes.begin() + m);
-  return plain + std::max(0.0, slopes[(m - 1) / 2]) * double(n - 1);
+  return plain + std::max(0.0, lower_median(slopes.data(), m)) * double(n - 1);
 }
 
 // switch_s: a one-time cost of drafting this round (the draft model's catch-up after plain rounds)
@@ -50,7 +50,8 @@ uint32_t DraftPolicy::next_k() const {
   if (t_plain_.size() == 0 || since_plain_ >= kRefreshEvery) return 0;
   // Warm-up: K from the model and the acceptance seen so far, so that the timings that decide later rounds
   // are medians of several drafting rounds, not one cold one.
-  if (t_draft_.size() < kWarmUp) return std::min(max_, std::max(1u, best_k(draft_cost_, &DraftPolicy::modeled_pass, 0.0)));
+  if (t_draft_.size() < kWarmUp)
+    return std::min(max_, std::max(1u, best_k(draft_cost_, &DraftPolicy::modeled_pass, 0.0)));
   return choose();
 }
 
@@ -66,10 +67,9 @@ void DraftPolicy::observe(uint32_t drafted, uint32_t accepted, double draft_s, d
   since_plain_++;
   // The first round of each verify size is not timed: it runs pipeline variants for the first time (on
   // lavapipe they are compiled then) and its draft steps follow the drafter's catch-up cold.
-  const bool first_of_size = drafted + 1 <= kMaxPass && !size_seen_[drafted + 1];
-  if (drafted + 1 <= kMaxPass) size_seen_[drafted + 1] = true;
-  if (first_of_size) draft_s = pass_s = catch_up_s = -1;
-  if (pass_s >= 0 && drafted + 1 <= kMaxPass) verify_[verify_seen_++ % kVerifyWindow] = {drafted + 1, pass_s};
+  const uint32_t rows = drafted + 1;   // the verify pass
+  if (rows <= kMaxPass && !std::exchange(size_seen_[rows], true)) draft_s = pass_s = catch_up_s = -1;
+  if (pass_s >= 0 && rows <= kMaxPass) verify_[verify_seen_++ % kVerifyWindow] = {rows, pass_s};
   if (draft_s >= 0) t_draft_.add(draft_s / drafted);
   if (catch_up_s >= 0) t_catch_up_.add(catch_up_s);
   accepted_ = kDecay * accepted_ + accepted;

@@ -15,9 +15,8 @@
 // ~2x a later one on lavapipe), and when one such round decided alone, the policy chose plain rounds and
 // then learned otherwise only from a probe every 8 and 16 rounds: 26 of a 128-token run's first ~40 rounds
 // were plain on a prompt whose drafts were 92% accepted (pycode pair, prose prompt). For the same reason
-// the first round of each verify size gives no timings (only its acceptance): in a process's first run
-// every new size compiles pipeline variants at its first dispatch, and three such rounds in a row (K = 2,
-// 1, 1) still priced drafting out for ~60 rounds.
+// the first round of each verify size gives no timings (only its acceptance): three warm-up rounds of new
+// sizes in a process's first run (K = 2, 1, 1) still priced drafting out for ~60 rounds.
 // After plain rounds a draft model must first catch up on the tokens it has not seen (a pass
 // of its own): the first drafting round after plain ones is charged that measured cost, so the policy does
 // not flip between plain and drafting near break-even, paying a catch-up at each flip. After probe_every_
@@ -36,7 +35,14 @@
 
 namespace vkspec {
 
-// The median of the last N values added (N odd). Invariant: size() <= N.
+// The middle of v[0..n) (n > 0), the lower one of an even count: slow outliers (a cold first run, a stalled
+// machine) are the high values. Reorders v.
+inline double lower_median(double* v, size_t n) {
+  std::nth_element(v, v + (n - 1) / 2, v + n);
+  return v[(n - 1) / 2];
+}
+
+// The median of the last N values added (N odd; lower_median while fewer). Invariant: size() <= N.
 template <size_t N>
 class RecentMedian {
   static_assert(N % 2 == 1, "an odd window has one middle value");
@@ -47,9 +53,8 @@ class RecentMedian {
   double median() const {   // of the values held; -1 when none
     const size_t n = size();
     if (n == 0) return -1.0;
-    std::array<double, N> v = v_;   // while filling, an even count: the lower middle (slow outliers are high)
-    std::nth_element(v.begin(), v.begin() + (n - 1) / 2, v.begin() + n);
-    return v[(n - 1) / 2];
+    std::array<double, N> v = v_;
+    return lower_median(v.data(), n);
   }
  private:
   std::array<double, N> v_{};
