@@ -109,7 +109,6 @@ api::Model load_model(const RunOptions& o, uint32_t max_contexts) {
 }
 
 vkspec_draft_params draft_params(const RunOptions& o) {
-  if (!o.draft_model.empty() && !o.draft.empty()) throw Error("give either -md DRAFT.gguf or --draft ngram, not both");
   vkspec_draft_params d = vkspec_context_default_params().draft;
   d.model = o.draft_model.empty() ? nullptr : o.draft_model.c_str();
   d.ngram = o.draft == "ngram";
@@ -121,7 +120,9 @@ vkspec_draft_params draft_params(const RunOptions& o) {
   return d;
 }
 
-std::string drafter_name(const RunOptions& o) { return !o.draft_model.empty() ? "draft-model" : o.draft; }
+std::string drafter_name(const RunOptions& o) {
+  return o.draft_model.empty() ? o.draft : o.draft.empty() ? "draft-model" : "ngram+model";
+}
 
 vkspec_sampling_params sampling_params(const RunOptions& o, uint64_t seed) {
   vkspec_sampling_params s;

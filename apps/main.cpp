@@ -39,7 +39,8 @@ void add_sampling_options(CLI::App* c, vkspec::cli::RunOptions& o) {
 }
 void add_draft_options(CLI::App* c, vkspec::cli::RunOptions& o) {
   c->add_option("--model-draft", o.draft_model, "Draft model for speculative decoding (also -md)");
-  c->add_option("--draft", o.draft, "Drafter without a model: ngram (prompt lookup)")->check(CLI::IsMember({"ngram"}));
+  c->add_option("--draft", o.draft, "ngram: prompt lookup (with -md: lookup first, the draft model when it finds nothing)")
+      ->check(CLI::IsMember({"ngram"}));
   c->add_option("--draft-max", o.draft_max, "Tokens drafted per round (K, the most when adaptive)");
   c->add_option("--draft-min", o.draft_min, "Rounds drafting fewer tokens decode plainly");
   c->add_option("--draft-p-min", o.draft_p_min, "Verify no draft after one whose top probability is below this (0: off)");
@@ -177,6 +178,8 @@ static int run_main(int argc, char** argv) {
       if (c->count("-p") && c->count("-f")) throw vkspec::cli::Error("give either -p TEXT or -f FILE, not both");
     for (auto* c : {run, bench, chat_cmd, serve})
       if (c->count("--model-draft") && o.draft_model.empty()) throw vkspec::cli::Error("-md needs a draft model file");
+    if (*serve && !o.draft_model.empty() && !o.draft.empty())   // before listening: the batched engine refuses it too
+      throw vkspec::cli::Error("serve drafts with -md DRAFT.gguf or --draft ngram, not both (run, chat and bench take both)");
     if (*run && !chat.chat && (run->count("--system") || run->count("--chat-template")))
       throw vkspec::cli::Error("--system and --chat-template go with --chat");
     if (*run) return vkspec::cli::cmd_run(o, chat);

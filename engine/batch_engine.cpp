@@ -38,6 +38,8 @@ BatchEngine::BatchEngine(std::shared_ptr<TargetModel> target, const EngineOption
   if (m.kv().max_sequences() < opts.parallel + opts.cached_sequences)
     throw Error("internal: the target's KV cache has too few sequences for the batch and its prompt cache");
   check_engine_options(o);
+  if (!o.draft_model.empty() && !o.draft.empty())   // ModelDrafter's batched steps only (record_batched_drafts)
+    throw Error("the batched engine (serve) drafts with -md DRAFT.gguf or --draft ngram, not both");
   if (!o.draft_model.empty()) {
     draft_file_ = std::make_unique<GgufFile>(o.draft_model);
     check_same_vocabulary(*t_->tok, *Tokenizer::from_gguf(*draft_file_));

@@ -134,7 +134,6 @@ namespace vkspec::capi {
 
 // The drafting fields checked (a clear error naming the CLI's flags) and converted.
 inline EngineOptions engine_options(const vkspec_draft_params& d) {
-  require(!(d.model && d.ngram), "give a draft model or n-gram drafts, not both");
   EngineOptions o;
   if (d.model) o.draft_model = d.model;
   if (d.ngram) o.draft = "ngram";

@@ -33,7 +33,6 @@ SamplingParams checked_sampling(float temp, int top_k, float top_p, float min_p,
 }
 
 void check_engine_options(const EngineOptions& o) {
-  if (!o.draft_model.empty() && !o.draft.empty()) throw Error("give either -md DRAFT.gguf or --draft ngram, not both");
   if (o.draft_max < 1 || o.draft_max > int(LlamaModel::kMaxBatch - 1) || o.draft_min < 0 || o.draft_min > o.draft_max)
     throw Error("--draft-max must be 1.." + std::to_string(LlamaModel::kMaxBatch - 1) + " and --draft-min 0..draft-max");
   if (!(o.draft_p_min >= 0.0f && o.draft_p_min <= 1.0f)) throw Error("--draft-p-min must be in [0, 1] (0 = off)");
@@ -69,6 +68,7 @@ Engine::Engine(std::shared_ptr<TargetModel> target, const EngineOptions& o) : o_
 }
 
 void Engine::load_drafter() {
+  if (!o_.draft.empty() && o_.draft != "ngram") throw Error("unknown drafter '" + o_.draft + "' (--draft ngram, or -md DRAFT.gguf)");
   if (!o_.draft_model.empty()) {
     draft_file_ = std::make_unique<GgufFile>(o_.draft_model);
     check_same_vocabulary(*t_->tok, *Tokenizer::from_gguf(*draft_file_));
@@ -76,11 +76,10 @@ void Engine::load_drafter() {
     dmo.n_ctx = t_->model->n_ctx();
     dmo.max_sequences = 1;
     draft_model_ = std::make_unique<LlamaModel>(*t_->ctx, *t_->pipelines, *draft_file_, dmo);
-    drafter_ = std::make_unique<ModelDrafter>(*draft_model_, o_.draft_p_min);
+    if (o_.draft == "ngram") drafter_ = std::make_unique<LookupThenModelDrafter>(*draft_model_, o_.draft_p_min);
+    else drafter_ = std::make_unique<ModelDrafter>(*draft_model_, o_.draft_p_min);
   } else if (o_.draft == "ngram") {
     drafter_ = std::make_unique<NgramDrafter>();
-  } else if (!o_.draft.empty()) {
-    throw Error("unknown drafter '" + o_.draft + "' (--draft ngram, or -md DRAFT.gguf)");
   }
 }
 

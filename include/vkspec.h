@@ -189,7 +189,8 @@ typedef struct vkspec_sampling_params {
 /* Speculative decoding: a draft model or n-gram (prompt lookup) drafts, verified by the model. */
 typedef struct vkspec_draft_params {
   const char* model;         /* path of a draft GGUF sharing the vocabulary, or NULL */
-  int32_t ngram;             /* 1: n-gram drafts instead */
+  int32_t ngram;             /* 1: n-gram (prompt lookup) drafts; with `model` too, lookup first and the
+                                draft model when the context has no match (not in a vkspec_batch) */
   uint32_t max;              /* tokens drafted per round, the most when adaptive (1..15) */
   int32_t adaptive;          /* 1: K chosen per round from measured acceptance and costs */
   uint32_t min;              /* rounds that would draft fewer tokens decode plainly (0..max) */
@@ -207,7 +208,7 @@ VKSPEC_API vkspec_status vkspec_context_create(vkspec_model* model, const vkspec
 VKSPEC_API vkspec_status vkspec_context_free(vkspec_context* ctx);
 
 typedef struct vkspec_context_info {
-  char drafter[16];          /* "draft-model", "ngram" or "" (none) */
+  char drafter[16];          /* "draft-model", "ngram", "ngram+model" or "" (none) */
   double load_seconds;       /* the model's and the draft model's */
   uint32_t cached_tokens;    /* tokens whose K/V the context holds (the next generation may reuse them) */
 } vkspec_context_info;

@@ -116,6 +116,7 @@ bool SpeculativeDecoder::finish(double draft_s, double verify_s, double catch_up
   if (v.accepted > kept) throw Error("internal: verification accepted more drafts than it was given");
   stats_.drafted += kept;
   stats_.accepted += v.accepted;
+  if (!drafter_.steps_timed()) draft_s = catch_up_s = -1;   // host lookups: no draft steps to price
   policy_.observe(kept, v.accepted, draft_s, verify_s, catch_up_s);
   target_.kv().truncate(seq_, base_ + 1 + v.accepted);   // keep g and the accepted drafts
 

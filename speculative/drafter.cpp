@@ -111,9 +111,19 @@ void ModelDrafter::round_done(std::span<const uint32_t> drafts) {
 }
 
 uint32_t NgramDrafter::draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) {
-  const std::vector<uint32_t> drafts = propose(context, k);
+  return write(propose(context, k), round);
+}
+
+uint32_t NgramDrafter::write(std::span<const uint32_t> drafts, DraftRound& round) {
   for (size_t i = 0; i < drafts.size(); ++i) round.chooser.set_token(uint32_t(i + 1), drafts[i]);
   return uint32_t(drafts.size());
+}
+
+uint32_t LookupThenModelDrafter::draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) {
+  const std::vector<uint32_t> found = lookup_.propose(context, k);
+  source_ = found.empty() ? static_cast<Drafter*>(&model_) : &lookup_;
+  ++(found.empty() ? model_rounds_ : lookup_rounds_);
+  return found.empty() ? model_.draft(context, k, round) : NgramDrafter::write(found, round);
 }
 
 std::vector<uint32_t> NgramDrafter::propose(std::span<const uint32_t> context, uint32_t k) const {

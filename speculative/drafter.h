@@ -9,6 +9,8 @@
 //                 device to what is verified (SpecAcceptor::record_verify, keep_drafts).
 //   NgramDrafter: prompt lookup: the longest recent n-gram that occurred earlier in the context proposes
 //                 the tokens that followed it (zero model cost); written into the slots by the host.
+//   LookupThenModelDrafter: both (-md with --draft ngram): prompt lookup when the context has a match of at
+//                 least LookupThenModelDrafter::kMinMatch tokens, the draft model otherwise.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -53,6 +55,9 @@ class Drafter {
   // After the round's submission: the drafts it produced (all of them, verified or not).
   virtual void round_done(std::span<const uint32_t> drafts) { (void)drafts; }
   virtual float p_min() const { return 0.0f; }
+  // False when the last round's drafts must not price the drafter's steps (DraftPolicy::observe): host
+  // lookups between a model's recorded steps would make its steps look free.
+  virtual bool steps_timed() const { return true; }
 };
 
 class ModelDrafter : public Drafter {
@@ -97,11 +102,38 @@ class NgramDrafter : public Drafter {
   bool samples() const override { return false; }
   double relative_cost(const LlamaModel&) const override { return 0.0; }
   uint32_t draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) override;
-  // The proposal itself (host only).
+  // The proposal itself (host only), and its writing into the round's slots 1.. (returns its size).
   std::vector<uint32_t> propose(std::span<const uint32_t> context, uint32_t k) const;
+  static uint32_t write(std::span<const uint32_t> drafts, DraftRound& round);
 
  private:
   uint32_t max_n_, min_n_;
+};
+
+// Prompt lookup first, the draft model when the lookup has nothing: on contexts that repeat themselves
+// (code, and the loops small models fall into under greedy decoding) a lookup's drafts cost no model step.
+// What a round's drafts are (sampled or one-hot, --draft-p-min, timed) follows the drafter that made them;
+// the draft model catches up on the tokens of lookup rounds at its next round, as after plain rounds.
+// Invariant: source_ names the drafter of the last draft() call.
+class LookupThenModelDrafter : public Drafter {
+ public:
+  static constexpr uint32_t kMinMatch = 2;   // a lookup needs a suffix of this many tokens seen before
+  LookupThenModelDrafter(LlamaModel& draft, float p_min) : model_(draft, p_min), lookup_(4, kMinMatch) {}
+  const char* name() const override { return "ngram+model"; }
+  bool samples() const override { return source_ == &model_; }
+  double relative_cost(const LlamaModel& target) const override { return model_.relative_cost(target); }
+  uint32_t draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) override;
+  void round_done(std::span<const uint32_t> drafts) override { source_->round_done(drafts); }
+  float p_min() const override { return source_->p_min(); }
+  bool steps_timed() const override { return source_ == &model_; }
+  uint64_t lookup_rounds() const { return lookup_rounds_; }   // rounds drafted by each source so far
+  uint64_t model_rounds() const { return model_rounds_; }
+
+ private:
+  ModelDrafter model_;
+  NgramDrafter lookup_;
+  Drafter* source_ = &model_;
+  uint64_t lookup_rounds_ = 0, model_rounds_ = 0;
 };
 
 // The drafts of several sequences on one draft model, recorded together: step i of every sequence that

@@ -82,6 +82,13 @@ TEST(Cli, RunJsonReproducesReferenceAndSeededSamplingRepeats) {
     if (extra.empty()) EXPECT_EQ(js[0]["ids"], a["ids"]);
     else EXPECT_TRUE(js[0].contains("speculative"));
   }
+  // -md with --draft ngram: lookup first, the draft model otherwise; greedy tokens are plain greedy's
+  auto both = run_cli("run " + kStories + " -md " + shared_path("models/stories260K.gguf") +
+                      " --draft ngram -p 'Once upon a time' -n 24 --temp 0 --ignore-eos --json");
+  ASSERT_EQ(both.code, 0) << both.err;
+  auto jb = nlohmann::json::parse(both.out);
+  EXPECT_EQ(jb["ids"], j["ids"]);
+  EXPECT_EQ(jb["speculative"]["drafter"], "ngram+model");
   // The same with top-k 40, which samples on the device (DeviceSampler), plain and with a draft model.
   const std::string device = "run " + kStories + " -p 'Lily' -n 16 --temp 0.9 --top-k 40 --ignore-eos --json --seed ";
   for (std::string extra : {std::string(""), " -md " + shared_path("models/stories260K.gguf")}) {
@@ -245,6 +252,7 @@ TEST(Cli, HostileInputsAreRefusedByName) {
       {"run " + kStories + " -p hi --min-p -0.1", "--min-p must be in [0, 1]"},
       {"run " + kStories + " -p hi --top-k -1", "--top-k must be"},
       {"run " + kStories + " -p hi --draft-p-min 2", "--draft-p-min must be in [0, 1]"},
+      {"serve " + kStories + " -md " + shared_path("models/stories260K.gguf") + " --draft ngram --port 1", "not both"},
       {"run " + kStories + " -p hi --seed 99999999999999999999999", "--seed must be"},
       {"run " + kStories + " -p hi --seed -5", "--seed must be"},
       {"run " + kStories + " -p hi --device -3", "--device must be"},

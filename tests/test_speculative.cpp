@@ -1,8 +1,9 @@
 // Speculative decoding (greedy verification): bit-identical tokens to plain greedy decoding for the draft
-// model and n-gram drafters at K = 1, 3, 5, 8 on 8 prompts per pair; the target's paged KV after many
+// model, n-gram and lookup-then-model drafters at K = 1, 3, 5, 8 on 8 prompts per pair; the target's paged KV after many
 // rounds equals a fresh prefill of the accepted sequence with no leaked blocks; mismatched vocabularies refused.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -110,7 +111,7 @@ TEST_F(SpeculativeTest, GreedyParityBitForBitForEveryDrafterAndK) {
     check_same_vocabulary(*tok, *Tokenizer::from_gguf(df));
     ModelOptions mo;
     LlamaModel target(gpu().ctx, gpu().pipelines, tf, mo), draft(gpu().ctx, gpu().pipelines, df, mo);
-    uint64_t accepted = 0;
+    uint64_t accepted = 0, lookup_rounds = 0, model_rounds = 0;
     const uint32_t free0 = target.kv().free_blocks();
     for (auto& prompt_text : p.prompts) {
       auto prompt = tok->encode(prompt_text, true);
@@ -118,18 +119,27 @@ TEST_F(SpeculativeTest, GreedyParityBitForBitForEveryDrafterAndK) {
       for (uint32_t k : {1u, 3u, 5u, 8u}) {
         ModelDrafter md(draft, 0.0f);
         NgramDrafter ng;
+        LookupThenModelDrafter both(draft, 0.0f);
         SpeculativeStats s;
         EXPECT_EQ(speculative_greedy(target, md, prompt, p.n, k, &s), want) << p.target << " '" << prompt_text << "' K=" << k;
         accepted += s.accepted;
         EXPECT_EQ(speculative_greedy(target, ng, prompt, p.n, k), want) << "ngram '" << prompt_text << "' K=" << k;
+        EXPECT_EQ(speculative_greedy(target, both, prompt, p.n, k), want) << "ngram+model '" << prompt_text << "' K=" << k;
+        lookup_rounds += both.lookup_rounds();
+        model_rounds += both.model_rounds();
       }
       // adaptive K up to 5 (the CLI default) with --draft-p-min 0.5
       ModelDrafter md(draft, 0.5f);
       NgramDrafter ng;
+      LookupThenModelDrafter both(draft, 0.5f);
       EXPECT_EQ(speculative_greedy(target, md, prompt, p.n, 5, nullptr, true), want) << "adaptive '" << prompt_text << "'";
       EXPECT_EQ(speculative_greedy(target, ng, prompt, p.n, 5, nullptr, true), want) << "adaptive ngram '" << prompt_text << "'";
+      EXPECT_EQ(speculative_greedy(target, both, prompt, p.n, 5, nullptr, true), want) << "adaptive ngram+model '" << prompt_text << "'";
     }
     EXPECT_GT(accepted, 0u) << "the draft never agreed: the verify path was not exercised";
+    // the small models repeat themselves: both of the combined drafter's sources must have drafted
+    EXPECT_GT(lookup_rounds, 0u) << p.target;
+    EXPECT_GT(model_rounds, 0u) << p.target;
     EXPECT_EQ(target.kv().free_blocks(), free0) << "KV blocks leaked";
   }
 }
@@ -281,19 +291,24 @@ int expect_same_distribution(const std::map<uint32_t, int>& a, const std::map<ui
   return cats;
 }
 
-// End to end: the first three tokens sampled with speculation are distributed as without it, over 2000
-// seeds, at T = 0.8 (top-k 40, top-p 0.95) and T = 1.0 (top-p 0.9) with the draft model, and at T = 0.8
-// with n-gram drafts (one-hot proposals). The plain side is the host Sampler, an independent reference;
-// speculation runs the device transforms (top-k 40: the shared-memory path; top-k off: the general path).
-// About 2 minutes on lavapipe: every pass is dispatch-bound.
-TEST_F(SpeculativeTest, SampledTokensHaveTheTargetsDistribution) {
-  StoriesPair pair;
-  LlamaModel &target = pair.target, &draft = pair.draft;
+// A drafter whose sampled tokens are compared with plain sampling; `every_setting`: at every setting, else
+// at T = 0.8 only.
+struct SampledDrafter {
+  const char* name;
+  Drafter* drafter;
+  bool every_setting;
+};
+
+// The first three tokens after `prompt` sampled with speculation (K = 2) are distributed as without it, over
+// 2000 seeds, at T = 0.8 (top-k 40, top-p 0.95) and T = 1.0 (top-p 0.9). The plain side is the host Sampler,
+// an independent reference; speculation runs the device transforms (top-k 40: the shared-memory path; top-k
+// off: the general path). Returns the most categories any compared position had.
+int expect_sampled_like_plain(LlamaModel& target, const std::vector<uint32_t>& prompt,
+                              std::span<const SampledDrafter> drafters) {
   const uint32_t V = target.hparams().n_vocab;
   SpecAcceptor acceptor(gpu().ctx, gpu().pipelines, V, 8);
   TokenChooser chooser(gpu().ctx, gpu().pipelines, V, 4096);
   Recorder rec(gpu().ctx, false);
-  const std::vector<uint32_t> prompt = {1, 385, 328, 432, 317};   // "One day, Lily": an open continuation
   const int seq = target.kv().new_sequence();
   target.forward(seq, prompt, Logits::Last);
   const uint32_t last = prompt.back();
@@ -306,9 +321,10 @@ TEST_F(SpeculativeTest, SampledTokensHaveTheTargetsDistribution) {
   int widest = 0;
   struct Setting { float temp; int top_k; float top_p; };
   for (Setting st : {Setting{0.8f, 40, 0.95f}, Setting{1.0f, 0, 0.9f}}) {
-    std::vector<std::map<uint32_t, int>> plain(n_tokens), spec(n_tokens), ngram(n_tokens);
-    ModelDrafter md(draft, 0.0f);
-    NgramDrafter ng;
+    if (st.temp != 0.8f && std::none_of(drafters.begin(), drafters.end(), [](auto& d) { return d.every_setting; }))
+      continue;
+    std::vector<std::map<uint32_t, int>> plain(n_tokens);
+    std::vector<std::vector<std::map<uint32_t, int>>> spec(drafters.size(), plain);
     for (int s = 0; s < n_seeds; ++s) {
       SamplingParams sp;
       sp.temperature = st.temp;
@@ -330,26 +346,45 @@ TEST_F(SpeculativeTest, SampledTokensHaveTheTargetsDistribution) {
         ctx.push_back(t);
         if (i + 1 < n_tokens) target.forward(seq, std::span<const uint32_t>(&t, 1), Logits::Last);
       }
-      for (auto [drafter, counts] : {std::pair<Drafter*, std::vector<std::map<uint32_t, int>>*>{&md, &spec},
-                                     {&ng, &ngram}}) {
-        if (drafter == &ng && st.temp != 0.8f) continue;
+      for (size_t d = 0; d < drafters.size(); ++d) {
+        if (!drafters[d].every_setting && st.temp != 0.8f) continue;
         restart();
         std::vector<uint32_t> context = prompt;
         int i = 0;
-        generate_speculative(target, seq, *drafter, chooser, rec, context, {2, 0, &acceptor}, [&](uint32_t t) {
-          (*counts)[i][t]++;
+        generate_speculative(target, seq, *drafters[d].drafter, chooser, rec, context, {2, 0, &acceptor}, [&](uint32_t t) {
+          spec[d][i][t]++;
           return ++i < n_tokens;
         });
       }
     }
-    for (int i = 0; i < n_tokens; ++i) {
-      const std::string what = "T=" + std::to_string(st.temp) + " token " + std::to_string(i + 1);
-      widest = std::max(widest, expect_same_distribution(plain[i], spec[i], n_seeds, what + " draft model"));
-      if (st.temp == 0.8f) expect_same_distribution(plain[i], ngram[i], n_seeds, what + " ngram");
+    for (size_t d = 0; d < drafters.size(); ++d) {
+      if (!drafters[d].every_setting && st.temp != 0.8f) continue;
+      for (int i = 0; i < n_tokens; ++i)
+        widest = std::max(widest, expect_same_distribution(plain[i], spec[d][i], n_seeds,
+                                                           "T=" + std::to_string(st.temp) + " token " +
+                                                               std::to_string(i + 1) + " " + drafters[d].name));
     }
   }
-  EXPECT_GE(widest, 5) << "every compared position was (nearly) deterministic: the test would have no power";
   target.kv().free_sequence(seq);
+  return widest;
+}
+
+// The draft model at both settings and n-gram drafts (one-hot proposals) at T = 0.8 after an open prompt;
+// the lookup-then-model drafter after a prompt ending in a bigram it holds earlier, so that its rounds come
+// from both sources. About 3 minutes on lavapipe: every pass is dispatch-bound.
+TEST_F(SpeculativeTest, SampledTokensHaveTheTargetsDistribution) {
+  StoriesPair pair;
+  ModelDrafter md(pair.draft, 0.0f);
+  NgramDrafter ng;
+  const SampledDrafter open[] = {{"draft model", &md, true}, {"ngram", &ng, false}};
+  // "One day, Lily": an open continuation
+  EXPECT_GE(expect_sampled_like_plain(pair.target, {1, 385, 328, 432, 317}, open), 5)
+      << "every compared position was (nearly) deterministic: the test would have no power";
+  LookupThenModelDrafter both(pair.draft, 0.0f);
+  const SampledDrafter mixed[] = {{"ngram+model", &both, false}};
+  expect_sampled_like_plain(pair.target, {1, 385, 328, 432, 317, 385, 328}, mixed);   // "One day, Lily One day"
+  EXPECT_GT(both.lookup_rounds(), 0u);
+  EXPECT_GT(both.model_rounds(), 0u);
 }
 
 // DraftPolicy's model written again as the tests' reference: the K in 0..k_max with the most expected tokens
