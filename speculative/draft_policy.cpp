@@ -34,16 +34,16 @@ uint32_t DraftPolicy::best_k(double t_draft, double (DraftPolicy::*pass)(uint32_
   return best;
 }
 
-uint32_t DraftPolicy::choose() const {
-  if (timing_free_) return best_k(draft_cost_, &DraftPolicy::modeled_pass, 0.0);
-  const double catch_up = plain_rounds_ > 0 ? std::max(0.0, t_catch_up_.median()) : 0.0;
-  return best_k(draft_cost(), &DraftPolicy::pass_cost, catch_up);
+uint32_t DraftPolicy::choose(bool free_drafts) const {
+  if (timing_free_) return best_k(free_drafts ? 0.0 : draft_cost_, &DraftPolicy::modeled_pass, 0.0);
+  const double catch_up = plain_rounds_ > 0 && !free_drafts ? std::max(0.0, t_catch_up_.median()) : 0.0;
+  return best_k(free_drafts ? 0.0 : draft_cost(), &DraftPolicy::pass_cost, catch_up);
 }
 
-uint32_t DraftPolicy::next_k() const {
+uint32_t DraftPolicy::next_k(bool free_drafts) const {
   if (!adaptive_) return max_;
   if (plain_rounds_ >= probe_every_) return 1;
-  if (timing_free_) return choose();
+  if (timing_free_) return choose(free_drafts);
   // A plain pass before choosing, and again once the last is old: a verify pass of K+1 tokens priced as a
   // plain step would make speculating always look worth it, and a plain cost measured while the machine
   // was busy would do the same.
@@ -51,8 +51,8 @@ uint32_t DraftPolicy::next_k() const {
   // Warm-up: K from the model and the acceptance seen so far, so that the timings that decide later rounds
   // are medians of several drafting rounds, not one cold one.
   if (t_draft_.size() < kWarmUp)
-    return std::min(max_, std::max(1u, best_k(draft_cost_, &DraftPolicy::modeled_pass, 0.0)));
-  return choose();
+    return std::min(max_, std::max(1u, best_k(free_drafts ? 0.0 : draft_cost_, &DraftPolicy::modeled_pass, 0.0)));
+  return choose(free_drafts);
 }
 
 void DraftPolicy::observe(uint32_t drafted, uint32_t accepted, double draft_s, double pass_s, double catch_up_s) {
@@ -76,7 +76,7 @@ void DraftPolicy::observe(uint32_t drafted, uint32_t accepted, double draft_s, d
   rejected_ = kDecay * rejected_ + (accepted < drafted ? 1.0 : 0.0);
   // A probe that plain still beats: wait twice as long for the next. Drafting by choice: probe soon again
   // once it stops.
-  probe_every_ = probe && choose() == 0 ? std::min(2 * probe_every_, kProbeMax) : kProbeEvery;
+  probe_every_ = probe && choose(false) == 0 ? std::min(2 * probe_every_, kProbeMax) : kProbeEvery;
 }
 
 }  // namespace vkspec

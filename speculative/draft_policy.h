@@ -28,6 +28,8 @@
 // There (timing_free) the costs are fixed instead of measured: a draft costs `draft_cost` target steps
 // (weight bytes, decoding being memory-bound) and a verify pass of n tokens 1 + kVerifyGrowth * (n - 1)
 // steps (lavapipe measured 0.07-0.1 for the pycode target).
+// Drafts that cost no draft step (prompt lookups: next_k(true)) are priced by their verify pass alone, and
+// with no catch-up.
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -72,7 +74,8 @@ class DraftPolicy {
 
   DraftPolicy(uint32_t draft_max, bool adaptive, bool timing_free = false, double draft_cost = 0.0)
       : max_(draft_max), adaptive_(adaptive), timing_free_(timing_free), draft_cost_(draft_cost) {}
-  uint32_t next_k() const;
+  // free_drafts: the next round's drafts cost no draft steps (host lookups), so only the verify pass prices K
+  uint32_t next_k(bool free_drafts = false) const;
   // One round: `drafted` tokens proposed in draft_s seconds, `accepted` of them kept, and the target's
   // pass over drafted + 1 tokens (verify and accept) took pass_s seconds; the drafter's catch-up on unseen
   // context before its steps took catch_up_s (-1: none, or not timed). Times < 0 are not measurements.
@@ -87,7 +90,7 @@ class DraftPolicy {
     uint32_t n;
     double s;
   };
-  uint32_t choose() const;   // the K with the best expected rate (no probe, no refresh)
+  uint32_t choose(bool free_drafts) const;   // the K with the best expected rate (no probe, no refresh)
   uint32_t best_k(double t_draft, double (DraftPolicy::*pass)(uint32_t) const, double switch_s) const;
   double modeled_pass(uint32_t n) const { return 1.0 + kVerifyGrowth * (n - 1); }
 

@@ -58,6 +58,8 @@ class Drafter {
   // False when the last round's drafts must not price the drafter's steps (DraftPolicy::observe): host
   // lookups between a model's recorded steps would make its steps look free.
   virtual bool steps_timed() const { return true; }
+  // True when draft() on `context` would write host lookups, which cost no draft step (DraftPolicy::next_k).
+  virtual bool next_round_free(std::span<const uint32_t> context) const { (void)context; return false; }
 };
 
 class ModelDrafter : public Drafter {
@@ -102,6 +104,7 @@ class NgramDrafter : public Drafter {
   bool samples() const override { return false; }
   double relative_cost(const LlamaModel&) const override { return 0.0; }
   uint32_t draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) override;
+  bool next_round_free(std::span<const uint32_t>) const override { return true; }
   // The proposal itself (host only), and its writing into the round's slots 1.. (returns its size).
   std::vector<uint32_t> propose(std::span<const uint32_t> context, uint32_t k) const;
   static uint32_t write(std::span<const uint32_t> drafts, DraftRound& round);
@@ -126,6 +129,7 @@ class LookupThenModelDrafter : public Drafter {
   void round_done(std::span<const uint32_t> drafts) override { source_->round_done(drafts); }
   float p_min() const override { return source_->p_min(); }
   bool steps_timed() const override { return source_ == &model_; }
+  bool next_round_free(std::span<const uint32_t> context) const override { return !lookup_.propose(context, 1).empty(); }
   uint64_t lookup_rounds() const { return lookup_rounds_; }   // rounds drafted by each source so far
   uint64_t model_rounds() const { return model_rounds_; }
 

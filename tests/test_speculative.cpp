@@ -470,6 +470,22 @@ TEST(Speculative, DraftPolicyPicksTheFastestKAndProbesAfterPlainRounds) {
   EXPECT_EQ(free_drafts.next_k(), 5u);
 }
 
+// Lookup drafts cost no draft step: where a model's costly drafts lose to plain decoding, drafts that are
+// free (next_k(true)) are priced by the verify pass alone, as the model says for a zero draft cost.
+TEST(Speculative, DraftPolicyPricesFreeDraftsByTheirVerifyPassAlone) {
+  DraftPolicy p(5, true);
+  for (int i = 0; i < 30; ++i) {
+    p.observe(0, 0, 0.0, 0.010);                  // a plain pass: 10 ms
+    p.observe(3, i % 4 ? 3 : 0, 3 * 0.008, 0.013);   // drafts 8 ms each, 3 of 4 rounds all accepted; 4-token pass 13 ms
+  }
+  const double a = p.alpha(), slope = (0.013 - 0.010) / 3;
+  ASSERT_EQ(model_best_k(a, 0.008, 0.010, slope, 5), 0u) << "the case needs model drafts that do not pay";
+  EXPECT_EQ(p.next_k(false), 0u);
+  const uint32_t want = model_best_k(a, 0.0, 0.010, slope, 5);
+  ASSERT_GT(want, 0u);
+  EXPECT_EQ(p.next_k(true), want);
+}
+
 TEST(Speculative, RecentMedianKeepsTheLastValues) {
   RecentMedian<3> m;
   EXPECT_EQ(m.median(), -1.0);
