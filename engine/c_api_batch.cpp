@@ -79,6 +79,8 @@ vkspec_status vkspec_batch_create(vkspec_model* model, const vkspec_batch_params
                     "the batch needs parallel + cached_sequences = " +
                         std::to_string(params->parallel + params->cached_sequences) +
                         " sequences; the model was loaded with max_contexts = " + std::to_string(model->max_contexts)};
+    // a batch's drafts are recorded for all sequences at once (record_batched_drafts): a model's or lookups
+    require(!(params->draft.model && params->draft.ngram), "a batch drafts with a draft model or n-gram drafts, not both");
     const EngineOptions o = engine_options(params->draft);
     auto b = std::make_unique<vkspec_batch>();
     b->model = model;

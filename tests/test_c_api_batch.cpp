@@ -143,6 +143,14 @@ TEST(CApiBatch, CancelShutdownAndErrors) {
   vkspec_batch* too_big = nullptr;
   EXPECT_EQ(vkspec_batch_create(m, &bp, &too_big), VKSPEC_ERROR_INVALID_ARGUMENT) << "3 sequences on max_contexts 2";
   EXPECT_NE(std::string(vkspec_last_error()).find("max_contexts"), std::string::npos) << vkspec_last_error();
+  bp.parallel = 1;
+  bp.cached_sequences = 0;
+  bp.draft.model = kStories.c_str();
+  bp.draft.ngram = 1;   // a context takes both (lookup, then the model); a batch does not
+  vkspec_batch* both = nullptr;
+  EXPECT_EQ(vkspec_batch_create(m, &bp, &both), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(vkspec_last_error()).find("not both"), std::string::npos) << vkspec_last_error();
+  bp.draft = vkspec_batch_default_params().draft;
 
   const std::vector<int32_t> prompt = tokenize(m, "Once upon a time");
   vkspec_sampling_params greedy = vkspec_request_default_params().sampling;
