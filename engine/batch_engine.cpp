@@ -31,15 +31,19 @@ struct BatchEngine::Slot {
   uint32_t rows = 0;   // in this step's pass
 };
 
+void check_batch_engine_options(const EngineOptions& o) {
+  check_engine_options(o);
+  if (!o.draft_model.empty() && !o.draft.empty())
+    throw Error("a batch (serve) drafts with -md DRAFT.gguf or --draft ngram, not both");
+}
+
 BatchEngine::BatchEngine(std::shared_ptr<TargetModel> target, const EngineOptions& o, const Options& opts)
     : t_(std::move(target)), o_(o), opts_(opts) {
   LlamaModel& m = *t_->model;
   if (opts.parallel == 0) throw Error("--parallel must be at least 1");
   if (m.kv().max_sequences() < opts.parallel + opts.cached_sequences)
     throw Error("internal: the target's KV cache has too few sequences for the batch and its prompt cache");
-  check_engine_options(o);
-  if (!o.draft_model.empty() && !o.draft.empty())   // ModelDrafter's batched steps only (record_batched_drafts)
-    throw Error("the batched engine (serve) drafts with -md DRAFT.gguf or --draft ngram, not both");
+  check_batch_engine_options(o);
   if (!o.draft_model.empty()) {
     draft_file_ = std::make_unique<GgufFile>(o.draft_model);
     check_same_vocabulary(*t_->tok, *Tokenizer::from_gguf(*draft_file_));

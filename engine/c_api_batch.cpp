@@ -79,9 +79,12 @@ vkspec_status vkspec_batch_create(vkspec_model* model, const vkspec_batch_params
                     "the batch needs parallel + cached_sequences = " +
                         std::to_string(params->parallel + params->cached_sequences) +
                         " sequences; the model was loaded with max_contexts = " + std::to_string(model->max_contexts)};
-    // a batch's drafts are recorded for all sequences at once (record_batched_drafts): a model's or lookups
-    require(!(params->draft.model && params->draft.ngram), "a batch drafts with a draft model or n-gram drafts, not both");
     const EngineOptions o = engine_options(params->draft);
+    try {   // an invalid argument, not a load failure
+      check_batch_engine_options(o);
+    } catch (const Error& e) {
+      throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, e.what()};
+    }
     auto b = std::make_unique<vkspec_batch>();
     b->model = model;
     b->engine = std::make_unique<BatchEngine>(model->target, o,
