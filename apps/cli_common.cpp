@@ -103,6 +103,9 @@ api::Model load_model(const RunOptions& o, uint32_t max_contexts) {
   vkspec_model_params p = vkspec_model_default_params();
   p.device = o.device;
   p.n_ctx = uint32_t(o.ctx);
+  if (o.ubatch < 0 || o.ubatch > VKSPEC_MAX_UBATCH)
+    throw Error("--ubatch must be 1.." + std::to_string(VKSPEC_MAX_UBATCH) + " (0: the device's)");
+  p.n_ubatch = uint32_t(o.ubatch);
   p.max_contexts = max_contexts;
   if (isatty(STDERR_FILENO) && !o.json) p.progress = progress_bar;
   return api::Model(o.model, p);

@@ -31,6 +31,7 @@ struct RunOptions {
   int samples = 1;     // independent completions, seeds seed, seed+1, ...
   int ctx = 0;
   int device = -1;
+  int ubatch = 0;          // --ubatch: tokens per forward chunk (0: the device's)
   bool ignore_eos = false;
   bool json = false;
   bool no_bos = false;   // tokenize only

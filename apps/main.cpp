@@ -48,6 +48,11 @@ void add_draft_options(CLI::App* c, vkspec::cli::RunOptions& o) {
                 "adaptive (default): K in 0..draft-max from the measured acceptance and costs; fixed: always K")
       ->check(CLI::IsMember({"fixed", "adaptive"}));
 }
+void add_device_options(CLI::App* c, vkspec::cli::RunOptions& o) {
+  c->add_option("--device", o.device, "Vulkan device index (see `vkspec devices`)");
+  c->add_option("--ubatch", o.ubatch, "Prompt tokens per forward chunk, 1..512 (llama.cpp's -ub; 0: the device's, 16 on CPUs, 256 on GPUs)");
+}
+
 void add_chat_options(CLI::App* c, vkspec::cli::ChatOptions& chat) {
   c->add_option("--system", chat.system, "System message (also -sys)");
   c->add_option("--chat-template", chat.template_file, "Jinja chat template file instead of the model's");
@@ -73,7 +78,7 @@ static int run_main(int argc, char** argv) {
   run->add_option("--samples", o.samples, "Independent completions of the prompt, seeds S, S+1, ... (one JSON line each)")
       ->check(CLI::Range(1, 1000000));
   run->add_option("-c,--ctx", o.ctx, "Context size (0 = model's, capped at 4096)");
-  run->add_option("--device", o.device, "Vulkan device index (see `vkspec devices`)");
+  add_device_options(run, o);
   run->add_flag("--ignore-eos", o.ignore_eos, "Do not stop at end-of-generation tokens");
   add_draft_options(run, o);
   vkspec::cli::ChatOptions chat;
@@ -87,7 +92,7 @@ static int run_main(int argc, char** argv) {
   add_sampling_options(chat_cmd, o);
   chat_cmd->add_option("-s,--seed", seed, "RNG seed (-1 = random)");
   chat_cmd->add_option("-c,--ctx", o.ctx, "Context size (0 = model's, capped at 4096)");
-  chat_cmd->add_option("--device", o.device, "Vulkan device index (see `vkspec devices`)");
+  add_device_options(chat_cmd, o);
   chat_cmd->add_flag("--json", o.json, "One JSON line per reply (and per /stats)");
   add_draft_options(chat_cmd, o);
   add_chat_options(chat_cmd, chat);
@@ -112,7 +117,7 @@ static int run_main(int argc, char** argv) {
   add_sampling_options(bench, o);
   bench->add_option("-s,--seed", seed, "RNG seed when sampling");
   bench->add_option("-c,--ctx", o.ctx, "Context size");
-  bench->add_option("--device", o.device, "Vulkan device index");
+  add_device_options(bench, o);
   add_draft_options(bench, o);
   bench->add_option("--peer", bo.peer_dir, "llama.cpp peer harness folder (peer.mjs, npm-installed) to measure alongside");
   bench->add_option("--peer-backend", bo.peer_backend, "Peer backend: false (CPU, one thread) or vulkan")
@@ -129,7 +134,7 @@ static int run_main(int argc, char** argv) {
   perplexity->add_option("-f,--file", o.prompt_file, "Text to score")->required();
   perplexity->add_option("-c,--ctx", po.ctx, "Tokens per chunk (the second half of each is scored)")->check(CLI::Range(8, 1 << 20));
   perplexity->add_option("--chunks", po.chunks, "Score at most this many chunks (-1: all)")->check(CLI::Range(-1, 1 << 30));
-  perplexity->add_option("--device", o.device, "Vulkan device index");
+  add_device_options(perplexity, o);
   perplexity->add_flag("--json", o.json, "Print JSON");
 
   vkspec::cli::ServeOptions so;
@@ -148,7 +153,7 @@ static int run_main(int argc, char** argv) {
   serve->add_option("--chat-template", so.chat_template, "Jinja chat template file instead of the model's");
   serve->add_option("--max-body", so.max_body, "Largest request body in bytes")->check(CLI::Range(size_t(1024), size_t(1) << 30));
   serve->add_option("--timeout", so.timeout_s, "Seconds a client may stall a read or write")->check(CLI::Range(1, 3600));
-  serve->add_option("--device", o.device, "Vulkan device index");
+  add_device_options(serve, o);
   add_draft_options(serve, o);
 
   // llama.cpp spells the draft model -md; CLI11 wants one-letter short options.
@@ -157,6 +162,8 @@ static int run_main(int argc, char** argv) {
     if (a == "-md") a = "--model-draft";
     else if (a.rfind("-md=", 0) == 0) a = "--model-draft=" + a.substr(4);
     else if (a == "-sys") a = "--system";
+    else if (a == "-ub") a = "--ubatch";
+    else if (a.rfind("-ub=", 0) == 0) a = "--ubatch=" + a.substr(4);
     else if (a.rfind("-sys=", 0) == 0) a = "--system=" + a.substr(5);
   }
   std::reverse(args.begin(), args.end());

@@ -50,6 +50,7 @@ BatchEngine::BatchEngine(std::shared_ptr<TargetModel> target, const EngineOption
     ModelOptions dmo;
     dmo.n_ctx = m.n_ctx();
     dmo.max_sequences = opts.parallel;
+    dmo.ubatch = m.ubatch();
     draft_model_ = std::make_unique<LlamaModel>(*t_->ctx, *t_->pipelines, *draft_file_, dmo);
     draft_kind_ = "draft-model";
   } else if (o.draft == "ngram") {

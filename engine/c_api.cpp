@@ -144,6 +144,8 @@ vkspec_status vkspec_estimate_memory(const char* path, const vkspec_model_params
     ModelOptions mo;
     mo.n_ctx = o.n_ctx;
     mo.max_sequences = o.max_sequences;
+    mo.kv_pool_sequences = o.kv_pool_sequences;
+    mo.ubatch = o.ubatch;
     const MemoryEstimate e = LlamaModel::estimate_memory(ctx, file, mo);
     *out = vkspec_memory_estimate{e.weights, e.kv, e.activations, e.total(), e.device, e.total() <= e.device};
   }, VKSPEC_ERROR_LOAD);

@@ -104,6 +104,9 @@ inline TargetModel::Options target_options(const char* path, const vkspec_model_
   o.max_sequences = p.max_contexts;
   require(p.kv_contexts <= p.max_contexts, "kv_contexts must be 0..max_contexts");
   o.kv_pool_sequences = p.kv_contexts;
+  static_assert(LlamaModel::kMaxUbatch == VKSPEC_MAX_UBATCH);
+  require(p.n_ubatch <= VKSPEC_MAX_UBATCH, "n_ubatch must be 0..VKSPEC_MAX_UBATCH (512; 0: the device's)");
+  o.ubatch = p.n_ubatch;
   o.vocab_only = p.vocab_only != 0;
   if (const vkspec_external_device* x = p.external) {
     ExternalDevice e;

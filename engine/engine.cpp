@@ -53,6 +53,7 @@ TargetModel::TargetModel(const Options& o) {
   mo.max_sequences = o.max_sequences;
   mo.kv_blocks = o.kv_blocks;
   mo.kv_pool_sequences = o.kv_pool_sequences;
+  mo.ubatch = o.ubatch;
   mo.progress = o.progress;
   model = std::make_unique<LlamaModel>(*ctx, *pipelines, *file, mo);
   if (tok->n_vocab() != model->hparams().n_vocab) throw Error("tokenizer and model disagree on the vocabulary size");
@@ -75,6 +76,7 @@ void Engine::load_drafter() {
     ModelOptions dmo;
     dmo.n_ctx = t_->model->n_ctx();
     dmo.max_sequences = 1;
+    dmo.ubatch = t_->model->ubatch();
     draft_model_ = std::make_unique<LlamaModel>(*t_->ctx, *t_->pipelines, *draft_file_, dmo);
     if (o_.draft == "ngram") drafter_ = std::make_unique<LookupThenModelDrafter>(*draft_model_, o_.draft_p_min);
     else drafter_ = std::make_unique<ModelDrafter>(*draft_model_, o_.draft_p_min);
@@ -263,18 +265,18 @@ bool Engine::step() {
   auto accept = [this](uint32_t t, bool from_draft) { return accept_token(t, from_draft); };
 
   if (r.prefilling) {
-    // The prompt: one pass of kMaxBatch tokens per step, without logits, while more than a pass remains;
-    // then the last part and the choice of the first token. A cancel request is seen between passes.
+    // The prompt: one chunk (ubatch tokens) per step, without logits, while more than a chunk remains;
+    // then the last part and the choice of the first token. A cancel request is seen between chunks.
+    const uint32_t chunk = m.ubatch();
     if (cancelled) {
       c.stop_reason = "cancelled";
       finish(r.pos);
-    } else if (r.context.size() - r.pos > LlamaModel::kMaxBatch && r.prefill_passes) {
+    } else if (r.context.size() - r.pos > chunk && r.prefill_passes) {
       rec.begin();
-      m.record_forward(rec, seq, m.write_tokens(std::span(r.context).subspan(r.pos, LlamaModel::kMaxBatch)),
-                       LlamaModel::kMaxBatch, Logits::None);
+      m.record_forward(rec, seq, m.write_tokens(std::span(r.context).subspan(r.pos, chunk)), chunk, Logits::None);
       rec.submit_and_wait();
-      r.pos += LlamaModel::kMaxBatch;
-      c.prefilled += LlamaModel::kMaxBatch;
+      r.pos += chunk;
+      c.prefilled += chunk;
     } else {   // not cancellable: the whole rest in one submission
       const uint32_t rest = uint32_t(r.context.size() - r.pos);
       r.next = decode_step(m, seq, chooser, rec, m.write_tokens(std::span(r.context).subspan(r.pos)), rest, r.context);

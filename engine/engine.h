@@ -73,6 +73,7 @@ struct TargetModel {
     uint32_t max_sequences = 1;   // Sessions that may be open at once (each needs KV for n_ctx)
     uint32_t kv_blocks = 0;       // KV pool blocks (0: n_ctx for each of kv_pool_sequences)
     uint32_t kv_pool_sequences = 0;   // 0: max_sequences
+    uint32_t ubatch = 0;          // tokens per forward chunk (ModelOptions::ubatch; 0: the device's)
     std::function<void(uint64_t done, uint64_t total)> progress;
     std::optional<ExternalDevice> external;   // the application's device (C API external device mode)
     bool vocab_only = false;      // the file and tokenizer only: no device, no model (ctx, pipelines, model null)
@@ -98,7 +99,7 @@ class Engine {
   const Tokenizer& tokenizer() const { return *t_->tok; }
   LlamaModel& model() { return *t_->model; }
   // Set while a completion runs: a cancel request ends it after the current submission, and the prompt is
-  // then prefilled in submissions of one forward pass (kMaxBatch tokens) so that this is never long.
+  // then prefilled in submissions of one forward chunk (LlamaModel::ubatch() tokens) so that this is never long.
   void set_cancel_flag(const std::atomic<bool>* flag) { cancel_ = flag; }
   // With a cancel flag: true prefills the whole prompt in one submission anyway (the flag is then seen after
   // it); for the completions begun from now on.
@@ -120,7 +121,7 @@ class Engine {
   Completion generate(Session& session, std::span<const uint32_t> context, const SamplingParams& sp, int n,
                       bool ignore_eos, bool speculate, const TokenCallback& on_token = {});
   // The same, a forward pass at a time: begin() sets a completion up (nothing runs), each step() runs one
-  // submission (a prompt pass of kMaxBatch tokens when cancellable, else the whole prompt; a decoding step;
+  // submission (a prompt chunk of ubatch() tokens when cancellable, else the whole prompt; a decoding step;
   // a speculative round) and returns false once the completion has ended; finish() gives its result.
   void begin(Session& session, std::span<const uint32_t> context, const SamplingParams& sp, int n, bool ignore_eos,
              bool speculate, const TokenCallback& on_token = {});

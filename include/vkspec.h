@@ -116,6 +116,8 @@ typedef struct vkspec_external_device {
 /* Called while weights are uploaded with the fraction done (0..1); return non-zero to cancel loading. */
 typedef int (*vkspec_progress_fn)(float fraction, void* user);
 
+#define VKSPEC_MAX_UBATCH 512      /* the largest vkspec_model_params.n_ubatch */
+
 typedef struct vkspec_model_params {
   int32_t device;            /* -1: VKSPEC_DEVICE, else the best device (discrete > integrated > CPU) */
   uint32_t n_ctx;            /* context length of every context on the model; 0: the model's, capped at 4096 */
@@ -126,6 +128,8 @@ typedef struct vkspec_model_params {
   void* progress_user;
   const vkspec_external_device* external; /* NULL: vkspec creates its own instance and device */
   int32_t vocab_only;        /* 1: only the tokenizer and chat template (no device, no weights, no contexts) */
+  uint32_t n_ubatch;         /* tokens per forward chunk of a prompt (llama.cpp's ubatch), 1..VKSPEC_MAX_UBATCH; 0: the
+                                device's (16 on CPU devices, 256 on GPUs). Results do not depend on it. */
 } vkspec_model_params;
 
 VKSPEC_API vkspec_model_params vkspec_model_default_params(void);

@@ -48,6 +48,12 @@ struct DeviceFacts {
   // Kernel family: "row per lane" on CPU devices (each lane is a SIMD lane of the host, so strided
   // loads across lanes turn into gathers); subgroup-cooperative rows on GPUs.
   bool prefers_row_per_lane() const { return type == VK_PHYSICAL_DEVICE_TYPE_CPU; }
+  // Tokens per forward chunk (a prefill's unit, llama.cpp's ubatch) unless ModelOptions::ubatch says.
+  // Each chunk reads every weight once and runs ~115 dispatches at the 1B shape: at 16 tokens a GPU is bound
+  // by those (H100: ~4.8 ms per chunk, 2.5 ms of it matmul time); H200 1B Q4_K_M prefill 2.9k / 3.8k / 4.2k /
+  // 4.3k tok/s at 16 / 64 / 256 / 512 (docs/PERFORMANCE.md). A CPU device's chunk is a second of arithmetic
+  // whatever its size (no measurable difference), so it keeps the smaller activations.
+  uint32_t default_ubatch() const { return prefers_row_per_lane() ? 16 : 256; }
   // Weight reads through uniform texel buffers: lavapipe turns texelFetch into a vector gather, while
   // every storage-buffer or device-address load becomes a per-lane scalar loop with a branch per lane.
   bool texel_reads() const { return push_descriptor && max_texel_buffer_elements >= (1u << 24); }

@@ -14,6 +14,7 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
     : ctx_(ctx), hp_(read_llama_hparams(file)) {
   const LlamaTensors t = find_llama_tensors(file, hp_);
   n_ctx_ = opts.n_ctx ? opts.n_ctx : std::min<uint32_t>(hp_.n_ctx_train, 4096);
+  ubatch_ = ubatch_for(ctx, opts);
   check_memory(ctx, file, opts);
 
   weights_arena_ = std::make_unique<Arena>(ctx, MemoryKind::Device);
@@ -107,20 +108,20 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
   up.flush();
   if (opts.progress) opts.progress(total, total);
 
-  // ---- activations and per-pass I/O for kMaxBatch tokens ----
-  const uint64_t B = kMaxBatch, q_dim = hp_.q_dim(), kv_dim = hp_.kv_dim();
+  // ---- activations for a chunk of ubatch_ tokens, per-pass I/O for kMaxBatch logits rows ----
+  const uint64_t B = ubatch_, q_dim = hp_.q_dim(), kv_dim = hp_.kv_dim();
   x_ = act_arena_->alloc(B * hp_.dim * 4, "activations");
   qkv_ = act_arena_->alloc(B * (q_dim + 2 * kv_dim) * 4, "activations");
   att_ = act_arena_->alloc(B * q_dim * 4, "activations");
   hb_ = act_arena_->alloc(B * hp_.ffn_dim * 4, "activations");
   x_out_ = act_arena_->alloc(B * hp_.dim * 4, "activations");
   tokens_ = upload_arena_->alloc(2ull * std::max(opts.max_sequences, 1u) * n_ctx_ * 4, "token ids");
-  // A submission's chunks each take kMaxBatch pairs at most; it runs at most n_ctx + kMaxBatch rows per sequence.
-  kv_rows_ = upload_arena_->alloc(2ull * std::max(opts.max_sequences, 1u) * (n_ctx_ + 2 * kMaxBatch) * kKvRowBytes,
-                                  "KV rows");
-  logits_ = act_arena_->alloc(B * hp_.n_vocab * 4, "logits");
-  logits_host_ = readback_arena_->alloc(B * hp_.n_vocab * 4, "logits read back");
-  ids_ = readback_arena_->alloc(B * contract::TOKEN_SLOT_UINTS * 4, "argmax token slots");
+  // A submission's chunks each take ubatch_ pairs at most; it runs at most n_ctx + kMaxBatch rows per sequence.
+  kv_rows_ = upload_arena_->alloc(2ull * std::max(opts.max_sequences, 1u) * (n_ctx_ + 2 * std::max(B, uint64_t(kMaxBatch))) *
+                                  kKvRowBytes, "KV rows");
+  logits_ = act_arena_->alloc(uint64_t(kMaxBatch) * hp_.n_vocab * 4, "logits");
+  logits_host_ = readback_arena_->alloc(uint64_t(kMaxBatch) * hp_.n_vocab * 4, "logits read back");
+  ids_ = readback_arena_->alloc(uint64_t(kMaxBatch) * contract::TOKEN_SLOT_UINTS * 4, "argmax token slots");
   // RoPE (cos, sin) of every position, so that passes recorded together need no per-pass host table.
   std::vector<float> rope(size_t(n_ctx_) * hp_.n_rot);
   for (uint32_t pos = 0; pos < n_ctx_; ++pos)
@@ -149,8 +150,8 @@ MemoryEstimate LlamaModel::estimate_memory(const Context& ctx, const GgufFile& f
   const uint64_t kv_dim = hp.kv_dim(), q_dim = hp.q_dim();
   const uint64_t blocks = opts.kv_pool_blocks(e.n_ctx);
   e.kv = 2ull * hp.n_layers * blocks * opts.kv_block_size * kv_dim * contract::KV_ELEMENT_BYTES;
-  e.activations = uint64_t(kMaxBatch) * (2 * hp.dim + 2 * q_dim + 2 * kv_dim + hp.ffn_dim + hp.n_vocab) * 4 +
-                  uint64_t(e.n_ctx) * hp.n_rot * 4;
+  e.activations = uint64_t(ubatch_for(ctx, opts)) * (2 * hp.dim + 2 * q_dim + 2 * kv_dim + hp.ffn_dim) * 4 +
+                  uint64_t(kMaxBatch) * hp.n_vocab * 4 + uint64_t(e.n_ctx) * hp.n_rot * 4;
   const VkPhysicalDeviceMemoryProperties& mp = ctx.memory_properties();
   uint64_t largest = 0;
   for (uint32_t i = 0; i < mp.memoryHeapCount; ++i) {
@@ -163,6 +164,11 @@ MemoryEstimate LlamaModel::estimate_memory(const Context& ctx, const GgufFile& f
   if (ctx.facts().type == VK_PHYSICAL_DEVICE_TYPE_CPU)
     e.device = std::max<uint64_t>(e.device, uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE)));
   return e;
+}
+
+uint32_t LlamaModel::ubatch_for(const Context& ctx, const ModelOptions& opts) {
+  if (opts.ubatch > kMaxUbatch) throw Error("internal: ubatch " + std::to_string(opts.ubatch) + " > " + std::to_string(kMaxUbatch));
+  return opts.ubatch ? opts.ubatch : ctx.facts().default_ubatch();
 }
 
 void LlamaModel::check_memory(Context& ctx, const GgufFile& file, const ModelOptions& opts) const {
@@ -228,7 +234,7 @@ uint32_t LlamaModel::record_batch(Recorder& r, std::span<const SeqRows> rows, co
       if (&t != &s && t.seq == s.seq) throw Error("internal: a sequence appears twice in one batch");
   }
   if (VkDeviceSize(logits_rows) * hp_.n_vocab * 4 > logits.size) throw Error("internal: logits rows overflow");
-  // Chunks of kMaxBatch rows; a sequence's rows may continue into the next chunk.
+  // Chunks of ubatch_ rows; a sequence's rows may continue into the next chunk.
   std::vector<ChunkPart> parts;
   uint32_t used = 0, out_row = 0;
   auto flush = [&] {
@@ -240,24 +246,24 @@ uint32_t LlamaModel::record_batch(Recorder& r, std::span<const SeqRows> rows, co
   };
   for (const SeqRows& s : rows) {
     for (uint32_t i = 0; i < s.n;) {
-      const uint32_t take = std::min(kMaxBatch - used, s.n - i);
+      const uint32_t take = std::min(ubatch_ - used, s.n - i);
       const TokenInput in{s.in.ids.sub(VkDeviceSize(i) * s.in.stride * 4, VkDeviceSize(take) * s.in.stride * 4), s.in.stride};
       parts.push_back({s.seq, in, used, take, s.want == Logits::Last && i + take == s.n, s.want == Logits::All});
       used += take;
       i += take;
-      if (used == kMaxBatch) flush();
+      if (used == ubatch_) flush();
     }
   }
   flush();
   return out_row;
 }
 
-// One chunk of n <= kMaxBatch rows (parts: the rows of each sequence in it); reads top to bottom like
+// One chunk of n <= ubatch_ rows (parts: the rows of each sequence in it); reads top to bottom like
 // llama2.c's forward(). Returns the logits rows written at logits_row.
 uint32_t LlamaModel::record_chunk(Recorder& r, std::span<const ChunkPart> parts, uint32_t n, const Slice& logits,
                                   uint32_t logits_row) {
   // Each row's position and block table (KvRows), from a ring like the input tokens'.
-  if (kv_rows_cursor_ + kMaxBatch > kv_rows_.size / kKvRowBytes) kv_rows_cursor_ = 0;
+  if (kv_rows_cursor_ + ubatch_ > kv_rows_.size / kKvRowBytes) kv_rows_cursor_ = 0;
   KvRows kv_rows{kv_rows_.sub(VkDeviceSize(kv_rows_cursor_) * kKvRowBytes, VkDeviceSize(n) * kKvRowBytes), 0};
   kv_rows_cursor_ += n;
   for (const ChunkPart& p : parts) {

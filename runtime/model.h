@@ -1,6 +1,6 @@
 #pragma once
 // A Llama model resident on one Vulkan device, and its forward pass. record_forward() records n tokens
-// (1 = decode, up to kMaxBatch = verify; longer prefills in chunks of kMaxBatch) into the caller's command
+// (1 = decode, up to kMaxBatch = verify; longer prefills in chunks of ubatch()) into the caller's command
 // buffer without submitting: a decode step or a speculative round records the forward passes and token
 // choices of both models into one submission (engine/engine.cpp, speculative/controller.cpp). forward() is the
 // self-contained form (own recorder, argmax, one submission, one wait) the tests use.
@@ -25,6 +25,7 @@ struct ModelOptions {
                      : (uint64_t(n_ctx) + kv_block_size - 1) / kv_block_size * (kv_pool_sequences ? kv_pool_sequences : max_sequences);
   }
   KernelFamily kernels = KernelFamily::Auto;
+  uint32_t ubatch = 0;              // tokens per forward chunk, 1..kMaxUbatch; 0: DeviceFacts::default_ubatch()
   std::function<void(uint64_t done, uint64_t total)> progress;   // bytes of weights uploaded
 };
 
@@ -61,7 +62,10 @@ struct MemoryEstimate {
 
 class LlamaModel {
  public:
-  static constexpr uint32_t kMaxBatch = Kernels::kMaxBatch;
+  static constexpr uint32_t kMaxBatch = Kernels::kMaxBatch;   // rows with logits in one pass (a verify pass)
+  static constexpr uint32_t kMaxUbatch = 512;                  // tokens per forward chunk, at most
+  // The chunk size these options give on this device (refuses an ubatch out of 1..kMaxUbatch).
+  static uint32_t ubatch_for(const Context& ctx, const ModelOptions& opts);
   static MemoryEstimate estimate_memory(const Context& ctx, const GgufFile& file, const ModelOptions& opts);
 
   LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file, const ModelOptions& opts = {});
@@ -71,6 +75,7 @@ class LlamaModel {
   PagedKvCache& kv() { return *kv_; }
   uint32_t n_ctx() const { return n_ctx_; }
   uint64_t weight_bytes() const { return weight_bytes_; }   // what one decode step reads, near enough
+  uint32_t ubatch() const { return ubatch_; }               // tokens per forward chunk
   Kernels& kernels() { return *kernels_; }
 
   // Records the pass over n tokens read from `in` at positions kv().length(seq) .. +n (growing the KV
@@ -78,7 +83,7 @@ class LlamaModel {
   // last token's logits in logits_rows() row 0; Logits::All leaves row i for token i (n <= kMaxBatch).
   void record_forward(Recorder& r, int seq, const TokenInput& in, uint32_t n, Logits want);
   // Continuous batching: one pass over the rows of several sequences (each at most once), in chunks of
-  // kMaxBatch rows whose matmuls read each weight once for all of them; RoPE, the KV append and attention
+  // ubatch() rows whose matmuls read each weight once for all of them; RoPE, the KV append and attention
   // run per sequence, at its own positions over its own block table. Every kernel is batch-invariant, so a
   // row's logits are bit-identical to what a pass over its sequence alone gives. Logits rows go to `logits`
   // in the order of `rows` (Last: one row, All: n rows); returns how many.
@@ -109,6 +114,7 @@ class LlamaModel {
   Context& ctx_;
   LlamaHParams hp_;
   uint32_t n_ctx_;
+  uint32_t ubatch_;   // rows per chunk of record_batch; the activations below hold that many
   uint64_t weight_bytes_ = 0;
   std::unique_ptr<Arena> weights_arena_, act_arena_, upload_arena_, readback_arena_;
   std::unique_ptr<Kernels> kernels_;
@@ -120,9 +126,9 @@ class LlamaModel {
   DeviceMatrix output_;       // [n_vocab][dim] (token_embd_ when tied)
   std::vector<LayerWeights> layers_;
 
-  // Activations for kMaxBatch tokens, allocated once.
+  // Activations for ubatch_ tokens, allocated once.
   Slice x_, qkv_, att_, hb_;   // qkv_: [n][q_dim + 2*kv_dim], each token's q, k, v side by side
-  Slice x_out_;                // [kMaxBatch][dim]: the rows of x that want logits, gathered
+  Slice x_out_;                // [ubatch_][dim]: the rows of x that want logits, gathered
   Slice rope_;            // [n_ctx][n_rot/2] (cos, sin), computed in double at load (device-resident)
   Slice tokens_;          // [2 * max_sequences * n_ctx] uint ring: host-written input tokens (write_tokens)
   uint32_t tokens_cursor_ = 0;

@@ -159,7 +159,10 @@ def main():
             else:
                 p, port = start(cmd, r"listening on http://127\.0\.0\.1:([0-9]+)", log)
             try:
-                one_request(port, PROMPTS[0], 8)   # warm-up
+                # Warm-up at every level: a step of several rows builds pipelines (and on a GPU compiles
+                # shaders) that one stream never needs, which would otherwise land in the first round's figure.
+                for s in levels:
+                    level(port, s, 8, 1, a.temperature)
                 for s in levels:
                     figures[name][s].append(level(port, s, a.n, a.requests, a.temperature))
                     print(f"round {rnd} {name} {s} streams: {figures[name][s][-1]['tok_s']:.1f} tok/s", file=sys.stderr)

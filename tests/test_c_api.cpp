@@ -101,6 +101,10 @@ TEST(CApi, VersionDevicesAndErrors) {
   p.max_contexts = 0;
   EXPECT_EQ(vkspec_model_load(kStories.c_str(), &p, &m), VKSPEC_ERROR_INVALID_ARGUMENT);
   p = vkspec_model_default_params();
+  p.n_ubatch = 513;
+  EXPECT_EQ(vkspec_model_load(kStories.c_str(), &p, &m), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(vkspec_last_error()).find("n_ubatch"), std::string::npos) << vkspec_last_error();
+  p = vkspec_model_default_params();
   p.device = int32_t(n);   // one past the last device
   EXPECT_EQ(vkspec_model_load(kStories.c_str(), &p, &m), VKSPEC_ERROR_DEVICE) << vkspec_last_error();
   EXPECT_EQ(vkspec_model_free(nullptr), VKSPEC_OK);

@@ -58,6 +58,10 @@ TEST(Cli, RunJsonReproducesReferenceAndSeededSamplingRepeats) {
   EXPECT_EQ(j["ids"].get<std::vector<uint32_t>>(), want);
   EXPECT_EQ(j["n_generated"], 24);
   for (const char* k : {"load_s", "prefill_s", "prefill_tok_s", "decode_s", "decode_tok_s"}) EXPECT_TRUE(j["timings"].contains(k));
+  // the prompt in chunks of 2 tokens (-ub, llama.cpp's spelling): the same tokens
+  auto chunked = run_cli("run " + kStories + " -p 'Once upon a time' -n 24 --temp 0 --ignore-eos --json -ub 2");
+  ASSERT_EQ(chunked.code, 0) << chunked.err;
+  EXPECT_EQ(nlohmann::json::parse(chunked.out)["ids"].get<std::vector<uint32_t>>(), want);
 
   const std::string sampled = "run " + kStories + " -p 'Lily' -n 32 --temp 1.0 --top-k 0 --top-p 1 --min-p 0 --ignore-eos --json --seed ";
   auto a = nlohmann::json::parse(run_cli(sampled + "11").out), b = nlohmann::json::parse(run_cli(sampled + "11").out),
@@ -256,6 +260,8 @@ TEST(Cli, HostileInputsAreRefusedByName) {
       {"run " + kStories + " -p hi --seed 99999999999999999999999", "--seed must be"},
       {"run " + kStories + " -p hi --seed -5", "--seed must be"},
       {"run " + kStories + " -p hi --device -3", "--device must be"},
+      {"run " + kStories + " -p hi --ubatch 513", "--ubatch must be 1..512"},
+      {"run " + kStories + " -p hi -ub -1", "--ubatch must be 1..512"},
       {"VKSPEC_KERNELS=fast run " + kStories + " -p hi", "VKSPEC_KERNELS must be"},
       {"VKSPEC_PROFILE=yes run " + kStories + " -p hi", "VKSPEC_PROFILE must be"},
       {"VKSPEC_INT8_X=2 run " + kStories + " -p hi", "VKSPEC_INT8_X must be"},

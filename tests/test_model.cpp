@@ -118,25 +118,36 @@ TEST_F(ModelTest, LogitsMatchCpuReferenceOnSyntheticModel) {
 
 // Batch invariance end to end: the logits of a token are bit-identical whether it was decoded alone or
 // computed as a row of a prefill/verify batch.
+// ...and whatever the chunk size (--ubatch): the device's, 5 (chunks that end inside the prompt and inside
+// the 16 logits rows) and 64 (one chunk larger than a verify pass, as GPUs run by default).
 TEST_F(ModelTest, PrefillEqualsTokenByTokenBitForBit) {
   for (const char* name : {"models/stories260K.gguf", "models/pycode-target-f16.gguf"}) {
     GgufFile f(shared_path(name));
-    LlamaModel model(gpu().ctx, gpu().pipelines, f);
-    const uint32_t V = model.hparams().n_vocab;
-    std::vector<uint32_t> tokens;
-    for (uint32_t i = 0; i < 37; ++i) tokens.push_back((i * 131 + 7) % V);
-    const int a = model.kv().new_sequence(), b = model.kv().new_sequence();
     std::vector<std::vector<float>> single;
-    for (uint32_t t : tokens) {
-      model.forward(a, std::span<const uint32_t>(&t, 1), Logits::Last);
-      single.emplace_back(model.logits(0), model.logits(0) + V);
+    std::vector<uint32_t> tokens;
+    for (uint32_t ubatch : {0u, 5u, 64u}) {
+      SCOPED_TRACE(std::string(name) + " ubatch " + std::to_string(ubatch));
+      ModelOptions mo;
+      mo.ubatch = ubatch;
+      LlamaModel model(gpu().ctx, gpu().pipelines, f, mo);
+      ASSERT_EQ(model.ubatch(), ubatch ? ubatch : gpu().ctx.facts().default_ubatch());
+      const uint32_t V = model.hparams().n_vocab;
+      if (single.empty()) {   // one token at a time, on the first model
+        for (uint32_t i = 0; i < 37; ++i) tokens.push_back((i * 131 + 7) % V);
+        const int a = model.kv().new_sequence();
+        for (uint32_t t : tokens) {
+          model.forward(a, std::span<const uint32_t>(&t, 1), Logits::Last);
+          single.emplace_back(model.logits(0), model.logits(0) + V);
+        }
+      }
+      // batch: 21 tokens as a prefill, then a 16-token verify-style pass with every row's logits
+      const int b = model.kv().new_sequence();
+      model.forward(b, std::span<const uint32_t>(tokens.data(), 21), Logits::Last);
+      for (uint32_t v = 0; v < V; ++v) ASSERT_EQ(model.logits(0)[v], single[20][v]);
+      model.forward(b, std::span<const uint32_t>(tokens.data() + 21, 16), Logits::All);
+      for (uint32_t r = 0; r < 16; ++r)
+        for (uint32_t v = 0; v < V; ++v) ASSERT_EQ(model.logits(r)[v], single[21 + r][v]) << "row " << r;
     }
-    // batch: 21 tokens as a prefill chunk, then a 16-token verify-style chunk with every row's logits
-    model.forward(b, std::span<const uint32_t>(tokens.data(), 21), Logits::Last);
-    for (uint32_t v = 0; v < V; ++v) ASSERT_EQ(model.logits(0)[v], single[20][v]) << name;
-    model.forward(b, std::span<const uint32_t>(tokens.data() + 21, 16), Logits::All);
-    for (uint32_t r = 0; r < 16; ++r)
-      for (uint32_t v = 0; v < V; ++v) ASSERT_EQ(model.logits(r)[v], single[21 + r][v]) << name << " row " << r;
   }
 }
 

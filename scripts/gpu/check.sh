@@ -5,13 +5,13 @@
 #   2. the 1B-shape models, written on the machine's CPUs in the background (vkspec-shape, llama.cpp's quantizer);
 #   3. the core suite with the GPU's default kernel family (subgroup), validation on;
 #   4. vkspec bench beside llama.cpp's Vulkan backend (bench.sh) at the 1B shape, Q4_K_M;
-#   5. the rest of the suite; the pycode pair plain and speculative; Q8_0; serving at 1 and 8 streams.
+#   5. the rest of the suite; the pycode pair plain and speculative (draft model alone, then lookup in front); Q8_0; serving at 1 and 8 streams.
 # Every log and JSON is packed into OUTDIR/results.tgz after each stage (the device tool returns at most 8 files).
 #   scripts/gpu/check.sh OUTDIR       (from the repository root, after scripts/gpu/pack.sh here)
 set -u
 ret=$1; out=/tmp/results; logs=$out/suite; mkdir -p "$ret" $logs   # OUT gets one archive: the tool returns at most 8 files
 . scripts/gpu/suite.sh
-export PYTHONUNBUFFERED=1 TEST_TIMEOUT=${TEST_TIMEOUT:-60}
+export PYTHONUNBUFFERED=1 TEST_TIMEOUT=${TEST_TIMEOUT:-150}   # test_kernels takes ~70 s on an H100 (driver compiles)
 build/vkspec devices 2>&1 | tee "$out/devices.txt"; grep -qi nvidia "$out/devices.txt" ||
   { echo "no GPU device"; VK_LOADER_DEBUG=error,warn,driver build/vkspec devices 2>&1 | tail -25; exit 1; }
 V=.gpu/shared/tokenizer-tests/ggml-vocab-llama-bpe.gguf
@@ -32,7 +32,10 @@ TESTS="test_cli test_c_api test_c_api_batch test_server test_chat test_gguf test
 M=.gpu/shared/models
 echo "== pycode pair"; date +%T
 build/vkspec bench -m $M/pycode-target-f16.gguf -md $M/pycode-draft-f16.gguf -n 128 --reps 5 --json > "$out/pycode.json" 2>&1
-python3 -c "import json,sys; v=json.load(open(sys.argv[1])); print('plain %.0f spec %.0f tok/s x%.2f accept %.2f' % (v['plain']['decode_tok_s'], v['speculative']['decode_tok_s'], v['speedup'], v['speculative']['acceptance_rate']))" "$out/pycode.json"
+build/vkspec bench -m $M/pycode-target-f16.gguf -md $M/pycode-draft-f16.gguf --draft ngram -n 128 --reps 5 --json > "$out/pycode-lookup.json" 2>&1
+for j in pycode pycode-lookup; do
+  python3 -c "import json,sys; v=json.load(open(sys.argv[1])); print(sys.argv[2], 'plain %.0f spec %.0f tok/s x%.2f accept %.2f' % (v['plain']['decode_tok_s'], v['speculative']['decode_tok_s'], v['speedup'], v['speculative']['acceptance_rate']))" "$out/$j.json" $j
+done
 scripts/gpu/bench.sh "$out" /tmp/1b-q8_0.gguf
 echo "== serving, 1B Q4_K_M"; date +%T
 timeout 150 python3 scripts/serve_bench.py --vkspec build/vkspec --model /tmp/1b-q4km.gguf --streams 1,8 --n 64 --rounds 2 > "$out/serve.txt" 2>&1
