@@ -302,7 +302,7 @@ void Kernels::attention(Recorder& r, const AttentionShape& s, const Slice& q, co
   const uint32_t n_splits = split ? ceil_div(rows.max_len, split) : 1;
   if (split) {
     // Grown, never shrunk or freed: passes recorded earlier keep reading the buffer they were given.
-    const VkDeviceSize bytes = VkDeviceSize(n) * s.n_heads * n_splits * (s.head_dim + 2) * 4;
+    const VkDeviceSize bytes = VkDeviceSize(n) * s.n_heads * n_splits * (s.head_dim + 2) * 4;   // attention_partials_bytes' bound
     if (partials_->size < bytes) *partials_ = scratch_arena_->alloc(std::max(bytes, 2 * partials_->size), "attention partials");
   }
   AttentionPC pc{q.address, out.address, kv.k_pool.address, kv.v_pool.address, kv.block_tables.address,
@@ -321,7 +321,7 @@ void Kernels::attention(Recorder& r, const AttentionShape& s, const Slice& q, co
 // 256 / 128 / 64 keys: 428 / 436 / 489 after a 129-token prompt, 364 / 433 / 467 after 1000 tokens. The
 // partials cost n x n_heads x ceil(len / 64) x (head_dim + 2) floats (1B, 16 rows at 4096 keys: 8.6 MB).
 // CPU devices keep 256: there the texel kernel (attention_rows) is the main path.
-uint32_t Kernels::attention_split() const { return family_ == KernelFamily::Subgroup ? 64 : kAttentionSplit; }
+uint32_t Kernels::attention_split() const { return family_ == KernelFamily::Subgroup ? kAttentionSplitGpu : kAttentionSplit; }
 
 void Kernels::argmax(Recorder& r, const Slice& logits, const Slice& slots, uint32_t n, uint32_t cols,
                      bool top_prob) {

@@ -85,7 +85,11 @@ class Kernels {
   // Keys per workgroup of the device-address attention kernel on CPU devices once a pass reaches past them
   // (flash decoding: decode at 4096 positions runs 16x n_heads workgroups instead of n_heads); GPUs split
   // finer (attention_split).
-  static constexpr uint32_t kAttentionSplit = 256;
+  static constexpr uint32_t kAttentionSplit = 256, kAttentionSplitGpu = 64;
+  // The most bytes attention's split partials take for passes of n rows at up to n_ctx keys (either family).
+  static uint64_t attention_partials_bytes(const AttentionShape& s, uint32_t n, uint32_t n_ctx) {
+    return uint64_t(n) * s.n_heads * ((n_ctx + kAttentionSplitGpu - 1) / kAttentionSplitGpu) * (s.head_dim + 2) * 4;
+  }
   static constexpr uint32_t kBatchTile = 8;   // tokens per workgroup in batched matmuls
   // Rows per workgroup of the subgroup family's multi-token matmul (matmul_tile.comp; SwiGLU's holds two
   // sums per row and token).

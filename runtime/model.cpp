@@ -150,8 +150,14 @@ MemoryEstimate LlamaModel::estimate_memory(const Context& ctx, const GgufFile& f
   const uint64_t kv_dim = hp.kv_dim(), q_dim = hp.q_dim();
   const uint64_t blocks = opts.kv_pool_blocks(e.n_ctx);
   e.kv = 2ull * hp.n_layers * blocks * opts.kv_block_size * kv_dim * contract::KV_ELEMENT_BYTES;
-  e.activations = uint64_t(ubatch_for(ctx, opts)) * (2 * hp.dim + 2 * q_dim + 2 * kv_dim + hp.ffn_dim) * 4 +
-                  uint64_t(kMaxBatch) * hp.n_vocab * 4 + uint64_t(e.n_ctx) * hp.n_rot * 4;
+  // a chunk's activations, the logits rows, the RoPE table and attention's split partials (grown while
+  // running, by doubling, the smaller buffers staying allocated: twice their largest, a full chunk at the end
+  // of the context)
+  const uint32_t ubatch = ubatch_for(ctx, opts);
+  const AttentionShape shape{hp.n_heads, hp.n_kv_heads, hp.head_dim, hp.n_rot};
+  e.activations = uint64_t(ubatch) * (2 * hp.dim + 2 * q_dim + 2 * kv_dim + hp.ffn_dim) * 4 +
+                  uint64_t(kMaxBatch) * hp.n_vocab * 4 + uint64_t(e.n_ctx) * hp.n_rot * 4 +
+                  2 * Kernels::attention_partials_bytes(shape, ubatch, e.n_ctx);
   const VkPhysicalDeviceMemoryProperties& mp = ctx.memory_properties();
   uint64_t largest = 0;
   for (uint32_t i = 0; i < mp.memoryHeapCount; ++i) {

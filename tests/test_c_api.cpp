@@ -125,6 +125,14 @@ TEST(CApi, EstimateMemoryAndProgressCancel) {
   vkspec_memory_estimate e4{};
   ASSERT_EQ(vkspec_estimate_memory(kStories.c_str(), &p, &e4), VKSPEC_OK);
   EXPECT_EQ(e4.kv_bytes, 4 * e.kv_bytes);
+  // a larger forward chunk holds more activations (and attention partials) at once; a smaller KV pool less KV
+  p.n_ubatch = 256;
+  p.kv_contexts = 2;
+  vkspec_memory_estimate e256{};
+  ASSERT_EQ(vkspec_estimate_memory(kStories.c_str(), &p, &e256), VKSPEC_OK);
+  EXPECT_GT(e256.activation_bytes, e.activation_bytes);
+  EXPECT_EQ(e256.kv_bytes, 2 * e.kv_bytes);
+  p = vkspec_model_default_params();
 
   // A progress callback that cancels: no model, CANCELLED; one that lets it finish sees 1.0 last.
   struct P { float last = -1; int calls = 0; bool cancel; };
