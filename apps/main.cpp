@@ -185,8 +185,6 @@ static int run_main(int argc, char** argv) {
       if (c->count("-p") && c->count("-f")) throw vkspec::cli::Error("give either -p TEXT or -f FILE, not both");
     for (auto* c : {run, bench, chat_cmd, serve})
       if (c->count("--model-draft") && o.draft_model.empty()) throw vkspec::cli::Error("-md needs a draft model file");
-    if (*serve && !o.draft_model.empty() && !o.draft.empty())   // before listening: the batched engine refuses it too
-      throw vkspec::cli::Error("serve drafts with -md DRAFT.gguf or --draft ngram, not both (run, chat and bench take both)");
     if (*run && !chat.chat && (run->count("--system") || run->count("--chat-template")))
       throw vkspec::cli::Error("--system and --chat-template go with --chat");
     if (*run) return vkspec::cli::cmd_run(o, chat);

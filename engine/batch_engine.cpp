@@ -31,11 +31,6 @@ struct BatchEngine::Slot {
   uint32_t rows = 0;   // in this step's pass
 };
 
-void check_batch_engine_options(const EngineOptions& o) {
-  check_engine_options(o);
-  if (!o.draft_model.empty() && !o.draft.empty())
-    throw Error("a batch (serve) drafts with -md DRAFT.gguf or --draft ngram, not both");
-}
 
 BatchEngine::BatchEngine(std::shared_ptr<TargetModel> target, const EngineOptions& o, const Options& opts)
     : t_(std::move(target)), o_(o), opts_(opts) {
@@ -43,7 +38,7 @@ BatchEngine::BatchEngine(std::shared_ptr<TargetModel> target, const EngineOption
   if (opts.parallel == 0) throw Error("--parallel must be at least 1");
   if (m.kv().max_sequences() < opts.parallel + opts.cached_sequences)
     throw Error("internal: the target's KV cache has too few sequences for the batch and its prompt cache");
-  check_batch_engine_options(o);
+  check_engine_options(o);
   if (!o.draft_model.empty()) {
     draft_file_ = std::make_unique<GgufFile>(o.draft_model);
     check_same_vocabulary(*t_->tok, *Tokenizer::from_gguf(*draft_file_));
@@ -52,7 +47,7 @@ BatchEngine::BatchEngine(std::shared_ptr<TargetModel> target, const EngineOption
     dmo.max_sequences = opts.parallel;
     dmo.ubatch = m.ubatch();
     draft_model_ = std::make_unique<LlamaModel>(*t_->ctx, *t_->pipelines, *draft_file_, dmo);
-    draft_kind_ = "draft-model";
+    draft_kind_ = o.draft == "ngram" ? "ngram+model" : "draft-model";
   } else if (o.draft == "ngram") {
     draft_kind_ = "ngram";
   } else if (!o.draft.empty()) {
@@ -291,7 +286,8 @@ bool BatchEngine::admit_one(const std::shared_ptr<BatchRequest>& r) {
   const bool speculate = r->speculate && has_drafter() && !r->logits;
   s.result.speculative = speculate;
   if (speculate) {
-    if (draft_model_) s.drafter = std::make_unique<ModelDrafter>(*draft_model_, o_.draft_p_min);
+    if (draft_model_ && o_.draft == "ngram") s.drafter = std::make_unique<LookupThenModelDrafter>(*draft_model_, o_.draft_p_min);
+    else if (draft_model_) s.drafter = std::make_unique<ModelDrafter>(*draft_model_, o_.draft_p_min);
     else s.drafter = std::make_unique<NgramDrafter>();
     if (!r->sp.greedy() && !s.acceptor)
       s.acceptor = std::make_unique<SpecAcceptor>(*t_->ctx, *t_->pipelines, m.hparams().n_vocab,
@@ -430,11 +426,10 @@ void BatchEngine::plan_speculative_rows(StepRows& plan) {
       continue;
     }
     const uint32_t k_max = s.spec->drafts_planned();
-    if (draft_model_ && k_max) {
-      batched.push_back({static_cast<ModelDrafter*>(s.drafter.get()), s.context, k_max, &s.spec->draft_round()});
-    } else {
-      s.rows = s.spec->drafts_recorded(k_max ? s.drafter->draft(s.context, k_max, s.spec->draft_round()) : 0);
-    }
+    uint32_t drafted = 0;
+    ModelDrafter* model = k_max ? s.drafter->draft_unless_model(s.context, k_max, s.spec->draft_round(), drafted) : nullptr;
+    if (model) batched.push_back({model, s.context, k_max, &s.spec->draft_round()});
+    else s.rows = s.spec->drafts_recorded(drafted);
     plan.drafted.push_back(&s);
   }
   if (!batched.empty()) {

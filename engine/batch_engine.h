@@ -67,10 +67,6 @@ struct BatchMetrics {
   uint64_t cache_evictions = 0;
 };
 
-// What check_engine_options checks, and the drafters a batch can run: record_batched_drafts steps
-// ModelDrafters only, so a draft model with lookups in front (LookupThenModelDrafter) is refused.
-void check_batch_engine_options(const EngineOptions& o);
-
 class BatchEngine {
  public:
   struct Options {

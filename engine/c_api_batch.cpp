@@ -81,7 +81,7 @@ vkspec_status vkspec_batch_create(vkspec_model* model, const vkspec_batch_params
                         " sequences; the model was loaded with max_contexts = " + std::to_string(model->max_contexts)};
     const EngineOptions o = engine_options(params->draft);
     try {   // an invalid argument, not a load failure
-      check_batch_engine_options(o);
+      check_engine_options(o);
     } catch (const Error& e) {
       throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, e.what()};
     }

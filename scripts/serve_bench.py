@@ -3,7 +3,7 @@
 numbers of concurrent streams, for `vkspec serve` (plain and speculative) and llama.cpp's `llama-server` on
 the same GGUF, interleaved round by round (the machines are noisy: medians over rounds, ratios per round).
 
-    scripts/serve_bench.py --vkspec build/vkspec --model M.gguf [--draft D.gguf | --ngram]
+    scripts/serve_bench.py --vkspec build/vkspec --model M.gguf [--draft D.gguf] [--ngram]
                            [--llama-server PATH] [--compare OTHER/vkspec] [--streams 1,4,8,16] [--n 64]
                            [--rounds 3] [--ctx 512] [--temperature T] [--json]
 
@@ -122,7 +122,7 @@ def main():
     ap.add_argument("--vkspec", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--draft", help="draft model for a speculative vkspec server")
-    ap.add_argument("--ngram", action="store_true", help="n-gram drafting for the speculative vkspec server")
+    ap.add_argument("--ngram", action="store_true", help="n-gram drafting for the speculative vkspec server (with --draft: lookup first)")
     ap.add_argument("--llama-server", help="llama.cpp's llama-server binary, run on the same file")
     ap.add_argument("--llama-threads", type=int, default=1)
     ap.add_argument("--streams", default="1,4,8,16")
@@ -143,7 +143,7 @@ def main():
         servers["vkspec-compare"] = [a.compare] + servers["vkspec"][1:]
     for name in list(servers):
         if a.draft or a.ngram:
-            servers[name + "-spec"] = servers[name] + (["-md", a.draft] if a.draft else ["--draft", "ngram"])
+            servers[name + "-spec"] = servers[name] + (["-md", a.draft] if a.draft else []) + (["--draft", "ngram"] if a.ngram else [])
     if a.llama_server:
         servers["llama-server"] = [a.llama_server, "-m", a.model, "--port", "PORT", "--host", "127.0.0.1", "-np", str(parallel),
                                    "-c", str(a.ctx * parallel), "-t", str(a.llama_threads), "-tb", str(a.llama_threads),

@@ -120,10 +120,18 @@ uint32_t NgramDrafter::write(std::span<const uint32_t> drafts, DraftRound& round
 }
 
 uint32_t LookupThenModelDrafter::draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) {
+  uint32_t drafted = 0;
+  ModelDrafter* model = draft_unless_model(context, k, round, drafted);
+  return model ? model->draft(context, k, round) : drafted;
+}
+
+ModelDrafter* LookupThenModelDrafter::draft_unless_model(std::span<const uint32_t> context, uint32_t k,
+                                                         DraftRound& round, uint32_t& drafted) {
   const std::vector<uint32_t> found = lookup_.propose(context, k);
   source_ = found.empty() ? static_cast<Drafter*>(&model_) : &lookup_;
   ++(found.empty() ? model_rounds_ : lookup_rounds_);
-  return found.empty() ? model_.draft(context, k, round) : NgramDrafter::write(found, round);
+  drafted = found.empty() ? 0 : NgramDrafter::write(found, round);
+  return found.empty() ? &model_ : nullptr;
 }
 
 std::vector<uint32_t> NgramDrafter::propose(std::span<const uint32_t> context, uint32_t k) const {

@@ -40,6 +40,8 @@ struct DraftRound {
 // (shaders/sample_rows.comp, step 8).
 uint32_t keep_drafts(const TokenChooser& chooser, uint32_t k, float p_min);
 
+class ModelDrafter;
+
 class Drafter {
  public:
   virtual ~Drafter() = default;
@@ -52,6 +54,14 @@ class Drafter {
   // Puts up to `k` tokens likely to follow `context` (which ends with the last accepted token g, in slot 0)
   // into slots 1..: recorded steps or host writes. Returns how many slots it filled.
   virtual uint32_t draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) = 0;
+  // draft() for a batch: drafts now (`drafted` slots) unless this round's drafts are a draft model's steps;
+  // then nothing is drafted and that ModelDrafter is returned, for the caller to record its steps batched
+  // with other sequences' (record_batched_drafts).
+  virtual ModelDrafter* draft_unless_model(std::span<const uint32_t> context, uint32_t k, DraftRound& round,
+                                           uint32_t& drafted) {
+    drafted = draft(context, k, round);
+    return nullptr;
+  }
   // After the round's submission: the drafts it produced (all of them, verified or not).
   virtual void round_done(std::span<const uint32_t> drafts) { (void)drafts; }
   virtual float p_min() const { return 0.0f; }
@@ -69,6 +79,10 @@ class ModelDrafter : public Drafter {
   ~ModelDrafter() override;
   const char* name() const override { return "draft-model"; }
   bool samples() const override { return true; }
+  ModelDrafter* draft_unless_model(std::span<const uint32_t>, uint32_t, DraftRound&, uint32_t& drafted) override {
+    drafted = 0;
+    return this;
+  }
   // decoding is memory-bound: a step costs about the bytes of weights it reads
   double relative_cost(const LlamaModel& target) const override {
     return double(model_.weight_bytes()) / double(target.weight_bytes());
@@ -126,6 +140,9 @@ class LookupThenModelDrafter : public Drafter {
   bool samples() const override { return source_ == &model_; }
   double relative_cost(const LlamaModel& target) const override { return model_.relative_cost(target); }
   uint32_t draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) override;
+  // the lookup's drafts, or the draft model (whose steps the caller records) when the lookup finds none
+  ModelDrafter* draft_unless_model(std::span<const uint32_t> context, uint32_t k, DraftRound& round,
+                                   uint32_t& drafted) override;
   void round_done(std::span<const uint32_t> drafts) override { source_->round_done(drafts); }
   float p_min() const override { return source_->p_min(); }
   bool steps_timed() const override { return source_ == &model_; }

@@ -8,6 +8,7 @@
 
 #include "engine/batch_engine.h"
 #include "engine/prompt.h"
+#include "speculative/drafter.h"
 #include "tests/vk_test_env.h"
 
 namespace vkspec::test {
@@ -75,7 +76,9 @@ TEST_F(BatchEngineTest, EveryRequestGetsTheTokensOfItsRunAlone) {
                         {"mixed settings", "", "", -1.0f},   // greedy, top-k, top-p, penalties side by side
                         {"greedy + ngram", "", "ngram", 0.0f},
                         {"greedy + draft model", shared_path("models/pycode-draft-f16.gguf"), "", 0.0f},
-                        {"sampled + draft model", shared_path("models/pycode-draft-f16.gguf"), "", 0.9f}};
+                        {"greedy + lookup, then draft model", shared_path("models/pycode-draft-f16.gguf"), "ngram", 0.0f},
+                        {"sampled + draft model", shared_path("models/pycode-draft-f16.gguf"), "", 0.9f},
+                        {"sampled + lookup, then draft model", shared_path("models/pycode-draft-f16.gguf"), "ngram", 0.9f}};
 #endif
   for (const Mode& mode : modes) {
     SCOPED_TRACE(mode.name);
@@ -115,6 +118,11 @@ TEST_F(BatchEngineTest, EveryRequestGetsTheTokensOfItsRunAlone) {
     EXPECT_EQ(m.kv_blocks_in_use, 0u);   // every block back in the pool
     if (!mode.draft_model.empty() || !mode.draft.empty()) {
       EXPECT_GT(m.drafted, 0u);
+    }
+    if (auto* both = dynamic_cast<const LookupThenModelDrafter*>(solo.drafter())) {
+      // the runs alone drafted from both sources, and the batch's tokens (sampled ones too) are theirs
+      EXPECT_GT(both->lookup_rounds(), 0u);
+      EXPECT_GT(both->model_rounds(), 0u);
     }
     t->model->kv().check_invariants();
   }

@@ -256,7 +256,6 @@ TEST(Cli, HostileInputsAreRefusedByName) {
       {"run " + kStories + " -p hi --min-p -0.1", "--min-p must be in [0, 1]"},
       {"run " + kStories + " -p hi --top-k -1", "--top-k must be"},
       {"run " + kStories + " -p hi --draft-p-min 2", "--draft-p-min must be in [0, 1]"},
-      {"serve " + kStories + " -md " + shared_path("models/stories260K.gguf") + " --draft ngram --port 1", "not both"},
       {"run " + kStories + " -p hi --seed 99999999999999999999999", "--seed must be"},
       {"run " + kStories + " -p hi --seed -5", "--seed must be"},
       {"run " + kStories + " -p hi --device -3", "--device must be"},
