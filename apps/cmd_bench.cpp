@@ -187,7 +187,7 @@ int cmd_bench(const RunOptions& o, const BenchOptions& b) {
     specd.add(generate(o.n_predict, true, &s));
     identical = identical && s == a;
   }
-  nlohmann::json j = {{"model", o.model}, {"device", mi.device}, {"prompt_tokens", prompt.size()},
+  nlohmann::json j = {{"model", o.model}, {"device", mi.device}, {"ubatch", mi.n_ubatch}, {"prompt_tokens", prompt.size()},
                       {"gen_tokens", o.n_predict}, {"reps", b.reps}, {"temp", o.temp},
                       {"plain", plain.summary()}};
   if (spec) {

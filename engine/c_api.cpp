@@ -220,6 +220,7 @@ vkspec_status vkspec_model_get_info(const vkspec_model* model, vkspec_model_info
       copy_field(out->kernel_family, kernel_family(t.ctx->facts()));
     }
     out->n_ctx = t.model ? t.model->n_ctx() : 0;
+    out->n_ubatch = t.model ? t.model->ubatch() : 0;
     out->n_vocab = t.tok->n_vocab();
     out->bos = t.tok->bos();
     out->eos = t.tok->eos();

@@ -152,6 +152,7 @@ typedef struct vkspec_model_info {
   char device[256];          /* the device's name ("" for a vocab_only model) */
   char kernel_family[16];    /* "subgroup" or "row-per-lane" ("" for a vocab_only model) */
   uint32_t n_ctx, n_vocab;   /* n_ctx 0 for a vocab_only model */
+  uint32_t n_ubatch;         /* prompt tokens per forward chunk (the device's default unless set; 0: vocab_only) */
   int32_t bos, eos;          /* token ids; -1: none */
   int32_t add_bos;           /* 1: the model wants BOS at the start of a prompt */
   int32_t has_chat_template; /* 1: the file has tokenizer.chat_template */

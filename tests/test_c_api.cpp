@@ -27,10 +27,11 @@ const std::string kStories = shared("models/stories260K.gguf");
 
 struct Model {
   vkspec_model* m = nullptr;
-  explicit Model(const std::string& path, uint32_t max_contexts = 1, uint32_t n_ctx = 0) {
+  explicit Model(const std::string& path, uint32_t max_contexts = 1, uint32_t n_ctx = 0, uint32_t n_ubatch = 0) {
     vkspec_model_params p = vkspec_model_default_params();
     p.max_contexts = max_contexts;
     p.n_ctx = n_ctx;
+    p.n_ubatch = n_ubatch;
     EXPECT_EQ(vkspec_model_load(path.c_str(), &p, &m), VKSPEC_OK) << vkspec_last_error();
   }
   ~Model() { EXPECT_EQ(vkspec_model_free(m), VKSPEC_OK) << vkspec_last_error(); }
@@ -126,11 +127,13 @@ TEST(CApi, EstimateMemoryAndProgressCancel) {
   ASSERT_EQ(vkspec_estimate_memory(kStories.c_str(), &p, &e4), VKSPEC_OK);
   EXPECT_EQ(e4.kv_bytes, 4 * e.kv_bytes);
   // a larger forward chunk holds more activations (and attention partials) at once; a smaller KV pool less KV
+  p.n_ubatch = 16;
+  vkspec_memory_estimate e16{}, e256{};
+  ASSERT_EQ(vkspec_estimate_memory(kStories.c_str(), &p, &e16), VKSPEC_OK);
   p.n_ubatch = 256;
   p.kv_contexts = 2;
-  vkspec_memory_estimate e256{};
   ASSERT_EQ(vkspec_estimate_memory(kStories.c_str(), &p, &e256), VKSPEC_OK);
-  EXPECT_GT(e256.activation_bytes, e.activation_bytes);
+  EXPECT_GT(e256.activation_bytes, e16.activation_bytes);
   EXPECT_EQ(e256.kv_bytes, 2 * e.kv_bytes);
   p = vkspec_model_default_params();
 
@@ -368,7 +371,10 @@ TEST(CApi, CancelStopsGenerationAndPrefill) {
 // vkspec_step: one submission per call, at most one token per call when decoding plainly (at most K + 1 per
 // speculative round), the same tokens as vkspec_generate.
 TEST(CApi, StepsAreBoundedAndGiveGenerateTokens) {
-  Model model(shared("models/pycode-target-f16.gguf"));
+  Model model(shared("models/pycode-target-f16.gguf"), 1, 0, 16);   // 16-token prompt chunks on every device
+  vkspec_model_info info{};
+  ASSERT_EQ(vkspec_model_get_info(model.m, &info), VKSPEC_OK);
+  ASSERT_EQ(info.n_ubatch, 16u);
   vkspec_context_params p = Ctx::greedy();
   p.draft.ngram = 1;
   p.draft.max = 4;
@@ -408,7 +414,7 @@ TEST(CApi, StepsAreBoundedAndGiveGenerateTokens) {
     EXPECT_GE(steps, speculative ? 2 : 40);
     vkspec_metrics m{};
     ASSERT_EQ(vkspec_get_metrics(ctx.c, &m), VKSPEC_OK);
-    EXPECT_GE(prefill_steps, int((m.prefilled_tokens + 15) / 16));   // one 16-token pass per step
+    EXPECT_GE(prefill_steps, int((m.prefilled_tokens + 15) / 16));   // one 16-token chunk per step
     EXPECT_EQ(vkspec_step(ctx.c, &done), VKSPEC_ERROR_INVALID_ARGUMENT);   // ended
   }
 }

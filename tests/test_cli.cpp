@@ -134,10 +134,11 @@ TEST(Cli, SeedGivesTheSameTokensWhateverTheTopK) {
 // target itself accepts every draft (K + 1 tokens per verify pass, the bonus token included).
 TEST(Cli, BenchReportsMediansAcceptanceAndSpeedup) {
   auto r = run_cli("bench " + kStories + " -md " + shared_path("models/stories260K.gguf") +
-                   " -p 40 -n 33 -r 3 --draft-max 4 --draft-policy fixed --json");
+                   " -p 40 -n 33 -r 3 --draft-max 4 --draft-policy fixed --json -ub 7");
   ASSERT_EQ(r.code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["prompt_tokens"], 40);
+  EXPECT_EQ(j["ubatch"], 7);
   EXPECT_EQ(j["reps"], 3);
   auto median_of = [](const nlohmann::json& runs) {
     auto v = runs.get<std::vector<double>>();

@@ -11,5 +11,7 @@ for fam in ${@:-subgroup row}; do
     rc=$?
     echo "$fam $n rc=$rc $(grep -E '^\[  PASSED|^\[  SKIPPED' "$out/$fam.$n.log" | tr '\n' ' ')"
     grep -E '^\[  FAILED  \]' "$out/$fam.$n.log" | sed 's/^/    /'
+    # the first failures' messages too: the device tool returns at most 8 files, so logs may not come back
+    grep -E -A4 ': Failure$' "$out/$fam.$n.log" | head -24 | sed 's/^/      /'
   done
 done
