@@ -50,7 +50,8 @@ void add_draft_options(CLI::App* c, vkspec::cli::RunOptions& o) {
 }
 void add_device_options(CLI::App* c, vkspec::cli::RunOptions& o) {
   c->add_option("--device", o.device, "Vulkan device index (see `vkspec devices`)");
-  c->add_option("--ubatch", o.ubatch, "Prompt tokens per forward chunk, 1..512 (llama.cpp's -ub; 0: the device's, 16 on CPUs, 256 on GPUs)");
+  c->add_option("--ubatch", o.ubatch, "Prompt tokens per forward chunk, 1.." + std::to_string(VKSPEC_MAX_UBATCH) +
+                                      " (llama.cpp's -ub; 0: the device's, 16 on CPUs, 256 on GPUs)");
 }
 
 void add_chat_options(CLI::App* c, vkspec::cli::ChatOptions& chat) {

@@ -31,7 +31,6 @@ struct BatchEngine::Slot {
   uint32_t rows = 0;   // in this step's pass
 };
 
-
 BatchEngine::BatchEngine(std::shared_ptr<TargetModel> target, const EngineOptions& o, const Options& opts)
     : t_(std::move(target)), o_(o), opts_(opts) {
   LlamaModel& m = *t_->model;
