@@ -186,6 +186,9 @@ static int run_main(int argc, char** argv) {
       if (c->count("-p") && c->count("-f")) throw vkspec::cli::Error("give either -p TEXT or -f FILE, not both");
     for (auto* c : {run, bench, chat_cmd, serve})
       if (c->count("--model-draft") && o.draft_model.empty()) throw vkspec::cli::Error("-md needs a draft model file");
+    for (auto* c : {run, chat_cmd, apply, serve})   // an empty name must not fall back to the model's template
+      if (c->count("--chat-template") && (c == serve ? so.chat_template : chat.template_file).empty())
+        throw vkspec::cli::Error("--chat-template needs a template file");
     if (*run && !chat.chat && (run->count("--system") || run->count("--chat-template")))
       throw vkspec::cli::Error("--system and --chat-template go with --chat");
     if (*run) return vkspec::cli::cmd_run(o, chat);

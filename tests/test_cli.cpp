@@ -253,6 +253,8 @@ TEST(Cli, HostileInputsAreRefusedByName) {
       {"run -m " + fifo + " -p hi", "is not a regular file"},   // a FIFO as the model must not block either
       {"run " + kStories + " -p hi -f " + shared_path("models/README.md"), "either -p TEXT or -f FILE"},
       {"run " + kStories + " -p hi -md ''", "-md needs a draft model file"},
+      {"run " + kStories + " -p hi --chat --chat-template ''", "--chat-template needs a template file"},
+      {"serve " + kStories + " --chat-template '' --port 1", "--chat-template needs a template file"},
       {"run " + kStories + " -p hi --top-p 1.5", "--top-p must be in (0, 1]"},
       {"run " + kStories + " -p hi --min-p -0.1", "--min-p must be in [0, 1]"},
       {"run " + kStories + " -p hi --top-k -1", "--top-k must be"},
