@@ -50,7 +50,7 @@ static_assert(std::size(kMatmulShader) == WT_Q6 + 1 && std::size(kMatmulTileShad
 
 uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 
-// An on/off switch for measurements (VKSPEC_INT8_X, VKSPEC_MATMUL_TILE): true when set to 0; unset or 1 keeps
+// An on/off switch for measurements (VKSPEC_INT8_X, VKSPEC_MATMUL_TILE, VKSPEC_FMA): true when set to 0; unset or 1 keeps
 // the default; anything else is an Error.
 bool switched_off(const char* name) {
   const char* v = getenv(name);
@@ -72,6 +72,7 @@ Kernels::Kernels(Context& ctx, Pipelines& pipelines, KernelFamily family)
   wg_rows_ = family_ == KernelFamily::RowPerLane ? std::max(16u, ctx.facts().subgroup_size) : 64;
   // read before the conditions below, so that a bad value is refused whichever family and device
   const bool x8_off = switched_off("VKSPEC_INT8_X"), tile_off = switched_off("VKSPEC_MATMUL_TILE");
+  fma_ = !switched_off("VKSPEC_FMA");
   x8_ = family_ == KernelFamily::RowPerLane && ctx.facts().texel_reads() && ctx.facts().subgroup_arithmetic && !x8_off;
   // matmul_tile: the sums of squares follow the sums (contract.h MATMUL_TILE_SUMS); every slot must exist
   static_assert(MATMUL_TILE_SUMS(kTileRows, kBatchTile, false) + kBatchTile <= contract::MATMUL_TILE_VALUES &&
@@ -217,13 +218,13 @@ void Kernels::record_matmul(Recorder& r, const DeviceMatrix& w, const DeviceMatr
   if (tile_matmul(w, n, x_stride)) {   // see matmul_tile.comp
     const uint32_t rt = w2 ? kTileRowsSwiglu : kTileRows;
     const uint32_t spec_mode = mode & (contract::MODE_SWIGLU | contract::MODE_RMSNORM);
-    const Pipeline& p = pipelines_.get(kMatmulTileShader[f.storage], {wg, kBatchTile, rt, f.group, f.has_min, spec_mode});
+    const Pipeline& p = pipelines_.get(kMatmulTileShader[f.storage], {wg, kBatchTile, rt, f.group, f.has_min, spec_mode, fma_});
     r.dispatch(p, &pc, sizeof pc, ceil_div(w.rows, rt), ceil_div(n, kBatchTile));
     return;
   }
   const uint32_t tt = n == 1 ? 1 : Kernels::kBatchTile;
   const uint32_t lpr = family_ == KernelFamily::RowPerLane ? 1 : wg;
-  const Pipeline& p = pipelines_.get(kMatmulShader[f.storage], {wg, tt, lpr, f.group, f.has_min});
+  const Pipeline& p = pipelines_.get(kMatmulShader[f.storage], {wg, tt, lpr, f.group, f.has_min, fma_});
   r.dispatch(p, &pc, sizeof pc, lpr == 1 ? ceil_div(w.rows, wg) : w.rows, ceil_div(n, tt));
 }
 

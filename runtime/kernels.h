@@ -150,6 +150,10 @@ class Kernels {
   uint32_t wg_rows_;   // workgroup size for the row-parallel kernels
   bool x8_ = false;    // int8 activations for quantized texel matmuls (x8_matmul)
   bool tile_ = false;  // multi-token matmuls in tiles (tile_matmul); VKSPEC_MATMUL_TILE=0 turns it off (A/B)
+  // matmul.comp and matmul_tile.comp accumulate by fused multiply-adds (dot4_acc in common.glsl): one GPU
+  // instruction per weight where `precise` multiplies and adds took two. Both kernels take the same value,
+  // so their results stay identical; VKSPEC_FMA=0 turns it off (A/B). Not measured on a GPU yet.
+  bool fma_ = true;
   // Workgroup size for a kernel whose lanes meet at barriers, given its size on a GPU: one subgroup on CPU
   // devices, where llvmpipe runs a larger workgroup's subgroups as coroutines switched at every barrier.
   uint32_t wg_synced(uint32_t gpu_wg) const;

@@ -16,6 +16,29 @@ layout(buffer_reference, std430, buffer_reference_align = 8) buffer Vec2s { vec2
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 64;
 
+// acc + a.x x.x + a.y x.y + a.z x.z + a.w x.w for the float matmuls (matmul.comp for one token,
+// matmul_tile.comp for more, which must give the same bits). FUSED: four fused multiply-adds, acc first (one
+// GPU instruction per term); else the products summed, then added to acc (a multiply and an add per term).
+// `precise` either way: no compiler may contract or reorder it differently in the two kernels.
+float dot4_acc(float acc, vec4 a, vec4 x, bool fused) {
+  precise float r;
+  if (fused) {
+    r = fma(a.x, x.x, acc);
+    r = fma(a.y, x.y, r);
+    r = fma(a.z, x.z, r);
+    r = fma(a.w, x.w, r);
+  } else {
+    r = acc + (a.x * x.x + a.y * x.y + a.z * x.z + a.w * x.w);
+  }
+  return r;
+}
+float dot1_acc(float acc, float a, float x, bool fused) {
+  precise float r;
+  if (fused) r = fma(a, x, acc);
+  else r = acc + a * x;
+  return r;
+}
+
 // Workgroup reductions with a fixed order for a given device and WG: subgroup reduction first, then the
 // per-subgroup partials summed in subgroup order. Nothing depends on how many tokens share the dispatch,
 // which is what makes every kernel batch-invariant.

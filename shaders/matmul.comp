@@ -7,8 +7,8 @@
 // is read, and the row sums are scaled by 1/sqrt(mean(x^2) + eps) at the end: one dispatch instead of two.
 //
 // Batch invariance: every y[t][r] is reduced in the same order (k ascending within a lane, lanes combined
-// by wg_sum) whatever n and TT are; `precise` stops the compiler from fusing or reordering differently in
-// the TT=1 and TT=8 variants. The subgroup family (LPR = WG) uses this kernel for one token only and
+// by wg_sum) whatever n and TT are; `precise` (dot4_acc) stops the compiler from fusing or reordering
+// differently in the TT=1 and TT=8 variants. The subgroup family (LPR = WG) uses this kernel for one token only and
 // matmul_tile.comp, which keeps this order, for more.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -21,6 +21,7 @@ layout(constant_id = 1) const uint TT = 1;    // tokens per workgroup (1 for dec
 layout(constant_id = 2) const uint LPR = 1;   // lanes per row: 1 = row per lane (CPU devices), WG = row per workgroup (GPUs)
 layout(constant_id = 3) const uint GROUP = 32;      // quantized: weights per scale
 layout(constant_id = 4) const bool HAS_MIN = false; // quantized: scales are {s, m} pairs
+layout(constant_id = 5) const bool FUSED = true;    // dot4_acc's fused multiply-adds (VKSPEC_FMA=0: off)
 
 
 layout(push_constant) uniform PC { PC_MATMUL } pc;   // shaders/contract.h
@@ -50,11 +51,11 @@ void main() {
         const uint tok = min(t0 + t, pc.n - 1u);
         precise vec4 xv = Vec4s(pc.x).v[tok * xs4 + k4];
         if (normed) {
-          ss[t] += xv.x * xv.x + xv.y * xv.y + xv.z * xv.z + xv.w * xv.w;
+          ss[t] = dot4_acc(ss[t], xv, xv, FUSED);
           xv *= Vec4s(pc.norm).v[k4];
         }
-        acc[t] += a.x * xv.x + a.y * xv.y + a.z * xv.z + a.w * xv.w;
-        if (swiglu) acc2[t] += b.x * xv.x + b.y * xv.y + b.z * xv.z + b.w * xv.w;
+        acc[t] = dot4_acc(acc[t], a, xv, FUSED);
+        if (swiglu) acc2[t] = dot4_acc(acc2[t], b, xv, FUSED);
       }
     }
   } else {
@@ -65,11 +66,11 @@ void main() {
         const uint tok = min(t0 + t, pc.n - 1u);
         precise float xv = Floats(pc.x).v[tok * pc.x_stride + k];
         if (normed) {
-          ss[t] += xv * xv;
+          ss[t] = dot1_acc(ss[t], xv, xv, FUSED);
           xv *= Floats(pc.norm).v[k];
         }
-        acc[t] += a * xv;
-        if (swiglu) acc2[t] += b * xv;
+        acc[t] = dot1_acc(acc[t], a, xv, FUSED);
+        if (swiglu) acc2[t] = dot1_acc(acc2[t], b, xv, FUSED);
       }
     }
   }

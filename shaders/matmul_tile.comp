@@ -6,7 +6,7 @@
 // (RT + TT loads per 4 RT TT multiply-adds).
 //
 // Batch invariance with matmul.comp, which the host uses for one token (LPR = WG): lane l adds up the vec4
-// chunks k4 = l, l + WG, ... of each row in ascending order with matmul.comp's expressions (all `precise`),
+// chunks k4 = l, l + WG, ... of each row in ascending order with matmul.comp's expressions (dot4_acc, `precise`),
 // and each (row, token) sum is combined over the lanes in wg_sum's order: subgroupAdd, then the subgroups'
 // sums added in subgroup order (or the one subgroup's sum as it is). The epilogue is matmul_epilogue.glsl's,
 // as in matmul.comp. So y[t][r] has the same bits whatever else shares the pass.
@@ -23,6 +23,7 @@ layout(constant_id = 2) const uint RT = 4;          // rows per workgroup
 layout(constant_id = 3) const uint GROUP = 32;      // quantized: weights per scale
 layout(constant_id = 4) const bool HAS_MIN = false; // quantized: scales are {s, m} pairs
 layout(constant_id = 5) const uint MODE = 0;        // MODE_SWIGLU | MODE_RMSNORM (MODE_ACCUMULATE stays in pc.mode)
+layout(constant_id = 6) const bool FUSED = true;    // as matmul.comp's (the host passes both the same)
 const bool SWIGLU = (MODE & MODE_SWIGLU) != 0u, NORMED = (MODE & MODE_RMSNORM) != 0u;
 
 layout(push_constant) uniform PC { PC_MATMUL } pc;   // shaders/contract.h
@@ -68,7 +69,7 @@ void main() {
       const uint tok = min(t0 + t, pc.n - 1u);   // tokens past n repeat the last one (not stored)
       precise vec4 xv = Vec4s(pc.x).v[tok * xs4 + k4];
       if (NORMED) {
-        ss[t] += xv.x * xv.x + xv.y * xv.y + xv.z * xv.z + xv.w * xv.w;
+        ss[t] = dot4_acc(ss[t], xv, xv, FUSED);
         xv *= Vec4s(pc.norm).v[k4];
       }
       xs[t] = xv;
@@ -80,8 +81,8 @@ void main() {
       if (SWIGLU) b = load_w4(WTYPE, GROUP, HAS_MIN, pc.w2, pc.w2_scales, row * K4 + k4);
       [[unroll]] for (uint t = 0; t < TT; ++t) {
         const vec4 xv = xs[t];
-        acc[r * TT + t] += a.x * xv.x + a.y * xv.y + a.z * xv.z + a.w * xv.w;
-        if (SWIGLU) acc2[r * TT + t] += b.x * xv.x + b.y * xv.y + b.z * xv.z + b.w * xv.w;
+        acc[r * TT + t] = dot4_acc(acc[r * TT + t], a, xv, FUSED);
+        if (SWIGLU) acc2[r * TT + t] = dot4_acc(acc2[r * TT + t], b, xv, FUSED);
       }
     }
   }

@@ -268,6 +268,7 @@ TEST(Cli, HostileInputsAreRefusedByName) {
       {"VKSPEC_PROFILE=yes run " + kStories + " -p hi", "VKSPEC_PROFILE must be"},
       {"VKSPEC_INT8_X=2 run " + kStories + " -p hi", "VKSPEC_INT8_X must be"},
       {"VKSPEC_MATMUL_TILE=on run " + kStories + " -p hi", "VKSPEC_MATMUL_TILE must be"},
+      {"VKSPEC_FMA=yes run " + kStories + " -p hi", "VKSPEC_FMA must be"},
       {"VKSPEC_DEVICE=99999999999 run " + kStories + " -p hi", "VKSPEC_DEVICE must be"},
   };
   for (const Case& c : cases) {

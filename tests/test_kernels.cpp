@@ -410,41 +410,48 @@ TEST_P(KernelTest, NormalizedMatmulMatchesReferenceAndIsBatchInvariant) {
 // Token t's output must not depend on n or on which other tokens share the dispatch. In the row-per-lane
 // family M = 97 takes one row per lane and M = 1100 eight (matmul_rows' 2-row and 8-row builds, each at one
 // token and in tiles).
+// ...with fused multiply-adds (the default) and without (VKSPEC_FMA=0, the A/B switch: both kernels of a
+// pass must take the same setting).
 TEST_P(KernelTest, MatmulIsBatchInvariantBitForBit) {
-  Kernels k = kernels();
-  const std::vector<DType> types = all_types();
-  for (DType type : types)
-    for (uint32_t K : {64u, 96u, 257u, 512u})
-    for (uint32_t M : {97u, 1100u}) {
-      if (K % block_layout(type).elems || (M > 97 && (K != 512 || GetParam() != KernelFamily::RowPerLane))) continue;
-      const uint32_t n = 16;
-      auto x = random_floats(n * K, 5);
-      const TestMatrix w = test_matrix(type, M, K, K);
-      DeviceMatrix m = upload_matrix(*arena_, gpu().uploader, type, M, K, w.bytes.data(), "w");
-      gpu().uploader.flush();
-      Slice xs = upload(x), batch = zeros<float>(n * M), single = zeros<float>(n * M);
-      // reversed order: every token sits in another tile position with other neighbours
-      std::vector<float> xr(x.size());
-      for (uint32_t t = 0; t < n; ++t) std::copy_n(&x[t * K], K, &xr[(n - 1 - t) * K]);
-      Slice xrs = upload(xr), reversed = zeros<float>(n * M), sub = zeros<float>(n * M);
-      run([&](Recorder& r) {
-        k.matmul(r, m, xs, batch, n, false);
-        k.matmul(r, m, xrs, reversed, n, false);
-        k.matmul(r, m, xs, sub, 11, false);   // a batch size that leaves a partial tile
+  for (const bool fused : {true, false}) {
+    SCOPED_TRACE(fused ? "fused multiply-adds" : "VKSPEC_FMA=0");
+    if (!fused) setenv("VKSPEC_FMA", "0", 1);
+    Kernels k = kernels();
+    unsetenv("VKSPEC_FMA");
+    const std::vector<DType> types = all_types();
+    for (DType type : types)
+      for (uint32_t K : {64u, 96u, 257u, 512u})
+      for (uint32_t M : {97u, 1100u}) {
+        if (K % block_layout(type).elems || (M > 97 && (K != 512 || GetParam() != KernelFamily::RowPerLane))) continue;
+        const uint32_t n = 16;
+        auto x = random_floats(n * K, 5);
+        const TestMatrix w = test_matrix(type, M, K, K);
+        DeviceMatrix m = upload_matrix(*arena_, gpu().uploader, type, M, K, w.bytes.data(), "w");
+        gpu().uploader.flush();
+        Slice xs = upload(x), batch = zeros<float>(n * M), single = zeros<float>(n * M);
+        // reversed order: every token sits in another tile position with other neighbours
+        std::vector<float> xr(x.size());
+        for (uint32_t t = 0; t < n; ++t) std::copy_n(&x[t * K], K, &xr[(n - 1 - t) * K]);
+        Slice xrs = upload(xr), reversed = zeros<float>(n * M), sub = zeros<float>(n * M);
+        run([&](Recorder& r) {
+          k.matmul(r, m, xs, batch, n, false);
+          k.matmul(r, m, xrs, reversed, n, false);
+          k.matmul(r, m, xs, sub, 11, false);   // a batch size that leaves a partial tile
+          for (uint32_t t = 0; t < n; ++t)
+            k.matmul(r, m, xs.sub(t * K * 4, K * 4), single.sub(t * M * 4, M * 4), 1, false);
+        });
+        auto b = download<float>(batch, n * M), s = download<float>(single, n * M);
+        auto rv = download<float>(reversed, n * M), sb = download<float>(sub, n * M);
         for (uint32_t t = 0; t < n; ++t)
-          k.matmul(r, m, xs.sub(t * K * 4, K * 4), single.sub(t * M * 4, M * 4), 1, false);
-      });
-      auto b = download<float>(batch, n * M), s = download<float>(single, n * M);
-      auto rv = download<float>(reversed, n * M), sb = download<float>(sub, n * M);
-      for (uint32_t t = 0; t < n; ++t)
-        for (uint32_t r = 0; r < M; ++r) {
-          ASSERT_EQ(b[t * M + r], s[t * M + r]) << dtype_name(type) << " K=" << K << " t=" << t << " r=" << r;
-          ASSERT_EQ(rv[(n - 1 - t) * M + r], s[t * M + r]);
-          if (t < 11) {
-            ASSERT_EQ(sb[t * M + r], s[t * M + r]);
+          for (uint32_t r = 0; r < M; ++r) {
+            ASSERT_EQ(b[t * M + r], s[t * M + r]) << dtype_name(type) << " K=" << K << " t=" << t << " r=" << r;
+            ASSERT_EQ(rv[(n - 1 - t) * M + r], s[t * M + r]);
+            if (t < 11) {
+              ASSERT_EQ(sb[t * M + r], s[t * M + r]);
+            }
           }
-        }
-    }
+      }
+  }
 }
 
 TEST_P(KernelTest, EmbedGathersRowsOfEveryType) {
