@@ -81,7 +81,7 @@ inline QkvSlices qkv_slices(const Slice& qkv, const AttentionShape& s) {
 
 class Kernels {
  public:
-  static constexpr uint32_t kMaxBatch = 16;   // tokens per matmul dispatch chunk
+  static constexpr uint32_t kMaxBatch = 16;   // rows with logits in one pass (a verify pass); prompt chunks: --ubatch
   // Keys per workgroup of the device-address attention kernel on CPU devices once a pass reaches past them
   // (flash decoding: decode at 4096 positions runs 16x n_heads workgroups instead of n_heads); GPUs split
   // finer (attention_split).

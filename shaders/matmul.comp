@@ -1,5 +1,5 @@
 #version 460
-// y[t][r] (+)= sum_k W[r][k] * x[t][k] for rows r < M, tokens t < n (n = 1 decode, n <= 16 verify/prefill).
+// y[t][r] (+)= sum_k W[r][k] * x[t][k] for rows r < M, tokens t < n (n = 1 decode; more: a verify pass or a prompt chunk).
 // MODE_SWIGLU: W is the FFN gate, W2 the up projection; y = silu(W x) * (W2 x) (SwiGLU fused into the
 // gate/up matmul, so the hidden activation is written once). MODE_ACCUMULATE adds into y (residual).
 // MODE_RMSNORM: x is the raw residual stream and the matmul applies RMSNorm itself: the sum of squares of x
