@@ -303,7 +303,7 @@ void Kernels::attention(Recorder& r, const AttentionShape& s, const Slice& q, co
   const uint32_t n_splits = split ? ceil_div(rows.max_len, split) : 1;
   if (split) {
     // Grown, never shrunk or freed: passes recorded earlier keep reading the buffer they were given.
-    const VkDeviceSize bytes = VkDeviceSize(n) * s.n_heads * n_splits * (s.head_dim + 2) * 4;   // attention_partials_bytes' bound
+    const VkDeviceSize bytes = attention_partials_bytes(s, n, n_splits);
     if (partials_->size < bytes) *partials_ = scratch_arena_->alloc(std::max(bytes, 2 * partials_->size), "attention partials");
   }
   AttentionPC pc{q.address, out.address, kv.k_pool.address, kv.v_pool.address, kv.block_tables.address,

@@ -86,9 +86,10 @@ class Kernels {
   // (flash decoding: decode at 4096 positions runs 16x n_heads workgroups instead of n_heads); GPUs split
   // finer (attention_split).
   static constexpr uint32_t kAttentionSplit = 256, kAttentionSplitGpu = 64;
-  // The most bytes attention's split partials take for passes of n rows at up to n_ctx keys (either family).
-  static uint64_t attention_partials_bytes(const AttentionShape& s, uint32_t n, uint32_t n_ctx) {
-    return uint64_t(n) * s.n_heads * ((n_ctx + kAttentionSplitGpu - 1) / kAttentionSplitGpu) * (s.head_dim + 2) * 4;
+  // Bytes of attention's split partials for a pass of n rows in n_splits splits (contract.h's layout). At
+  // most ceil(n_ctx / kAttentionSplitGpu) splits.
+  static uint64_t attention_partials_bytes(const AttentionShape& s, uint32_t n, uint32_t n_splits) {
+    return uint64_t(n) * s.n_heads * n_splits * (s.head_dim + contract::ATTENTION_PARTIAL_EXTRA) * 4;
   }
   static constexpr uint32_t kBatchTile = 8;   // tokens per workgroup in batched matmuls
   // Rows per workgroup of the subgroup family's multi-token matmul (matmul_tile.comp; SwiGLU's holds two

@@ -157,7 +157,8 @@ MemoryEstimate LlamaModel::estimate_memory(const Context& ctx, const GgufFile& f
   const AttentionShape shape{hp.n_heads, hp.n_kv_heads, hp.head_dim, hp.n_rot};
   e.activations = uint64_t(ubatch) * (2 * hp.dim + 2 * q_dim + 2 * kv_dim + hp.ffn_dim) * 4 +
                   uint64_t(kMaxBatch) * hp.n_vocab * 4 + uint64_t(e.n_ctx) * hp.n_rot * 4 +
-                  2 * Kernels::attention_partials_bytes(shape, ubatch, e.n_ctx);
+                  2 * Kernels::attention_partials_bytes(shape, ubatch, (e.n_ctx + Kernels::kAttentionSplitGpu - 1) /
+                                                                                   Kernels::kAttentionSplitGpu);
   const VkPhysicalDeviceMemoryProperties& mp = ctx.memory_properties();
   uint64_t largest = 0;
   for (uint32_t i = 0; i < mp.memoryHeapCount; ++i) {

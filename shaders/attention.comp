@@ -72,7 +72,7 @@ void main() {
   }
   if (pc.split > 0u) {
     const uint n_splits = gl_NumWorkGroups.z;
-    const uint p_base = ((t * pc.n_heads + h) * n_splits + split) * (pc.head_dim + 2u);
+    const uint p_base = ((t * pc.n_heads + h) * n_splits + split) * (pc.head_dim + ATTENTION_PARTIAL_EXTRA);
     for (uint i = 0; i < DPL; ++i) {
       const uint d = lane + i * WG;
       if (d < pc.head_dim) Floats(pc.partials).v[p_base + d] = acc[i];

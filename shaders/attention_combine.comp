@@ -12,7 +12,7 @@ void main() {
   const uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, lane = gl_LocalInvocationID.x;
   const uint len = Uvec2s(pc.rows).v[t].x + 1u;   // this row's keys
   const uint splits = (len + pc.split - 1u) / pc.split;   // this token's
-  const uint stride = pc.head_dim + 2u;
+  const uint stride = pc.head_dim + ATTENTION_PARTIAL_EXTRA;
   const uint base = (t * pc.n_heads + h) * pc.n_splits * stride;
   const uint o_base = (t * pc.n_heads + h) * pc.head_dim;
   if (splits == 1u) {

@@ -38,6 +38,8 @@ VKSPEC_CONST Q6_HIGH_UINT = 4u;
 
 VKSPEC_CONST MAX_TOP_K = 256u;        // top-k the sampler ranks in shared memory (larger: the general path)
 VKSPEC_CONST MAX_HEAD_DIM = 256u;     // attention.comp keeps one head's output dims in registers
+// Split attention's partial of a (row, head, split): head_dim weighted values, then its max, then its sum
+VKSPEC_CONST ATTENTION_PARTIAL_EXTRA = 2u;
 VKSPEC_CONST NON_FINITE_TOKEN = 0xffffffffu;   // argmax's token for a row of logits holding NaN or Inf
 VKSPEC_CONST TOKEN_SLOT_UINTS = 2u;   // a token slot: {token, aux (float bits: top probability)}
 VKSPEC_CONST VERIFY_COUNTER_UINTS = 2u;   // the fused verify's counter: {rows done, a row was non-finite}

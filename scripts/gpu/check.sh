@@ -14,11 +14,7 @@ ret=$1; out=/tmp/results; logs=$out/suite; mkdir -p "$ret" $logs   # OUT gets on
 export PYTHONUNBUFFERED=1 TEST_TIMEOUT=${TEST_TIMEOUT:-150}   # test_kernels takes ~70 s on an H100 (driver compiles)
 build/vkspec devices 2>&1 | tee "$out/devices.txt"; grep -qi nvidia "$out/devices.txt" ||
   { echo "no GPU device"; VK_LOADER_DEBUG=error,warn,driver build/vkspec devices 2>&1 | tail -25; exit 1; }
-V=.gpu/shared/tokenizer-tests/ggml-vocab-llama-bpe.gguf
-(build/tests/vkspec-shape /tmp/1b-f16.gguf $V 1b f16 &&
- .gpu/llama/llama_driver --quantize /tmp/1b-f16.gguf /tmp/1b-q4km.gguf 15 &&
- .gpu/llama/llama_driver --quantize /tmp/1b-f16.gguf /tmp/1b-q8_0.gguf 7) > "$out/models.log" 2>&1 &
-models=$!
+make_1b_models "$out/models.log" q4km:15 q8_0:7
 pack() { tar czf "$ret/results.tgz" -C /tmp results; }
 
 echo "== core suite (subgroup, validation on)"; date +%T

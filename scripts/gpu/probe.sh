@@ -8,17 +8,14 @@ set -u
 out=$1; mkdir -p "$out"
 . scripts/gpu/suite.sh > "$out/setup.log" 2>&1
 export PYTHONUNBUFFERED=1
-V=.gpu/shared/tokenizer-tests/ggml-vocab-llama-bpe.gguf
-(build/tests/vkspec-shape /tmp/1b-f16.gguf $V 1b f16 && touch /tmp/f16.done &&
- .gpu/llama/llama_driver --quantize /tmp/1b-f16.gguf /tmp/1b-q4km.gguf 15) > "$out/models.log" 2>&1 &
-models=$!
+make_1b_models "$out/models.log" q4km:15
 echo "== test_kernels"; date +%T
 VKSPEC_KERNELS=subgroup VKSPEC_VALIDATION=1 timeout ${KERNELS_TIMEOUT:-120} build/tests/test_kernels > "$out/test_kernels.log" 2>&1
 echo "rc=$?"; grep -E '^\[  (PASSED|FAILED)' "$out/test_kernels.log"
 grep -E '^\[ +(OK|FAILED) +\]' "$out/test_kernels.log" | sed 's/.*\] \(.*\) (\([0-9]*\) ms)/\2 \1/' | sort -n | tail -8
 echo "last started: $(grep -E '^\[ RUN' "$out/test_kernels.log" | tail -1)"
 echo "== prefill profile, 1B f16, 512 tokens"; date +%T
-while [ ! -e /tmp/f16.done ] && kill -0 $models 2>/dev/null; do sleep 1; done
+while [ ! -e /tmp/1b-f16.done ] && kill -0 $models 2>/dev/null; do sleep 1; done
 VKSPEC_PROFILE=1 timeout 60 build/vkspec bench -m /tmp/1b-f16.gguf -p 512 -n 4 --reps 1 > "$out/profile.txt" 2>&1; tail -14 "$out/profile.txt"
 echo "== serving, 1B Q4_K_M"; date +%T; wait $models
 timeout 120 python3 scripts/serve_bench.py --vkspec build/vkspec --model /tmp/1b-q4km.gguf --streams 1,8 --n 64 --rounds 2 > "$out/serve.txt" 2>&1

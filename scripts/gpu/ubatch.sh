@@ -7,10 +7,7 @@ set -u
 out=$1; mkdir -p "$out/suite"
 . scripts/gpu/suite.sh > "$out/setup.log" 2>&1
 export PYTHONUNBUFFERED=1
-V=.gpu/shared/tokenizer-tests/ggml-vocab-llama-bpe.gguf
-(build/tests/vkspec-shape /tmp/1b-f16.gguf $V 1b f16 &&
- .gpu/llama/llama_driver --quantize /tmp/1b-f16.gguf /tmp/1b-q4km.gguf 15) > "$out/models.log" 2>&1 &
-models=$!
+make_1b_models "$out/models.log" q4km:15
 echo "== tests (subgroup, validation on)"; date +%T
 TESTS="test_model test_batch_engine" TEST_TIMEOUT=120 scripts/gpu/run_suite.sh "$out/suite" subgroup
 echo "== prefill by --ubatch, 1B Q4_K_M"; date +%T; wait $models; echo "models rc=$?"
