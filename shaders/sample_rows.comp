@@ -91,9 +91,10 @@ shared float cand_l[MAX_TOP_K];
 shared uint order[MAX_TOP_K];     // order[rank] = candidate index, by logit descending, ties by lower id
 shared float cand_p[MAX_TOP_K];   // probability of the candidate at each rank (0 = cut)
 
-// order-preserving map of a float to uint (larger float -> larger key)
+// order-preserving map of a float to uint (larger float -> larger key). -0 takes +0's key: the two are equal
+// logits, tied by id as in the host Sampler (their bits ranked +0 first, so a draw among zero logits differed).
 uint key_of(float f) {
-  const uint u = floatBitsToUint(f);
+  const uint u = f == 0.0 ? 0u : floatBitsToUint(f);
   return (u & 0x80000000u) != 0u ? ~u : u | 0x80000000u;
 }
 
@@ -353,8 +354,11 @@ void collect_from_row(uint lo, uint hi, uint kth, uint ties_to_take) {
 void main() {
   const uint lane = gl_LocalInvocationID.x;
   P = SampleRows(pc.rows).v[gl_WorkGroupID.x];
-  const uint per = ((pc.V + WG - 1u) / WG + 3u) & ~3u;   // whole groups of 4 ids per lane
-  const uint lo = min(lane * per, pc.V), hi = min(lo + per, pc.V);
+  // Whole groups of 4 ids per lane. A lane past the row gets an empty range that starts at a multiple of 4
+  // too (lo = hi = V would let FOR_LOGITS, which walks whole groups, visit the row's last ids once more in
+  // every such lane: V = 301 counted id 300 many times, and its lanes raced on its probability).
+  const uint per = ((pc.V + WG - 1u) / WG + 3u) & ~3u;
+  const uint lo = min(lane * per, (pc.V + 3u) & ~3u), hi = lo < pc.V ? min(lo + per, pc.V) : lo;
 
   // 0. non-finite logits (a broken model) are reported, not sampled from: NaN ranks and sums arbitrarily
   if (lane == 0u) row_non_finite = false;
