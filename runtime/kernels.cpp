@@ -67,8 +67,12 @@ Kernels::Kernels(Context& ctx, Pipelines& pipelines, KernelFamily family)
     if (e && strcmp(e, "row") == 0) family_ = KernelFamily::RowPerLane;
     else if (e && strcmp(e, "subgroup") == 0) family_ = KernelFamily::Subgroup;
     else if (e && *e) throw Error(std::string("VKSPEC_KERNELS must be 'row' or 'subgroup' (or unset), got '") + e + "'");
-    else family_ = ctx.facts().prefers_row_per_lane() ? KernelFamily::RowPerLane : KernelFamily::Subgroup;
+    else family_ = ctx.facts().prefers_row_per_lane() || !ctx.facts().subgroup_shuffle ? KernelFamily::RowPerLane
+                                                                                        : KernelFamily::Subgroup;
   }
+  // matmul.comp's lanes meet in wg_sum_pairwise, whose levels within a subgroup are shuffles
+  if (family_ == KernelFamily::Subgroup && !ctx.facts().subgroup_shuffle)
+    throw Error("the subgroup kernel family needs subgroup shuffles, which this device does not have (VKSPEC_KERNELS=row)");
   wg_rows_ = family_ == KernelFamily::RowPerLane ? std::max(16u, ctx.facts().subgroup_size) : 64;
   // read before the conditions below, so that a bad value is refused whichever family and device
   const bool x8_off = switched_off("VKSPEC_INT8_X"), tile_off = switched_off("VKSPEC_MATMUL_TILE");
@@ -78,8 +82,8 @@ Kernels::Kernels(Context& ctx, Pipelines& pipelines, KernelFamily family)
   static_assert(MATMUL_TILE_SUMS(kTileRows, kBatchTile, false) + kBatchTile <= contract::MATMUL_TILE_VALUES &&
                 MATMUL_TILE_SUMS(kTileRowsSwiglu, kBatchTile, true) + kBatchTile <= contract::MATMUL_TILE_VALUES,
                 "matmul_tile's reduction slots");
-  tile_ = family_ == KernelFamily::Subgroup && ctx.facts().min_subgroup_size > 0 &&
-          wg_rows_ / ctx.facts().min_subgroup_size <= contract::MATMUL_TILE_SUBGROUPS && !tile_off;
+  static_assert(contract::MATMUL_TILE_LANES % 4 == 0, "matmul_tile reads its lane sums four at a time");
+  tile_ = family_ == KernelFamily::Subgroup && wg_rows_ <= contract::MATMUL_TILE_LANES && wg_rows_ % 4 == 0 && !tile_off;
   x8_scratch_ = std::make_shared<X8Scratch>();
   scratch_arena_ = std::make_shared<Arena>(ctx, MemoryKind::Device, 4ull << 20);
   partials_ = std::make_shared<Slice>();

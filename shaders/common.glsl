@@ -5,6 +5,7 @@
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer Floats { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer Vec4s { vec4 v[]; };
@@ -53,6 +54,30 @@ float wg_sum(float v) {
   float s = 0.0;
   for (uint i = 0; i < gl_NumSubgroups; ++i) s += red_scratch[i];
   return s;
+}
+
+// The sum of every lane's v as a pairwise tree in lane order, for WG a power of two <= 64: lanes 2i and
+// 2i + 1 first, then those pairs' sums two by two, and so on. One order for every device and subgroup size
+// (levels below the subgroup size by shuffles, the others in shared memory give the same additions; a + b
+// and b + a are the same bits), so that matmul_tile.comp, which adds up a row's lane partial sums in shared
+// memory, gives the same bits as matmul.comp does with this (batch invariance of the subgroup family).
+float wg_sum_pairwise(float v) {
+  precise float s = v;
+  uint d = 1u;
+  for (; d < gl_SubgroupSize && d < WG; d <<= 1u) s += subgroupShuffleXor(s, d);
+  if (d >= WG) return s;
+  barrier();   // red_scratch's previous use is done
+  red_scratch[gl_LocalInvocationID.x] = s;   // lane l holds its block of d lanes' sum
+  for (; d < WG; d <<= 1u) {
+    barrier();
+    const uint l = gl_LocalInvocationID.x;
+    if ((l & (2u * d - 1u)) == 0u) {
+      precise float b = red_scratch[l] + red_scratch[l + d];
+      red_scratch[l] = b;
+    }
+  }
+  barrier();
+  return red_scratch[0];
 }
 
 float wg_max(float v) {

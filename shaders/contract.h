@@ -57,10 +57,10 @@ VKSPEC_CONST KV_ELEMENT_BYTES = 2u;
 // weights must be whole steps for that kernel (runtime/kernels.cpp texel_path).
 VKSPEC_CONST ROW_QUANT_STEP = 64u;
 // matmul_tile.comp reduces a workgroup's sums (RT * TT of them, twice with SwiGLU, + TT sums of squares with
-// RMSNorm) through shared memory, one slot per sum and subgroup: runtime/kernels.cpp sizes its tiles and
-// checks the device's subgroups against these.
+// RMSNorm) through shared memory, a row of lane sums per value: runtime/kernels.cpp sizes its tiles and
+// checks its workgroup (matmul.comp's, whose lanes it stands for) against these.
 VKSPEC_CONST MATMUL_TILE_VALUES = 72u;
-VKSPEC_CONST MATMUL_TILE_SUBGROUPS = 16u;
+VKSPEC_CONST MATMUL_TILE_LANES = 64u;
 // Its slot layout: the sums at 0.., SwiGLU's second sums at RT * TT.., the sums of squares from here on.
 #define MATMUL_TILE_SUMS(RT, TT, SWIGLU) (((SWIGLU) ? 2u : 1u) * (RT) * (TT))
 // Int8 activations (matmul_rows_q4_x8 / _q6_x8 / _q8_x8; runtime/kernels.h x8_matmul): quantize_x8.comp

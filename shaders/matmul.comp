@@ -6,8 +6,8 @@
 // is reduced alongside the dot products (same lanes, same order), x is multiplied by the norm weight as it
 // is read, and the row sums are scaled by 1/sqrt(mean(x^2) + eps) at the end: one dispatch instead of two.
 //
-// Batch invariance: every y[t][r] is reduced in the same order (k ascending within a lane, lanes combined
-// by wg_sum) whatever n and TT are; `precise` (dot4_acc) stops the compiler from fusing or reordering
+// Batch invariance: every y[t][r] is reduced in the same order (k ascending within a lane, the lanes' sums
+// added as a pairwise tree by wg_sum_pairwise) whatever n and TT are; `precise` (dot4_acc) stops the compiler from fusing or reordering
 // differently in the TT=1 and TT=8 variants. The subgroup family (LPR = WG) uses this kernel for one token only and
 // matmul_tile.comp, which keeps this order, for more.
 #extension GL_GOOGLE_include_directive : require
@@ -78,9 +78,9 @@ void main() {
   for (uint t = 0; t < TT; ++t) {
     precise float s = acc[t], s2 = acc2[t], sq = ss[t];
     if (LPR > 1u) {
-      s = wg_sum(s);
-      if (swiglu) s2 = wg_sum(s2);
-      if (normed) sq = wg_sum(sq);
+      s = wg_sum_pairwise(s);
+      if (swiglu) s2 = wg_sum_pairwise(s2);
+      if (normed) sq = wg_sum_pairwise(sq);
     }
     const uint tok = t0 + t;
     if (in_range && lane == 0u && tok < pc.n) matmul_store(tok * pc.y_stride + row, s, s2, sq, swiglu, normed);

@@ -6,10 +6,12 @@
 // (RT + TT loads per 4 RT TT multiply-adds).
 //
 // Batch invariance with matmul.comp, which the host uses for one token (LPR = WG): lane l adds up the vec4
-// chunks k4 = l, l + WG, ... of each row in ascending order with matmul.comp's expressions (dot4_acc, `precise`),
-// and each (row, token) sum is combined over the lanes in wg_sum's order: subgroupAdd, then the subgroups'
-// sums added in subgroup order (or the one subgroup's sum as it is). The epilogue is matmul_epilogue.glsl's,
-// as in matmul.comp. So y[t][r] has the same bits whatever else shares the pass.
+// chunks k4 = l, l + WG, ... of each row in ascending order with matmul.comp's expressions (dot4_acc,
+// `precise`), and each (row, token) sum is the pairwise tree of the lanes' sums in lane order, as
+// wg_sum_pairwise forms it there. Here each lane writes its sums to shared memory and lane i adds up value
+// i's WG sums in that tree (no shuffles: ~4x fewer shared-memory operations than a subgroupAdd per value).
+// The epilogue is matmul_epilogue.glsl's, as in matmul.comp. So y[t][r] has the same bits whatever else
+// shares the pass.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
@@ -30,26 +32,35 @@ layout(push_constant) uniform PC { PC_MATMUL } pc;   // shaders/contract.h
 #include "matmul_epilogue.glsl"
 
 // Every (row, token) sum (and SwiGLU's second one, and RMSNorm's sum of squares per token) is reduced through
-// this: one slot per value and subgroup, laid out as contract.h MATMUL_TILE_SUMS says (the host checks that
-// SS_AT + TT slots fit MATMUL_TILE_VALUES and that there are at most MATMUL_TILE_SUBGROUPS subgroups).
+// this: value i's lane sums in row i of WG + 4 floats (the padding keeps one lane's vec4 reads of its row
+// and other lanes' of theirs in different banks), laid out as contract.h MATMUL_TILE_SUMS says (the host
+// checks that SS_AT + TT values fit MATMUL_TILE_VALUES and that WG <= MATMUL_TILE_LANES).
 const uint SS_AT = MATMUL_TILE_SUMS(RT, TT, SWIGLU);
-shared float tile_partials[MATMUL_TILE_VALUES * MATMUL_TILE_SUBGROUPS];
+const uint ROW = WG + 4u;
+shared float tile_partials[MATMUL_TILE_VALUES * (MATMUL_TILE_LANES + 4u)];
+shared float tok_sq[TT];
 
 // A value past the slots is dropped and reads back as NaN, so that a tile too large for them fails every
 // test instead of writing past the array (the checks fold away: values are constants after unrolling).
 void put_partial(uint value, float v) {
-  v = subgroupAdd(v);
-  if (value < MATMUL_TILE_VALUES && subgroupElect()) tile_partials[value * MATMUL_TILE_SUBGROUPS + gl_SubgroupID] = v;
+  if (value < MATMUL_TILE_VALUES) tile_partials[value * ROW + gl_LocalInvocationID.x] = v;
 }
 
-// wg_sum's result for `value` (after the barrier that follows the put_partial calls)
+// wg_sum_pairwise's result for `value` (after the barrier that follows the put_partial calls): the pairwise
+// tree over its WG lane sums, in registers.
 float lane_sum(uint value) {
   if (value >= MATMUL_TILE_VALUES) return uintBitsToFloat(0x7fc00000u);
-  const uint base = value * MATMUL_TILE_SUBGROUPS;
-  if (gl_NumSubgroups == 1) return tile_partials[base];
-  float s = 0.0;
-  for (uint i = 0; i < gl_NumSubgroups; ++i) s += tile_partials[base + i];
-  return s;
+  precise float t[MATMUL_TILE_LANES];
+  [[unroll]] for (uint i = 0; i < WG; i += 4u) {
+    const uint at = value * ROW + i;
+    t[i] = tile_partials[at];
+    t[i + 1u] = tile_partials[at + 1u];
+    t[i + 2u] = tile_partials[at + 2u];
+    t[i + 3u] = tile_partials[at + 3u];
+  }
+  [[unroll]] for (uint w = 1u; w < WG; w *= 2u)
+    [[unroll]] for (uint i = 0; i < WG; i += 2u * w) t[i] = t[i] + t[i + w];
+  return t[0];
 }
 
 void main() {
@@ -93,11 +104,15 @@ void main() {
   }
   if (NORMED) [[unroll]] for (uint t = 0; t < TT; ++t) put_partial(SS_AT + t, ss[t]);
   barrier();
+  if (NORMED) {   // each token's sum of squares once, for all of the tile's rows
+    if (lane < TT) tok_sq[lane] = lane_sum(SS_AT + lane);
+    barrier();
+  }
   for (uint i = lane; i < RT * TT; i += WG) {
     const uint r = i / TT, t = i % TT, row = r0 + r, tok = t0 + t;
     if (row < pc.M && tok < pc.n) {
       const float s = lane_sum(i), s2 = SWIGLU ? lane_sum(RT * TT + i) : 0.0;
-      const float sq = NORMED ? lane_sum(SS_AT + t) : 0.0;
+      const float sq = NORMED ? tok_sq[t] : 0.0;
       matmul_store(tok * pc.y_stride + row, s, s2, sq, SWIGLU, NORMED);
     }
   }
