@@ -417,6 +417,10 @@ bool BatchEngine::step() {
 
 void BatchEngine::plan_speculative_rows(StepRows& plan) {
   std::vector<BatchedDraft> batched;
+  // the sequences whose rows share this step's pass (greedy ones price their drafts at their share of it)
+  const uint32_t decoding = uint32_t(std::count_if(slots_.begin(), slots_.end(), [](const auto& sp) {
+    return sp->req && sp->decoding;
+  }));
   for (auto& sp : slots_) {
     Slot& s = *sp;
     if (!s.req || !s.decoding || !s.spec) continue;
@@ -424,7 +428,7 @@ void BatchEngine::plan_speculative_rows(StepRows& plan) {
       end(s, s.stop_reason.empty() ? "context" : s.stop_reason);
       continue;
     }
-    const uint32_t k_max = s.spec->drafts_planned();
+    const uint32_t k_max = s.spec->drafts_planned(decoding);
     uint32_t drafted = 0;
     ModelDrafter* model = k_max ? s.drafter->draft_unless_model(s.context, k_max, s.spec->draft_round(), drafted) : nullptr;
     if (model) batched.push_back({model, s.context, k_max, &s.spec->draft_round()});

@@ -67,7 +67,9 @@ class SpeculativeDecoder {
   uint32_t record_drafts();   // = drafts_planned() + the drafter's draft() + drafts_recorded()
   // record_drafts() in parts, for drafts of several sequences recorded together (record_batched_drafts):
   // the K to draft (slot 0 and the penalty history set), then the rows to verify once they are recorded.
-  uint32_t drafts_planned();
+  // sharing: how many sequences' rows share the pass (a greedy sequence's K is priced at its share of it:
+  // DraftPolicy::share_passes; a sampled one's K ignores it, so that its tokens do not depend on the batch).
+  uint32_t drafts_planned(uint32_t sharing = 1);
   uint32_t drafts_recorded(uint32_t k);
   DraftRound& draft_round() { return round_; }
   Drafter& drafter() { return drafter_; }

@@ -35,7 +35,7 @@ uint32_t DraftPolicy::best_k(double t_draft, double (DraftPolicy::*pass)(uint32_
 }
 
 uint32_t DraftPolicy::choose(bool free_drafts) const {
-  if (timing_free_) return best_k(free_drafts ? 0.0 : draft_cost_, &DraftPolicy::modeled_pass, 0.0);
+  if (timing_free_) return best_k(free_drafts ? 0.0 : modeled_draft(), &DraftPolicy::modeled_pass, 0.0);
   const double catch_up = plain_rounds_ > 0 && !free_drafts ? std::max(0.0, t_catch_up_.median()) : 0.0;
   return best_k(free_drafts ? 0.0 : draft_cost(), &DraftPolicy::pass_cost, catch_up);
 }
@@ -51,7 +51,7 @@ uint32_t DraftPolicy::next_k(bool free_drafts) const {
   // Warm-up: K from the model and the acceptance seen so far, so that the timings that decide later rounds
   // are medians of several drafting rounds, not one cold one.
   if (t_draft_.size() < kWarmUp)
-    return std::min(max_, std::max(1u, best_k(free_drafts ? 0.0 : draft_cost_, &DraftPolicy::modeled_pass, 0.0)));
+    return std::min(max_, std::max(1u, best_k(free_drafts ? 0.0 : modeled_draft(), &DraftPolicy::modeled_pass, 0.0)));
   return choose(free_drafts);
 }
 

@@ -30,6 +30,12 @@
 // steps (lavapipe measured 0.07-0.1 for the pycode target).
 // Drafts that cost no draft step (prompt lookups: next_k(true)) are priced by their verify pass alone, and
 // with no catch-up.
+// In a batch (engine/batch_engine.cpp) `sequences` share each pass and each batched draft step; the timing-free
+// model then prices a round at the sequence's share of the plain pass, (1 + g (b - 1)) / b for b sequences and
+// g = kVerifyGrowth, plus g for each of its own drafts' rows, and a draft step at that share of its cost: with
+// more sequences, drafts pay less (on lavapipe greedy speculation in the server ran at 0.49x plain with 4
+// streams, pricing every sequence as if alone). Only for greedy sequences (share_passes): a sampled one's K
+// must not depend on what else is in the batch, or its tokens would.
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -76,6 +82,8 @@ class DraftPolicy {
       : max_(draft_max), adaptive_(adaptive), timing_free_(timing_free), draft_cost_(draft_cost) {}
   // free_drafts: the next round's drafts cost no draft steps (host lookups), so only the verify pass prices K
   uint32_t next_k(bool free_drafts = false) const;
+  // The number of sequences whose rows share the next passes (>= 1; see the top).
+  void share_passes(uint32_t sequences) { sharing_ = std::max(1u, sequences); }
   // One round: `drafted` tokens proposed in draft_s seconds, `accepted` of them kept, and the target's
   // pass over drafted + 1 tokens (verify and accept) took pass_s seconds; the drafter's catch-up on unseen
   // context before its steps took catch_up_s (-1: none, or not timed). Times < 0 are not measurements.
@@ -92,11 +100,15 @@ class DraftPolicy {
   };
   uint32_t choose(bool free_drafts) const;   // the K with the best expected rate (no probe, no refresh)
   uint32_t best_k(double t_draft, double (DraftPolicy::*pass)(uint32_t) const, double switch_s) const;
-  double modeled_pass(uint32_t n) const { return 1.0 + kVerifyGrowth * (n - 1); }
+  // The timing-free model (see the top): a pass of n rows of this sequence, a draft step
+  double shared_plain() const { return (1.0 + kVerifyGrowth * (sharing_ - 1)) / sharing_; }
+  double modeled_pass(uint32_t n) const { return shared_plain() + kVerifyGrowth * (n - 1); }
+  double modeled_draft() const { return draft_cost_ * shared_plain(); }
 
   uint32_t max_;
   bool adaptive_, timing_free_;
   double draft_cost_;                        // timing_free and warm-up: a draft in target decoding steps
+  uint32_t sharing_ = 1;                     // sequences sharing the passes (share_passes)
   double accepted_ = 3.0, rejected_ = 1.0;   // decayed counts of accepted drafts and rejections (prior 0.75)
   RecentMedian<9> t_plain_;                  // seconds per one-token pass
   RecentMedian<15> t_draft_;                 // seconds per drafted token

@@ -400,6 +400,31 @@ uint32_t model_best_k(double a, double draft, double plain, double slope, uint32
   return best;
 }
 
+// Greedy sequences of a batch: the timing-free model prices a round at the sequence's share of the pass,
+// (1 + g (b - 1)) / b of a plain step for b sequences, plus g per own draft row, and a draft step at that share
+// of its cost (DraftPolicy::share_passes): the reference model with those inputs, for 1 to 8 sequences; at
+// acceptance ~0.5 drafting pays alone and not among 8.
+TEST(Speculative, SharedPassesPriceDraftsAtTheirShare) {
+  const double g = DraftPolicy::kVerifyGrowth, draft = 0.19;
+  for (const uint32_t accepted_of_4 : {1u, 3u, 4u}) {
+    DraftPolicy p(8, true, /*timing_free=*/true, draft);
+    for (int i = 0; i < 60; ++i) p.observe(4, accepted_of_4, -1, -1);
+    const double a = std::min(p.alpha(), 0.999);
+    std::vector<uint32_t> ks;
+    for (const uint32_t b : {1u, 2u, 4u, 8u}) {
+      p.share_passes(b);
+      const double share = (1 + g * (b - 1)) / b;
+      ks.push_back(p.next_k());
+      EXPECT_EQ(ks.back(), model_best_k(a, draft * share, share, g, 8)) << "alpha " << a << ", " << b << " sequences";
+    }
+    EXPECT_TRUE(std::is_sorted(ks.rbegin(), ks.rend())) << "drafts never grow with the sequences sharing a pass (alpha " << a << ")";
+    if (accepted_of_4 == 1) {
+      EXPECT_GT(ks.front(), 0u) << "alone, drafts at alpha " << a << " pay";
+      EXPECT_EQ(ks.back(), 0u) << "among 8 sequences, drafts at alpha " << a << " do not";
+    }
+  }
+}
+
 // The adaptive policy against its model: E(K) / (K t_draft + t_verify(K+1)) with measured inputs.
 TEST(Speculative, DraftPolicyPicksTheFastestKAndProbesAfterPlainRounds) {
   DraftPolicy fixed(5, false);
