@@ -7,9 +7,9 @@
 // is read, and the row sums are scaled by 1/sqrt(mean(x^2) + eps) at the end: one dispatch instead of two.
 //
 // Batch invariance: every y[t][r] is reduced in the same order (k ascending within a lane, the lanes' sums
-// added as a pairwise tree by wg_sum_pairwise) whatever n and TT are; `precise` (dot4_acc) stops the compiler from fusing or reordering
-// differently in the TT=1 and TT=8 variants. The subgroup family (LPR = WG) uses this kernel for one token only and
-// matmul_tile.comp, which keeps this order, for more.
+// added as a pairwise tree by wg_sum_pairwise) whatever n and TT are; `precise` (dot4_acc) stops the
+// compiler from fusing or reordering differently in the TT=1 and TT=8 variants. The subgroup family
+// (LPR = WG) uses this kernel for one token only and matmul_tile.comp, which keeps this order, for more.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "contract.h"

@@ -33,9 +33,10 @@
 // In a batch (engine/batch_engine.cpp) `sequences` share each pass and each batched draft step; the timing-free
 // model then prices a round at the sequence's share of the plain pass, (1 + g (b - 1)) / b for b sequences and
 // g = kVerifyGrowth, plus g for each of its own drafts' rows, and a draft step at that share of its cost: with
-// more sequences, drafts pay less (on lavapipe greedy speculation in the server ran at 0.49x plain with 4
-// streams, pricing every sequence as if alone). Only for greedy sequences (share_passes): a sampled one's K
-// must not depend on what else is in the batch, or its tokens would.
+// more sequences, drafts pay less (on lavapipe greedy speculation in the server ran at 0.49-0.64x plain with
+// 4 streams, pricing every sequence as if alone; 0.76x with this, docs/PERFORMANCE.md). Only for greedy
+// sequences (share_passes): a sampled one's K must not depend on what else is in the batch, or its tokens
+// would.
 #include <algorithm>
 #include <array>
 #include <cstddef>
