@@ -73,7 +73,13 @@ Kernels::Kernels(Context& ctx, Pipelines& pipelines, KernelFamily family)
   // matmul.comp's lanes meet in wg_sum_pairwise, whose levels within a subgroup are shuffles
   if (family_ == KernelFamily::Subgroup && !ctx.facts().subgroup_shuffle)
     throw Error("the subgroup kernel family needs subgroup shuffles, which this device does not have (VKSPEC_KERNELS=row)");
-  wg_rows_ = family_ == KernelFamily::RowPerLane ? std::max(16u, ctx.facts().subgroup_size) : 64;
+  // The subgroup family's matmul.comp: a row's lanes, whose sums wg_sum_pairwise adds as a pairwise tree in
+  // common.glsl's red_scratch[64], and matmul_tile.comp stands for them (its lane-sum rows)
+  constexpr uint32_t kSubgroupRowLanes = 64;
+  static_assert((kSubgroupRowLanes & (kSubgroupRowLanes - 1)) == 0 && kSubgroupRowLanes <= 64 &&
+                    kSubgroupRowLanes <= contract::MATMUL_TILE_LANES && kSubgroupRowLanes % 4 == 0,
+                "a pairwise tree of whole pairs, within red_scratch and matmul_tile's rows, read four at a time");
+  wg_rows_ = family_ == KernelFamily::RowPerLane ? std::max(16u, ctx.facts().subgroup_size) : kSubgroupRowLanes;
   // read before the conditions below, so that a bad value is refused whichever family and device
   const bool x8_off = switched_off("VKSPEC_INT8_X"), tile_off = switched_off("VKSPEC_MATMUL_TILE");
   fma_ = !switched_off("VKSPEC_FMA");
@@ -82,8 +88,7 @@ Kernels::Kernels(Context& ctx, Pipelines& pipelines, KernelFamily family)
   static_assert(MATMUL_TILE_SUMS(kTileRows, kBatchTile, false) + kBatchTile <= contract::MATMUL_TILE_VALUES &&
                 MATMUL_TILE_SUMS(kTileRowsSwiglu, kBatchTile, true) + kBatchTile <= contract::MATMUL_TILE_VALUES,
                 "matmul_tile's reduction slots");
-  static_assert(contract::MATMUL_TILE_LANES % 4 == 0, "matmul_tile reads its lane sums four at a time");
-  tile_ = family_ == KernelFamily::Subgroup && wg_rows_ <= contract::MATMUL_TILE_LANES && wg_rows_ % 4 == 0 && !tile_off;
+  tile_ = family_ == KernelFamily::Subgroup && !tile_off;
   x8_scratch_ = std::make_shared<X8Scratch>();
   scratch_arena_ = std::make_shared<Arena>(ctx, MemoryKind::Device, 4ull << 20);
   partials_ = std::make_shared<Slice>();
