@@ -417,7 +417,8 @@ bool BatchEngine::step() {
 
 void BatchEngine::plan_speculative_rows(StepRows& plan) {
   std::vector<BatchedDraft> batched;
-  // the sequences whose rows share this step's pass (greedy ones price their drafts at their share of it)
+  // the decoding sequences, whose rows share this step's pass (greedy ones price their drafts at their share
+  // of it; a prompt chunk in the same pass is left out: it costs the pass whatever the drafts do)
   const uint32_t decoding = uint32_t(std::count_if(slots_.begin(), slots_.end(), [](const auto& sp) {
     return sp->req && sp->decoding;
   }));

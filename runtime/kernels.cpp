@@ -73,13 +73,11 @@ Kernels::Kernels(Context& ctx, Pipelines& pipelines, KernelFamily family)
   // matmul.comp's lanes meet in wg_sum_pairwise, whose levels within a subgroup are shuffles
   if (family_ == KernelFamily::Subgroup && !ctx.facts().subgroup_shuffle)
     throw Error("the subgroup kernel family needs subgroup shuffles, which this device does not have (VKSPEC_KERNELS=row)");
-  // The subgroup family's matmul.comp: a row's lanes, whose sums wg_sum_pairwise adds as a pairwise tree in
-  // common.glsl's red_scratch[64], and matmul_tile.comp stands for them (its lane-sum rows)
-  constexpr uint32_t kSubgroupRowLanes = 64;
-  static_assert((kSubgroupRowLanes & (kSubgroupRowLanes - 1)) == 0 && kSubgroupRowLanes <= 64 &&
-                    kSubgroupRowLanes <= contract::MATMUL_TILE_LANES && kSubgroupRowLanes % 4 == 0,
-                "a pairwise tree of whole pairs, within red_scratch and matmul_tile's rows, read four at a time");
-  wg_rows_ = family_ == KernelFamily::RowPerLane ? std::max(16u, ctx.facts().subgroup_size) : kSubgroupRowLanes;
+  using contract::MATMUL_ROW_LANES;
+  static_assert((MATMUL_ROW_LANES & (MATMUL_ROW_LANES - 1)) == 0 && MATMUL_ROW_LANES <= contract::RED_SCRATCH_FLOATS &&
+                    MATMUL_ROW_LANES % 4 == 0,
+                "wg_sum_pairwise: a tree of whole pairs within red_scratch; matmul_tile reads its lane sums by fours");
+  wg_rows_ = family_ == KernelFamily::RowPerLane ? std::max(16u, ctx.facts().subgroup_size) : MATMUL_ROW_LANES;
   // read before the conditions below, so that a bad value is refused whichever family and device
   const bool x8_off = switched_off("VKSPEC_INT8_X"), tile_off = switched_off("VKSPEC_MATMUL_TILE");
   fma_ = !switched_off("VKSPEC_FMA");

@@ -6,6 +6,7 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
+#include "contract.h"   // RED_SCRATCH_FLOATS
 
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer Floats { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer Vec4s { vec4 v[]; };
@@ -43,7 +44,7 @@ float dot1_acc(float acc, float a, float x, bool fused) {
 // Workgroup reductions with a fixed order for a given device and WG: subgroup reduction first, then the
 // per-subgroup partials summed in subgroup order. Nothing depends on how many tokens share the dispatch,
 // which is what makes every kernel batch-invariant.
-shared float red_scratch[64];
+shared float red_scratch[RED_SCRATCH_FLOATS];
 
 float wg_sum(float v) {
   v = subgroupAdd(v);
@@ -56,8 +57,8 @@ float wg_sum(float v) {
   return s;
 }
 
-// The sum of every lane's v as a pairwise tree in lane order, for WG a power of two <= 64: lanes 2i and
-// 2i + 1 first, then those pairs' sums two by two, and so on. One order for every device and subgroup size
+// The sum of every lane's v as a pairwise tree in lane order, for WG a power of two <= RED_SCRATCH_FLOATS:
+// lanes 2i and 2i + 1 first, then those pairs' sums two by two, and so on. One order for every device and subgroup size
 // (levels below the subgroup size by shuffles, the others in shared memory give the same additions; a + b
 // and b + a are the same bits), so that matmul_tile.comp, which adds up a row's lane partial sums in shared
 // memory, gives the same bits as matmul.comp does with this (batch invariance of the subgroup family).

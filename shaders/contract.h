@@ -56,11 +56,16 @@ VKSPEC_CONST KV_ELEMENT_BYTES = 2u;
 // tiles take half), whose scales lie in one or two texels that are fetched once per step. Rows of quantized
 // weights must be whole steps for that kernel (runtime/kernels.cpp texel_path).
 VKSPEC_CONST ROW_QUANT_STEP = 64u;
+// common.glsl's red_scratch: the subgroups' partials of wg_sum and wg_max, or wg_sum_pairwise's lane sums.
+VKSPEC_CONST RED_SCRATCH_FLOATS = 64u;
+// The subgroup family's lanes per matmul row: matmul.comp's workgroup there, whose lane sums
+// wg_sum_pairwise adds as a pairwise tree (a power of two, at most RED_SCRATCH_FLOATS: runtime/kernels.cpp
+// asserts it), and matmul_tile.comp's row of lane sums per value, which stands for those lanes.
+VKSPEC_CONST MATMUL_ROW_LANES = 64u;
 // matmul_tile.comp reduces a workgroup's sums (RT * TT of them, twice with SwiGLU, + TT sums of squares with
-// RMSNorm) through shared memory, a row of lane sums per value: runtime/kernels.cpp sizes its tiles and
-// checks its workgroup (matmul.comp's, whose lanes it stands for) against these.
+// RMSNorm) through shared memory, a row of MATMUL_ROW_LANES lane sums per value: runtime/kernels.cpp sizes
+// its tiles against this.
 VKSPEC_CONST MATMUL_TILE_VALUES = 72u;
-VKSPEC_CONST MATMUL_TILE_LANES = 64u;
 // Its slot layout: the sums at 0.., SwiGLU's second sums at RT * TT.., the sums of squares from here on.
 #define MATMUL_TILE_SUMS(RT, TT, SWIGLU) (((SWIGLU) ? 2u : 1u) * (RT) * (TT))
 // Int8 activations (matmul_rows_q4_x8 / _q6_x8 / _q8_x8; runtime/kernels.h x8_matmul): quantize_x8.comp
