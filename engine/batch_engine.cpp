@@ -374,13 +374,19 @@ bool BatchEngine::step() {
   Recorder& rec = *rec_;
   rec.begin();
   StepRows plan;
+  std::optional<std::pair<uint32_t, uint32_t>> measured_pass;   // marks around the target pass
   try {
     plan_speculative_rows(plan);
     plan_decode_rows(plan);
     plan_prefill_rows(plan);
     if (plan.rows.empty()) return false;
+    const uint32_t pass_begin = rec.mark();
     t_->model->record_batch(rec, plan.rows, logits_);
     record_choices(plan);
+    const uint32_t pass_end = rec.mark();
+    if (rec.can_mark() && plan.prefill_rows == 0) {   // after the wait below: this step's costs
+      measured_pass = {pass_begin, pass_end};
+    }
   } catch (const std::exception& e) {
     // Recording failed (nothing was submitted): the sequences of this step end with the error.
     t_->model->kv().drop_pending_copies();
@@ -391,6 +397,14 @@ bool BatchEngine::step() {
     return true;
   }
   rec.submit_and_wait();
+  if (measured_pass) {
+    const double pass_s = rec.seconds_between(measured_pass->first, measured_pass->second);
+    if (pass_s > 0) pass_costs_.add(plan.n_rows, pass_s);
+    if (plan.draft_steps > 0) {
+      const double draft_s = rec.seconds_between(uint32_t(plan.draft_begin), uint32_t(plan.draft_end));
+      if (draft_s > 0) draft_step_costs_.add(double(plan.draft_rows) / plan.draft_steps, draft_s / plan.draft_steps);
+    }
+  }
 
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -422,6 +436,7 @@ void BatchEngine::plan_speculative_rows(StepRows& plan) {
   const uint32_t decoding = uint32_t(std::count_if(slots_.begin(), slots_.end(), [](const auto& sp) {
     return sp->req && sp->decoding;
   }));
+  const std::optional<SharedCosts> costs = SharedCosts::measured(pass_costs_, draft_step_costs_, decoding);
   for (auto& sp : slots_) {
     Slot& s = *sp;
     if (!s.req || !s.decoding || !s.spec) continue;
@@ -429,7 +444,7 @@ void BatchEngine::plan_speculative_rows(StepRows& plan) {
       end(s, s.stop_reason.empty() ? "context" : s.stop_reason);
       continue;
     }
-    const uint32_t k_max = s.spec->drafts_planned(decoding);
+    const uint32_t k_max = s.spec->drafts_planned(decoding, costs);
     uint32_t drafted = 0;
     ModelDrafter* model = k_max ? s.drafter->draft_unless_model(s.context, k_max, s.spec->draft_round(), drafted) : nullptr;
     if (model) batched.push_back({model, s.context, k_max, &s.spec->draft_round()});
@@ -437,7 +452,15 @@ void BatchEngine::plan_speculative_rows(StepRows& plan) {
     plan.drafted.push_back(&s);
   }
   if (!batched.empty()) {
+    Recorder& rec = *rec_;
+    const uint32_t begin = rec.mark();
     record_batched_drafts(*draft_model_, batched, draft_logits_, *choices_);
+    const uint32_t end = rec.mark();
+    for (const BatchedDraft& d : batched) {
+      plan.draft_steps = std::max(plan.draft_steps, d.k);
+      plan.draft_rows += d.k;
+    }
+    if (rec.can_mark()) plan.draft_begin = int(begin), plan.draft_end = int(end);
     size_t j = 0;
     for (Slot* s : plan.drafted)   // the batched ones, in the order they were added
       if (j < batched.size() && &s->spec->draft_round() == batched[j].round)
@@ -479,6 +502,7 @@ void BatchEngine::plan_prefill_rows(StepRows& plan) {
     s.part = last ? Slot::Part::PrefillLast : Slot::Part::Prefill;
     s.rows = take;
     plan.n_rows += take;
+    plan.prefill_rows += take;
     plan.in_step.push_back(&s);
   }
 }

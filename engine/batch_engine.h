@@ -100,6 +100,10 @@ class BatchEngine {
     std::vector<Slot*> in_step;      // the sequences of `rows`, in order
     std::vector<Slot*> drafted;      // speculative sequences whose drafts were recorded
     uint32_t n_rows = 0;
+    uint32_t prefill_rows = 0;       // of n_rows
+    // the batched draft steps: how many, their rows in all, and the recorder's marks around them (-1: none)
+    uint32_t draft_steps = 0, draft_rows = 0;
+    int draft_begin = -1, draft_end = -1;
   };
   void plan_speculative_rows(StepRows& plan);   // drafts recorded, then the verify rows
   void plan_decode_rows(StepRows& plan);
@@ -129,6 +133,10 @@ class BatchEngine {
   std::unique_ptr<BatchedChoices> choices_;   // a step's token choices, and a batched draft step's
   std::vector<std::unique_ptr<Slot>> slots_;
   uint32_t reserved_ = 0, draft_reserved_ = 0;   // KV blocks reserved by the running requests
+  // What this engine's target passes and batched draft steps cost (device time per step, by rows): the
+  // measured costs a greedy sequence's drafts are priced with (DraftPolicy::share_passes). Steps with a
+  // prompt chunk are left out (a chunk's rows cost more than decode rows).
+  PassCostLine pass_costs_, draft_step_costs_;
   struct CachedSequence {
     int seq;
     std::vector<uint32_t> tokens;   // what its KV holds, in order

@@ -67,9 +67,9 @@ uint32_t SpeculativeDecoder::record_drafts() {
   return drafts_recorded(k_max ? drafter_.draft(context_, k_max, round_) : 0);
 }
 
-uint32_t SpeculativeDecoder::drafts_planned(uint32_t sharing) {
+uint32_t SpeculativeDecoder::drafts_planned(uint32_t sharing, const std::optional<SharedCosts>& costs) {
   // K is chosen before recording; never past the end of the context (K = 0: a plain decoding pass).
-  if (!sampling_) policy_.share_passes(sharing);
+  if (!sampling_) policy_.share_passes(sharing, costs);
   const uint32_t room = target_.n_ctx() - uint32_t(context_.size());
   uint32_t k_max = std::min({policy_.next_k(drafter_.next_round_free(context_)), room, LlamaModel::kMaxBatch - 1});
   if (k_max < opts_.draft_min) k_max = 0;

@@ -67,9 +67,10 @@ class SpeculativeDecoder {
   uint32_t record_drafts();   // = drafts_planned() + the drafter's draft() + drafts_recorded()
   // record_drafts() in parts, for drafts of several sequences recorded together (record_batched_drafts):
   // the K to draft (slot 0 and the penalty history set), then the rows to verify once they are recorded.
-  // sharing: how many sequences' rows share the pass (a greedy sequence's K is priced at its share of it:
-  // DraftPolicy::share_passes; a sampled one's K ignores it, so that its tokens do not depend on the batch).
-  uint32_t drafts_planned(uint32_t sharing = 1);
+  // sharing: how many sequences' rows share the pass, and costs what the batch measured its passes to cost
+  // (a greedy sequence's K is priced at its share of it: DraftPolicy::share_passes; a sampled one's K ignores
+  // both, so that its tokens do not depend on the batch or on timings).
+  uint32_t drafts_planned(uint32_t sharing = 1, const std::optional<SharedCosts>& costs = std::nullopt);
   uint32_t drafts_recorded(uint32_t k);
   DraftRound& draft_round() { return round_; }
   Drafter& drafter() { return drafter_; }

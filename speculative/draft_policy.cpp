@@ -10,6 +10,42 @@ namespace {
 constexpr double kDecay = 0.9;   // weight of the past in the acceptance counts (~10 rounds of memory)
 }  // namespace
 
+void PassCostLine::add(double rows, double seconds) {
+  const size_t i = added_++ % kWindow;
+  rows_[i] = rows;
+  s_[i] = seconds;
+}
+
+bool PassCostLine::ready() const {
+  const size_t n = size();
+  if (n < kMinSamples) return false;
+  for (size_t i = 1; i < n; ++i)
+    if (rows_[i] != rows_[0]) return true;
+  return false;
+}
+
+double PassCostLine::at(double rows) const {
+  if (!ready()) return -1.0;
+  const size_t n = size();
+  std::array<double, kWindow * (kWindow - 1) / 2> slopes;
+  size_t m = 0;
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = i + 1; j < n; ++j)
+      if (rows_[i] != rows_[j]) slopes[m++] = (s_[j] - s_[i]) / (rows_[j] - rows_[i]);
+  const double g = std::max(0.0, lower_median(slopes.data(), m));   // a row never makes a pass cheaper
+  std::array<double, kWindow> a;
+  for (size_t i = 0; i < n; ++i) a[i] = s_[i] - g * rows_[i];
+  return lower_median(a.data(), n) + g * rows;
+}
+
+std::optional<SharedCosts> SharedCosts::measured(const PassCostLine& target, const PassCostLine& draft,
+                                                 uint32_t sequences) {
+  if (!target.ready()) return std::nullopt;
+  const double b = std::max(1u, sequences), pass = target.at(b);
+  if (!(pass > 0)) return std::nullopt;
+  return SharedCosts{pass / b, target.at(b + 1) - pass, draft.ready() ? std::max(0.0, draft.at(b)) / b : -1.0};
+}
+
 double DraftPolicy::pass_cost(uint32_t n) const {
   const double plain = t_plain_.median();
   if (plain < 0 || n <= 1) return plain;
@@ -22,8 +58,9 @@ double DraftPolicy::pass_cost(uint32_t n) const {
 }
 
 // switch_s: a one-time cost of drafting this round (the draft model's catch-up after plain rounds)
-uint32_t DraftPolicy::best_k(double t_draft, double (DraftPolicy::*pass)(uint32_t) const, double switch_s) const {
-  const double a = std::min(alpha(), 0.999);
+uint32_t DraftPolicy::best_k(double t_draft, double (DraftPolicy::*pass)(uint32_t) const, double switch_s,
+                             double acceptance) const {
+  const double a = std::min(acceptance >= 0 ? acceptance : alpha(), 0.999);
   uint32_t best = 0;
   double best_rate = 1.0 / (this->*pass)(1);
   for (uint32_t k = 1; k <= max_ && k + 1 <= kMaxPass; ++k) {
@@ -42,7 +79,12 @@ uint32_t DraftPolicy::choose(bool free_drafts) const {
 
 uint32_t DraftPolicy::next_k(bool free_drafts) const {
   if (!adaptive_) return max_;
-  if (plain_rounds_ >= probe_every_) return 1;
+  // A probe finds out whether the drafter agrees again; pointless where the batch's measured costs say
+  // drafting would not pay even if every draft were accepted (there the costs, not the drafter, decide,
+  // and they are measured anew at every step).
+  if (plain_rounds_ >= probe_every_ &&
+      !(costs_ && best_k(free_drafts ? 0.0 : modeled_draft(), &DraftPolicy::modeled_pass, 0.0, 1.0) == 0))
+    return 1;
   if (timing_free_) return choose(free_drafts);
   // A plain pass before choosing, and again once the last is old: a verify pass of K+1 tokens priced as a
   // plain step would make speculating always look worth it, and a plain cost measured while the machine

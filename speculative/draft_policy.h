@@ -36,11 +36,18 @@
 // more sequences, drafts pay less (on lavapipe greedy speculation in the server ran at 0.49-0.64x plain with
 // 4 streams, pricing every sequence as if alone; 0.76x with this, docs/PERFORMANCE.md). Only for greedy
 // sequences (share_passes): a sampled one's K must not depend on what else is in the batch, or its tokens
-// would.
+// would. A greedy sequence's tokens do not depend on K at all, so once the engine has measured its passes
+// (PassCostLine, SharedCosts: device time by rows, at the batch's own size) a greedy sequence is priced with
+// those costs instead of the constants, and is not probed where they say that drafting would lose even if
+// every draft were accepted. On lavapipe a row of a 4-row pass costs about half the sequence's share of it
+// and a batched draft step (with the draft model's catch-ups) more than that share, where the constants
+// say 0.1 and 0.19 of a step: priced by the constants greedy speculation in the server ran at 0.72-0.76x
+// plain with 4 streams, with the measured costs at 0.83-0.90x (docs/PERFORMANCE.md).
 #include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 namespace vkspec {
 
@@ -70,6 +77,34 @@ class RecentMedian {
   uint64_t added_ = 0;
 };
 
+// A pass's cost as a line over its rows, t(n) = a + g n (seconds), fitted to the last kWindow samples by
+// Theil-Sen: the slope is the median of the pairwise slopes, the intercept the median of t - g n, so that a
+// few stalled or cold passes move neither. Invariant: size() <= kWindow.
+class PassCostLine {
+ public:
+  static constexpr size_t kWindow = 15, kMinSamples = 5;
+  void add(double rows, double seconds);
+  size_t size() const { return added_ < kWindow ? size_t(added_) : kWindow; }
+  // kMinSamples samples with at least two row counts: then at() is the fitted line (else -1)
+  bool ready() const;
+  double at(double rows) const;
+ private:
+  std::array<double, kWindow> rows_{}, s_{};
+  uint64_t added_ = 0;
+};
+
+// A batched pass's measured costs for pricing one greedy sequence's round among b sequences (share_passes),
+// in seconds, at the batch's own size (a line fitted over passes of b rows and more is not extrapolated to
+// one row): `plain_share`, its share of a pass of b rows, t(b) / b; `row`, each of its own draft rows, the
+// line's slope; `draft_share`, its share of a draft step over b rows, t_draft(b) / b (< 0 while no draft
+// step has been measured, as in a batch whose drafts are all host lookups: then the constant draft cost
+// times plain_share).
+struct SharedCosts {
+  double plain_share = 0.0, row = 0.0, draft_share = -1.0;
+  // From lines fitted to a batch's target passes and draft steps; nullopt while the target's is not ready.
+  static std::optional<SharedCosts> measured(const PassCostLine& target, const PassCostLine& draft, uint32_t sequences);
+};
+
 class DraftPolicy {
  public:
   static constexpr uint32_t kMaxPass = 16;     // the largest verify pass (LlamaModel::kMaxBatch)
@@ -83,8 +118,12 @@ class DraftPolicy {
       : max_(draft_max), adaptive_(adaptive), timing_free_(timing_free), draft_cost_(draft_cost) {}
   // free_drafts: the next round's drafts cost no draft steps (host lookups), so only the verify pass prices K
   uint32_t next_k(bool free_drafts = false) const;
-  // The number of sequences whose rows share the next passes (>= 1; see the top).
-  void share_passes(uint32_t sequences) { sharing_ = std::max(1u, sequences); }
+  // The number of sequences whose rows share the next passes (>= 1) and, when measured, what those passes
+  // cost (else the timing-free constants; see the top).
+  void share_passes(uint32_t sequences, const std::optional<SharedCosts>& costs = std::nullopt) {
+    sharing_ = std::max(1u, sequences);
+    costs_ = costs;
+  }
   // One round: `drafted` tokens proposed in draft_s seconds, `accepted` of them kept, and the target's
   // pass over drafted + 1 tokens (verify and accept) took pass_s seconds; the drafter's catch-up on unseen
   // context before its steps took catch_up_s (-1: none, or not timed). Times < 0 are not measurements.
@@ -100,16 +139,24 @@ class DraftPolicy {
     double s;
   };
   uint32_t choose(bool free_drafts) const;   // the K with the best expected rate (no probe, no refresh)
-  uint32_t best_k(double t_draft, double (DraftPolicy::*pass)(uint32_t) const, double switch_s) const;
+  // acceptance: the alpha to price with (< 0: the measured one)
+  uint32_t best_k(double t_draft, double (DraftPolicy::*pass)(uint32_t) const, double switch_s,
+                  double acceptance = -1.0) const;
   // The timing-free model (see the top): a pass of n rows of this sequence, a draft step
-  double shared_plain() const { return (1.0 + kVerifyGrowth * (sharing_ - 1)) / sharing_; }
-  double modeled_pass(uint32_t n) const { return shared_plain() + kVerifyGrowth * (n - 1); }
-  double modeled_draft() const { return draft_cost_ * shared_plain(); }
+  // (with measured costs in seconds, else in plain decoding steps: only their ratios matter)
+  double shared_plain() const {
+    return costs_ ? costs_->plain_share : (1.0 + kVerifyGrowth * (sharing_ - 1)) / sharing_;
+  }
+  double modeled_pass(uint32_t n) const { return shared_plain() + (costs_ ? costs_->row : kVerifyGrowth) * (n - 1); }
+  double modeled_draft() const {
+    return costs_ && costs_->draft_share >= 0 ? costs_->draft_share : draft_cost_ * shared_plain();
+  }
 
   uint32_t max_;
   bool adaptive_, timing_free_;
   double draft_cost_;                        // timing_free and warm-up: a draft in target decoding steps
   uint32_t sharing_ = 1;                     // sequences sharing the passes (share_passes)
+  std::optional<SharedCosts> costs_;         // their measured costs (share_passes)
   double accepted_ = 3.0, rejected_ = 1.0;   // decayed counts of accepted drafts and rejections (prior 0.75)
   RecentMedian<9> t_plain_;                  // seconds per one-token pass
   RecentMedian<15> t_draft_;                 // seconds per drafted token

@@ -425,6 +425,101 @@ TEST(Speculative, SharedPassesPriceDraftsAtTheirShare) {
   }
 }
 
+// A batch's pass costs as a line over rows (PassCostLine: Theil-Sen): a line sampled exactly is recovered, a
+// stalled pass and a cold one among the samples move it by nothing; not ready before kMinSamples samples or
+// while every sample has the same rows (no slope to see).
+TEST(Speculative, PassCostLineFitsALineThroughOutliers) {
+  const auto t = [](double n) { return 0.006 + 0.0009 * n; };
+  PassCostLine line;
+  for (uint32_t i = 0; i < PassCostLine::kMinSamples - 1; ++i) line.add(1 + i % 3, t(1 + i % 3));
+  EXPECT_FALSE(line.ready());
+  EXPECT_EQ(line.at(1), -1.0);
+  PassCostLine same;
+  for (int i = 0; i < 10; ++i) same.add(4, t(4));
+  EXPECT_FALSE(same.ready()) << "one row count: no slope";
+  for (int i = 0; i < 40; ++i) line.add(1 + i % 7, t(1 + i % 7));
+  line.add(3, 10 * t(3));    // a stalled pass
+  line.add(2, 0.5 * t(2));   // an impossible fast one
+  ASSERT_TRUE(line.ready());
+  for (const double n : {1.0, 2.0, 8.0})
+    EXPECT_NEAR(line.at(n), t(n), 1e-12) << n << " rows";
+  PassCostLine falling;   // rows never make a pass cheaper: a falling line is flat
+  for (int i = 0; i < 10; ++i) falling.add(1 + i % 4, 0.01 - 0.001 * (i % 4));
+  EXPECT_NEAR(falling.at(4) - falling.at(1), 0.0, 1e-15);
+}
+
+// Greedy sequences of a batch priced with the costs the engine measured (SharedCosts from its fitted passes
+// and draft steps, at the batch's size) instead of the constants: the reference model with the measured
+// inputs. With lavapipe's costs for the pycode pair (a row 0.14 of a one-row pass, a draft step 0.34 of a
+// target step) four sequences at acceptance 2/3 stop drafting where the constants keep drafting, and with
+// cheap measured costs they draft more.
+TEST(Speculative, SharedPassesPricedWithMeasuredCosts) {
+  for (const auto& [growth, draft_ratio] : {std::pair{0.14, 0.34}, std::pair{0.02, 0.05}}) {
+    PassCostLine target, draft;
+    const double step = 0.0086, g = growth * step, a = step - g;   // a one-row pass: a + g = step
+    for (uint32_t n = 1; n <= 8; ++n) {
+      target.add(n, a + g * n);
+      draft.add(n, draft_ratio * (a + g * n));   // the draft's passes scale alike
+    }
+    DraftPolicy p(8, true, /*timing_free=*/true, 0.19);
+    for (int i = 0; i < 60; ++i) p.observe(3, 2, -1, -1);   // acceptance 2 of 3
+    const double alpha = std::min(p.alpha(), 0.999);
+    for (const uint32_t b : {1u, 4u}) {
+      const std::optional<SharedCosts> c = SharedCosts::measured(target, draft, b);
+      ASSERT_TRUE(c.has_value());
+      EXPECT_NEAR(c->plain_share, (a + g * b) / b, 1e-12);
+      EXPECT_NEAR(c->row, g, 1e-12);
+      EXPECT_NEAR(c->draft_share, draft_ratio * (a + g * b) / b, 1e-12);
+      p.share_passes(b, c);
+      EXPECT_EQ(p.next_k(), model_best_k(alpha, c->draft_share, c->plain_share, g, 8)) << b << " sequences, growth " << growth;
+    }
+    p.share_passes(4, SharedCosts::measured(target, draft, 4));
+    const uint32_t measured_k = p.next_k();
+    p.share_passes(4);
+    const uint32_t constant_k = p.next_k();
+    if (growth > 0.1) {
+      EXPECT_EQ(measured_k, 0u) << "lavapipe's costs: drafting does not pay among 4 sequences";
+      EXPECT_GT(constant_k, 0u) << "the constants say it does";
+    } else {
+      EXPECT_GT(measured_k, constant_k) << "cheap measured costs draft more";
+    }
+  }
+  EXPECT_FALSE(SharedCosts::measured(PassCostLine{}, PassCostLine{}, 4).has_value());
+  PassCostLine passes;   // no draft step measured (host lookups only): the pass is, the draft is not
+  for (uint32_t n = 1; n <= 8; ++n) passes.add(n, 0.006 + 0.001 * n);
+  const std::optional<SharedCosts> lookups = SharedCosts::measured(passes, PassCostLine{}, 4);
+  ASSERT_TRUE(lookups.has_value());
+  EXPECT_NEAR(lookups->plain_share, 0.010 / 4, 1e-12);
+  EXPECT_LT(lookups->draft_share, 0.0);
+  DraftPolicy p(8, true, /*timing_free=*/true, 0.19);
+  for (int i = 0; i < 60; ++i) p.observe(3, 2, -1, -1);
+  p.share_passes(4, lookups);
+  EXPECT_EQ(p.next_k(), model_best_k(std::min(p.alpha(), 0.999), 0.19 * lookups->plain_share, lookups->plain_share,
+                                     lookups->row, 8))
+      << "a draft step priced by the constant, at the measured share";
+}
+
+// Plain rounds are followed by a one-draft probe (the drafter may agree again), except where the batch's
+// measured costs say drafting would lose even if every draft were accepted: there the probe's draft step is
+// pure loss. With costs under which perfect drafts would pay, the probe comes as before.
+TEST(Speculative, NoProbeWhereMeasuredCostsRuleDraftingOut) {
+  const SharedCosts dear{0.003, 0.0015, 0.004}, cheap{0.003, 0.0002, 0.0005};   // seconds: share, row, draft
+  for (const bool is_dear : {true, false}) {
+    const SharedCosts& c = is_dear ? dear : cheap;
+    DraftPolicy p(4, true, /*timing_free=*/true, 0.19);
+    p.share_passes(4, c);
+    for (int i = 0; i < 20; ++i) p.observe(2, 0, -1, -1);   // drafts rejected: plain rounds follow
+    uint32_t probes = 0;
+    for (uint32_t i = 0; i < 3 * DraftPolicy::kProbeEvery; ++i) {
+      const uint32_t k = p.next_k();
+      probes += k > 0;
+      p.observe(k, 0, -1, -1);
+    }
+    if (is_dear) EXPECT_EQ(probes, 0u) << "no acceptance makes these costs pay";
+    else EXPECT_GT(probes, 0u) << "perfect drafts would pay: probe";
+  }
+}
+
 // The adaptive policy against its model: E(K) / (K t_draft + t_verify(K+1)) with measured inputs.
 TEST(Speculative, DraftPolicyPicksTheFastestKAndProbesAfterPlainRounds) {
   DraftPolicy fixed(5, false);
