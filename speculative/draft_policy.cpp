@@ -16,23 +16,17 @@ void PassCostLine::add(double rows, double seconds) {
   s_[i] = seconds;
 }
 
-bool PassCostLine::ready() const {
-  const size_t n = size();
-  if (n < kMinSamples) return false;
-  for (size_t i = 1; i < n; ++i)
-    if (rows_[i] != rows_[0]) return true;
-  return false;
-}
-
 double PassCostLine::at(double rows) const {
-  if (!ready()) return -1.0;
   const size_t n = size();
+  if (n < kMinSamples) return -1.0;
   std::array<double, kWindow * (kWindow - 1) / 2> slopes;
   size_t m = 0;
   for (size_t i = 0; i < n; ++i)
     for (size_t j = i + 1; j < n; ++j)
       if (rows_[i] != rows_[j]) slopes[m++] = (s_[j] - s_[i]) / (rows_[j] - rows_[i]);
-  const double g = std::max(0.0, lower_median(slopes.data(), m));   // a row never makes a pass cheaper
+  // one row count (a lone sequence's draft steps): its median is known, no other point
+  if (m == 0 && rows != rows_[0]) return -1.0;
+  const double g = m ? std::max(0.0, lower_median(slopes.data(), m)) : 0.0;   // a row never makes a pass cheaper
   std::array<double, kWindow> a;
   for (size_t i = 0; i < n; ++i) a[i] = s_[i] - g * rows_[i];
   return lower_median(a.data(), n) + g * rows;
@@ -40,10 +34,9 @@ double PassCostLine::at(double rows) const {
 
 std::optional<SharedCosts> SharedCosts::measured(const PassCostLine& target, const PassCostLine& draft,
                                                  uint32_t sequences) {
-  if (!target.ready()) return std::nullopt;
-  const double b = std::max(1u, sequences), pass = target.at(b);
-  if (!(pass > 0)) return std::nullopt;
-  return SharedCosts{pass / b, target.at(b + 1) - pass, draft.ready() ? std::max(0.0, draft.at(b)) / b : -1.0};
+  const double b = std::max(1u, sequences), pass = target.at(b), wider = target.at(b + 1), step = draft.at(b);
+  if (!(pass > 0) || wider < 0) return std::nullopt;   // a row's cost not seen yet: the constants decide
+  return SharedCosts{pass / b, wider - pass, step >= 0 ? step / b : -1.0};
 }
 
 double DraftPolicy::pass_cost(uint32_t n) const {

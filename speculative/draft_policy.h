@@ -85,8 +85,8 @@ class PassCostLine {
   static constexpr size_t kWindow = 15, kMinSamples = 5;
   void add(double rows, double seconds);
   size_t size() const { return added_ < kWindow ? size_t(added_) : kWindow; }
-  // kMinSamples samples with at least two row counts: then at() is the fitted line (else -1)
-  bool ready() const;
+  // The fitted line at `rows`, or -1 while unknown: fewer than kMinSamples samples, or all of one row count
+  // and `rows` another (a line needs two counts; the one count's median is known).
   double at(double rows) const;
  private:
   std::array<double, kWindow> rows_{}, s_{};
@@ -97,11 +97,12 @@ class PassCostLine {
 // in seconds, at the batch's own size (a line fitted over passes of b rows and more is not extrapolated to
 // one row): `plain_share`, its share of a pass of b rows, t(b) / b; `row`, each of its own draft rows, the
 // line's slope; `draft_share`, its share of a draft step over b rows, t_draft(b) / b (< 0 while no draft
-// step has been measured, as in a batch whose drafts are all host lookups: then the constant draft cost
-// times plain_share).
+// step has been measured at b rows, as in a batch whose drafts are all host lookups: then the constant draft
+// cost times plain_share).
 struct SharedCosts {
   double plain_share = 0.0, row = 0.0, draft_share = -1.0;
-  // From lines fitted to a batch's target passes and draft steps; nullopt while the target's is not ready.
+  // From lines fitted to a batch's target passes and draft steps; nullopt while the target's line does not
+  // know passes of b and b + 1 rows.
   static std::optional<SharedCosts> measured(const PassCostLine& target, const PassCostLine& draft, uint32_t sequences);
 };
 

@@ -426,21 +426,21 @@ TEST(Speculative, SharedPassesPriceDraftsAtTheirShare) {
 }
 
 // A batch's pass costs as a line over rows (PassCostLine: Theil-Sen): a line sampled exactly is recovered, a
-// stalled pass and a cold one among the samples move it by nothing; not ready before kMinSamples samples or
-// while every sample has the same rows (no slope to see).
+// stalled pass and a cold one among the samples move it by nothing; unknown before kMinSamples samples, and
+// with one row count known only there (its median: a lone sequence's draft steps are all one row).
 TEST(Speculative, PassCostLineFitsALineThroughOutliers) {
   const auto t = [](double n) { return 0.006 + 0.0009 * n; };
   PassCostLine line;
   for (uint32_t i = 0; i < PassCostLine::kMinSamples - 1; ++i) line.add(1 + i % 3, t(1 + i % 3));
-  EXPECT_FALSE(line.ready());
   EXPECT_EQ(line.at(1), -1.0);
   PassCostLine same;
-  for (int i = 0; i < 10; ++i) same.add(4, t(4));
-  EXPECT_FALSE(same.ready()) << "one row count: no slope";
+  for (int i = 0; i < 10; ++i) same.add(4, i == 3 ? 5 * t(4) : t(4));
+  EXPECT_DOUBLE_EQ(same.at(4), t(4)) << "one row count: its median";
+  EXPECT_EQ(same.at(5), -1.0) << "one row count: no slope";
+  EXPECT_FALSE(SharedCosts::measured(same, same, 4).has_value()) << "a row's cost unknown";
   for (int i = 0; i < 40; ++i) line.add(1 + i % 7, t(1 + i % 7));
   line.add(3, 10 * t(3));    // a stalled pass
   line.add(2, 0.5 * t(2));   // an impossible fast one
-  ASSERT_TRUE(line.ready());
   for (const double n : {1.0, 2.0, 8.0})
     EXPECT_NEAR(line.at(n), t(n), 1e-12) << n << " rows";
   PassCostLine falling;   // rows never make a pass cheaper: a falling line is flat
@@ -497,6 +497,12 @@ TEST(Speculative, SharedPassesPricedWithMeasuredCosts) {
   EXPECT_EQ(p.next_k(), model_best_k(std::min(p.alpha(), 0.999), 0.19 * lookups->plain_share, lookups->plain_share,
                                      lookups->row, 8))
       << "a draft step priced by the constant, at the measured share";
+  PassCostLine lone_steps;   // one sequence: its draft steps are all of one row
+  for (int i = 0; i < 9; ++i) lone_steps.add(1, 0.002);
+  const std::optional<SharedCosts> lone = SharedCosts::measured(passes, lone_steps, 1);
+  ASSERT_TRUE(lone.has_value());
+  EXPECT_NEAR(lone->draft_share, 0.002, 1e-15) << "measured at its one row count";
+  EXPECT_LT(SharedCosts::measured(passes, lone_steps, 4)->draft_share, 0.0) << "not measured at 4 rows";
 }
 
 // Plain rounds are followed by a one-draft probe (the drafter may agree again), except where the batch's
