@@ -374,19 +374,16 @@ bool BatchEngine::step() {
   Recorder& rec = *rec_;
   rec.begin();
   StepRows plan;
-  std::optional<std::pair<uint32_t, uint32_t>> measured_pass;   // marks around the target pass
+  uint32_t pass_begin = 0, pass_end = 0;   // marks around the target pass
   try {
     plan_speculative_rows(plan);
     plan_decode_rows(plan);
     plan_prefill_rows(plan);
     if (plan.rows.empty()) return false;
-    const uint32_t pass_begin = rec.mark();
+    pass_begin = rec.mark();
     t_->model->record_batch(rec, plan.rows, logits_);
     record_choices(plan);
-    const uint32_t pass_end = rec.mark();
-    if (rec.can_mark() && plan.prefill_rows == 0) {   // after the wait below: this step's costs
-      measured_pass = {pass_begin, pass_end};
-    }
+    pass_end = rec.mark();
   } catch (const std::exception& e) {
     // Recording failed (nothing was submitted): the sequences of this step end with the error.
     t_->model->kv().drop_pending_copies();
@@ -397,13 +394,11 @@ bool BatchEngine::step() {
     return true;
   }
   rec.submit_and_wait();
-  if (measured_pass) {
-    const double pass_s = rec.seconds_between(measured_pass->first, measured_pass->second);
-    if (pass_s > 0) pass_costs_.add(plan.n_rows, pass_s);
-    if (plan.draft_steps > 0) {
-      const double draft_s = rec.seconds_between(uint32_t(plan.draft_begin), uint32_t(plan.draft_end));
-      if (draft_s > 0) draft_step_costs_.add(double(plan.draft_rows) / plan.draft_steps, draft_s / plan.draft_steps);
-    }
+  // This step's costs (seconds_between is -1 without timestamps, or where the recording ran out of marks)
+  if (const double pass_s = rec.seconds_between(pass_begin, pass_end); pass_s > 0 && plan.prefill_rows == 0) {
+    pass_costs_.add(plan.n_rows, pass_s);
+    const double draft_s = plan.draft_steps ? rec.seconds_between(plan.draft_begin, plan.draft_end) : -1.0;
+    if (draft_s > 0) draft_step_costs_.add(double(plan.draft_rows) / plan.draft_steps, draft_s / plan.draft_steps);
   }
 
   {
@@ -452,15 +447,13 @@ void BatchEngine::plan_speculative_rows(StepRows& plan) {
     plan.drafted.push_back(&s);
   }
   if (!batched.empty()) {
-    Recorder& rec = *rec_;
-    const uint32_t begin = rec.mark();
+    plan.draft_begin = rec_->mark();
     record_batched_drafts(*draft_model_, batched, draft_logits_, *choices_);
-    const uint32_t end = rec.mark();
+    plan.draft_end = rec_->mark();
     for (const BatchedDraft& d : batched) {
       plan.draft_steps = std::max(plan.draft_steps, d.k);
       plan.draft_rows += d.k;
     }
-    if (rec.can_mark()) plan.draft_begin = int(begin), plan.draft_end = int(end);
     size_t j = 0;
     for (Slot* s : plan.drafted)   // the batched ones, in the order they were added
       if (j < batched.size() && &s->spec->draft_round() == batched[j].round)

@@ -101,9 +101,8 @@ class BatchEngine {
     std::vector<Slot*> drafted;      // speculative sequences whose drafts were recorded
     uint32_t n_rows = 0;
     uint32_t prefill_rows = 0;       // of n_rows
-    // the batched draft steps: how many, their rows in all, and the recorder's marks around them (-1: none)
-    uint32_t draft_steps = 0, draft_rows = 0;
-    int draft_begin = -1, draft_end = -1;
+    // the batched draft steps: how many, their rows in all, and the recorder's marks around them (when any)
+    uint32_t draft_steps = 0, draft_rows = 0, draft_begin = 0, draft_end = 0;
   };
   void plan_speculative_rows(StepRows& plan);   // drafts recorded, then the verify rows
   void plan_decode_rows(StepRows& plan);
