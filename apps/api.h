@@ -156,6 +156,7 @@ class Batch {
     check(vkspec_batch_submit(b_, prompt.data(), prompt.size(), &p, &id));
     return id;
   }
+  void warm_up() { check(vkspec_batch_warm_up(b_)); }
   bool step() {
     int32_t worked = 0;
     check(vkspec_batch_step(b_, &worked));

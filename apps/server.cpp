@@ -498,6 +498,7 @@ int Server::run() {
         batch_ = std::make_unique<api::Batch>(model, bp);
         if (stop_) batch_->stop();   // a signal came while loading
       }
+      batch_->warm_up();   // every pass width's pipelines now, not in the first requests' steps
       ready_ = true;
       fprintf(stderr, "vkspec: model %s loaded (%s, context %u, %u sequences)\n", model_id_.c_str(), mi.device,
               lim_.n_ctx, so_.parallel);

@@ -81,6 +81,27 @@ BatchEngine::~BatchEngine() {
   if (rec_ && rec_->profiling()) fprintf(stderr, "batched steps %s", rec_->profile_report().c_str());
 }
 
+void BatchEngine::warm_up() {
+  LlamaModel& m = *t_->model;
+  // it borrows a free sequence of each model and slot 0's chooser
+  if (std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->req != nullptr; }))
+    throw Error("a batch warms up before its first request, not while requests run");
+  m.warm_up();
+  if (draft_model_) draft_model_->warm_up();
+  // The sampling kernel, as a sampled request's step records it: a draw from a logits row the warm-up left
+  // in the model's rows, copied to the batch's.
+  const VkDeviceSize row_bytes = VkDeviceSize(m.hparams().n_vocab) * 4;
+  TokenChooser& ch = *slots_[0]->chooser;   // free (no request yet); admission starts it anew
+  ch.start(SamplingParams{});
+  Recorder& rec = *rec_;
+  rec.begin();
+  rec.copy(m.logits_rows().sub(0, row_bytes), logits_.sub(0, row_bytes));
+  rec.barrier();
+  choices_->add(rec, m.kernels(), ch, logits_.sub(0, row_bytes), 0, ch.set_history({}), 0, DeviceSampler::kStreamPlain);
+  choices_->record(rec, m.kernels());
+  rec.submit_and_wait();
+}
+
 void BatchEngine::shutdown() {
   for (auto& s : slots_)
     if (s->req) end(*s, "cancelled");

@@ -83,6 +83,10 @@ class BatchEngine {
   bool has_drafter() const { return !draft_kind_.empty(); }
 
   void submit(std::shared_ptr<BatchRequest> r);   // throws Error for a prompt that can never run
+  // Before the first request, on the engine thread: creates the pipelines of the target's and the draft
+  // model's passes of every width (LlamaModel::warm_up) and of the sampling kernel, so that no step of a
+  // request waits for one.
+  void warm_up();
   // One step when there is work (false: idle). Engine thread only.
   bool step();
   // Steps until `stop` is set, sleeping while idle.

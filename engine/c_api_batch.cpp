@@ -163,6 +163,10 @@ vkspec_status vkspec_batch_cancel(vkspec_batch* batch, uint64_t id) {
   });
 }
 
+vkspec_status vkspec_batch_warm_up(vkspec_batch* batch) {
+  return api_call([&] { live_batch(batch)->engine->warm_up(); });
+}
+
 vkspec_status vkspec_batch_step(vkspec_batch* batch, int32_t* worked) {
   return api_call([&] {
     vkspec_batch* b = live_batch(batch);

@@ -182,7 +182,10 @@ void Kernels::record_matmul(Recorder& r, const DeviceMatrix& w, const DeviceMatr
   y_stride = y_stride ? y_stride : w.rows;
   if (in.norm) mode |= contract::MODE_RMSNORM;
   if (texel_matmul(family_, w, w2, in, x_stride)) {
-    const uint32_t tt = std::min(n, Kernels::kBatchTile);   // no padded tokens: a verify of 6 computes 6
+    // Tiles of equal width, as few as kBatchTile allows: a tile computes TT tokens whatever n is (tokens past
+    // n repeat the last), so 12 rows as two tiles of 6, not 8 + 8 (a third of the work thrown away), and a
+    // verify of 6 as one tile of 6. Each token's sums do not depend on TT (batch invariance).
+    const uint32_t tt = ceil_div(n, ceil_div(n, Kernels::kBatchTile));
     const bool x8 = x8_matmul(w);
     if (x8) {   // the matmul reads x as quantize_x8 wrote it, normalized already
       in = MatmulInput(quantize_x8(r, in, w.cols, n, x_stride));

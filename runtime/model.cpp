@@ -221,6 +221,21 @@ void LlamaModel::forward(int seq, std::span<const uint32_t> tokens, Logits want)
   rec_->submit_and_wait();
 }
 
+void LlamaModel::warm_up() {
+  const int seq = kv_->new_sequence();
+  try {
+    const std::vector<uint32_t> tokens(Kernels::kBatchTile, 0);   // any ids
+    for (uint32_t n = 1; n <= Kernels::kBatchTile; ++n) {
+      forward(seq, std::span(tokens).first(n), Logits::All);
+      kv_->truncate(seq, 0);
+    }
+  } catch (...) {
+    kv_->free_sequence(seq);
+    throw;
+  }
+  kv_->free_sequence(seq);
+}
+
 void LlamaModel::record_logits_readback(Recorder& r, uint32_t rows) {
   const VkDeviceSize bytes = VkDeviceSize(rows) * hp_.n_vocab * 4;
   r.copy(logits_.sub(0, bytes), logits_host_.sub(0, bytes));

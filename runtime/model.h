@@ -100,6 +100,12 @@ class LlamaModel {
   // Self-contained: record_forward of `tokens`, then argmax of the logits rows and their readback; one
   // submission and wait. argmax_id(i) is the argmax of row i whenever logits were computed.
   void forward(int seq, std::span<const uint32_t> tokens, Logits want);
+  // Creates the pipelines a pass of any width uses, by running passes of 1..Kernels::kBatchTile tokens
+  // (wider ones are tiles of those widths) with all their logits rows over a scratch sequence, which it
+  // then frees (needs a free sequence). Lavapipe and GPU drivers create a pipeline at its first dispatch
+  // (10-70 ms each from warm caches, seconds cold): a server does this before its first request, whose
+  // steps would otherwise wait for every new width.
+  void warm_up();
   const float* logits(uint32_t row) const { return logits_host_.host<float>() + size_t(row) * hp_.n_vocab; }
   uint32_t argmax_id(uint32_t row) const { return ids_.host<uint32_t>()[contract::TOKEN_SLOT_UINTS * row]; }
   const Slice& logits_rows() const { return logits_; }   // [kMaxBatch][n_vocab], for device-side sampling

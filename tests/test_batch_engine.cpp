@@ -160,6 +160,36 @@ TEST_F(BatchEngineTest, CompletionsOfOnePromptPrefillItOnceAndShareItsBlocks) {
   EXPECT_EQ(m.kv_blocks_in_use, 0u);
 }
 
+// After warm_up no step creates a pipeline: greedy and sampled requests on both models, speculative rounds
+// of every K the policy picks, prompts prefilled in chunks beside them (passes of many widths). The
+// warm-up's scratch sequences are gone again.
+TEST_F(BatchEngineTest, WarmUpCreatesEveryPipelineTheStepsUse) {
+  auto t = target(4);
+  EngineOptions o;
+  o.draft_model = shared_path("models/pycode-draft-f16.gguf");
+  o.draft = "ngram";
+  o.draft_max = 6;
+  BatchEngine batch(t, o, {4, 24});
+  const size_t loaded = t->pipelines->created();
+  batch.warm_up();
+  const size_t warm = t->pipelines->created();
+  EXPECT_GT(warm, loaded + 2 * 8) << "passes of 1..8 tokens on two models";
+  EXPECT_EQ(t->model->kv().blocks_in_use(), 0u);
+  std::vector<Outcome> runs(std::size(kPrompts));
+  for (size_t i = 0; i < std::size(kPrompts); ++i) {
+    SamplingParams sp;
+    sp.temperature = i % 2 ? 0.8f : 0.0f;
+    sp.seed = i;
+    batch.submit(request(encode(*t, kPrompts[i]), sp, 24 + 4 * uint32_t(i), runs[i]));
+  }
+  drain(batch);
+  for (const Outcome& r : runs) EXPECT_EQ(r.result.stop_reason, "length") << r.result.error;
+  EXPECT_GT(batch.metrics().drafted, 0u);
+  EXPECT_EQ(t->pipelines->created(), warm);
+  EXPECT_EQ(batch.metrics().kv_blocks_in_use, 0u);
+  t->model->kv().check_invariants();
+}
+
 TEST_F(BatchEngineTest, AdmissionWaitsForBlocksAndCancelledRequestsFreeThem) {
   // A pool of 40 blocks (640 tokens) with 4 sequences: requests reserving 17 blocks each run two at a time.
   auto t = target(4, 40);

@@ -96,6 +96,9 @@ TEST(CApiBatch, RequestsGetTheTokensOfTheirContextRuns) {
     bp.parallel = 2;
     vkspec_batch* b = nullptr;
     ASSERT_EQ(vkspec_batch_create(m, &bp, &b), VKSPEC_OK) << vkspec_last_error();
+    if (temp > 0) {   // a warmed-up batch gives the same tokens
+      ASSERT_EQ(vkspec_batch_warm_up(b), VKSPEC_OK) << vkspec_last_error();
+    }
     std::vector<Request> runs(3);
     std::vector<std::vector<int32_t>> want;
     for (size_t i = 0; i < 3; ++i) {
@@ -164,6 +167,8 @@ TEST(CApiBatch, CancelShutdownAndErrors) {
   EXPECT_NE(id_running, id_queued);
   int32_t worked = 0;
   for (int i = 0; i < 3; ++i) ASSERT_EQ(vkspec_batch_step(b, &worked), VKSPEC_OK);
+  EXPECT_NE(vkspec_batch_warm_up(b), VKSPEC_OK) << "a warm-up while a request runs";
+  EXPECT_NE(std::string(vkspec_last_error()).find("before its first request"), std::string::npos) << vkspec_last_error();
   EXPECT_EQ(vkspec_batch_cancel(b, id_running), VKSPEC_OK);
   EXPECT_EQ(vkspec_batch_cancel(b, 999999), VKSPEC_OK) << "an unknown id is no error";
   for (int i = 0; i < 2 && !running.done; ++i) ASSERT_EQ(vkspec_batch_step(b, &worked), VKSPEC_OK);
@@ -190,6 +195,7 @@ TEST(CApiBatch, CancelShutdownAndErrors) {
   EXPECT_EQ(running.done + queued.done, 2) << "on_done exactly once each";
   EXPECT_EQ(vkspec_batch_free(nullptr), VKSPEC_OK);
   EXPECT_EQ(vkspec_batch_step(b, &worked), VKSPEC_ERROR_INVALID_ARGUMENT) << "a freed batch";
+  EXPECT_EQ(vkspec_batch_warm_up(b), VKSPEC_ERROR_INVALID_ARGUMENT) << "a freed batch";
   EXPECT_EQ(vkspec_model_free(m), VKSPEC_OK);
 }
 

@@ -432,22 +432,26 @@ TEST_P(KernelTest, MatmulIsBatchInvariantBitForBit) {
         // reversed order: every token sits in another tile position with other neighbours
         std::vector<float> xr(x.size());
         for (uint32_t t = 0; t < n; ++t) std::copy_n(&x[t * K], K, &xr[(n - 1 - t) * K]);
-        Slice xrs = upload(xr), reversed = zeros<float>(n * M), sub = zeros<float>(n * M);
+        Slice xrs = upload(xr), reversed = zeros<float>(n * M), sub = zeros<float>(n * M), sub9 = zeros<float>(n * M);
         run([&](Recorder& r) {
           k.matmul(r, m, xs, batch, n, false);
           k.matmul(r, m, xrs, reversed, n, false);
-          k.matmul(r, m, xs, sub, 11, false);   // a batch size that leaves a partial tile
+          k.matmul(r, m, xs, sub, 11, false);   // batch sizes that are no multiple of a tile: 6 + 5, 5 + 4
+          k.matmul(r, m, xs, sub9, 9, false);
           for (uint32_t t = 0; t < n; ++t)
             k.matmul(r, m, xs.sub(t * K * 4, K * 4), single.sub(t * M * 4, M * 4), 1, false);
         });
         auto b = download<float>(batch, n * M), s = download<float>(single, n * M);
-        auto rv = download<float>(reversed, n * M), sb = download<float>(sub, n * M);
+        auto rv = download<float>(reversed, n * M), sb = download<float>(sub, n * M), sb9 = download<float>(sub9, n * M);
         for (uint32_t t = 0; t < n; ++t)
           for (uint32_t r = 0; r < M; ++r) {
             ASSERT_EQ(b[t * M + r], s[t * M + r]) << dtype_name(type) << " K=" << K << " t=" << t << " r=" << r;
             ASSERT_EQ(rv[(n - 1 - t) * M + r], s[t * M + r]);
             if (t < 11) {
               ASSERT_EQ(sb[t * M + r], s[t * M + r]);
+            }
+            if (t < 9) {
+              ASSERT_EQ(sb9[t * M + r], s[t * M + r]);
             }
           }
       }
