@@ -27,7 +27,9 @@ struct BatchEngine::Slot {
   BatchResult result;
   Clock::time_point admitted, first_token;
   // this step
-  enum class Part { None, Prefill, PrefillLast, Decode, Verify } part = Part::None;
+  // PlainRound: a greedy speculative sequence's round without drafts (K = 0), run as a decode row among the
+  // plain ones (their ids embedded in one dispatch, their argmax in one) with its choice in the verify slot
+  enum class Part { None, Prefill, PrefillLast, Decode, Verify, PlainRound } part = Part::None;
   uint32_t rows = 0;   // in this step's pass
 };
 
@@ -410,6 +412,8 @@ bool BatchEngine::step() {
     t_->model->kv().drop_pending_copies();
     for (Slot* s : plan.drafted)
       if (s->req) end(*s, "error", e.what());
+    for (Slot* s : plan.plain_rounds)
+      if (s->req) end(*s, "error", e.what());
     for (Slot* s : plan.in_step)
       if (s->req) end(*s, "error", e.what());
     return true;
@@ -461,6 +465,12 @@ void BatchEngine::plan_speculative_rows(StepRows& plan) {
       continue;
     }
     const uint32_t k_max = s.spec->drafts_planned(decoding, costs);
+    if (k_max == 0 && s.chooser->greedy()) {   // (a sampled one draws in its acceptor: its own stream)
+      s.spec->drafts_recorded(0);
+      s.part = Slot::Part::PlainRound;   // its row: plan_decode_rows
+      plan.plain_rounds.push_back(&s);
+      continue;
+    }
     uint32_t drafted = 0;
     ModelDrafter* model = k_max ? s.drafter->draft_unless_model(s.context, k_max, s.spec->draft_round(), drafted) : nullptr;
     if (model) batched.push_back({model, s.context, k_max, &s.spec->draft_round()});
@@ -492,11 +502,11 @@ void BatchEngine::plan_decode_rows(StepRows& plan) {
   LlamaModel& m = *t_->model;
   for (auto& sp : slots_) {
     Slot& s = *sp;
-    if (!s.req || !s.decoding || s.spec) continue;
-    // the token chosen last step (context.back() == its slot 0), host-written: the decode rows' ids are
-    // then contiguous, and the pass embeds them in one dispatch
+    if (!s.req || !s.decoding || (s.spec && s.part != Slot::Part::PlainRound)) continue;
+    // the token chosen last step (context.back() == its slot 0; a speculative round's g), host-written: the
+    // decode rows' ids are then contiguous, and the pass embeds them in one dispatch
     plan.rows.push_back({s.seq, m.write_tokens(std::span(s.context).last(1)), 1, Logits::Last});
-    s.part = Slot::Part::Decode;
+    if (!s.spec) s.part = Slot::Part::Decode;
     s.rows = 1;
     plan.n_rows += 1;
     plan.in_step.push_back(&s);
@@ -535,12 +545,14 @@ void BatchEngine::record_choices(const StepRows& plan) {
     if (s->part == Slot::Part::Verify) {
       s->spec->record_verify(logits);
       at += s->rows;
-    } else if (s->part == Slot::Part::Decode || s->part == Slot::Part::PrefillLast) {
+    } else if (s->part == Slot::Part::Decode || s->part == Slot::Part::PrefillLast || s->part == Slot::Part::PlainRound) {
       TokenChooser& ch = *s->chooser;
       if (s->req->logits)   // read back (before sampling penalizes the row in place: choices_ orders them)
         rec.copy(logits.sub(0, row_bytes), logits_host_.sub(s->index * row_bytes, row_bytes));
       const uint32_t history = ch.mode() == ChoiceMode::Device ? ch.set_history(s->context) : 0;
-      choices_->add(rec, m.kernels(), ch, logits.sub(0, row_bytes), 0, history, s->context.size(),
+      // (a plain round's choice goes where SpeculativeDecoder::finish reads its verdict)
+      const uint32_t slot = s->part == Slot::Part::PlainRound ? TokenChooser::kVerifySlot : 0;
+      choices_->add(rec, m.kernels(), ch, logits.sub(0, row_bytes), slot, history, s->context.size(),
                     DeviceSampler::kStreamPlain);
       at += 1;
     }
@@ -583,6 +595,7 @@ void BatchEngine::take_result(Slot& s) {
       break;
     }
     case Slot::Part::Verify:
+    case Slot::Part::PlainRound:
       if (!s.spec->finish()) end(s, s.stop_reason.empty() ? "context" : s.stop_reason);
       break;
   }

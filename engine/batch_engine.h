@@ -103,13 +103,14 @@ class BatchEngine {
     std::vector<SeqRows> rows;       // per sequence in the pass
     std::vector<Slot*> in_step;      // the sequences of `rows`, in order
     std::vector<Slot*> drafted;      // speculative sequences whose drafts were recorded
+    std::vector<Slot*> plain_rounds; // greedy speculative sequences drafting nothing this step (decode rows)
     uint32_t n_rows = 0;
     uint32_t prefill_rows = 0;       // of n_rows
     // the batched draft steps: how many, their rows in all, and the recorder's marks around them (when any)
     uint32_t draft_steps = 0, draft_rows = 0, draft_begin = 0, draft_end = 0;
   };
   void plan_speculative_rows(StepRows& plan);   // drafts recorded, then the verify rows
-  void plan_decode_rows(StepRows& plan);
+  void plan_decode_rows(StepRows& plan);        // plain sequences and plain_rounds
   void plan_prefill_rows(StepRows& plan);       // the rest of the row budget
   void record_choices(const StepRows& plan);
   void take_result(Slot& s);

@@ -76,6 +76,7 @@ TEST_F(BatchEngineTest, EveryRequestGetsTheTokensOfItsRunAlone) {
                         {"mixed settings", "", "", -1.0f},   // greedy, top-k, top-p, penalties side by side
                         {"greedy + ngram", "", "ngram", 0.0f},
                         {"greedy + draft model", shared_path("models/pycode-draft-f16.gguf"), "", 0.0f},
+                        {"mixed settings + draft model", shared_path("models/pycode-draft-f16.gguf"), "", -1.0f},
                         {"greedy + lookup, then draft model", shared_path("models/pycode-draft-f16.gguf"), "ngram", 0.0f},
                         {"sampled + draft model", shared_path("models/pycode-draft-f16.gguf"), "", 0.9f},
                         {"sampled + lookup, then draft model", shared_path("models/pycode-draft-f16.gguf"), "ngram", 0.9f}};
