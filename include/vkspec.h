@@ -345,9 +345,10 @@ VKSPEC_API vkspec_status vkspec_batch_submit(vkspec_batch* batch, const int32_t*
 /* Ends request `id` at the next step ("cancelled"); an id that has ended already is not an error. */
 VKSPEC_API vkspec_status vkspec_batch_cancel(vkspec_batch* batch, uint64_t id);
 /* Optional, before the first request, on the thread that will step the batch: creates the pipelines of
- * the model's and the draft model's forward passes of every width and of the sampling kernel now (drivers create each at its first
- * use: 10-70 ms from warm caches on lavapipe, seconds cold), so that no step of a request waits for one; a
- * server calls it while it reports that it is loading. */
+ * the model's and the draft model's forward passes of every width and of the sampling kernel now (drivers
+ * create each at its first use: 10-70 ms from warm caches on lavapipe, seconds cold), so that no step of a
+ * request waits for one; a server calls it while it reports that it is loading. Refused while requests
+ * run. */
 VKSPEC_API vkspec_status vkspec_batch_warm_up(vkspec_batch* batch);
 /* One step when there is work; *worked = 0 when there was none. */
 VKSPEC_API vkspec_status vkspec_batch_step(vkspec_batch* batch, int32_t* worked);
