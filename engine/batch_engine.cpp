@@ -479,12 +479,9 @@ void BatchEngine::plan_speculative_rows(StepRows& plan) {
   }
   if (!batched.empty()) {
     plan.draft_begin = rec_->mark();
-    record_batched_drafts(*draft_model_, batched, draft_logits_, *choices_);
+    plan.draft_rows = record_batched_drafts(*draft_model_, batched, draft_logits_, *choices_);
     plan.draft_end = rec_->mark();
-    for (const BatchedDraft& d : batched) {
-      plan.draft_steps = std::max(plan.draft_steps, d.k);
-      plan.draft_rows += d.k;
-    }
+    for (const BatchedDraft& d : batched) plan.draft_steps = std::max(plan.draft_steps, d.k);
     size_t j = 0;
     for (Slot* s : plan.drafted)   // the batched ones, in the order they were added
       if (j < batched.size() && &s->spec->draft_round() == batched[j].round)
@@ -549,9 +546,12 @@ void BatchEngine::record_choices(const StepRows& plan) {
       TokenChooser& ch = *s->chooser;
       if (s->req->logits)   // read back (before sampling penalizes the row in place: choices_ orders them)
         rec.copy(logits.sub(0, row_bytes), logits_host_.sub(s->index * row_bytes, row_bytes));
-      const uint32_t history = ch.mode() == ChoiceMode::Device ? ch.set_history(s->context) : 0;
-      // (a plain round's choice goes where SpeculativeDecoder::finish reads its verdict)
-      const uint32_t slot = s->part == Slot::Part::PlainRound ? TokenChooser::kVerifySlot : 0;
+      // (a plain round's history was set when it was planned; its choice goes where SpeculativeDecoder::finish
+      // reads its verdict)
+      const bool plain_round = s->part == Slot::Part::PlainRound;
+      const uint32_t history = plain_round ? s->spec->history_len()
+                               : ch.mode() == ChoiceMode::Device ? ch.set_history(s->context) : 0;
+      const uint32_t slot = plain_round ? TokenChooser::kVerifySlot : 0;
       choices_->add(rec, m.kernels(), ch, logits.sub(0, row_bytes), slot, history, s->context.size(),
                     DeviceSampler::kStreamPlain);
       at += 1;

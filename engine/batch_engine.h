@@ -106,7 +106,9 @@ class BatchEngine {
     std::vector<Slot*> plain_rounds; // greedy speculative sequences drafting nothing this step (decode rows)
     uint32_t n_rows = 0;
     uint32_t prefill_rows = 0;       // of n_rows
-    // the batched draft steps: how many, their rows in all, and the recorder's marks around them (when any)
+    // the batched draft steps: how many, their rows in all (the draft model's catch-ups included: a line
+    // over rows that left them out priced a draft step at up to 5x its cost), and the recorder's marks
+    // around them (when any)
     uint32_t draft_steps = 0, draft_rows = 0, draft_begin = 0, draft_end = 0;
   };
   void plan_speculative_rows(StepRows& plan);   // drafts recorded, then the verify rows

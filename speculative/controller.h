@@ -75,6 +75,7 @@ class SpeculativeDecoder {
   DraftRound& draft_round() { return round_; }
   Drafter& drafter() { return drafter_; }
   TokenInput verify_input() const { return chooser_.input(0); }
+  uint32_t history_len() const { return history_len_; }   // the penalty history drafts_planned() set (0: none)
   void record_verify(const Slice& target_logits);
   bool finish(double draft_s = -1, double verify_s = -1, double catch_up_s = -1);
 

@@ -16,27 +16,32 @@ void PassCostLine::add(double rows, double seconds) {
   s_[i] = seconds;
 }
 
-double PassCostLine::at(double rows) const {
+std::optional<PassCostLine::Fit> PassCostLine::fit() const {
   const size_t n = size();
-  if (n < kMinSamples) return -1.0;
+  if (n < kMinSamples) return std::nullopt;
   std::array<double, kWindow * (kWindow - 1) / 2> slopes;
   size_t m = 0;
   for (size_t i = 0; i < n; ++i)
     for (size_t j = i + 1; j < n; ++j)
       if (rows_[i] != rows_[j]) slopes[m++] = (s_[j] - s_[i]) / (rows_[j] - rows_[i]);
-  // one row count (a lone sequence's draft steps): its median is known, no other point
-  if (m == 0 && rows != rows_[0]) return -1.0;
-  const double g = m ? std::max(0.0, lower_median(slopes.data(), m)) : 0.0;   // a row never makes a pass cheaper
+  Fit f;
+  f.slope_known = m > 0;
+  f.rows = rows_[0];
+  f.g = m ? std::max(0.0, lower_median(slopes.data(), m)) : 0.0;   // a row never makes a pass cheaper
   std::array<double, kWindow> a;
-  for (size_t i = 0; i < n; ++i) a[i] = s_[i] - g * rows_[i];
-  return lower_median(a.data(), n) + g * rows;
+  for (size_t i = 0; i < n; ++i) a[i] = s_[i] - f.g * rows_[i];
+  f.a = lower_median(a.data(), n);
+  return f;
 }
 
 std::optional<SharedCosts> SharedCosts::measured(const PassCostLine& target, const PassCostLine& draft,
                                                  uint32_t sequences) {
-  const double b = std::max(1u, sequences), pass = target.at(b), wider = target.at(b + 1), step = draft.at(b);
-  if (!(pass > 0) || wider < 0) return std::nullopt;   // a row's cost not seen yet: the constants decide
-  return SharedCosts{pass / b, wider - pass, step >= 0 ? step / b : -1.0};
+  const double b = std::max(1u, sequences);
+  const std::optional<PassCostLine::Fit> t = target.fit(), d = draft.fit();
+  // a row's cost not seen yet: the constants decide
+  if (!t || !t->slope_known || !(t->at(b) > 0)) return std::nullopt;
+  const double step = d ? d->at(b) : -1.0;
+  return SharedCosts{t->at(b) / b, t->g, step >= 0 ? step / b : -1.0, d ? d->slope() : -1.0};
 }
 
 double DraftPolicy::pass_cost(uint32_t n) const {
@@ -65,7 +70,10 @@ uint32_t DraftPolicy::best_k(double t_draft, double (DraftPolicy::*pass)(uint32_
 }
 
 uint32_t DraftPolicy::choose(bool free_drafts) const {
-  if (timing_free_) return best_k(free_drafts ? 0.0 : modeled_draft(), &DraftPolicy::modeled_pass, 0.0);
+  if (timing_free_) {   // measured costs: a draft model's catch-up, a row per plain round (see the header)
+    const double catch_up = costs_ && costs_->draft_row > 0 && !free_drafts ? plain_rounds_ * costs_->draft_row : 0.0;
+    return best_k(free_drafts ? 0.0 : modeled_draft(), &DraftPolicy::modeled_pass, catch_up);
+  }
   const double catch_up = plain_rounds_ > 0 && !free_drafts ? std::max(0.0, t_catch_up_.median()) : 0.0;
   return best_k(free_drafts ? 0.0 : draft_cost(), &DraftPolicy::pass_cost, catch_up);
 }

@@ -39,7 +39,11 @@
 // would. A greedy sequence's tokens do not depend on K at all, so once the engine has measured its passes
 // (PassCostLine, SharedCosts: device time by rows, at the batch's own size) a greedy sequence is priced with
 // those costs instead of the constants, and is not probed where they say that drafting would lose even if
-// every draft were accepted. On lavapipe a row of a 4-row pass costs about half the sequence's share of it
+// every draft were accepted. After plain rounds, such a sequence's draft model catches up in its first
+// draft step on one token per plain round, each priced at the draft line's slope (SharedCosts::draft_row) as
+// the switching cost the single-sequence policy charges its measured catch-up pass: near break-even a
+// sequence would otherwise flip between plain and drafting rounds and pay a catch-up at each flip.
+// On lavapipe a row of a 4-row pass costs about half the sequence's share of it
 // and a batched draft step (with the draft model's catch-ups) more than that share, where the constants
 // say 0.1 and 0.19 of a step: priced by the constants greedy speculation in the server ran at 0.72-0.76x
 // plain with 4 streams, with the measured costs at 0.83-0.90x (docs/PERFORMANCE.md).
@@ -85,10 +89,22 @@ class PassCostLine {
   static constexpr size_t kWindow = 15, kMinSamples = 5;
   void add(double rows, double seconds);
   size_t size() const { return added_ < kWindow ? size_t(added_) : kWindow; }
-  // The fitted line at `rows`, or -1 while unknown: fewer than kMinSamples samples, or all of one row count
-  // and `rows` another (a line needs two counts; the one count's median is known).
-  double at(double rows) const;
+  struct Fit {
+    double a = 0, g = 0;        // t(n) = a + g n
+    bool slope_known = false;   // false: every sample of one row count, `rows` (g = 0, a their median)
+    double rows = 0;
+    // The line at n rows, or -1 where unknown: all samples of one row count and n another (a line needs
+    // two counts; the one count's median is known).
+    double at(double n) const { return slope_known || n == rows ? a + g * n : -1.0; }
+    double slope() const { return slope_known ? g : -1.0; }   // seconds per row, >= 0; -1: unknown
+  };
+  std::optional<Fit> fit() const;   // nullopt: fewer than kMinSamples samples
+  double at(double rows) const {   // -1 while unknown
+    const std::optional<Fit> f = fit();
+    return f ? f->at(rows) : -1.0;
+  }
  private:
+
   std::array<double, kWindow> rows_{}, s_{};
   uint64_t added_ = 0;
 };
@@ -98,9 +114,10 @@ class PassCostLine {
 // one row): `plain_share`, its share of a pass of b rows, t(b) / b; `row`, each of its own draft rows, the
 // line's slope; `draft_share`, its share of a draft step over b rows, t_draft(b) / b (< 0 while no draft
 // step has been measured at b rows, as in a batch whose drafts are all host lookups: then the constant draft
-// cost times plain_share).
+// cost times plain_share); `draft_row`, what one more row costs a draft step, the draft line's slope (< 0
+// while unknown): the price of each token a draft model catches up on after plain rounds.
 struct SharedCosts {
-  double plain_share = 0.0, row = 0.0, draft_share = -1.0;
+  double plain_share = 0.0, row = 0.0, draft_share = -1.0, draft_row = -1.0;
   // From lines fitted to a batch's target passes and draft steps; nullopt while the target's line does not
   // know passes of b and b + 1 rows.
   static std::optional<SharedCosts> measured(const PassCostLine& target, const PassCostLine& draft, uint32_t sequences);

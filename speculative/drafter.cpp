@@ -75,7 +75,8 @@ uint32_t ModelDrafter::draft(std::span<const uint32_t> context, uint32_t k, Draf
   return st.k;
 }
 
-void record_batched_drafts(LlamaModel& draft, std::span<BatchedDraft> jobs, const Slice& logits, BatchedChoices& choices) {
+uint32_t record_batched_drafts(LlamaModel& draft, std::span<BatchedDraft> jobs, const Slice& logits,
+                               BatchedChoices& choices) {
   std::vector<ModelDrafter::Steps> steps;
   uint32_t k_max = 0;
   for (BatchedDraft& j : jobs) {
@@ -86,10 +87,14 @@ void record_batched_drafts(LlamaModel& draft, std::span<BatchedDraft> jobs, cons
   }
   const VkDeviceSize row = VkDeviceSize(draft.hparams().n_vocab) * 4;
   std::vector<SeqRows> rows;
+  uint32_t n_rows = 0;
   for (uint32_t i = 0; i < k_max; ++i) {
     rows.clear();
     for (size_t j = 0; j < jobs.size(); ++j)
-      if (jobs[j].k > i) rows.push_back({jobs[j].drafter->sequence(), steps[j].in, steps[j].n_in, Logits::Last});
+      if (jobs[j].k > i) {
+        rows.push_back({jobs[j].drafter->sequence(), steps[j].in, steps[j].n_in, Logits::Last});
+        n_rows += steps[j].n_in;
+      }
     Recorder& rec = jobs[0].round->rec;
     draft.record_batch(rec, rows, logits);
     uint32_t r = 0;
@@ -103,6 +108,7 @@ void record_batched_drafts(LlamaModel& draft, std::span<BatchedDraft> jobs, cons
   }
   for (BatchedDraft& j : jobs)
     if (j.k) j.drafter->end(j.context, j.k);
+  return n_rows;
 }
 
 void ModelDrafter::round_done(std::span<const uint32_t> drafts) {

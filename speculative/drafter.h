@@ -161,14 +161,16 @@ class LookupThenModelDrafter : public Drafter {
 // drafts more than i tokens runs in one batched pass (LlamaModel::record_batch), then each draws its draft
 // from its row, the step's choices recorded together (`choices`: one argmax or sample_rows dispatch for all
 // of them). Drafts are those each ModelDrafter::draft would give alone (batch invariance). `logits` holds a
-// row per job. Returns nothing; each job's k becomes what it drafted.
+// row per job. Each job's k becomes what it drafted; returns the rows its passes ran in all, the first step's
+// catch-ups (context a draft model has not seen yet) included.
 struct BatchedDraft {
   ModelDrafter* drafter;
   std::span<const uint32_t> context;
   uint32_t k;
   DraftRound* round;
 };
-void record_batched_drafts(LlamaModel& draft, std::span<BatchedDraft> jobs, const Slice& logits, BatchedChoices& choices);
+uint32_t record_batched_drafts(LlamaModel& draft, std::span<BatchedDraft> jobs, const Slice& logits,
+                               BatchedChoices& choices);
 
 // Draft and target must share a vocabulary (size, texts, types, special ids); throws Error otherwise.
 void check_same_vocabulary(const Tokenizer& target, const Tokenizer& draft);

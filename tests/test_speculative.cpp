@@ -265,6 +265,31 @@ TEST_F(SpeculativeTest, DraftCatchUpIsTimedApartAndDraftsStayTheDraftsGreedyCont
   }
 }
 
+// Two sequences' drafts recorded together (record_batched_drafts, as the batch engine does): each gets its
+// draft model's greedy continuation, and the rows counted are every step's, the first step's catch-ups
+// included (the batch's draft-step cost line is fitted over them).
+TEST_F(SpeculativeTest, BatchedDraftsCountTheirCatchUpRows) {
+  StoriesPair pair;
+  const std::vector<uint32_t> a = {1, 403, 407, 261, 378, 300, 270}, b = {1, 300, 270};
+  const uint32_t V = pair.draft.hparams().n_vocab;
+  ModelDrafter da(pair.draft, 0.0f), db(pair.draft, 0.0f);
+  Session sa(V), sb(V);
+  Arena arena(gpu().ctx, MemoryKind::Device, 2 * VkDeviceSize(V) * 4 + 4096);
+  const Slice logits = arena.alloc(2 * VkDeviceSize(V) * 4, "two draft rows");
+  BatchedChoices choices(gpu().ctx, gpu().pipelines, V, 2);
+  DraftRound ra{sa.rec, sa.chooser}, rb{sa.rec, sb.chooser};   // one recorder: one submission
+  std::vector<BatchedDraft> jobs = {{&da, a, 3, &ra}, {&db, b, 2, &rb}};
+  sa.rec.begin();
+  const uint32_t rows = record_batched_drafts(pair.draft, jobs, logits, choices);
+  sa.rec.submit_and_wait();
+  EXPECT_EQ(rows, (7u + 3u) + 2u + 1u) << "step 0: both contexts; step 1: a draft each; step 2: a's";
+  EXPECT_EQ(jobs[0].k, 3u);
+  EXPECT_EQ(jobs[1].k, 2u);
+  const std::vector<uint32_t> want_a = plain_greedy(pair.draft, a, 3), want_b = plain_greedy(pair.draft, b, 2);
+  for (uint32_t i = 0; i < 3; ++i) EXPECT_EQ(sa.chooser.token(i + 1), want_a[i]) << "draft " << i << " of a";
+  for (uint32_t i = 0; i < 2; ++i) EXPECT_EQ(sb.chooser.token(i + 1), want_b[i]) << "draft " << i << " of b";
+}
+
 // Two-sample chi-square (homogeneity) of token counts from two samplers; categories whose combined count is
 // below 10 are pooled. Critical value at significance ~1e-6 (Wilson-Hilferty, z = 4.75); seeds are fixed.
 // Returns the number of categories compared.
@@ -470,6 +495,7 @@ TEST(Speculative, SharedPassesPricedWithMeasuredCosts) {
       EXPECT_NEAR(c->plain_share, (a + g * b) / b, 1e-12);
       EXPECT_NEAR(c->row, g, 1e-12);
       EXPECT_NEAR(c->draft_share, draft_ratio * (a + g * b) / b, 1e-12);
+      EXPECT_NEAR(c->draft_row, draft_ratio * g, 1e-12);
       p.share_passes(b, c);
       EXPECT_EQ(p.next_k(), model_best_k(alpha, c->draft_share, c->plain_share, g, 8)) << b << " sequences, growth " << growth;
     }
@@ -503,6 +529,36 @@ TEST(Speculative, SharedPassesPricedWithMeasuredCosts) {
   ASSERT_TRUE(lone.has_value());
   EXPECT_NEAR(lone->draft_share, 0.002, 1e-15) << "measured at its one row count";
   EXPECT_LT(SharedCosts::measured(passes, lone_steps, 4)->draft_share, 0.0) << "not measured at 4 rows";
+  EXPECT_LT(lone->draft_row, 0.0) << "one row count: a draft row's cost unknown";
+}
+
+// After plain rounds a greedy sequence's draft model catches up on a token per plain round in its next draft
+// step: priced at the measured draft row (SharedCosts::draft_row) as a switching cost, so that near
+// break-even the sequence stays plain rather than flipping, and not at all where no draft step runs (host
+// lookups) or while a draft row's cost is unknown.
+TEST(Speculative, CatchUpAfterPlainRoundsPricedAtTheMeasuredDraftRow) {
+  const SharedCosts c{0.003, 0.0003, 0.0006, 0.0008};   // seconds: share, row, draft step's share, draft row
+  DraftPolicy p(5, true, /*timing_free=*/true, 0.19);
+  for (int i = 0; i < 60; ++i) p.observe(3, 2, -1, -1);   // acceptance 2 of 3
+  const double alpha = std::min(p.alpha(), 0.999);
+  p.share_passes(4, c);
+  SharedCosts unknown = c;
+  unknown.draft_row = -1.0;
+  std::vector<uint32_t> ks;
+  for (uint32_t plain = 0; plain < DraftPolicy::kProbeEvery; ++plain) {   // (no probe before kProbeEvery)
+    p.share_passes(4, c);
+    ks.push_back(p.next_k());
+    EXPECT_EQ(ks.back(), model_best_k(alpha, c.draft_share, c.plain_share, c.row, 5, plain * c.draft_row))
+        << plain << " plain rounds";
+    EXPECT_EQ(p.next_k(/*free_drafts=*/true), model_best_k(alpha, 0.0, c.plain_share, c.row, 5))
+        << "lookups catch up on nothing";
+    p.share_passes(4, unknown);
+    EXPECT_EQ(p.next_k(), model_best_k(alpha, c.draft_share, c.plain_share, c.row, 5)) << "a draft row not measured";
+    p.observe(0, 0, -1, -1);
+  }
+  EXPECT_GT(ks.front(), 0u) << "drafting pays without a catch-up";
+  EXPECT_EQ(ks.back(), 0u) << "and not with seven tokens to catch up on";
+  EXPECT_TRUE(std::is_sorted(ks.rbegin(), ks.rend())) << "a longer catch-up never drafts more";
 }
 
 // Plain rounds are followed by a one-draft probe (the drafter may agree again), except where the batch's
