@@ -456,7 +456,8 @@ void BatchEngine::plan_speculative_rows(StepRows& plan) {
   const uint32_t decoding = uint32_t(std::count_if(slots_.begin(), slots_.end(), [](const auto& sp) {
     return sp->req && sp->decoding;
   }));
-  const std::optional<SharedCosts> costs = SharedCosts::measured(pass_costs_, draft_step_costs_, decoding);
+  std::optional<SharedCosts> costs = SharedCosts::measured(pass_costs_, draft_step_costs_, decoding);
+  uint32_t model_steps = 0;   // the batched draft steps that the sequences planned so far run
   for (auto& sp : slots_) {
     Slot& s = *sp;
     if (!s.req || !s.decoding || !s.spec) continue;
@@ -464,6 +465,7 @@ void BatchEngine::plan_speculative_rows(StepRows& plan) {
       end(s, s.stop_reason.empty() ? "context" : s.stop_reason);
       continue;
     }
+    if (costs) costs->joined_steps = model_steps;
     const uint32_t k_max = s.spec->drafts_planned(decoding, costs);
     if (k_max == 0 && s.chooser->greedy()) {   // (a sampled one draws in its acceptor: its own stream)
       s.spec->drafts_recorded(0);
@@ -473,7 +475,10 @@ void BatchEngine::plan_speculative_rows(StepRows& plan) {
     }
     uint32_t drafted = 0;
     ModelDrafter* model = k_max ? s.drafter->draft_unless_model(s.context, k_max, s.spec->draft_round(), drafted) : nullptr;
-    if (model) batched.push_back({model, s.context, k_max, &s.spec->draft_round()});
+    if (model) {
+      batched.push_back({model, s.context, k_max, &s.spec->draft_round()});
+      model_steps = std::max(model_steps, k_max);
+    }
     else s.rows = s.spec->drafts_recorded(drafted);
     plan.drafted.push_back(&s);
   }

@@ -21,7 +21,7 @@
 // of its own): the first drafting round after plain ones is charged that measured cost, so the policy does
 // not flip between plain and drafting near break-even, paying a catch-up at each flip. After probe_every_
 // plain rounds one draft is tried anyway, so that a drafter that starts agreeing again is noticed; a probe
-// after which plain still wins doubles the wait before the next (kProbeEvery up to kProbeMax): on a prompt
+// followed by a plain round doubles the wait before the next (kProbeEvery up to kProbeMax): on a prompt
 // whose drafts keep missing, probes every 8 rounds with their catch-ups cost ~6% (lavapipe, pycode pair).
 // Sampled runs must not depend on timings: where a verify round ends decides which counter-based random
 // numbers are used, so a seed reproduces its output only if the K sequence is a function of the seed.
@@ -38,15 +38,19 @@
 // sequences (share_passes): a sampled one's K must not depend on what else is in the batch, or its tokens
 // would. A greedy sequence's tokens do not depend on K at all, so once the engine has measured its passes
 // (PassCostLine, SharedCosts: device time by rows, at the batch's own size) a greedy sequence is priced with
-// those costs instead of the constants, and is not probed where they say that drafting would lose even if
-// every draft were accepted. After plain rounds, such a sequence's draft model catches up in its first
-// draft step on one token per plain round, each priced at the draft line's slope (SharedCosts::draft_row) as
-// the switching cost the single-sequence policy charges its measured catch-up pass: near break-even a
-// sequence would otherwise flip between plain and drafting rounds and pay a catch-up at each flip.
-// On lavapipe a row of a 4-row pass costs about half the sequence's share of it
-// and a batched draft step (with the draft model's catch-ups) more than that share, where the constants
-// say 0.1 and 0.19 of a step: priced by the constants greedy speculation in the server ran at 0.72-0.76x
-// plain with 4 streams, with the measured costs at 0.83-0.90x (docs/PERFORMANCE.md).
+// those costs instead of the constants. A draft step is priced at what it adds to the batch's step: a whole
+// draft step of one row where no other sequence's drafts run that step, a row where they do. (Priced at a
+// 1/b share of a step over all b sequences' rows, drafts looked cheap to sequences that then drafted alone,
+// each growing the step by a whole draft step.) After plain rounds, the draft model catches up in its first
+// draft step on one token per plain round, each priced at the draft line's slope: the switching cost the
+// single-sequence policy charges its measured catch-up pass, so that near break-even a sequence does not flip
+// between plain and drafting rounds, paying a catch-up at each flip. A greedy batch sequence is not probed
+// where these costs say drafting would lose even if every draft were accepted, its catch-up included.
+// On lavapipe (pycode pair, 4 streams) a row of a 4-row pass costs about half a sequence's share of it and a
+// draft step of one row two thirds of it, where the constants say 0.1 and 0.19 of a step: greedy speculation
+// in the server ran at 0.72-0.76x plain priced by the constants, 0.83-0.90x by measured costs with 1/b draft
+// shares, and with these prices its sequences stay plain, the steps' device time within ~3% of the plain
+// server's (docs/PERFORMANCE.md).
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -84,14 +88,19 @@ class RecentMedian {
 // A pass's cost as a line over its rows, t(n) = a + g n (seconds), fitted to the last kWindow samples by
 // Theil-Sen: the slope is the median of the pairwise slopes, the intercept the median of t - g n, so that a
 // few stalled or cold passes move neither. Invariant: size() <= kWindow.
+// A batch's steps are mostly of one row count (its decoding sequences), so the slope comes from the few
+// others (sequences that start, end or draft): over 15 samples one of them set it, and a fast one let every
+// sequence of a 4-stream batch probe with a catch-up each (lavapipe); 31 hold several. When the window holds
+// one row count only (a steady batch), the last slope fitted stands: unknown, the batch's greedy sequences
+// fell back to the constants, which had them draft and probe where measured costs had ruled it out.
 class PassCostLine {
  public:
-  static constexpr size_t kWindow = 15, kMinSamples = 5;
+  static constexpr size_t kWindow = 31, kMinSamples = 5;
   void add(double rows, double seconds);
   size_t size() const { return added_ < kWindow ? size_t(added_) : kWindow; }
   struct Fit {
     double a = 0, g = 0;        // t(n) = a + g n
-    bool slope_known = false;   // false: every sample of one row count, `rows` (g = 0, a their median)
+    bool slope_known = false;   // false: every sample ever of one row count, `rows` (g = 0, a their median)
     double rows = 0;
     // The line at n rows, or -1 where unknown: all samples of one row count and n another (a line needs
     // two counts; the one count's median is known).
@@ -107,17 +116,21 @@ class PassCostLine {
 
   std::array<double, kWindow> rows_{}, s_{};
   uint64_t added_ = 0;
+  double slope_ = -1.0;   // the last slope fitted (< 0: never two row counts in kMinSamples samples or more)
 };
 
 // A batched pass's measured costs for pricing one greedy sequence's round among b sequences (share_passes),
 // in seconds, at the batch's own size (a line fitted over passes of b rows and more is not extrapolated to
 // one row): `plain_share`, its share of a pass of b rows, t(b) / b; `row`, each of its own draft rows, the
-// line's slope; `draft_share`, its share of a draft step over b rows, t_draft(b) / b (< 0 while no draft
-// step has been measured at b rows, as in a batch whose drafts are all host lookups: then the constant draft
-// cost times plain_share); `draft_row`, what one more row costs a draft step, the draft line's slope (< 0
-// while unknown): the price of each token a draft model catches up on after plain rounds.
+// line's slope. A draft step costs the whole batch what it adds to the step: `draft_step`, a step of one row
+// (the draft line at one row: its fixed part and the row), when this sequence's drafts run more steps than
+// the other sequences' drafts of this step (`joined_steps`, set by the engine per sequence); `draft_row`, the
+// line's slope, for each step it joins, and for each token its draft model catches up on after plain rounds.
+// Both < 0 while unknown (no draft step measured, as in a batch whose drafts are all host lookups: then the
+// constant draft cost times plain_share; draft_row alone unknown: every step at draft_step).
 struct SharedCosts {
-  double plain_share = 0.0, row = 0.0, draft_share = -1.0, draft_row = -1.0;
+  double plain_share = 0.0, row = 0.0, draft_step = -1.0, draft_row = -1.0;
+  uint32_t joined_steps = 0;
   // From lines fitted to a batch's target passes and draft steps; nullopt while the target's line does not
   // know passes of b and b + 1 rows.
   static std::optional<SharedCosts> measured(const PassCostLine& target, const PassCostLine& draft, uint32_t sequences);
@@ -158,17 +171,19 @@ class DraftPolicy {
   };
   uint32_t choose(bool free_drafts) const;   // the K with the best expected rate (no probe, no refresh)
   // acceptance: the alpha to price with (< 0: the measured one)
-  uint32_t best_k(double t_draft, double (DraftPolicy::*pass)(uint32_t) const, double switch_s,
-                  double acceptance = -1.0) const;
-  // The timing-free model (see the top): a pass of n rows of this sequence, a draft step
-  // (with measured costs in seconds, else in plain decoding steps: only their ratios matter)
+  // drafts(k): what k draft steps cost; pass(n): a pass over n rows of this sequence
+  using Cost = double (DraftPolicy::*)(uint32_t) const;
+  uint32_t best_k(Cost drafts, Cost pass, double switch_s, double acceptance = -1.0) const;
+  double no_drafts(uint32_t) const { return 0.0; }   // host lookups
+  double measured_drafts(uint32_t k) const { return k * draft_cost(); }
+  // The timing-free model (see the top), with measured costs in seconds, else in plain decoding steps (only
+  // their ratios matter)
   double shared_plain() const {
     return costs_ ? costs_->plain_share : (1.0 + kVerifyGrowth * (sharing_ - 1)) / sharing_;
   }
   double modeled_pass(uint32_t n) const { return shared_plain() + (costs_ ? costs_->row : kVerifyGrowth) * (n - 1); }
-  double modeled_draft() const {
-    return costs_ && costs_->draft_share >= 0 ? costs_->draft_share : draft_cost_ * shared_plain();
-  }
+  double modeled_drafts(uint32_t k) const;
+  double catch_up_cost(bool free_drafts) const;   // a draft model's catch-up after plain rounds (seconds)
 
   uint32_t max_;
   bool adaptive_, timing_free_;
@@ -185,6 +200,7 @@ class DraftPolicy {
   std::array<bool, kMaxPass + 1> size_seen_{};   // verify sizes observed (their first round is not timed)
   uint32_t plain_rounds_ = 0;                // consecutive plain rounds (probe after probe_every_)
   uint32_t probe_every_ = kProbeEvery;
+  bool after_probe_ = false;                 // the last round was a probe
   uint32_t since_plain_ = 0;                 // rounds since the last plain one (refresh after kRefreshEvery)
 };
 

@@ -468,6 +468,12 @@ TEST(Speculative, PassCostLineFitsALineThroughOutliers) {
   line.add(2, 0.5 * t(2));   // an impossible fast one
   for (const double n : {1.0, 2.0, 8.0})
     EXPECT_NEAR(line.at(n), t(n), 1e-12) << n << " rows";
+  PassCostLine steady;   // a window of one row count after two: the last slope stands
+  for (int i = 0; i < 10; ++i) steady.add(1 + i % 2, t(1 + i % 2));
+  for (size_t i = 0; i < PassCostLine::kWindow; ++i) steady.add(4, t(4));
+  EXPECT_NEAR(steady.at(4), t(4), 1e-12);
+  EXPECT_NEAR(steady.at(6), t(6), 1e-12) << "a row count the window no longer holds";
+  EXPECT_TRUE(SharedCosts::measured(steady, steady, 4).has_value());
   PassCostLine falling;   // rows never make a pass cheaper: a falling line is flat
   for (int i = 0; i < 10; ++i) falling.add(1 + i % 4, 0.01 - 0.001 * (i % 4));
   EXPECT_NEAR(falling.at(4) - falling.at(1), 0.0, 1e-15);
@@ -494,10 +500,10 @@ TEST(Speculative, SharedPassesPricedWithMeasuredCosts) {
       ASSERT_TRUE(c.has_value());
       EXPECT_NEAR(c->plain_share, (a + g * b) / b, 1e-12);
       EXPECT_NEAR(c->row, g, 1e-12);
-      EXPECT_NEAR(c->draft_share, draft_ratio * (a + g * b) / b, 1e-12);
+      EXPECT_NEAR(c->draft_step, draft_ratio * (a + g), 1e-12) << "a draft step of one row";
       EXPECT_NEAR(c->draft_row, draft_ratio * g, 1e-12);
       p.share_passes(b, c);
-      EXPECT_EQ(p.next_k(), model_best_k(alpha, c->draft_share, c->plain_share, g, 8)) << b << " sequences, growth " << growth;
+      EXPECT_EQ(p.next_k(), model_best_k(alpha, c->draft_step, c->plain_share, g, 8)) << b << " sequences, growth " << growth;
     }
     p.share_passes(4, SharedCosts::measured(target, draft, 4));
     const uint32_t measured_k = p.next_k();
@@ -516,7 +522,7 @@ TEST(Speculative, SharedPassesPricedWithMeasuredCosts) {
   const std::optional<SharedCosts> lookups = SharedCosts::measured(passes, PassCostLine{}, 4);
   ASSERT_TRUE(lookups.has_value());
   EXPECT_NEAR(lookups->plain_share, 0.010 / 4, 1e-12);
-  EXPECT_LT(lookups->draft_share, 0.0);
+  EXPECT_LT(lookups->draft_step, 0.0);
   DraftPolicy p(8, true, /*timing_free=*/true, 0.19);
   for (int i = 0; i < 60; ++i) p.observe(3, 2, -1, -1);
   p.share_passes(4, lookups);
@@ -527,9 +533,11 @@ TEST(Speculative, SharedPassesPricedWithMeasuredCosts) {
   for (int i = 0; i < 9; ++i) lone_steps.add(1, 0.002);
   const std::optional<SharedCosts> lone = SharedCosts::measured(passes, lone_steps, 1);
   ASSERT_TRUE(lone.has_value());
-  EXPECT_NEAR(lone->draft_share, 0.002, 1e-15) << "measured at its one row count";
-  EXPECT_LT(SharedCosts::measured(passes, lone_steps, 4)->draft_share, 0.0) << "not measured at 4 rows";
+  EXPECT_NEAR(lone->draft_step, 0.002, 1e-15) << "measured at its one row count";
   EXPECT_LT(lone->draft_row, 0.0) << "one row count: a draft row's cost unknown";
+  PassCostLine four_steps;   // four sequences drafting together, every step of four rows: a step of one unknown
+  for (int i = 0; i < 9; ++i) four_steps.add(4, 0.004);
+  EXPECT_LT(SharedCosts::measured(passes, four_steps, 4)->draft_step, 0.0);
 }
 
 // After plain rounds a greedy sequence's draft model catches up on a token per plain round in its next draft
@@ -537,23 +545,22 @@ TEST(Speculative, SharedPassesPricedWithMeasuredCosts) {
 // break-even the sequence stays plain rather than flipping, and not at all where no draft step runs (host
 // lookups) or while a draft row's cost is unknown.
 TEST(Speculative, CatchUpAfterPlainRoundsPricedAtTheMeasuredDraftRow) {
-  const SharedCosts c{0.003, 0.0003, 0.0006, 0.0008};   // seconds: share, row, draft step's share, draft row
+  const SharedCosts c{0.003, 0.0003, 0.0006, 0.0004};   // seconds: share, row, draft step, draft row
   DraftPolicy p(5, true, /*timing_free=*/true, 0.19);
   for (int i = 0; i < 60; ++i) p.observe(3, 2, -1, -1);   // acceptance 2 of 3
   const double alpha = std::min(p.alpha(), 0.999);
-  p.share_passes(4, c);
   SharedCosts unknown = c;
   unknown.draft_row = -1.0;
   std::vector<uint32_t> ks;
   for (uint32_t plain = 0; plain < DraftPolicy::kProbeEvery; ++plain) {   // (no probe before kProbeEvery)
     p.share_passes(4, c);
     ks.push_back(p.next_k());
-    EXPECT_EQ(ks.back(), model_best_k(alpha, c.draft_share, c.plain_share, c.row, 5, plain * c.draft_row))
+    EXPECT_EQ(ks.back(), model_best_k(alpha, c.draft_step, c.plain_share, c.row, 5, plain * c.draft_row))
         << plain << " plain rounds";
     EXPECT_EQ(p.next_k(/*free_drafts=*/true), model_best_k(alpha, 0.0, c.plain_share, c.row, 5))
         << "lookups catch up on nothing";
     p.share_passes(4, unknown);
-    EXPECT_EQ(p.next_k(), model_best_k(alpha, c.draft_share, c.plain_share, c.row, 5)) << "a draft row not measured";
+    EXPECT_EQ(p.next_k(), model_best_k(alpha, c.draft_step, c.plain_share, c.row, 5)) << "a draft row not measured";
     p.observe(0, 0, -1, -1);
   }
   EXPECT_GT(ks.front(), 0u) << "drafting pays without a catch-up";
@@ -561,15 +568,72 @@ TEST(Speculative, CatchUpAfterPlainRoundsPricedAtTheMeasuredDraftRow) {
   EXPECT_TRUE(std::is_sorted(ks.rbegin(), ks.rend())) << "a longer catch-up never drafts more";
 }
 
+// A draft step costs the batch a whole step where this sequence's drafts run it alone and a row where other
+// sequences' drafts run it already (SharedCosts::joined_steps): with lavapipe-like costs a sequence does not
+// start draft steps among four, and joins those that run anyway. The reference prices each K's steps so.
+TEST(Speculative, DraftStepsPricedAtWhatTheyAddToTheBatchStep) {
+  const double share = 0.0027, row = 0.0015, step = 0.0018, draft_row = 0.0002;   // 4 streams, pycode pair
+  DraftPolicy p(5, true, /*timing_free=*/true, 0.19);
+  for (int i = 0; i < 60; ++i) p.observe(3, 3, -1, -1);   // every draft accepted
+  const double a = std::min(p.alpha(), 0.999);
+  const auto reference = [&](uint32_t joined) {
+    uint32_t best = 0;
+    double best_rate = 1.0 / share;
+    for (uint32_t k = 1; k <= 5; ++k) {
+      const uint32_t j = std::min(k, joined);
+      const double rate = (1 - std::pow(a, k + 1)) / (1 - a) / (share + row * k + j * draft_row + (k - j) * step);
+      if (rate > best_rate) best_rate = rate, best = k;
+    }
+    return best;
+  };
+  std::vector<uint32_t> ks;
+  for (const uint32_t joined : {0u, 1u, 2u, 5u}) {
+    p.share_passes(4, SharedCosts{share, row, step, draft_row, joined});
+    ks.push_back(p.next_k());
+    EXPECT_EQ(ks.back(), reference(joined)) << joined << " steps joined";
+  }
+  EXPECT_EQ(ks.front(), 0u) << "starting draft steps among four sequences does not pay here";
+  EXPECT_GT(ks.back(), 0u) << "joining steps that run anyway does";
+}
+
+// A probe followed by a plain round doubles the wait before the next, however the probe's own step priced
+// drafting: in a batch, a sequence that probes in a step where another sequence's drafts run prices drafting
+// as cheap then (joined steps) and plain in the next; judged in the probe's step, the wait never grew and
+// every sequence of a 4-stream batch probed (with a catch-up) every 8 steps (lavapipe).
+TEST(Speculative, ProbeWaitDoublesWhenTheNextRoundIsPlain) {
+  const SharedCosts alone{0.0027, 0.0003, 0.0012, 0.00002, 0}, joined{0.0027, 0.0003, 0.0012, 0.00002, 1};
+  DraftPolicy p(4, true, /*timing_free=*/true, 0.19);
+  for (int i = 0; i < 60; ++i) p.observe(2, 1, -1, -1);   // acceptance 1/2
+  p.share_passes(4, alone);
+  ASSERT_EQ(p.next_k(), 0u) << "the case needs drafting that does not pay alone";
+  std::vector<uint32_t> waits;
+  uint32_t plain = 0;
+  for (int round = 0; round < 200 && waits.size() < 4; ++round) {
+    p.share_passes(4, alone);
+    const uint32_t k = p.next_k();
+    if (k == 0) {
+      ++plain;
+      p.observe(0, 0, -1, -1);
+      continue;
+    }
+    waits.push_back(plain);
+    plain = 0;
+    p.share_passes(4, joined);   // the step the probe ran in: another sequence drafts too (pays at alpha 1/2)
+    p.observe(k, 0, -1, -1);
+  }
+  EXPECT_EQ(waits, (std::vector<uint32_t>{8, 16, 32, 64}));
+}
+
 // Plain rounds are followed by a one-draft probe (the drafter may agree again), except where the batch's
-// measured costs say drafting would lose even if every draft were accepted: there the probe's draft step is
-// pure loss. With costs under which perfect drafts would pay, the probe comes as before.
+// measured costs say drafting would lose even if every draft were accepted, the draft model's catch-up on
+// the plain rounds' tokens included: there the probe's draft steps are pure loss. With costs under which
+// perfect drafts would pay, the probe comes as before.
 TEST(Speculative, NoProbeWhereMeasuredCostsRuleDraftingOut) {
-  const SharedCosts dear{0.003, 0.0015, 0.004}, cheap{0.003, 0.0002, 0.0005};   // seconds: share, row, draft
-  for (const bool is_dear : {true, false}) {
-    const SharedCosts& c = is_dear ? dear : cheap;
+  // seconds: share, row, draft step, draft row
+  const SharedCosts dear{0.003, 0.0015, 0.004}, cheap{0.003, 0.0002, 0.0005}, dear_catch_up{0.003, 0.0002, 0.0005, 0.002};
+  for (const SharedCosts* c : {&dear, &cheap, &dear_catch_up}) {
     DraftPolicy p(4, true, /*timing_free=*/true, 0.19);
-    p.share_passes(4, c);
+    p.share_passes(4, *c);
     for (int i = 0; i < 20; ++i) p.observe(2, 0, -1, -1);   // drafts rejected: plain rounds follow
     uint32_t probes = 0;
     for (uint32_t i = 0; i < 3 * DraftPolicy::kProbeEvery; ++i) {
@@ -577,8 +641,8 @@ TEST(Speculative, NoProbeWhereMeasuredCostsRuleDraftingOut) {
       probes += k > 0;
       p.observe(k, 0, -1, -1);
     }
-    if (is_dear) EXPECT_EQ(probes, 0u) << "no acceptance makes these costs pay";
-    else EXPECT_GT(probes, 0u) << "perfect drafts would pay: probe";
+    if (c == &cheap) EXPECT_GT(probes, 0u) << "perfect drafts would pay: probe";
+    else EXPECT_EQ(probes, 0u) << "no acceptance makes these costs pay" << (c == &dear ? "" : ", catch-up included");
   }
 }
 
