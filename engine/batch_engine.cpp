@@ -45,7 +45,8 @@ BatchEngine::BatchEngine(std::shared_ptr<TargetModel> target, const EngineOption
     check_same_vocabulary(*t_->tok, *Tokenizer::from_gguf(*draft_file_));
     ModelOptions dmo;
     dmo.n_ctx = m.n_ctx();
-    dmo.max_sequences = opts.parallel;
+    dmo.max_sequences = opts.parallel + opts.cached_sequences;   // cached sequences keep their drafters
+    dmo.kv_pool_sequences = opts.parallel;
     dmo.ubatch = m.ubatch();
     draft_model_ = std::make_unique<LlamaModel>(*t_->ctx, *t_->pipelines, *draft_file_, dmo);
     draft_kind_ = o.draft == "ngram" ? "ngram+model" : "draft-model";
@@ -210,27 +211,46 @@ uint32_t BatchEngine::cached_blocks() const {
   return n;
 }
 
+// The draft pool's blocks held by cached sequences' drafters (their own sequences: the draft pool shares no
+// prefixes).
+uint32_t BatchEngine::cached_draft_blocks() const {
+  uint32_t n = 0;
+  for (const CachedSequence& c : cache_)
+    if (ModelDrafter* d = c.drafter ? c.drafter->model_drafter() : nullptr)
+      n += d->model().kv().blocks_for(d->model().kv().length(d->sequence()));
+  return n;
+}
+
+void BatchEngine::update_kv_metrics() {
+  metrics_.kv_blocks_in_use = t_->model->kv().blocks_in_use();
+  metrics_.kv_blocks_allocated = t_->model->kv().blocks_allocated();
+  if (draft_model_) {
+    metrics_.draft_kv_blocks_in_use = draft_model_->kv().blocks_in_use();
+    metrics_.draft_kv_blocks_allocated = draft_model_->kv().blocks_allocated();
+  }
+}
+
 void BatchEngine::evict(size_t i) {
   t_->model->kv().free_sequence(cache_[i].seq);
-  cache_.erase(cache_.begin() + long(i));
+  cache_.erase(cache_.begin() + long(i));   // (its drafter frees its draft sequence)
   std::lock_guard<std::mutex> lock(mu_);
   metrics_.cached_sequences = uint32_t(cache_.size());
-  metrics_.kv_blocks_in_use = t_->model->kv().blocks_in_use();
+  update_kv_metrics();
   metrics_.cache_evictions++;
 }
 
-void BatchEngine::retire(int seq, std::vector<uint32_t> tokens) {
+void BatchEngine::retire(int seq, std::vector<uint32_t> tokens, std::unique_ptr<Drafter> drafter) {
   PagedKvCache& kv = t_->model->kv();
   if (opts_.cached_sequences == 0 || tokens.empty()) {
     kv.free_sequence(seq);
-    return;
+    return;   // (and the drafter goes, with its draft sequence)
   }
   // an entry whose tokens the new one starts with is subsumed by it
   for (size_t i = cache_.size(); i-- > 0;) {
     const auto& t = cache_[i].tokens;
     if (t.size() <= tokens.size() && std::equal(t.begin(), t.end(), tokens.begin())) evict(i);
   }
-  cache_.push_back({seq, std::move(tokens), ++cache_clock_});
+  cache_.push_back({seq, std::move(tokens), ++cache_clock_, std::move(drafter)});
   if (cache_.size() > opts_.cached_sequences) {
     size_t lru = 0;
     for (size_t i = 1; i < cache_.size(); ++i)
@@ -272,8 +292,13 @@ bool BatchEngine::admit_one(const std::shared_ptr<BatchRequest>& r) {
     const uint32_t held = std::min(useful_prefix(c.tokens), kv.length(c.seq));
     if (held > shared) shared = held, source = cached_source = c.seq;
   }
-  // Make room: cached sequences give way to the reservation, least recently used first, the source last.
-  while (reserved_ + need + cached_blocks() > kv.total_blocks() && !cache_.empty()) {
+  // Make room: cached sequences give way to the reservation, least recently used first, the source last (in
+  // both pools: they hold their drafters' draft sequences).
+  const auto over = [&] {
+    return reserved_ + need + cached_blocks() > kv.total_blocks() ||
+           (draft_model_ && draft_reserved_ + draft_need + cached_draft_blocks() > draft_model_->kv().total_blocks());
+  };
+  while (over() && !cache_.empty()) {
     size_t victim = cache_.size();
     for (size_t i = 0; i < cache_.size(); ++i)
       if (cache_[i].seq != cached_source && (victim == cache_.size() || cache_[i].last_used < cache_[victim].last_used))
@@ -285,9 +310,13 @@ bool BatchEngine::admit_one(const std::shared_ptr<BatchRequest>& r) {
     }
     evict(victim);
   }
-  if (reserved_ + need + cached_blocks() > kv.total_blocks()) return false;   // (unreachable: reserved + need fit)
+  if (over()) return false;   // (unreachable: reserved + need fit, in both pools)
+  std::unique_ptr<Drafter> kept_drafter;   // the cached source's, which the new request takes if it speculates
   for (CachedSequence& c : cache_)
-    if (c.seq == cached_source) c.last_used = ++cache_clock_;
+    if (c.seq == cached_source) {
+      c.last_used = ++cache_clock_;
+      if (r->speculate && !r->logits && c.drafter && c.drafter->model_drafter()) kept_drafter = std::move(c.drafter);
+    }
   Slot& s = **free_slot;
   s.req = r;
   s.seq = kv.new_sequence();
@@ -308,7 +337,10 @@ bool BatchEngine::admit_one(const std::shared_ptr<BatchRequest>& r) {
   const bool speculate = r->speculate && has_drafter() && !r->logits;
   s.result.speculative = speculate;
   if (speculate) {
-    if (draft_model_ && o_.draft == "ngram") s.drafter = std::make_unique<LookupThenModelDrafter>(*draft_model_, o_.draft_p_min);
+    if (kept_drafter) {   // its draft sequence within this request's reservation: no longer than the prompt
+      kept_drafter->model_drafter()->keep_prefix(p);
+      s.drafter = std::move(kept_drafter);
+    } else if (draft_model_ && o_.draft == "ngram") s.drafter = std::make_unique<LookupThenModelDrafter>(*draft_model_, o_.draft_p_min);
     else if (draft_model_) s.drafter = std::make_unique<ModelDrafter>(*draft_model_, o_.draft_p_min);
     else s.drafter = std::make_unique<NgramDrafter>();
     if (!r->sp.greedy() && !s.acceptor)
@@ -363,11 +395,12 @@ void BatchEngine::end(Slot& s, const std::string& reason, const std::string& err
     res.prefill_s = seconds(s.admitted, now);
   }
   s.spec.reset();
-  s.drafter.reset();   // frees the draft sequence
   // the cache holds the first length(seq) tokens of the context (the last chosen token is never fed back);
-  // after a failed step it may not, and is not kept
+  // after a failed step it may not, and is not kept. The drafter goes with it (or is freed, with its draft
+  // sequence).
   const size_t held = std::min<size_t>(t_->model->kv().length(s.seq), s.context.size());
-  retire(s.seq, reason == "error" ? std::vector<uint32_t>{} : std::vector<uint32_t>(s.context.begin(), s.context.begin() + long(held)));
+  retire(s.seq, reason == "error" ? std::vector<uint32_t>{} : std::vector<uint32_t>(s.context.begin(), s.context.begin() + long(held)),
+         std::move(s.drafter));
   s.seq = -1;
   reserved_ -= s.reserved;
   draft_reserved_ -= s.draft_reserved;
@@ -376,7 +409,7 @@ void BatchEngine::end(Slot& s, const std::string& reason, const std::string& err
   s.part = Slot::Part::None;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    metrics_.kv_blocks_in_use = t_->model->kv().blocks_in_use();
+    update_kv_metrics();
     metrics_.active--;
     metrics_.requests_done++;
     metrics_.drafted += res.spec.drafted;
@@ -443,8 +476,7 @@ bool BatchEngine::step() {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    metrics_.kv_blocks_in_use = t_->model->kv().blocks_in_use();
-    metrics_.kv_blocks_allocated = t_->model->kv().blocks_allocated();
+    update_kv_metrics();
   }
   return true;
 }

@@ -19,7 +19,11 @@
 // them again. Cached sequences give way: admission evicts them (least recently used first) whenever a new
 // request's reservation needs their blocks, so the cache never makes a request wait. Block accounting:
 // every block in use is covered by a running request's reservation or counted by a cached sequence's length,
-// so reserved + cached + a new reservation <= pool keeps "a running request never runs out".
+// so reserved + cached + a new reservation <= pool keeps "a running request never runs out". With a draft
+// model a cached sequence keeps its request's drafter too, and the draft sequence it holds (the draft pool is
+// accounted the same way): a request that takes a cached sequence's prefix takes its drafter, trimmed to what
+// the new prompt still agrees with, so that the draft model catches up only on the rest (a chat's next turn
+// no longer runs the whole conversation through the draft model).
 //
 // Threads: submit() and metrics() from any thread; step()/run() on one engine thread, which is where the
 // requests' callbacks run.
@@ -65,6 +69,8 @@ struct BatchMetrics {
   uint32_t active = 0, queued = 0, kv_blocks_in_use = 0, kv_blocks_total = 0, parallel = 0;
   uint32_t cached_sequences = 0;      // finished sequences kept for their prefix (prompt cache)
   uint64_t cache_evictions = 0;
+  uint32_t draft_kv_blocks_in_use = 0;    // the draft model's pool (0 without one)
+  uint64_t draft_kv_blocks_allocated = 0;
 };
 
 class BatchEngine {
@@ -121,10 +127,13 @@ class BatchEngine {
   void end(Slot& s, const std::string& reason, const std::string& error = {});
   bool emit(Slot& s, uint32_t t, bool from_draft, const float* row);
   uint32_t reservation(const BatchRequest& r, uint32_t block_size) const;
-  // Prompt cache: keeps a finished sequence whose cache holds `tokens` (or frees it), evicts one entry.
-  void retire(int seq, std::vector<uint32_t> tokens);
+  // Prompt cache: keeps a finished sequence whose cache holds `tokens`, with its drafter (or frees them),
+  // evicts one entry.
+  void retire(int seq, std::vector<uint32_t> tokens, std::unique_ptr<Drafter> drafter);
   void evict(size_t i);
   uint32_t cached_blocks() const;
+  uint32_t cached_draft_blocks() const;   // held by the cached sequences' drafters in the draft pool
+  void update_kv_metrics();               // (mu_ held)
 
   std::shared_ptr<TargetModel> t_;
   EngineOptions o_;
@@ -147,6 +156,7 @@ class BatchEngine {
     int seq;
     std::vector<uint32_t> tokens;   // what its KV holds, in order
     uint64_t last_used;
+    std::unique_ptr<Drafter> drafter;   // its request's, with a draft model's sequence (null: none, or taken)
   };
   std::vector<CachedSequence> cache_;
   uint64_t cache_clock_ = 0;

@@ -16,14 +16,19 @@ uint32_t keep_drafts(const TokenChooser& chooser, uint32_t k, float p_min) {
   return k;
 }
 
-ModelDrafter::Steps ModelDrafter::begin(std::span<const uint32_t> context, uint32_t k) {
-  // Keep the cached prefix the context still agrees with; drop the rest (rejected drafts).
+void ModelDrafter::keep_prefix(std::span<const uint32_t> context) {
   size_t common = 0;
   while (common < cached_.size() && common < context.size() && cached_[common] == context[common]) ++common;
-  if (common == context.size()) --common;   // the last context token must be run to get its logits
   model_.kv().truncate(seq_, uint32_t(common));
   cached_.resize(common);
   pending_ = 0;
+}
+
+ModelDrafter::Steps ModelDrafter::begin(std::span<const uint32_t> context, uint32_t k) {
+  // Keep the cached prefix the context still agrees with; drop the rest (rejected drafts). The last context
+  // token must be run to get its logits.
+  keep_prefix(context.first(context.size() - 1));
+  const size_t common = cached_.size();
   Steps st;
   st.k = std::min<uint32_t>(k, model_.n_ctx() - uint32_t(context.size()));
   if (st.k == 0) return st;

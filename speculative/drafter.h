@@ -70,6 +70,8 @@ class Drafter {
   virtual bool steps_timed() const { return true; }
   // True when draft() on `context` would write host lookups, which cost no draft step (DraftPolicy::next_k).
   virtual bool next_round_free(std::span<const uint32_t> context) const { (void)context; return false; }
+  // The draft model's drafter this one is or holds (with its draft KV sequence), if any.
+  virtual ModelDrafter* model_drafter() { return nullptr; }
 };
 
 class ModelDrafter : public Drafter {
@@ -78,6 +80,11 @@ class ModelDrafter : public Drafter {
   ModelDrafter(LlamaModel& draft, float p_min);
   ~ModelDrafter() override;
   const char* name() const override { return "draft-model"; }
+  ModelDrafter* model_drafter() override { return this; }
+  // Drops what the cache holds past its longest common prefix with `context` (a drafter kept from a
+  // finished request and reused for a new one that starts with part of its context: its next catch-up runs
+  // only the rest).
+  void keep_prefix(std::span<const uint32_t> context);
   bool samples() const override { return true; }
   ModelDrafter* draft_unless_model(std::span<const uint32_t>, uint32_t, DraftRound&, uint32_t& drafted) override {
     drafted = 0;
@@ -147,6 +154,7 @@ class LookupThenModelDrafter : public Drafter {
   float p_min() const override { return source_->p_min(); }
   bool steps_timed() const override { return source_ == &model_; }
   bool next_round_free(std::span<const uint32_t> context) const override { return !lookup_.propose(context, 1).empty(); }
+  ModelDrafter* model_drafter() override { return &model_; }
   uint64_t lookup_rounds() const { return lookup_rounds_; }   // rounds drafted by each source so far
   uint64_t model_rounds() const { return model_rounds_; }
 

@@ -305,25 +305,92 @@ TEST_F(BatchEngineTest, PromptCacheServesTheNextTurnAndGivesWayToReservations) {
   EXPECT_EQ(t->model->kv().blocks_in_use(), 0u) << "shutdown frees the cache";
   t->model->kv().check_invariants();
 
-  // With a draft model: the target's prefix comes from the cache, the draft prefills its own; greedy
-  // speculation gives exactly the plain greedy tokens.
+  // With a draft model: the target's prefix comes from the cache and so does the draft model's (the cached
+  // sequence's drafter, with its draft sequence, goes to the next turn); greedy speculation gives exactly the
+  // plain greedy tokens, greedy and with sampled turns beside it.
   EngineOptions o;
   o.draft_model = shared_path("models/pycode-draft-f16.gguf");
   o.draft_max = 4;
+  o.draft_policy = "fixed";   // drafts in every round: the draft model sees every turn
   BatchEngine spec(t, o, {2, 64, 3});
   const std::vector<uint32_t> p1 = encode(*t, "def tokenize(text):\n");
   Outcome s1, s2;
   spec.submit(request(p1, greedy, 20, s1));
   drain(spec);
+  EXPECT_GT(spec.metrics().draft_kv_blocks_in_use, 0u) << "the cached sequence keeps its draft sequence";
   std::vector<uint32_t> p2 = p1;
   p2.insert(p2.end(), s1.ids.begin(), s1.ids.end());
   p2.push_back(p1.back());
+  const BatchMetrics before_s2 = spec.metrics();
   spec.submit(request(p2, greedy, 12, s2));
   drain(spec);
   EXPECT_GE(s2.result.shared, p1.size() + 15) << "speculative rounds leave the cache holding what was accepted";
+  const uint32_t bs = t->model->kv().block_size();
+  const uint64_t draft_blocks = spec.metrics().draft_kv_blocks_allocated - before_s2.draft_kv_blocks_allocated;
+  EXPECT_LT(draft_blocks, (p2.size() + 12 + bs - 1) / bs) << "the draft model did not run the whole context again";
   EXPECT_EQ(s1.ids, solo.generate(p1, greedy, 20, true, false).ids);
   EXPECT_EQ(s2.ids, solo.generate(p2, greedy, 12, true, false).ids);
   EXPECT_GT(spec.metrics().drafted, 0u);
+  // More turns than the cache holds, sampled and greedy, two at a time: each its solo run's tokens.
+  SamplingParams warm;
+  warm.temperature = 0.8f;
+  warm.seed = 3;
+  std::vector<std::vector<uint32_t>> prompts;
+  std::vector<Outcome> outs(2 * std::size(kPrompts));
+  for (size_t i = 0; i < outs.size(); ++i) {
+    prompts.push_back(encode(*t, kPrompts[i % std::size(kPrompts)]));
+    if (i >= std::size(kPrompts)) {   // the next turn of turn i - 6
+      const auto& prev = outs[i - std::size(kPrompts)].ids;
+      prompts.back().insert(prompts.back().end(), prev.begin(), prev.end());
+    }
+    spec.submit(request(prompts.back(), i % 2 ? warm : greedy, 10, outs[i]));
+    if (i % 2) drain(spec);
+  }
+  Engine solo_spec(t, o);   // sampled speculation draws as the run alone with the same drafter does
+  for (size_t i = 0; i < outs.size(); ++i)
+    EXPECT_EQ(outs[i].ids, i % 2 ? solo_spec.generate(prompts[i], warm, 10, true, true).ids
+                                 : solo.generate(prompts[i], greedy, 10, true, false).ids)
+        << "turn " << i;
+  spec.shutdown();
+  EXPECT_EQ(spec.metrics().draft_kv_blocks_in_use, 0u) << "shutdown frees the drafters' sequences";
+  t->model->kv().check_invariants();
+}
+
+// With a draft model the cached sequences hold draft-pool blocks too (their drafters' sequences): they give
+// way there as well. The target's pool is roomy here and the draft pool (2 sequences of 256 positions, 32
+// blocks) is not: two requests of 16 blocks each run at once only if the cached drafters are evicted, and
+// both finish without running out of draft blocks.
+TEST_F(BatchEngineTest, CachedDraftersGiveWayInTheDraftPool) {
+  auto t = target(2 + 3 + 1);   // 2 running + 3 cached + the solo runs; n_ctx blocks for each
+  Engine solo(t, {});
+  EngineOptions o;
+  o.draft_model = shared_path("models/pycode-draft-f16.gguf");
+  o.draft_max = 3;
+  o.draft_policy = "fixed";
+  BatchEngine spec(t, o, {2, 64, 3});
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    Outcome turn;
+    spec.submit(request(encode(*t, kPrompts[i]), greedy, 24, turn));
+    drain(spec);
+  }
+  const BatchMetrics cached = spec.metrics();
+  ASSERT_EQ(cached.cached_sequences, 3u);
+  ASSERT_GT(cached.draft_kv_blocks_in_use, 0u);
+  std::vector<uint32_t> long_prompts[2] = {std::vector<uint32_t>(200, 5), std::vector<uint32_t>(200, 7)};
+  Outcome big[2];
+  for (int i = 0; i < 2; ++i) spec.submit(request(long_prompts[i], greedy, 40, big[i]));
+  spec.step();
+  EXPECT_EQ(spec.metrics().active, 2u) << "the cached drafters made a request wait";
+  EXPECT_GT(spec.metrics().cache_evictions, cached.cache_evictions);
+  drain(spec);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(big[i].result.stop_reason, "length") << big[i].result.error;
+    EXPECT_EQ(big[i].ids, solo.generate(long_prompts[i], greedy, 40, true, false).ids);
+  }
+  spec.shutdown();
+  EXPECT_EQ(spec.metrics().draft_kv_blocks_in_use, 0u);
   t->model->kv().check_invariants();
 }
 
