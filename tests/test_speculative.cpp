@@ -598,8 +598,9 @@ TEST(Speculative, DraftStepsPricedAtWhatTheyAddToTheBatchStep) {
 
 // A probe followed by a plain round doubles the wait before the next, however the probe's own step priced
 // drafting: in a batch, a sequence that probes in a step where another sequence's drafts run prices drafting
-// as cheap then (joined steps) and plain in the next; judged in the probe's step, the wait never grew and
-// every sequence of a 4-stream batch probed (with a catch-up) every 8 steps (lavapipe).
+// as cheap then (joined steps) and plain in the next; judged in the probe's step, the wait did not grow for
+// the sequences that joined another's probe (a 4-stream trace on lavapipe: all four probed together every
+// 16 steps, each with a catch-up).
 TEST(Speculative, ProbeWaitDoublesWhenTheNextRoundIsPlain) {
   const SharedCosts alone{0.0027, 0.0003, 0.0012, 0.00002, 0}, joined{0.0027, 0.0003, 0.0012, 0.00002, 1};
   DraftPolicy p(4, true, /*timing_free=*/true, 0.19);
