@@ -174,7 +174,10 @@ TEST_F(BatchEngineTest, WarmUpCreatesEveryPipelineTheStepsUse) {
   const size_t loaded = t->pipelines->created();
   batch.warm_up();
   const size_t warm = t->pipelines->created();
-  EXPECT_GT(warm, loaded + 2 * 8) << "passes of 1..8 tokens on two models";
+  // How many pipelines that is depends on the family: the row-per-lane family builds one per tile width (1..8
+  // tokens, two models: more than 16), a GPU's subgroup tiles one width for every multi-token pass (9 on an
+  // H200). That every pipeline the steps use was among them is the check after the run.
+  EXPECT_GT(warm, loaded) << "the warm-up ran passes of several widths";
   EXPECT_EQ(t->model->kv().blocks_in_use(), 0u);
   std::vector<Outcome> runs(std::size(kPrompts));
   for (size_t i = 0; i < std::size(kPrompts); ++i) {

@@ -5,7 +5,8 @@
 #   2. the 1B-shape models, written on the machine's CPUs in the background (vkspec-shape, llama.cpp's quantizer);
 #   3. the core suite with the GPU's default kernel family (subgroup), validation on;
 #   4. vkspec bench beside llama.cpp's Vulkan backend (bench.sh) at the 1B shape, Q4_K_M;
-#   5. the rest of the suite; the pycode pair plain and speculative (draft model alone, then lookup in front); Q8_0; serving at 1 and 8 streams.
+#   5. the rest of the suite; the pycode pair plain and speculative (draft model alone, then lookup in front); Q8_0; serving at 1 and 8 streams;
+#   6. serving the pycode pair at 1 and 8 streams, plain against the draft model (greedy, then T = 0.8).
 # Every log and JSON is packed into OUTDIR/results.tgz after each stage (the device tool returns at most 8 files).
 #   scripts/gpu/check.sh OUTDIR       (from the repository root, after scripts/gpu/pack.sh here)
 set -u
@@ -36,3 +37,10 @@ scripts/gpu/bench.sh "$out" /tmp/1b-q8_0.gguf
 echo "== serving, 1B Q4_K_M"; date +%T
 timeout 150 python3 scripts/serve_bench.py --vkspec build/vkspec --model /tmp/1b-q4km.gguf --streams 1,8 --n 64 --rounds 2 > "$out/serve.txt" 2>&1
 tail -15 "$out/serve.txt"; date +%T; pack
+echo "== serving the pycode pair, speculative"; date +%T
+for t in 0 0.8; do
+  timeout 100 python3 scripts/serve_bench.py --vkspec build/vkspec --model $M/pycode-target-f16.gguf --draft $M/pycode-draft-f16.gguf \
+    --streams 1,8 --n 64 --rounds 1 --temperature $t > "$out/serve-pycode-$t.txt" 2>&1
+  tail -8 "$out/serve-pycode-$t.txt"
+done
+date +%T; pack
