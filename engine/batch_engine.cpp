@@ -441,7 +441,8 @@ bool BatchEngine::step() {
     record_choices(plan);
     pass_end = rec.mark();
   } catch (const std::exception& e) {
-    // Recording failed (nothing was submitted): the sequences of this step end with the error.
+    // Recording failed: the sequences of this step end with the error. Parts of the recording may have run
+    // (Recorder's parts; the next begin() waits for them): they wrote only these sequences' KV and slots.
     t_->model->kv().drop_pending_copies();
     for (Slot* s : plan.drafted)
       if (s->req) end(*s, "error", e.what());

@@ -88,6 +88,12 @@ DeviceFacts probe(VkPhysicalDevice pd, uint32_t index) {
   if (memory_model && *memory_model && std::string(memory_model) != "discrete")
     throw Error(std::string("VKSPEC_MEMORY must be 'discrete' (or unset), got '") + memory_model + "'");
   f.discrete_memory = memory_model && std::string(memory_model) == "discrete";
+  const std::string split = getenv("VKSPEC_SUBMIT") ? getenv("VKSPEC_SUBMIT") : "";
+  if (split == "whole") f.submit_split = DeviceFacts::SubmitSplit::Whole;
+  else if (split == "parts") f.submit_split = DeviceFacts::SubmitSplit::Parts;
+  else if (split == "barriers") f.submit_split = DeviceFacts::SubmitSplit::EveryBarrier;
+  else if (split.empty()) f.submit_split = f.type == VK_PHYSICAL_DEVICE_TYPE_CPU ? DeviceFacts::SubmitSplit::Whole : DeviceFacts::SubmitSplit::Parts;
+  else throw Error("VKSPEC_SUBMIT must be whole, parts or barriers (or unset), got '" + split + "'");
   f.timestamps = p.limits.timestampComputeAndGraphics && p.limits.timestampPeriod > 0;
   f.timestamp_period_ns = p.limits.timestampPeriod;
 
@@ -185,9 +191,9 @@ std::string Context::last_validation_message() const {
   return last_message_;
 }
 
-VkResult Context::submit(const VkSubmitInfo& si, VkFence fence) const {
+VkResult Context::submit(const VkSubmitInfo* si, VkFence fence) const {
   if (lock_queue_) lock_queue_(lock_user_);
-  const VkResult r = vk::vkQueueSubmit(queue_, 1, &si, fence);
+  const VkResult r = vk::vkQueueSubmit(queue_, si ? 1 : 0, si, fence);
   if (unlock_queue_) unlock_queue_(lock_user_);
   return r;
 }

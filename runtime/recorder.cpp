@@ -27,11 +27,6 @@ Recorder::Recorder(Context& ctx, bool profile) : ctx_(ctx), each_(profile && pro
   pi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
   pi.queueFamilyIndex = ctx.queue_family();
   vk_check(vk::vkCreateCommandPool(ctx.device(), &pi, nullptr, &pool_), "vkCreateCommandPool");
-  VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-  ai.commandPool = pool_;
-  ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-  ai.commandBufferCount = 1;
-  vk_check(vk::vkAllocateCommandBuffers(ctx.device(), &ai, &cmd_), "vkAllocateCommandBuffers");
   VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
   vk_check(vk::vkCreateFence(ctx.device(), &fi, nullptr, &fence_), "vkCreateFence");
   if (ctx.facts().timestamps) {
@@ -49,17 +44,59 @@ Recorder::Recorder(Context& ctx, bool profile) : ctx_(ctx), each_(profile && pro
 }
 
 Recorder::~Recorder() {
+  try {
+    wait_unwaited();
+  } catch (...) {   // device lost: nothing left to wait for
+  }
   if (query_pool_) vk::vkDestroyQueryPool(ctx_.device(), query_pool_, nullptr);
   if (marks_pool_) vk::vkDestroyQueryPool(ctx_.device(), marks_pool_, nullptr);
   vk::vkDestroyFence(ctx_.device(), fence_, nullptr);
   vk::vkDestroyCommandPool(ctx_.device(), pool_, nullptr);
 }
 
-void Recorder::begin() {
+void Recorder::begin_part(uint32_t part) {
+  if (part == cmds_.size()) {
+    VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    ai.commandPool = pool_;
+    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ai.commandBufferCount = 1;
+    VkCommandBuffer c = VK_NULL_HANDLE;
+    vk_check(vk::vkAllocateCommandBuffers(ctx_.device(), &ai, &c), "vkAllocateCommandBuffers");
+    cmds_.push_back(c);
+  }
+  part_ = part;
+  cmd_ = cmds_[part];
+  part_dispatches_ = 0;
   vk_check(vk::vkResetCommandBuffer(cmd_, 0), "vkResetCommandBuffer");
   VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
   vk_check(vk::vkBeginCommandBuffer(cmd_, &bi), "vkBeginCommandBuffer");
+}
+
+void Recorder::submit_part(VkFence fence) {
+  vk_check(vk::vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
+  VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+  si.commandBufferCount = 1;
+  si.pCommandBuffers = &cmd_;
+  unwaited_ = fence == VK_NULL_HANDLE;
+  vk_check(ctx_.submit(&si, fence), "vkQueueSubmit");
+  parts_++;
+}
+
+void Recorder::wait_unwaited() {
+  if (!unwaited_) return;
+  unwaited_ = false;
+  vk_check(ctx_.submit(nullptr, fence_), "vkQueueSubmit");
+  vk_check(vk::vkWaitForFences(ctx_.device(), 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+  vk_check(vk::vkResetFences(ctx_.device(), 1, &fence_), "vkResetFences");
+}
+
+void Recorder::begin() {
+  wait_unwaited();
+  begin_part(0);
+  using Split = DeviceFacts::SubmitSplit;
+  const Split split = ctx_.facts().submit_split;
+  split_after_ = split == Split::Whole ? UINT32_MAX : split == Split::Parts ? 8 : 1;
   recording_ = ++recordings_;
   queries_used_ = 0;
   query_labels_.clear();
@@ -89,6 +126,7 @@ void Recorder::dispatch(const Pipeline& p, const void* push, uint32_t push_size,
   vk::vkCmdPushConstants(cmd_, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_size, push);
   vk::vkCmdDispatch(cmd_, gx, gy, gz);
   dispatches_++;
+  part_dispatches_++;
   if (timed) {
     vk::vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, query_pool_, queries_used_++);
     char label[160];
@@ -113,6 +151,11 @@ void Recorder::dispatch(const Pipeline& p, const VkBufferView* texels, const voi
 }
 
 void Recorder::barrier() {
+  if (part_dispatches_ >= split_after_) {   // the parts so far run while the rest is recorded
+    submit_part(VK_NULL_HANDLE);
+    begin_part(part_ + 1);
+    if (split_after_ > 1) split_after_ = std::min(split_after_ * 2, 1024u);
+  }
   VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
   mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
   mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
@@ -134,11 +177,7 @@ void Recorder::submit_and_wait() {
   mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
   vk::vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                            VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
-  vk_check(vk::vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
-  VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
-  si.commandBufferCount = 1;
-  si.pCommandBuffers = &cmd_;
-  vk_check(ctx_.submit(si, fence_), "vkQueueSubmit");
+  submit_part(fence_);   // its completion is every part's: each part began with a barrier on the ones before
   submissions_++;
   vk_check(vk::vkWaitForFences(ctx_.device(), 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
   vk_check(vk::vkResetFences(ctx_.device(), 1, &fence_), "vkResetFences");

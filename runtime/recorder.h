@@ -1,7 +1,12 @@
 #pragma once
-// One command buffer, recorded by its owner (a decode step, a speculative round, an upload) and submitted
-// once; the host waits once per submission. barrier() separates dependent kernels (compute writes ->
-// compute/transfer reads). With VKSPEC_PROFILE=1 each dispatch is bracketed by timestamps and per-kernel
+// One recording by its owner (a decode step, a speculative round, an upload), submitted once: the host waits
+// once per recording. barrier() separates dependent kernels (compute writes -> compute/transfer reads). Where
+// the device's facts say so (DeviceFacts::submit_split: GPUs), a barrier also ends a part: the command buffer
+// so far is submitted without a wait and the barrier opens the next one, so that the device runs the first
+// parts while the host records the rest (a barrier's first scope is every command earlier in submission
+// order, so parts need no other synchronization). Parts grow 8, 16, 32, ... dispatches. Invariant: data the
+// host writes for a command is written before that command's part is submitted, i.e. while or before it is
+// recorded (never after recording it: an earlier part may be running). With VKSPEC_PROFILE=1 each dispatch is bracketed by timestamps and per-kernel
 // times are accumulated. mark() timestamps the boundaries between parts of a submission (the draft steps
 // and the verify pass of a round), for the adaptive draft policy.
 // Process-wide counters of submissions and dispatches let tests and `bench` check "one submission per step".
@@ -49,7 +54,8 @@ class Recorder {
   // was destroyed): host-written data that a submission reads must not be rewritten within one recording.
   uint64_t recording() const { return recording_; }
 
-  static uint64_t total_submissions() { return submissions_.load(); }
+  static uint64_t total_submissions() { return submissions_.load(); }   // recordings submitted (host waits)
+  static uint64_t total_parts() { return parts_.load(); }                // command buffers submitted
   static uint64_t total_dispatches() { return dispatches_.load(); }
 
   bool profiling() const { return query_pool_ != VK_NULL_HANDLE; }
@@ -61,7 +67,12 @@ class Recorder {
  private:
   Context& ctx_;
   VkCommandPool pool_ = VK_NULL_HANDLE;
-  VkCommandBuffer cmd_ = VK_NULL_HANDLE;
+  VkCommandBuffer cmd_ = VK_NULL_HANDLE;   // the part being recorded: cmds_[part_]
+  std::vector<VkCommandBuffer> cmds_;      // one per part of a recording, allocated as a recording needs them
+  uint32_t part_ = 0;
+  uint32_t part_dispatches_ = 0;           // dispatches recorded into the current part
+  uint32_t split_after_ = 0;               // a barrier after this many of them ends the part
+  bool unwaited_ = false;                  // parts submitted that no fence wait has covered yet
   VkFence fence_ = VK_NULL_HANDLE;
   VkQueryPool query_pool_ = VK_NULL_HANDLE;
   static constexpr uint32_t kMaxQueries = 4096;
@@ -74,7 +85,11 @@ class Recorder {
   VkQueryPool marks_pool_ = VK_NULL_HANDLE;
   uint32_t marks_used_ = 0;
   uint64_t mark_ticks_[kMaxMarks] = {};
-  static inline std::atomic<uint64_t> submissions_{0}, dispatches_{0}, recordings_{0};
+  static inline std::atomic<uint64_t> submissions_{0}, parts_{0}, dispatches_{0}, recordings_{0};
+
+  void begin_part(uint32_t part);
+  void submit_part(VkFence fence);
+  void wait_unwaited();   // after an exception between parts: the submitted parts finish before reuse
 };
 
 }  // namespace vkspec

@@ -272,6 +272,61 @@ TEST_F(ModelTest, ADeviceComingAndGoingLeavesTheOtherWorking) {
   for (uint32_t v = 0; v < model.hparams().n_vocab; ++v) ASSERT_EQ(model.logits(0)[v], after[v]);
 }
 
+// A recording submitted in parts (GPUs by default: the device runs the first parts while the host records
+// the rest; here a part at every barrier) gives the bits of one submission, prefill and decode; and a
+// recording abandoned after parts of it were submitted (an error mid-step) leaves the recorder usable: its
+// next begin() waits for those parts before reusing their command buffers.
+TEST_F(ModelTest, ARecordingInPartsGivesTheBitsOfOneSubmission) {
+  GgufFile f(shared_path("models/pycode-target-f16.gguf"));
+  std::vector<uint32_t> tokens;
+  for (uint32_t i = 0; i < 17; ++i) tokens.push_back((i * 131 + 7) % 8000);
+  uint64_t parts = 0, waits = 0;   // of the forward passes
+  auto run = [&](Context& ctx, Pipelines& pipelines) {   // the logits of a 9-token prefill and 8 decode steps
+    LlamaModel model(ctx, pipelines, f);
+    const uint32_t V = model.hparams().n_vocab;
+    const int seq = model.kv().new_sequence();
+    std::vector<std::vector<float>> out;
+    parts = Recorder::total_parts();
+    waits = Recorder::total_submissions();
+    model.forward(seq, std::span(tokens).first(9), Logits::Last);
+    out.emplace_back(model.logits(0), model.logits(0) + V);
+    for (uint32_t i = 9; i < tokens.size(); ++i) {
+      model.forward(seq, std::span(tokens).subspan(i, 1), Logits::Last);
+      out.emplace_back(model.logits(0), model.logits(0) + V);
+    }
+    parts = Recorder::total_parts() - parts;
+    waits = Recorder::total_submissions() - waits;
+    // abandoned: a prefill recorded (its parts submitted) and never submitted whole
+    Recorder rec(ctx, false);
+    const int other = model.kv().new_sequence();
+    rec.begin();
+    model.record_forward(rec, other, model.write_tokens(std::span(tokens).first(9)), 9, Logits::None);
+    model.kv().free_sequence(other);
+    rec.begin();   // waits for the abandoned parts
+    rec.submit_and_wait();
+    return out;
+  };
+  using Split = DeviceFacts::SubmitSplit;
+  const auto reference = run(gpu().ctx, gpu().pipelines);
+  const char* before = getenv("VKSPEC_SUBMIT");
+  const std::string saved = before ? before : "";
+  setenv("VKSPEC_SUBMIT", "barriers", 1);
+  ContextOptions co;
+  co.validation = gpu().ctx.validation_enabled();
+  Context parted(co);
+  if (before) setenv("VKSPEC_SUBMIT", saved.c_str(), 1);
+  else unsetenv("VKSPEC_SUBMIT");
+  ASSERT_EQ(parted.facts().submit_split, Split::EveryBarrier);
+  Pipelines pipelines(parted);
+  const auto in_parts = run(parted, pipelines);
+  EXPECT_EQ(waits, 9u);
+  EXPECT_GT(parts, 20 * waits) << "parts per recording";
+  ASSERT_EQ(in_parts.size(), reference.size());
+  for (size_t i = 0; i < reference.size(); ++i)
+    for (size_t v = 0; v < reference[i].size(); ++v) ASSERT_EQ(in_parts[i][v], reference[i][v]) << "step " << i;
+  EXPECT_EQ(parted.validation_messages(), 0u) << parted.last_validation_message();
+}
+
 TEST_F(ModelTest, ReproducesLlamaCppGreedyContinuations) {
   for (const char* name : {"stories260K", "pycode-target", "pycode-draft"}) {
     std::ifstream in(shared_path(std::string("models/reference/") + name + "-greedy.jsonl"));
