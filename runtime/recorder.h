@@ -6,9 +6,10 @@
 // parts while the host records the rest (a barrier's first scope is every command earlier in submission
 // order, so parts need no other synchronization). Parts grow 8, 16, 32, ... dispatches. Invariant: data the
 // host writes for a command is written before that command's part is submitted, i.e. while or before it is
-// recorded (never after recording it: an earlier part may be running). With VKSPEC_PROFILE=1 each dispatch is bracketed by timestamps and per-kernel
-// times are accumulated. mark() timestamps the boundaries between parts of a submission (the draft steps
-// and the verify pass of a round), for the adaptive draft policy.
+// recorded (never after recording it: an earlier part may be running).
+// With VKSPEC_PROFILE=1 each dispatch is bracketed by timestamps and per-kernel times are accumulated.
+// mark() timestamps the boundaries between sections of a recording (the draft steps and the verify pass of
+// a round), for the adaptive draft policy.
 // Process-wide counters of submissions and dispatches let tests and `bench` check "one submission per step".
 #include <atomic>
 #include <map>
