@@ -20,7 +20,7 @@ int cmd_devices(bool json) {
         {"max_compute_shared_memory", f.max_shared_memory},
         {"max_memory_allocation_size", f.max_allocation_size},
         {"timestamps", bool(f.timestamps)}, {"memory_model", f.memory_model}, {"device_local_bytes", f.device_local_bytes},
-        {"uuid", f.uuid}, {"kernel_family", f.kernel_family}};
+        {"uuid", f.uuid}, {"kernel_family", f.kernel_family}, {"submit", f.submit}};
     out.push_back(d);
   }
   if (json) {

@@ -362,6 +362,12 @@ std::string Server::metrics_text() const {
     metric("kv_blocks_total", "gauge", "KV cache blocks in the pool", m.kv_blocks_total);
     metric("kv_blocks_allocated_total", "counter", "KV blocks taken from the pool", double(m.kv_blocks_allocated));
     metric("parallel", "gauge", "Sequences decoded together at most", m.parallel);
+    metric("draft_kv_blocks_in_use", "gauge", "The draft model's KV blocks held by sequences (running and cached)",
+           m.draft_kv_blocks_in_use);
+    metric("draft_kv_blocks_total", "gauge", "KV blocks in the draft model's pool (0 without a draft model)",
+           m.draft_kv_blocks_total);
+    metric("draft_kv_blocks_allocated_total", "counter", "Draft KV blocks taken from the pool",
+           double(m.draft_kv_blocks_allocated));
   }
   metric("http_client_errors_total", "counter", "HTTP responses with a 4xx status", double(http_4xx_));
   metric("http_server_errors_total", "counter", "HTTP responses with a 5xx status", double(http_5xx_));

@@ -227,6 +227,7 @@ void BatchEngine::update_kv_metrics() {
   if (draft_model_) {
     metrics_.draft_kv_blocks_in_use = draft_model_->kv().blocks_in_use();
     metrics_.draft_kv_blocks_allocated = draft_model_->kv().blocks_allocated();
+    metrics_.draft_kv_blocks_total = draft_model_->kv().total_blocks();
   }
 }
 

@@ -69,7 +69,7 @@ struct BatchMetrics {
   uint32_t active = 0, queued = 0, kv_blocks_in_use = 0, kv_blocks_total = 0, parallel = 0;
   uint32_t cached_sequences = 0;      // finished sequences kept for their prefix (prompt cache)
   uint64_t cache_evictions = 0;
-  uint32_t draft_kv_blocks_in_use = 0;    // the draft model's pool (0 without one)
+  uint32_t draft_kv_blocks_in_use = 0, draft_kv_blocks_total = 0;   // the draft model's pool (0 without one)
   uint64_t draft_kv_blocks_allocated = 0;
 };
 

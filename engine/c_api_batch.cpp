@@ -199,7 +199,8 @@ vkspec_status vkspec_batch_get_metrics(const vkspec_batch* batch, vkspec_batch_m
     *out = vkspec_batch_metrics{m.requests, m.requests_done, m.prompt_tokens, m.prefilled_tokens, m.shared_tokens,
                                 m.generated_tokens, m.drafted, m.accepted, m.steps, m.step_rows,
                                 m.kv_blocks_allocated, m.cache_evictions, m.active, m.queued, m.kv_blocks_in_use,
-                                m.kv_blocks_total, m.parallel, m.cached_sequences};
+                                m.kv_blocks_total, m.parallel, m.cached_sequences, m.draft_kv_blocks_allocated,
+                                m.draft_kv_blocks_in_use, m.draft_kv_blocks_total};
   });
 }
 

@@ -48,7 +48,7 @@
 extern "C" {
 #endif
 
-#define VKSPEC_API_VERSION 2
+#define VKSPEC_API_VERSION 3
 
 typedef enum vkspec_status {
   VKSPEC_OK = 0,
@@ -84,6 +84,8 @@ typedef struct vkspec_device_info {
   uint32_t max_shared_memory;  /* bytes per workgroup */
   uint64_t max_allocation_size;
   char memory_model[16];       /* "discrete" (device memory only through staging copies) or "mapped" */
+  char submit[16];             /* how a step's recording is submitted: "parts" (GPUs: the device starts
+                                  while the host records), "whole" (CPU devices), "barriers" (a test mode) */
 } vkspec_device_info;
 
 /* Fills up to `capacity` entries; *count is the number of devices. */
@@ -334,6 +336,8 @@ typedef struct vkspec_batch_metrics {
   uint64_t requests, requests_done, prompt_tokens, prefilled_tokens, shared_tokens, generated_tokens;
   uint64_t drafted, accepted, steps, step_rows, kv_blocks_allocated, cache_evictions;
   uint32_t active, queued, kv_blocks_in_use, kv_blocks_total, parallel, cached_sequences;
+  uint64_t draft_kv_blocks_allocated;          /* the draft model's pool (API version 3; 0 without one) */
+  uint32_t draft_kv_blocks_in_use, draft_kv_blocks_total;
 } vkspec_batch_metrics;
 
 VKSPEC_API vkspec_status vkspec_batch_create(vkspec_model* model, const vkspec_batch_params* params,

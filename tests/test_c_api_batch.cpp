@@ -127,6 +127,7 @@ TEST(CApiBatch, RequestsGetTheTokensOfTheirContextRuns) {
     EXPECT_EQ(bm.requests_done, 3u);
     EXPECT_EQ(bm.active + bm.queued, 0u);
     EXPECT_EQ(bm.kv_blocks_in_use, 0u);
+    EXPECT_EQ(bm.draft_kv_blocks_total, 0u) << "no draft model, no draft pool";
     EXPECT_EQ(vkspec_model_free(m), VKSPEC_ERROR_BUSY) << "a batch is live";
     EXPECT_EQ(vkspec_batch_free(b), VKSPEC_OK);
   }

@@ -34,12 +34,14 @@ TEST(Cli, DevicesListsFacts) {
   for (auto& d : j) {
     for (const char* key : {"shader_float16", "storage_16bit", "storage_8bit", "subgroup_size_control", "subgroup_size",
                             "max_storage_buffer_range", "max_compute_shared_memory", "max_memory_allocation_size",
-                            "timestamps", "kernel_family"})
+                            "timestamps", "kernel_family", "submit"})
       EXPECT_TRUE(d.contains(key)) << key;
     if (d["type"] == "CPU" && d["name"].get<std::string>().find("llvmpipe") != std::string::npos) {
       EXPECT_EQ(d["subgroup_size"], 8);
       EXPECT_EQ(d["max_storage_buffer_range"], 134217728);
       EXPECT_EQ(d["kernel_family"], "row-per-lane");
+      const char* submit = getenv("VKSPEC_SUBMIT");   // CPU devices take a step's recording whole
+      EXPECT_EQ(d["submit"], submit && *submit ? submit : "whole");
     }
   }
 }

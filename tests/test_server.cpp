@@ -397,6 +397,13 @@ TEST(Server, ConcurrentStreamsGetTheirSoloTokensAndSurviveHostileClients) {
     expect_concurrent_streams_equal(spec, prompts, want, draft.c_str());
     EXPECT_GT(spec.metric("draft_tokens_total"), 0) << draft;
     EXPECT_TRUE(wait_idle(spec));
+    if (draft.rfind("-md", 0) == 0) {   // the draft model's pool: used, and every block back once idle
+      EXPECT_GT(spec.metric("draft_kv_blocks_total"), 0);
+      EXPECT_GT(spec.metric("draft_kv_blocks_allocated_total"), 0);
+      EXPECT_EQ(spec.metric("draft_kv_blocks_in_use"), 0);
+    } else {
+      EXPECT_EQ(spec.metric("draft_kv_blocks_total"), 0) << draft;
+    }
   }
 }
 
