@@ -61,13 +61,14 @@ std::vector<int32_t> prompt_of_length(const api::Model& model, const std::string
 struct Series {
   std::vector<double> prefill, decode, decode_gpu;
   SpecTotals spec;
-  uint64_t decode_tokens = 0, submissions = 0, dispatches = 0;   // after the first token, summed over runs
+  uint64_t decode_tokens = 0, submissions = 0, parts = 0, dispatches = 0;   // after the first token, summed over runs
   void add(const vkspec_metrics& m) {
     prefill.push_back(double(m.prompt_tokens) / m.prefill_seconds);
     decode.push_back(m.decode_tokens_per_second);
     const uint64_t tokens = m.generated_tokens > 1 ? m.generated_tokens - 1 : 0;
     decode_tokens += tokens;
     submissions += m.host_waits;
+    parts += m.queue_submissions;
     dispatches += m.dispatches;
     if (m.device_seconds > 0) decode_gpu.push_back(double(tokens) / m.device_seconds);
     spec += m;
@@ -79,7 +80,8 @@ struct Series {
   nlohmann::json summary() const {
     const double n = double(decode_tokens ? decode_tokens : 1);
     return {{"prefill_tok_s", median(prefill)}, {"decode_tok_s", median(decode)}, {"decode_runs", decode},
-            {"waits_per_token", double(submissions) / n}, {"dispatches_per_token", double(dispatches) / n},
+            {"waits_per_token", double(submissions) / n}, {"queue_submissions_per_token", double(parts) / n},
+            {"dispatches_per_token", double(dispatches) / n},
             {"decode_gpu_tok_s", gpu_tok_s()}};
   }
 };

@@ -409,6 +409,7 @@ vkspec_status step_generation(vkspec_context* ctx, int32_t* done) {
   m.acceptance_rate = c.spec.acceptance_rate();
   m.host_waits = c.decode_submissions;
   m.dispatches = c.decode_dispatches;
+  m.queue_submissions = c.decode_parts;
   m.device_seconds = c.decode_gpu_s;
   m.round_tokens = c.spec.tokens;
   copy_field(m.stop_reason, c.stop_reason);

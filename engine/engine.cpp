@@ -185,7 +185,7 @@ struct Engine::Run {
   bool prefill_passes = false;     // the prompt in passes of kMaxBatch, one per step (cancellable)
   uint32_t next = 0;               // plain decoding: the choice not yet fed back
   std::unique_ptr<SpeculativeDecoder> spec;
-  uint64_t submissions0 = 0, dispatches0 = 0;
+  uint64_t submissions0 = 0, parts0 = 0, dispatches0 = 0;
 };
 
 void Engine::begin(Session& session, std::span<const uint32_t> prompt, const SamplingParams& sp, int n, bool ignore_eos,
@@ -258,6 +258,7 @@ bool Engine::step() {
     session.tokens.assign(r.context.begin(), r.context.begin() + long(held));
     if (kv.length(seq) != session.tokens.size()) throw Error("internal: the KV cache and the session disagree");
     c.decode_submissions = Recorder::total_submissions() - r.submissions0;
+    c.decode_parts = Recorder::total_parts() - r.parts0;
     c.decode_dispatches = Recorder::total_dispatches() - r.dispatches0;
     r.done = true;
   };
@@ -284,6 +285,7 @@ bool Engine::step() {
       c.prefilled += rest;
       r.prefilling = false;
       r.submissions0 = Recorder::total_submissions();
+      r.parts0 = Recorder::total_parts();
       r.dispatches0 = Recorder::total_dispatches();
       if (c.speculative) {
         const SpeculativeOptions so{uint32_t(o_.draft_max), uint32_t(o_.draft_min), acceptor_.get(), adaptive_k()};

@@ -33,7 +33,7 @@ struct Completion {
   bool speculative = false;
   SpeculativeStats spec;
   // Submissions (host waits) and dispatches after the first token, which the prefill's submission chooses.
-  uint64_t decode_submissions = 0, decode_dispatches = 0;
+  uint64_t decode_submissions = 0, decode_parts = 0, decode_dispatches = 0;   // waits, command buffers
   double decode_gpu_s = 0;   // device time of those submissions (timestamps)
   // Decode tokens/s: every token after the first costs one forward pass (or a share of a verify pass).
   double decode_tok_s() const { return ids.size() > 1 && decode_s > 0 ? double(ids.size() - 1) / decode_s : 0.0; }

@@ -277,6 +277,8 @@ typedef struct vkspec_metrics {
   double device_seconds;                     /* device time of those submissions (0 without timestamps) */
   uint64_t round_tokens;                     /* tokens the speculative rounds produced (per verify pass:
                                                 round_tokens / verify_passes) */
+  uint64_t queue_submissions;                /* command buffers submitted after the first token (API version
+                                                3): host_waits on CPU devices, a step's parts on GPUs */
 } vkspec_metrics;
 
 /* The metrics of the context's last vkspec_generate. */

@@ -23,8 +23,8 @@ for rep in 1 2; do
 import json, sys
 v = json.load(open(sys.argv[1])); l = json.load(open(sys.argv[2])); nt = json.load(open(sys.argv[3])); nf = json.load(open(sys.argv[4]))
 p = v["plain"]; s = v.get("speculative", {})
-print("  vkspec prefill %.0f decode %.1f (%.1f dispatches, %.2f waits per token) | llama.cpp prefill %.0f decode %.1f | ratio prefill %.2f decode %.2f%s" % (
-  p["prefill_tok_s"], p["decode_tok_s"], p.get("dispatches_per_token", 0), p.get("waits_per_token", 0),
+print("  vkspec prefill %.0f decode %.1f (%.1f dispatches, %.2f waits, %.2f queue submissions per token) | llama.cpp prefill %.0f decode %.1f | ratio prefill %.2f decode %.2f%s" % (
+  p["prefill_tok_s"], p["decode_tok_s"], p.get("dispatches_per_token", 0), p.get("waits_per_token", 0), p.get("queue_submissions_per_token", 0),
   l["prefill_tok_s"], l["decode_tok_s"], p["prefill_tok_s"] / l["prefill_tok_s"], p["decode_tok_s"] / l["decode_tok_s"],
   " | spec decode %.1f (x%.2f, accept %.2f)" % (s["decode_tok_s"], v["speedup"], s["acceptance_rate"]) if s else ""))
 print("  without matmul tiles (VKSPEC_MATMUL_TILE=0): prefill %.0f decode %.1f" % (nt["plain"]["prefill_tok_s"], nt["plain"]["decode_tok_s"]))
