@@ -274,6 +274,8 @@ TEST(Cli, HostileInputsAreRefusedByName) {
       {"VKSPEC_INT8_X=2 run " + kStories + " -p hi", "VKSPEC_INT8_X must be"},
       {"VKSPEC_MATMUL_TILE=on run " + kStories + " -p hi", "VKSPEC_MATMUL_TILE must be"},
       {"VKSPEC_FMA=yes run " + kStories + " -p hi", "VKSPEC_FMA must be"},
+      {"VKSPEC_SUBMIT=split run " + kStories + " -p hi", "VKSPEC_SUBMIT must be"},
+      {"VKSPEC_MEMORY=gpu run " + kStories + " -p hi", "VKSPEC_MEMORY must be"},
       {"VKSPEC_DEVICE=99999999999 run " + kStories + " -p hi", "VKSPEC_DEVICE must be"},
   };
   for (const Case& c : cases) {
