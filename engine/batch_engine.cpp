@@ -77,6 +77,7 @@ BatchEngine::BatchEngine(std::shared_ptr<TargetModel> target, const EngineOption
   }
   metrics_.parallel = opts.parallel;
   metrics_.kv_blocks_total = m.kv().total_blocks();
+  if (draft_model_) metrics_.draft_kv_blocks_total = draft_model_->kv().total_blocks();
 }
 
 BatchEngine::~BatchEngine() {
@@ -227,7 +228,6 @@ void BatchEngine::update_kv_metrics() {
   if (draft_model_) {
     metrics_.draft_kv_blocks_in_use = draft_model_->kv().blocks_in_use();
     metrics_.draft_kv_blocks_allocated = draft_model_->kv().blocks_allocated();
-    metrics_.draft_kv_blocks_total = draft_model_->kv().total_blocks();
   }
 }
 

@@ -316,6 +316,7 @@ TEST_F(BatchEngineTest, PromptCacheServesTheNextTurnAndGivesWayToReservations) {
   o.draft_max = 4;
   o.draft_policy = "fixed";   // drafts in every round: the draft model sees every turn
   BatchEngine spec(t, o, {2, 64, 3});
+  EXPECT_GT(spec.metrics().draft_kv_blocks_total, 0u) << "the draft pool's size, known before any step";
   const std::vector<uint32_t> p1 = encode(*t, "def tokenize(text):\n");
   Outcome s1, s2;
   spec.submit(request(p1, greedy, 20, s1));
