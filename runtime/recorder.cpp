@@ -78,8 +78,8 @@ void Recorder::submit_part(VkFence fence) {
   VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
   si.commandBufferCount = 1;
   si.pCommandBuffers = &cmd_;
-  unwaited_ = fence == VK_NULL_HANDLE;
   vk_check(ctx_.submit(&si, fence), "vkQueueSubmit");
+  unwaited_ = fence == VK_NULL_HANDLE;   // (a failed submission leaves it: earlier parts may still run)
   parts_++;
 }
 
