@@ -123,8 +123,7 @@ vkspec_status vkspec_list_devices(vkspec_device_info* out, uint32_t capacity, ui
       d.max_shared_memory = f.max_shared_memory;
       d.max_allocation_size = f.max_allocation_size;
       copy_field(d.memory_model, f.discrete_memory ? "discrete" : "mapped");
-      using Split = DeviceFacts::SubmitSplit;
-      copy_field(d.submit, f.submit_split == Split::Parts ? "parts" : f.submit_split == Split::Whole ? "whole" : "barriers");
+      copy_field(d.submit, f.submit_split_name());
     }
   }, VKSPEC_ERROR_DEVICE);
 }

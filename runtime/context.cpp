@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <utility>
 
 namespace vkspec {
 namespace {
@@ -45,6 +46,13 @@ VkInstance create_instance(bool validation, bool* debug_utils) {
   vk::load_instance(inst);
   return inst;
 }
+
+// VKSPEC_SUBMIT's values, which vkspec_device_info.submit prints back.
+constexpr std::pair<DeviceFacts::SubmitSplit, const char*> kSubmitSplitNames[] = {
+    {DeviceFacts::SubmitSplit::Whole, "whole"},
+    {DeviceFacts::SubmitSplit::Parts, "parts"},
+    {DeviceFacts::SubmitSplit::EveryBarrier, "barriers"},
+};
 
 DeviceFacts probe(VkPhysicalDevice pd, uint32_t index) {
   DeviceFacts f;
@@ -89,11 +97,13 @@ DeviceFacts probe(VkPhysicalDevice pd, uint32_t index) {
     throw Error(std::string("VKSPEC_MEMORY must be 'discrete' (or unset), got '") + memory_model + "'");
   f.discrete_memory = memory_model && std::string(memory_model) == "discrete";
   const std::string split = getenv("VKSPEC_SUBMIT") ? getenv("VKSPEC_SUBMIT") : "";
-  if (split == "whole") f.submit_split = DeviceFacts::SubmitSplit::Whole;
-  else if (split == "parts") f.submit_split = DeviceFacts::SubmitSplit::Parts;
-  else if (split == "barriers") f.submit_split = DeviceFacts::SubmitSplit::EveryBarrier;
-  else if (split.empty()) f.submit_split = f.type == VK_PHYSICAL_DEVICE_TYPE_CPU ? DeviceFacts::SubmitSplit::Whole : DeviceFacts::SubmitSplit::Parts;
-  else throw Error("VKSPEC_SUBMIT must be whole, parts or barriers (or unset), got '" + split + "'");
+  f.submit_split = f.type == VK_PHYSICAL_DEVICE_TYPE_CPU ? DeviceFacts::SubmitSplit::Whole : DeviceFacts::SubmitSplit::Parts;
+  if (!split.empty()) {
+    bool known = false;
+    for (const auto& [s, name] : kSubmitSplitNames)
+      if (split == name) f.submit_split = s, known = true;
+    if (!known) throw Error("VKSPEC_SUBMIT must be whole, parts or barriers (or unset), got '" + split + "'");
+  }
   f.timestamps = p.limits.timestampComputeAndGraphics && p.limits.timestampPeriod > 0;
   f.timestamp_period_ns = p.limits.timestampPeriod;
 
@@ -146,6 +156,12 @@ std::vector<VkPhysicalDevice> physical_devices(VkInstance inst) {
 }
 
 }  // namespace
+
+const char* DeviceFacts::submit_split_name() const {
+  for (const auto& [s, name] : kSubmitSplitNames)
+    if (s == submit_split) return name;
+  return "?";
+}
 
 const char* DeviceFacts::type_name() const {
   switch (type) {

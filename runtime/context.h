@@ -44,12 +44,14 @@ struct DeviceFacts {
   // VKSPEC_MEMORY=discrete turns it on anywhere, so that CI exercises the GPU path on lavapipe.
   bool discrete_memory = false;
   // How a recording is submitted (Recorder::barrier, decided here once). A GPU runs a step's parts while the
-  // host records the rest: an H200 spent 0.33 ms of a 2.1 ms 1B decode step (115 dispatches) recording
-  // before the device started. A CPU device's recording is a few hundred microseconds of a step that
+  // host records the rest: a 1B decode step (115 dispatches) took 2.07 ms of wall time on an H200 and 1.74 ms
+  // on its device when recorded whole (recording costs ~2.5 us a dispatch, timed on lavapipe); in parts the
+  // gap fell to ~0.12 ms. A CPU device's recording is a few hundred microseconds of a step that
   // costs it tens of milliseconds, and each submission wakes its queue thread: it takes recordings whole.
   // VKSPEC_SUBMIT=whole|parts|barriers overrides (barriers: a part at every barrier, for CI on lavapipe).
   enum class SubmitSplit { Whole, Parts, EveryBarrier };
   SubmitSplit submit_split = SubmitSplit::Whole;
+  const char* submit_split_name() const;   // "whole", "parts" or "barriers": VKSPEC_SUBMIT's values
 
   const char* type_name() const;
   // Kernel family: "row per lane" on CPU devices (each lane is a SIMD lane of the host, so strided

@@ -10,7 +10,8 @@
 // With VKSPEC_PROFILE=1 each dispatch is bracketed by timestamps and per-kernel times are accumulated.
 // mark() timestamps the boundaries between sections of a recording (the draft steps and the verify pass of
 // a round), for the adaptive draft policy.
-// Process-wide counters of submissions and dispatches let tests and `bench` check "one submission per step".
+// Process-wide counters of recordings submitted (host waits), parts and dispatches let tests and `bench`
+// check "one wait per step".
 #include <atomic>
 #include <map>
 #include <string>
