@@ -16,7 +16,6 @@ struct BatchEngine::Slot {
   std::shared_ptr<BatchRequest> req;   // null: free
   int seq = -1;
   std::unique_ptr<TokenChooser> chooser;
-  std::unique_ptr<SpecAcceptor> acceptor;   // sampled speculation, created on first use
   std::unique_ptr<Drafter> drafter;         // per request (a ModelDrafter holds a draft sequence)
   std::unique_ptr<SpeculativeDecoder> spec;
   std::vector<uint32_t> context;   // the prompt, then every token fed back (the penalty history)
@@ -27,7 +26,7 @@ struct BatchEngine::Slot {
   BatchResult result;
   Clock::time_point admitted, first_token;
   // this step
-  // PlainRound: a greedy speculative sequence's round without drafts (K = 0), run as a decode row among the
+  // PlainRound: a speculative sequence's round without drafts (K = 0), run as a decode row among the
   // plain ones (their ids embedded in one dispatch, their argmax in one) with its choice in the verify slot
   enum class Part { None, Prefill, PrefillLast, Decode, Verify, PlainRound } part = Part::None;
   uint32_t rows = 0;   // in this step's pass
@@ -344,9 +343,6 @@ bool BatchEngine::admit_one(const std::shared_ptr<BatchRequest>& r) {
     } else if (draft_model_ && o_.draft == "ngram") s.drafter = std::make_unique<LookupThenModelDrafter>(*draft_model_, o_.draft_p_min);
     else if (draft_model_) s.drafter = std::make_unique<ModelDrafter>(*draft_model_, o_.draft_p_min);
     else s.drafter = std::make_unique<NgramDrafter>();
-    if (!r->sp.greedy() && !s.acceptor)
-      s.acceptor = std::make_unique<SpecAcceptor>(*t_->ctx, *t_->pipelines, m.hparams().n_vocab,
-                                                  LlamaModel::kMaxBatch - 1, 1, m.n_ctx() + LlamaModel::kMaxBatch);
   }
   std::lock_guard<std::mutex> lock(mu_);
   metrics_.prompt_tokens += p.size();
@@ -501,7 +497,7 @@ void BatchEngine::plan_speculative_rows(StepRows& plan) {
     }
     if (costs) costs->joined_steps = model_steps;
     const uint32_t k_max = s.spec->drafts_planned(decoding, costs);
-    if (k_max == 0 && s.chooser->greedy()) {   // (a sampled one draws in its acceptor: its own stream)
+    if (k_max == 0) {
       s.spec->drafts_recorded(0);
       s.part = Slot::Part::PlainRound;   // its row: plan_decode_rows
       plan.plain_rounds.push_back(&s);
@@ -616,7 +612,7 @@ void BatchEngine::take_result(Slot& s) {
     case Slot::Part::PrefillLast:
       s.decoding = true;
       if (s.drafter) {
-        SpeculativeOptions so{uint32_t(o_.draft_max), uint32_t(o_.draft_min), s.acceptor.get(),
+        SpeculativeOptions so{uint32_t(o_.draft_max), uint32_t(o_.draft_min),
                               o_.draft_policy == "adaptive", /*timing_free=*/true};
         s.spec = std::make_unique<SpeculativeDecoder>(m, s.seq, *s.drafter, *s.chooser, *rec_, s.context, so,
                                                       [this, &s](uint32_t t, bool d) { return emit(s, t, d, nullptr); });

@@ -89,7 +89,6 @@ Engine::~Engine() {
   if (rec_ && rec_->profiling()) fprintf(stderr, "decoding steps %s", rec_->profile_report().c_str());
   std::lock_guard<std::mutex> lock(t_->busy);   // other Engines may be submitting on the shared device
   run_.reset();
-  acceptor_.reset();
   chooser_.reset();
   rec_.reset();
   drafter_.reset();
@@ -209,8 +208,6 @@ void Engine::begin(Session& session, std::span<const uint32_t> prompt, const Sam
   const uint32_t V = m.hparams().n_vocab, max_history = m.n_ctx() + LlamaModel::kMaxBatch;
   if (!chooser_) chooser_ = std::make_unique<TokenChooser>(*t_->ctx, *t_->pipelines, V, max_history);
   if (!rec_) rec_ = std::make_unique<Recorder>(*t_->ctx, profiling_requested());
-  if (c.speculative && !sp.greedy() && !acceptor_)
-    acceptor_ = std::make_unique<SpecAcceptor>(*t_->ctx, *t_->pipelines, V, LlamaModel::kMaxBatch - 1, 1, max_history);
   chooser_->start(sp);
 
   // Keep the cached K/V of the longest common prefix (at least one token is prefilled: its logits choose).
@@ -288,7 +285,7 @@ bool Engine::step() {
       r.parts0 = Recorder::total_parts();
       r.dispatches0 = Recorder::total_dispatches();
       if (c.speculative) {
-        const SpeculativeOptions so{uint32_t(o_.draft_max), uint32_t(o_.draft_min), acceptor_.get(), adaptive_k()};
+        const SpeculativeOptions so{uint32_t(o_.draft_max), uint32_t(o_.draft_min), adaptive_k()};
         r.spec = std::make_unique<SpeculativeDecoder>(m, seq, *drafter_, chooser, rec, r.context, so, accept);
       }
     }

@@ -154,7 +154,6 @@ class Engine {
   std::unique_ptr<Drafter> drafter_;
   std::unique_ptr<Recorder> rec_;                 // every decoding step and speculative round
   std::unique_ptr<TokenChooser> chooser_;
-  std::unique_ptr<SpecAcceptor> acceptor_;        // created on the first sampled speculative completion
   double load_s_ = 0;
 };
 

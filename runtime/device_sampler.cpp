@@ -13,20 +13,18 @@ static_assert(sizeof(SampleRowsPC) <= 128, "sample_rows push constants: within t
 static_assert(sizeof(contract::SampleRow) % 8 == 0, "SampleRow: std430's array stride (8-byte aligned) is its size");
 // sample_rows.comp's shared memory. Per lane: digit_mass (16 floats) and lane_ties. Fixed: the digit
 // histogram (256), the four candidate arrays (MAX_TOP_K each), the candidate list (two of SAMPLE_LIST_CAP),
-// accept.glsl's lane masses (ACCEPT_MAX_LANES), all 4 bytes; common.glsl's reduction scratch (64 floats)
-// and the scalars within the last 512 bytes.
+// all 4 bytes; common.glsl's reduction scratch (64 floats) and the scalars within the last 512 bytes.
 constexpr uint32_t kSharedPerLane = 17 * 4;
 constexpr uint32_t kSharedFixed =
-    (256 + 4 * contract::MAX_TOP_K + 2 * contract::SAMPLE_LIST_CAP + contract::ACCEPT_MAX_LANES) * 4 + 512;
+    (256 + 4 * contract::MAX_TOP_K + 2 * contract::SAMPLE_LIST_CAP) * 4 + 512;
 }  // namespace
 
 // Lanes per row of sample_rows, one workgroup per row that walks the whole vocabulary ~10 times. On a GPU 64
 // lanes are latency-bound: 1B shape (128,256 logits), H100, sampled decode (top-k 40) with 64 / 256 / 512
 // lanes: sample_rows 1.70 / 0.91 / ~0.55 ms (the last from step times), 250 / 312 / 350 tok/s (greedy 418).
 // Its shared memory grows with the lanes (kSharedPerLane, below): 512 lanes need ~46 KB.
-// CPU devices stay at 64, which keeps their seeded draws: the general path's (top-k off or > MAX_TOP_K)
-// partial sums and the fused verify's residual draw follow the lane count (the top-k <= MAX_TOP_K path does
-// not: its sums run in rank order on one lane).
+// CPU devices stay at 64. The general path's (top-k off or > MAX_TOP_K) partial sums follow the lane count,
+// so its top-p cut may differ in a near-tie; the draw itself is a maximum, the same at any lane count.
 uint32_t DeviceSampler::lanes_for(const DeviceFacts& f) {
   if (f.prefers_row_per_lane()) return 64;
   for (uint32_t lanes : {512u, 256u})
@@ -36,7 +34,7 @@ uint32_t DeviceSampler::lanes_for(const DeviceFacts& f) {
 
 bool DeviceSampler::lanes_fit(const DeviceFacts& f, uint32_t lanes) {
   return lanes >= 64 && (lanes & (lanes - 1)) == 0 && lanes <= f.max_workgroup_invocations &&
-         lanes <= contract::ACCEPT_MAX_LANES && kSharedPerLane * lanes + kSharedFixed <= f.max_shared_memory;
+         kSharedPerLane * lanes + kSharedFixed <= f.max_shared_memory;
 }
 
 DeviceSampler::DeviceSampler(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_rows,
@@ -113,11 +111,10 @@ std::span<contract::SampleRow> DeviceSampler::table_rows(const Recorder& r, uint
 }
 
 void DeviceSampler::dispatch(Recorder& r, std::span<const contract::SampleRow> entries, VkBufferView texels,
-                             uint32_t flags, const FusedAccept* a) {
+                             uint32_t flags) {
   const VkDeviceAddress table = table_.address + VkDeviceSize(entries.data() - table_.host<contract::SampleRow>()) *
                                                      sizeof(contract::SampleRow);
-  SampleRowsPC pc{table, n_vocab_, flags, a ? a->draft_p_min : 0.0f, a ? a->k : 0,
-                  a ? a->q.address : 0, a ? a->tokens.address : 0, a ? a->result.address : 0, a ? a->counter.address : 0};
+  SampleRowsPC pc{table, n_vocab_, flags};
   const uint32_t rows = uint32_t(entries.size());
   if (texels) {
     const VkBufferView views[Pipelines::kTexelBindings] = {texels, texels, texels, texels};   // only binding 0 is read
@@ -136,8 +133,7 @@ void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Rows& j) 
     rows[i] = entry(p, j.logits.sub(i * row_bytes, row_bytes), j.probs.sub(i * row_bytes, row_bytes),
                     j.draws ? j.draws->sub(i * kSlotBytes, kSlotBytes).address : 0, j.history_len + i, j.position + i,
                     j.stream, texels);
-  const uint32_t flags = (j.draws ? contract::SAMPLE_DRAW : 0u) | (j.accept ? contract::SAMPLE_ACCEPT : 0u);
-  dispatch(r, rows, texels ? j.logits.texels : VK_NULL_HANDLE, flags, j.accept);
+  dispatch(r, rows, texels ? j.logits.texels : VK_NULL_HANDLE, j.draws ? contract::SAMPLE_DRAW : 0u);
 }
 
 DeviceSampler::BatchRow DeviceSampler::row(const SamplingParams& p, const Slice& logits, const Slice& probs,
@@ -159,15 +155,15 @@ void DeviceSampler::record_rows(Recorder& r, std::span<const BatchRow> batch) {
     if (b.texels != view) view = VK_NULL_HANDLE;
   const std::span<contract::SampleRow> rows = table_rows(r, uint32_t(batch.size()));
   for (size_t i = 0; i < batch.size(); ++i) rows[i] = batch[i].entry;
-  dispatch(r, rows, view, contract::SAMPLE_DRAW, nullptr);
+  dispatch(r, rows, view, contract::SAMPLE_DRAW);
 }
 
 void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Slice& logits, const Slice& probs,
                            uint32_t rows, std::span<const uint32_t> context, std::span<const uint32_t> extra,
-                           uint64_t position, bool draw, uint32_t stream, const FusedAccept* accept) {
+                           uint64_t position, bool draw, uint32_t stream) {
   if (extra.size() + 1 < rows) throw Error("internal: DeviceSampler::record out of range");
   const uint32_t window = set_history(p, context, extra);
-  Rows j{logits, probs, rows, window, position, draw ? &draws_ : nullptr, stream, accept};
+  Rows j{logits, probs, rows, window, position, draw ? &draws_ : nullptr, stream};
   record(r, p, j);
 }
 

@@ -16,8 +16,8 @@ namespace vkspec {
 class DeviceSampler {
  public:
   static constexpr uint32_t kMaxTopK = contract::MAX_TOP_K;   // the shared-memory path of sample_rows
-  // RNG streams of the counter-based generator (shaders/rng.h).
-  static constexpr uint32_t kStreamPlain = rng::STREAM_PLAIN, kStreamDraft = rng::STREAM_DRAFT;
+  // The counter-based generator's stream (shaders/rng.h): draft models draw on the target's.
+  static constexpr uint32_t kStreamPlain = rng::STREAM_PLAIN;
   static bool supports(const SamplingParams& p, uint32_t n_vocab) { return !p.greedy() && n_vocab > 0; }
 
   // Lanes per row of sample_rows on a device (device_sampler.cpp says why), and whether `lanes` fit its
@@ -43,7 +43,6 @@ class DeviceSampler {
   // (drafts chosen in this submission, which the penalty of later rows must see).
   void record_append_history(Recorder& r, const Slice& slots, uint32_t first, uint32_t n, uint32_t at);
 
-  struct FusedAccept { Slice q, tokens, result, counter; uint32_t k; float draft_p_min = 0; };
   struct Rows {
     Slice logits, probs;            // [rows][n_vocab]: logits penalized in place; probability rows out
     uint32_t rows = 1;
@@ -51,7 +50,6 @@ class DeviceSampler {
     uint64_t position = 0;          // counter position of row 0's draw
     const Slice* draws = nullptr;   // token slots that row r's draw goes to ({token, top probability}); null: no draw
     uint32_t stream = 0;
-    const FusedAccept* accept = nullptr;
   };
   void record(Recorder& r, const SamplingParams& p, const Rows& rows);
 
@@ -71,14 +69,10 @@ class DeviceSampler {
   // Records the transforms of `rows` logits rows ([rows][n_vocab], penalized in place) into `probs`.
   // Row r's history is `context` followed by extra[0..r) (the drafts before it). With `draw`, row r's
   // token is drawn at counter position + r in `stream`; read it with drawn(r) after the submission.
-  // Fused verify: the rows are p_0..p_k, and the last workgroup runs the accept/resample chain of
-  // speculative sampling (shaders/accept.glsl) with the draft's q rows and drafts, at counter `position`
-  // (the sequence position of the first draft), writing {accepted, next} to `result`. `counter` is a zeroed
-  // uint[contract::VERIFY_COUNTER_UINTS] the kernel leaves zeroed.
   // Convenience: set_history(context, extra) and record, drawing into this sampler's own slots (drawn()).
   void record(Recorder& r, const SamplingParams& p, const Slice& logits, const Slice& probs, uint32_t rows,
               std::span<const uint32_t> context, std::span<const uint32_t> extra, uint64_t position, bool draw,
-              uint32_t stream, const FusedAccept* accept = nullptr);
+              uint32_t stream);
   struct Draw { uint32_t token; float top_prob; };
   Draw drawn(uint32_t row) const;
 
@@ -94,8 +88,7 @@ class DeviceSampler {
   std::span<contract::SampleRow> table_rows(const Recorder& r, uint32_t n);
   // One dispatch over the entries table_rows() just gave (texels: the view every row's logits are read
   // through, or null for device-address reads).
-  void dispatch(Recorder& r, std::span<const contract::SampleRow> entries, VkBufferView texels, uint32_t flags,
-                const FusedAccept* accept);
+  void dispatch(Recorder& r, std::span<const contract::SampleRow> entries, VkBufferView texels, uint32_t flags);
 
   Pipelines& pipelines_;
   uint32_t n_vocab_, max_rows_, max_history_;

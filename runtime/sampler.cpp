@@ -73,16 +73,23 @@ Candidates Sampler::distribution(std::span<const float> logits, std::span<const 
   return c;
 }
 
+std::vector<float> Sampler::draw_scores(std::span<const float> logits, std::span<const uint32_t> history,
+                                        const Candidates& kept, uint64_t position, uint32_t stream) const {
+  // sample_rows.comp's float arithmetic; its log differs in the last bits (GLSL's is not correctly rounded)
+  const std::vector<float> l = penalized(p_, logits, history);
+  const uint32_t key = counter_key(p_.seed, uint32_t(position), stream);
+  const float m = l[kept.ids[0]], inv_t = 1.0f / std::max(p_.temperature, 1e-6f);
+  std::vector<float> scores(kept.ids.size());
+  for (size_t i = 0; i < kept.ids.size(); ++i) scores[i] = (l[kept.ids[i]] - m) * inv_t + rng::gumbel_noise(key, kept.ids[i]);
+  return scores;
+}
+
 uint32_t Sampler::sample(std::span<const float> logits, std::span<const uint32_t> history, uint64_t position,
                          uint32_t stream) const {
   if (p_.greedy()) return argmax(penalized(p_, logits, history));
-  Candidates c = distribution(logits, history);
-  double u = counter_uniform(p_.seed, uint32_t(position), stream), cum = 0;
-  for (size_t i = 0; i < c.ids.size(); ++i) {
-    cum += c.probs[i];
-    if (u < cum) return c.ids[i];
-  }
-  return c.ids.back();
+  const Candidates c = distribution(logits, history);
+  const std::vector<float> scores = draw_scores(logits, history, c, position, stream);
+  return c.ids[size_t(std::max_element(scores.begin(), scores.end()) - scores.begin())];   // first on ties
 }
 
 }  // namespace vkspec

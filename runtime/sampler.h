@@ -2,7 +2,7 @@
 // Host-side sampling over one row of logits, in llama.cpp's default order: repetition penalty ->
 // top-k -> top-p -> min-p -> temperature -> draw: the reference the device sampler (sample_rows.comp) is
 // tested against. Draws use the device's counter-based generator (runtime/rng.h) at stream `plain`, so a
-// seed gives the reference the device's random numbers.
+// seed gives the reference the device's noise.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -36,10 +36,14 @@ class Sampler {
   // The distribution the next token is drawn from, after every transform. `history` is the context
   // (prompt + generated) the repetition penalty looks at.
   Candidates distribution(std::span<const float> logits, std::span<const uint32_t> history) const;
-  // Draws the token at sequence position `position` (greedy: argmax of the logits) with the uniform
-  // counter_uniform(seed, position, stream), by inverse CDF in rank order.
+  // Draws the token at sequence position `position` (greedy: argmax of the logits) by the Gumbel-max trick:
+  // the kept token with the largest (l - m) / T + rng::gumbel_noise(key of (seed, position, stream), token),
+  // the first in rank order on ties.
   uint32_t sample(std::span<const float> logits, std::span<const uint32_t> history, uint64_t position,
                   uint32_t stream = 3 /* rng::STREAM_PLAIN */) const;
+  // The draw's score of each kept token (`kept`: distribution() of the same row), in its order.
+  std::vector<float> draw_scores(std::span<const float> logits, std::span<const uint32_t> history,
+                                 const Candidates& kept, uint64_t position, uint32_t stream = 3) const;
 
  private:
   SamplingParams p_;

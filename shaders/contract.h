@@ -42,9 +42,6 @@ VKSPEC_CONST MAX_HEAD_DIM = 256u;     // attention.comp keeps one head's output 
 VKSPEC_CONST ATTENTION_PARTIAL_EXTRA = 2u;
 VKSPEC_CONST NON_FINITE_TOKEN = 0xffffffffu;   // argmax's token for a row of logits holding NaN or Inf
 VKSPEC_CONST TOKEN_SLOT_UINTS = 2u;   // a token slot: {token, aux (float bits: top probability)}
-VKSPEC_CONST VERIFY_COUNTER_UINTS = 2u;   // the fused verify's counter: {rows done, a row was non-finite}
-VKSPEC_CONST VERIFY_ROWS_DONE = 0u;
-VKSPEC_CONST VERIFY_NON_FINITE = 1u;
 VKSPEC_CONST KV_ROW_UINTS = 2u;       // a row of a pass (KvRows): {position, first uint of its block table}
                                       // (read as one uvec2 by shaders/paged_kv.glsl, attention_rows.comp)
 // The KV cache holds f16 (llama.cpp's default cache type): two elements of a head packed in one uint
@@ -156,9 +153,7 @@ VKSPEC_CONST MODE_ROPE_KV = 8u;       // matmul_rows, the [q k v] projection: Ro
   vk_uint cols; vk_uint want_top_prob;
 
 VKSPEC_CONST SAMPLE_LIST_CAP = 256u;    // sample_rows: entries of the top-k path's candidate list
-VKSPEC_CONST ACCEPT_MAX_LANES = 1024u;  // accept.glsl: lanes whose slice masses a workgroup keeps
 VKSPEC_CONST SAMPLE_DRAW = 1u;      // sample_rows: draw a token per row into its draw slot
-VKSPEC_CONST SAMPLE_ACCEPT = 2u;    // sample_rows: fused verify (the last workgroup runs the accept chain)
 // One row of sample_rows (an entry of the host-written row table PC_SAMPLE_ROWS points to): where its
 // logits, probabilities and draw are and how it is sampled, so that one dispatch samples the rows of
 // several sequences with their own settings (a batched step) as well as the rows of one.
@@ -176,21 +171,7 @@ VKSPEC_CONST SAMPLE_ACCEPT = 2u;    // sample_rows: fused verify (the last workg
 
 #define PC_SAMPLE_ROWS                                                                                  \
   vk_addr rows;                        /* [workgroups] SAMPLE_ROW entries, one per workgroup */         \
-  vk_uint V; vk_uint flags;            /* SAMPLE_DRAW | SAMPLE_ACCEPT */                                \
-  vk_float draft_p_min;                /* fused verify: drafts after one below it are not verified */   \
-  vk_uint K;                                                                                            \
-  /* fused verify (the rows are p_0..p_K of one sequence; the chain draws at row 0's counter): */       \
-  vk_addr q; vk_addr tokens; vk_addr result; vk_addr counter; /* [K][V], slots, {acc, next}, uint[VERIFY_COUNTER_UINTS] */
-
-#define PC_SPEC_ACCEPT                                                                                  \
-  vk_addr p;                           /* [K+1][V] f32, rows sum to 1 */                                \
-  vk_addr q;                           /* [K][V] f32, rows sum to 1 */                                  \
-  vk_addr tokens;                      /* [trials][tokens_stride] uint */                               \
-  vk_addr result;                      /* [trials][2] uint */                                           \
-  vk_addr seed;                                                                                         \
-  vk_uint K; vk_uint V;                                                                                 \
-  vk_uint position;                    /* sequence position of t_0 (the RNG counter) */                 \
-  vk_uint tokens_stride; vk_uint trials;
+  vk_uint V; vk_uint flags;            /* SAMPLE_DRAW */
 
 #ifdef __cplusplus
 struct EmbedPC { PC_EMBED };
@@ -204,7 +185,6 @@ struct AttentionRowsPC { PC_ATTENTION_ROWS };
 struct ArgmaxPC { PC_ARGMAX };
 struct SampleRow { SAMPLE_ROW };
 struct SampleRowsPC { PC_SAMPLE_ROWS };
-struct SpecAcceptPC { PC_SPEC_ACCEPT };
 }  // namespace vkspec::contract
 #endif
 #undef VKSPEC_CONST

@@ -1,13 +1,15 @@
-// Counter-based random numbers, defined once for the shaders and the host: a uniform in [0, 1) is a pure
-// function of (seed, position, stream), so a run is reproducible however work is batched and nothing
-// carries generator state between dispatches. Included by GLSL (sample_rows.comp, spec_accept.comp) and
-// by C++ (runtime/rng.h: the bit-exact mirror the tests draw with).
-// Three rounds of a 32-bit avalanche hash (lowbias32 by Chris Wellons) over the mixed key.
+// Counter-based random numbers, defined once for the shaders and the host: a number is a pure function of
+// (seed, position, stream[, token]), so a run is reproducible however work is batched and nothing carries
+// generator state between dispatches. Included by GLSL (sample_rows.comp) and by C++ (runtime/rng.h: the
+// mirror the host Sampler, the tests' reference, draws with).
+// Rounds of a 32-bit avalanche hash (lowbias32 by Chris Wellons) over the mixed key.
 #ifndef VKSPEC_RNG_H
 #define VKSPEC_RNG_H
 #ifdef __cplusplus
+#include <cmath>
 #include <cstdint>
 namespace vkspec::rng {
+using std::log;
 using uint = uint32_t;
 struct uvec2 { uint x, y; };
 #define VKSPEC_FN inline
@@ -15,11 +17,9 @@ struct uvec2 { uint x, y; };
 #define VKSPEC_FN
 #endif
 
-// Streams: which draw of a position a number is for.
-const uint STREAM_ACCEPT = 1u;   // accept/reject of draft i (accept.glsl)
-const uint STREAM_DRAW = 2u;     // the residual or bonus draw after the chain (accept.glsl)
-const uint STREAM_PLAIN = 3u;    // the target's own draws (plain decoding, the token after a prefill)
-const uint STREAM_DRAFT = 4u;    // a draft model's draws
+// Streams: which draw of a position a number is for. A draft model draws on the target's stream
+// (speculative/controller.h says why), so generation has one.
+const uint STREAM_PLAIN = 3u;
 
 VKSPEC_FN uint hash32(uint x) {
   x ^= x >> 16u; x *= 0x7feb352du;
@@ -28,13 +28,23 @@ VKSPEC_FN uint hash32(uint x) {
   return x;
 }
 
-// 24 random bits: exactly representable as a float, and u < 1 always.
-VKSPEC_FN float counter_uniform(uvec2 seed, uint position, uint stream) {
+// The key of (seed, position, stream).
+VKSPEC_FN uint counter_key(uvec2 seed, uint position, uint stream) {
   uint h = hash32(seed.x ^ 0x9e3779b9u);
   h = hash32(h ^ seed.y ^ 0x85ebca6bu);
   h = hash32(h ^ position * 0xc2b2ae35u);
-  h = hash32(h ^ stream * 0x27d4eb2fu);
-  return float(h >> 8u) * (1.0f / 16777216.0f);
+  return hash32(h ^ stream * 0x27d4eb2fu);
+}
+
+// The Gumbel noise of `token` under a key: -log(-log(u)) with u uniform in (0, 1) (24 bits, offset by half
+// a step so that neither log sees 0). A draw at a position is the kept token with the largest scaled logit
+// plus its noise (the Gumbel-max trick: exactly a draw from the softmax), so two distributions drawn at one
+// position share their noise: a draft and the target that verifies it agree whenever their perturbed maxima
+// fall on the same token (speculative/controller.h).
+VKSPEC_FN float gumbel_noise(uint key, uint token) {
+  const uint h = hash32(hash32(key ^ token * 0x165667b1u) ^ 0xd3a2646cu);
+  const float u = (float(h >> 8u) + 0.5f) * (1.0f / 16777216.0f);
+  return -log(-log(u));
 }
 
 #ifdef __cplusplus

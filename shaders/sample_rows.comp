@@ -8,14 +8,16 @@
 // sequence (a verify pass, a draft step) or one row of each of several sequences with their own settings
 // (a batched step), and a row's result depends on its entry only.
 // Writes the distribution as a dense probability row (zero outside the kept set) and, when asked, draws a
-// token from it with the counter-based generator keyed by the entry's (seed, position, stream).
+// token from it by the Gumbel-max trick: the kept token with the largest (l - m) / T plus its Gumbel noise
+// (shaders/rng.h, keyed by the entry's (seed, position, stream) and the token), ties by lower id. A draft
+// model's row and the target's row at one position share that noise (speculative/controller.h).
 // top-k is found by a 4-pass radix select over order-preserving 32-bit keys (8-bit digit histograms in
 // shared memory), so the kept set never needs a sort of the vocabulary. With k <= MAX_TOP_K the candidates are
 // ranked in shared memory. Otherwise (top-k off or large: any kept set up to the vocabulary) every later cut
 // is a prefix of the rank order found the same way by mass instead of count: top-p is the shortest prefix
-// whose mass reaches top_p, the draw the shortest whose mass exceeds u; masses are summed per lane in a
-// fixed order (deterministic), and a prefix is (key of its last element, how many of the elements with that
-// key it takes, lowest ids first).
+// whose mass reaches top_p; masses are summed per lane in a fixed order (deterministic), and a prefix is
+// (key of its last element, how many of the elements with that key it takes, lowest ids first). The draw
+// is a maximum, so it needs no order: each lane's best, then the best lane (any lane count, one token).
 // A row's penalty window is hist[max(0, h_end - last_n) .. h_end): the host uploads the tail of the
 // context followed by the drafts, and row r of a sequence ends its window r tokens later than row 0, so
 // the window grows draft by draft. The penalty is applied to the logits row in place.
@@ -26,11 +28,7 @@
 // (the 8192-logit row of the pycode pair: ~0.45 ms per row that way). The host picks it only for rows of
 // whole texels (V % 4 == 0) and no penalty (the penalty rewrites logits in place, and a texel read is not
 // made to see writes of the same dispatch); both variants visit the same ids in the same order.
-// Fused verify (SAMPLE_ACCEPT): the rows are the target's p_0..p_K; each workgroup publishes its row and counts
-// itself done on counter[VERIFY_ROWS_DONE]; the last one runs the accept/resample chain (accept.glsl) over
-// all rows and the draft's q rows, writes {accepted, next} and resets the counter. Rows go through coherent
-// references so the last workgroup sees the others' writes. A row whose logits are non-finite sets
-// counter[VERIFY_NON_FINITE] first: then nothing is sampled and next is NON_FINITE_TOKEN (its probabilities may look finite: NaN keys rank
+// A row whose logits are non-finite draws NON_FINITE_TOKEN (its probabilities may look finite: NaN keys rank
 // arbitrarily).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
@@ -67,21 +65,8 @@ vec4 logits4(uint t) {
       const float l = q_[c_];
 #define END_FOR_LOGITS }}
 
+// The dense row is zeroed by the lanes owning its ids and then written by the lanes holding its candidates.
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer CoherentFloats { float v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer CoherentUints { uint v[]; };
-
-float p_at(uint row, uint v) { return CoherentFloats(SampleRows(pc.rows).v[row].probs).v[v]; }
-// q = 0: deterministic drafts (n-gram), whose q is one-hot at the draft
-float q_at(uint row, uint v) {
-  if (pc.q == uvec2(0u)) return v == Uints(pc.tokens).v[SLOT_TOKEN(row)] ? 1.0 : 0.0;
-  return Floats(pc.q).v[row * pc.V + v];
-}
-// Drafts in the token-slot layout ({token, top probability} pairs) the draft steps wrote.
-uint draft_at(uint i) { return Uints(pc.tokens).v[SLOT_TOKEN(i)]; }
-#define accept_V pc.V
-#include "accept.glsl"
-
-shared bool last_done, rows_non_finite;
 
 shared uint digit_count[256];
 shared uint lane_ties[WG];
@@ -220,28 +205,34 @@ void sample_general(uint lo, uint hi, uint kth, uint ties_k) {
     if (keep && l >= floor_l) zt += exp((l - m) * inv_t);
   END_FOR_LOGITS
   zt = wg_sum(zt);
-  // dense row
+  // dense row, and each lane's best perturbed logit among its kept ids (the first in id order on ties)
+  const bool draw = (pc.flags & SAMPLE_DRAW) != 0u;
+  const uint noise_key = counter_key(P.seed, P.position, P.stream);
+  float best = -1.0 / 0.0;
+  uint best_id = 0xffffffffu;
   tr = f_base;
   FOR_LOGITS(lo, hi)
     const uint key = key_of(l);
     bool keep = key > fk;
     if (key == fk) keep = tr++ < ft;
-    CoherentFloats(P.probs).v[v] = keep && l >= floor_l ? exp((l - m) * inv_t) / zt : 0.0;
+    keep = keep && l >= floor_l;
+    CoherentFloats(P.probs).v[v] = keep ? exp((l - m) * inv_t) / zt : 0.0;
+    if (draw && keep) {
+      const float score = (l - m) * inv_t + gumbel_noise(noise_key, v);
+      if (best_id == 0xffffffffu || score > best) { best = score; best_id = v; }
+    }
   END_FOR_LOGITS
-  // draw: the shortest prefix of the kept set whose mass exceeds u * zt; its last element
-  if ((pc.flags & SAMPLE_DRAW) != 0u) {
-    const float u = counter_uniform(P.seed, P.position, P.stream);
-    mass_select(lo, hi, fk, ft, f_base, floor_l, m, inv_t, u * zt, true);
-    const uint pk = g_key, pt = g_ties;
-    // the pt-th element (by id) with key pk: pk == fk ties continue the kept set's tie order
-    const uint p_base = tie_base(pk, lo, hi);
-    uint r = p_base;
-    FOR_LOGITS(lo, hi)
-      if (key_of(l) == pk && r++ == pt - 1u) {
-        Uints(P.draw).v[SLOT_TOKEN(0u)] = row_non_finite ? NON_FINITE_TOKEN : v;
-        Uints(P.draw).v[SLOT_AUX(0u)] = floatBitsToUint(1.0 / zt);   // the top element's probability
-      }
-    END_FOR_LOGITS
+  if (!draw) return;
+  digit_mass[lane] = best;
+  lane_ties[lane] = best_id;
+  barrier();
+  if (lane == 0u) {   // the best lane: lanes hold ascending ids, so the first maximum has the lowest id
+    uint pick = 0xffffffffu;
+    float top = -1.0 / 0.0;
+    for (uint l = 0u; l < WG; ++l)
+      if (lane_ties[l] != 0xffffffffu && (pick == 0xffffffffu || digit_mass[l] > top)) { top = digit_mass[l]; pick = lane_ties[l]; }
+    Uints(P.draw).v[SLOT_TOKEN(0u)] = row_non_finite || pick == 0xffffffffu ? NON_FINITE_TOKEN : pick;
+    Uints(P.draw).v[SLOT_AUX(0u)] = floatBitsToUint(1.0 / zt);   // the top element's probability
   }
 }
 
@@ -462,42 +453,18 @@ void main() {
   for (uint r = lane; r < n; r += WG)
     if (cand_p[r] > 0.0) CoherentFloats(P.probs).v[cand_id[order[r]]] = cand_p[r];
 
-  // 7. draw by inverse CDF in rank order (the host Sampler's order)
+  // 7. draw: the largest perturbed logit among the kept ranks (the first in rank order on ties)
   if ((pc.flags & SAMPLE_DRAW) != 0u && lane == 0u) {
-    const float u = counter_uniform(P.seed, P.position, P.stream);
-    float cum = 0.0;
+    const uint noise_key = counter_key(P.seed, P.position, P.stream);
+    const float m = cand_l[order[0]], inv_t = 1.0 / max(P.temperature, 1e-6);
     uint pick = cand_id[order[0]];
+    float best = -1.0 / 0.0;
     for (uint r = 0u; r < n && cand_p[r] > 0.0; ++r) {
-      pick = cand_id[order[r]];
-      cum += cand_p[r];
-      if (u < cum) break;
+      const float score = (cand_l[order[r]] - m) * inv_t + gumbel_noise(noise_key, cand_id[order[r]]);
+      if (r == 0u || score > best) { best = score; pick = cand_id[order[r]]; }
     }
     Uints(P.draw).v[SLOT_TOKEN(0u)] = row_non_finite ? NON_FINITE_TOKEN : pick;
     Uints(P.draw).v[SLOT_AUX(0u)] = floatBitsToUint(cand_p[0]);
   }
   }   // small_k
-
-  // 8. fused verify: the last workgroup to finish its row runs accept/reject over all of them
-  if ((pc.flags & SAMPLE_ACCEPT) == 0u) return;
-  if (lane == 0u && row_non_finite) atomicOr(CoherentUints(pc.counter).v[VERIFY_NON_FINITE], 1u);
-  memoryBarrierBuffer();   // this row's writes are visible device-wide before it counts as done
-  barrier();
-  if (lane == 0u) last_done = atomicAdd(CoherentUints(pc.counter).v[VERIFY_ROWS_DONE], 1u) == gl_NumWorkGroups.x - 1u;
-  barrier();
-  if (!last_done) return;   // uniform per workgroup
-  memoryBarrierBuffer();
-  if (lane == 0u) rows_non_finite = CoherentUints(pc.counter).v[VERIFY_NON_FINITE] != 0u;
-  barrier();
-  // --draft-p-min on the device: the draft ran all K steps, but a draft after one it was unsure of is not
-  // verified (the host applies the same rule to its count of drafts: keep_drafts, speculative/drafter.h).
-  uint k = pc.K;
-  for (uint i = 1u; i < pc.K && pc.draft_p_min > 0.0; ++i)
-    if (uintBitsToFloat(Uints(pc.tokens).v[SLOT_AUX(i)]) < pc.draft_p_min) { k = i; break; }
-  const uvec2 r = rows_non_finite ? uvec2(0u, NON_FINITE_TOKEN) : accept_chain(k, SampleRows(pc.rows).v[0].seed, SampleRows(pc.rows).v[0].position);
-  if (lane == 0u) {
-    Uints(pc.result).v[0] = r.x;
-    Uints(pc.result).v[1] = r.y;
-    CoherentUints(pc.counter).v[VERIFY_ROWS_DONE] = 0u;   // ready for the next verify
-    CoherentUints(pc.counter).v[VERIFY_NON_FINITE] = 0u;
-  }
 }

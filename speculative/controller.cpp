@@ -11,9 +11,9 @@ struct Verdict {
   uint32_t accepted = 0, next = 0;
 };
 
-// Greedy: the longest prefix of drafts equal to the target's own choices (verify slots), and the target's
-// choice after it (the correction at the first mismatch, or the bonus token when all are kept).
-Verdict verify_greedy(const TokenChooser& ch, std::span<const uint32_t> drafts) {
+// The longest prefix of drafts equal to the target's own choices (verify slots), and the target's choice
+// after it (the correction at the first mismatch, or the bonus token when all are kept).
+Verdict verify(const TokenChooser& ch, std::span<const uint32_t> drafts) {
   Verdict v;
   while (v.accepted < drafts.size() && ch.token(TokenChooser::kVerifySlot + v.accepted) == drafts[v.accepted])
     ++v.accepted;
@@ -26,13 +26,11 @@ Verdict verify_greedy(const TokenChooser& ch, std::span<const uint32_t> drafts) 
 SpeculativeDecoder::SpeculativeDecoder(LlamaModel& target, int seq, Drafter& drafter, TokenChooser& chooser, Recorder& rec,
                                        std::vector<uint32_t>& context, const SpeculativeOptions& opts, Emit emit)
     : target_(target), seq_(seq), drafter_(drafter), chooser_(chooser), rec_(rec), context_(context), opts_(opts),
-      emit_(std::move(emit)), sampling_(!chooser.greedy()),
-      // sampled runs stay reproducible: K from the acceptance and modeled costs, not timings
-      policy_(opts.draft_max, opts.adaptive, /*timing_free=*/sampling_ || opts.timing_free || !rec.can_mark(),
+      emit_(std::move(emit)),
+      policy_(opts.draft_max, opts.adaptive, /*timing_free=*/opts.timing_free || !rec.can_mark(),
               drafter.relative_cost(target)),
       g_(chooser.token(0)),   // the target's choice after the prefilled context
-      round_{rec, chooser, opts.acceptor, 0} {
-  if (sampling_ && !opts.acceptor) throw Error("internal: sampling verification needs a SpecAcceptor");
+      round_{rec, chooser, 0} {
   drafts_.reserve(LlamaModel::kMaxBatch);
 }
 
@@ -69,7 +67,7 @@ uint32_t SpeculativeDecoder::record_drafts() {
 
 uint32_t SpeculativeDecoder::drafts_planned(uint32_t sharing, const std::optional<SharedCosts>& costs) {
   // K is chosen before recording; never past the end of the context (K = 0: a plain decoding pass).
-  if (!sampling_) policy_.share_passes(sharing, costs);
+  policy_.share_passes(sharing, costs);
   const uint32_t room = target_.n_ctx() - uint32_t(context_.size());
   uint32_t k_max = std::min({policy_.next_k(drafter_.next_round_free(context_)), room, LlamaModel::kMaxBatch - 1});
   if (k_max < opts_.draft_min) k_max = 0;
@@ -87,14 +85,10 @@ uint32_t SpeculativeDecoder::drafts_recorded(uint32_t k) {
 }
 
 void SpeculativeDecoder::record_verify(const Slice& target_logits) {
-  if (sampling_) {
-    opts_.acceptor->record_verify(rec_, chooser_.device_params(), target_logits, context_, chooser_.slot_range(1, k_ + 1),
-                                  k_, drafter_.p_min(), /*one_hot_q=*/!drafter_.samples());   // deterministic drafts: q one-hot
-  } else {   // greedy: the target's own choice after each row
-    chooser_.record_append_history(rec_, 1, k_, history_len_);
-    chooser_.record_choice(rec_, target_.kernels(), target_logits, k_ + 1, TokenChooser::kVerifySlot, history_len_,
-                           context_.size(), DeviceSampler::kStreamPlain);
-  }
+  // the target's own choice after each row: row r's penalty sees the drafts before it, its draw position r
+  chooser_.record_append_history(rec_, 1, k_, history_len_);
+  chooser_.record_choice(rec_, target_.kernels(), target_logits, k_ + 1, TokenChooser::kVerifySlot, history_len_,
+                         context_.size(), DeviceSampler::kStreamPlain);
 }
 
 bool SpeculativeDecoder::finish(double draft_s, double verify_s, double catch_up_s) {
@@ -106,14 +100,7 @@ bool SpeculativeDecoder::finish(double draft_s, double verify_s, double catch_up
   drafter_.round_done(drafts);
   const uint32_t kept = keep_drafts(chooser_, k, drafter_.p_min());
   const std::span<const uint32_t> verified(drafts.data(), kept);
-  Verdict v;
-  if (!sampling_) {
-    v = verify_greedy(chooser_, verified);
-  } else {
-    const SpecAcceptor::Outcome o = opts_.acceptor->result();
-    v = {o.accepted, o.next};
-  }
-  if (v.next >= target_.hparams().n_vocab) TokenChooser::throw_non_finite(v.next);
+  const Verdict v = verify(chooser_, verified);
   if (v.accepted > kept) throw Error("internal: verification accepted more drafts than it was given");
   stats_.drafted += kept;
   stats_.accepted += v.accepted;

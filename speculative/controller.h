@@ -2,19 +2,25 @@
 // The speculative decoding loop. Per round, recorded into one command buffer and submitted once:
 //   the drafter's K steps (a draft model chooses each draft on the device into token slot i + 1, which its
 //   next step embeds; n-gram drafts are written by the host into the same slots), the target's verify pass
-//   over slots [g, d1..dK], and the verification:
-//   Greedy:   the target's own choice after each row (argmax, or the penalized argmax) into the verify slots;
-//             the host keeps the longest prefix of drafts equal to them and the target's choice after it.
-//             Every kernel is batch-invariant, so the output equals plain greedy decoding.
-//   Sampling: exact rejection sampling in the fused kernel (speculative/acceptance.h), so the output is
-//             distributed exactly as sampling the target alone.
-// The host reads {drafts, choices or accepted/next} once per round and truncates the target's KV.
+//   over slots [g, d1..dK], and the target's own choice after each row into the verify slots, made as plain
+//   decoding makes it: argmax when greedy; when sampling, a draw at the row's sequence position by the
+//   Gumbel-max trick (the kept token with the largest scaled logit plus noise keyed by seed and position,
+//   shaders/rng.h). The host keeps the longest prefix of drafts equal to the target's choices and the
+//   target's choice after it.
+// Every kernel is batch-invariant and the noise depends on the position alone, so the output equals plain
+// decoding token for token, greedy or sampled, whatever K, drafter or batch: lossless in the strongest
+// sense. A draft model draws its draft at a position with the same noise, so it matches the target's draw
+// whenever the two perturbed maxima fall on one token: probability P(argmax(log q + G) = argmax(log p + G)),
+// a little below rejection sampling's sum min(p, q) (an offline probe at T = 0.8: 0.535 against 0.610),
+// and exactly p(d) for a deterministic draft d (n-gram), as rejection sampling gives. What that buys:
+// verification needs no probability rows or accept kernel, and a sampled sequence's tokens do not depend on
+// its K, so sampled rounds take timed K and batch like greedy ones (docs/PERFORMANCE.md measured both).
+// The host reads {drafts, choices} once per round and truncates the target's KV.
 #include <functional>
 #include <span>
 #include <vector>
 
 #include "runtime/token_choice.h"
-#include "speculative/acceptance.h"
 #include "speculative/draft_policy.h"
 #include "speculative/drafter.h"
 
@@ -23,11 +29,9 @@ namespace vkspec {
 struct SpeculativeOptions {
   uint32_t draft_max = 5;   // K
   uint32_t draft_min = 0;   // rounds with fewer drafted tokens decode plainly
-  SpecAcceptor* acceptor = nullptr;   // required when sampling (n_vocab of the target, max_k >= draft_max)
-  // Adaptive K (speculative/draft_policy.h): greedy runs take the K in 0..draft_max with the best expected
-  // tokens per second from the measured acceptance, draft and verify costs (GPU timestamps around the
-  // round's parts); sampled runs use modeled costs (weight bytes) so that a seed reproduces its output.
-  // Otherwise always draft_max.
+  // Adaptive K (speculative/draft_policy.h): the K in 0..draft_max with the best expected tokens per second
+  // from the measured acceptance, draft and verify costs (GPU timestamps around the round's parts; modeled
+  // costs, weight bytes, without them). The tokens do not depend on K. Otherwise always draft_max.
   bool adaptive = false;
   // K from modeled costs even when the device has timestamps (a batch shares its passes between sequences,
   // so a sequence's own draft and verify times cannot be measured).
@@ -68,8 +72,7 @@ class SpeculativeDecoder {
   // record_drafts() in parts, for drafts of several sequences recorded together (record_batched_drafts):
   // the K to draft (slot 0 and the penalty history set), then the rows to verify once they are recorded.
   // sharing: how many sequences' rows share the pass, and costs what the batch measured its passes to cost
-  // (a greedy sequence's K is priced at its share of it: DraftPolicy::share_passes; a sampled one's K ignores
-  // both, so that its tokens do not depend on the batch or on timings).
+  // (a sequence's K is priced at its share of it: DraftPolicy::share_passes).
   uint32_t drafts_planned(uint32_t sharing = 1, const std::optional<SharedCosts>& costs = std::nullopt);
   uint32_t drafts_recorded(uint32_t k);
   DraftRound& draft_round() { return round_; }
@@ -88,7 +91,6 @@ class SpeculativeDecoder {
   std::vector<uint32_t>& context_;
   SpeculativeOptions opts_;
   Emit emit_;
-  bool sampling_;
   DraftPolicy policy_;
   uint32_t g_;                      // the target's latest choice, emitted at the start of the next round
   std::vector<uint32_t> drafts_;

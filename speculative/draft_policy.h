@@ -23,9 +23,8 @@
 // plain rounds one draft is tried anyway, so that a drafter that starts agreeing again is noticed; a probe
 // followed by a plain round doubles the wait before the next (kProbeEvery up to kProbeMax): on a prompt
 // whose drafts keep missing, probes every 8 rounds with their catch-ups cost ~6% (lavapipe, pycode pair).
-// Sampled runs must not depend on timings: where a verify round ends decides which counter-based random
-// numbers are used, so a seed reproduces its output only if the K sequence is a function of the seed.
-// There (timing_free) the costs are fixed instead of measured: a draft costs `draft_cost` target steps
+// Without timestamps, or where a sequence's own costs cannot be measured (a batch's shared passes), the
+// costs are fixed instead of measured (timing_free): a draft costs `draft_cost` target steps
 // (weight bytes, decoding being memory-bound) and a verify pass of n tokens 1 + kVerifyGrowth * (n - 1)
 // steps (lavapipe measured 0.07-0.1 for the pycode target).
 // Drafts that cost no draft step (prompt lookups: next_k(true)) are priced by their verify pass alone, and

@@ -37,21 +37,19 @@ ModelDrafter::Steps ModelDrafter::begin(std::span<const uint32_t> context, uint3
   return st;
 }
 
-// Step i's choice: draft i + 1 into slot i + 1 (argmax, or a draw from q_i, left in the acceptor's q row i);
-// recorded now, or added to `batch` (recorded with other sequences' choices of the same step).
+// Step i's choice: draft i + 1 into slot i + 1 (argmax, or a draw on the target's stream at the draft's
+// position, as the target's verify row for it draws); recorded now, or added to `batch` (recorded with other
+// sequences' choices of the same step).
 void ModelDrafter::choose(uint32_t i, DraftRound& round, const Slice& logits_row, size_t context_size,
                           BatchedChoices* batch) {
   TokenChooser& ch = round.chooser;
-  const bool sampling = !ch.greedy();
-  const VkDeviceSize row = VkDeviceSize(model_.hparams().n_vocab) * 4;
   if (i > 0) ch.record_append_history(round.rec, i, 1, round.history_len + i - 1);
-  const Slice q = sampling ? round.acceptor->q_rows().sub(i * row, row) : Slice{};
   if (batch)
     batch->add(round.rec, model_.kernels(), ch, logits_row, i + 1, round.history_len + i, context_size + i,
-               DeviceSampler::kStreamDraft, sampling ? &q : nullptr, p_min_ > 0);
+               DeviceSampler::kStreamPlain, p_min_ > 0);
   else
     ch.record_choice(round.rec, model_.kernels(), logits_row, 1, i + 1, round.history_len + i, context_size + i,
-                     DeviceSampler::kStreamDraft, sampling ? &q : nullptr, p_min_ > 0);
+                     DeviceSampler::kStreamPlain, p_min_ > 0);
 }
 
 void ModelDrafter::end(std::span<const uint32_t> context, uint32_t k) {

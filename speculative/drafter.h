@@ -4,9 +4,9 @@
 //   ModelDrafter: a small draft model sharing the target's vocabulary, with its own paged KV kept in step
 //                 with the accepted context (filled lazily: the first call prefills the prompt). Its K steps
 //                 are recorded into the round's command buffer: each chooses its draft on the device (argmax,
-//                 or a draw from its distribution after the target's sampling transforms, left in the
-//                 acceptor's q row) into the slot the next step embeds. --draft-p-min is applied on the
-//                 device to what is verified (SpecAcceptor::record_verify, keep_drafts).
+//                 or a draw after the target's sampling transforms with the target's noise at that
+//                 position: speculative/controller.h) into the slot the next step embeds. --draft-p-min
+//                 limits what is verified (keep_drafts).
 //   NgramDrafter: prompt lookup: the longest recent n-gram that occurred earlier in the context proposes
 //                 the tokens that followed it (zero model cost); written into the slots by the host.
 //   LookupThenModelDrafter: both (-md with --draft ngram): prompt lookup when the context has a match of at
@@ -19,7 +19,6 @@
 #include "loader/tokenizer.h"
 #include "runtime/model.h"
 #include "runtime/token_choice.h"
-#include "speculative/acceptance.h"
 
 namespace vkspec {
 
@@ -27,7 +26,6 @@ namespace vkspec {
 struct DraftRound {
   Recorder& rec;                       // the round's command buffer (begun)
   TokenChooser& chooser;               // mode, sampling parameters, token slots (drafts go to 1..K)
-  SpecAcceptor* acceptor = nullptr;    // sampling: q_i goes to its q row i
   uint32_t history_len = 0;            // Device mode: the penalty history after the context (set_history)
   // A draft model's mark after catching up on the context it had not seen (the prompt, tokens decoded
   // plainly), or -1: the policy prices drafts per step, and a first round whose 5 drafts were priced with a
@@ -36,8 +34,7 @@ struct DraftRound {
 };
 
 // How many of `k` drafts in slots 1..k are verified under --draft-p-min: all up to the first i >= 1 whose
-// top probability (slot aux) is below p_min. The device applies the same rule in the fused verify
-// (shaders/sample_rows.comp, step 8).
+// top probability (slot aux) is below p_min.
 uint32_t keep_drafts(const TokenChooser& chooser, uint32_t k, float p_min);
 
 class ModelDrafter;
@@ -46,9 +43,6 @@ class Drafter {
  public:
   virtual ~Drafter() = default;
   virtual const char* name() const = 0;
-  // True when drafts are drawn from a distribution q (written where `s` says); false when proposals are
-  // deterministic (q is then one-hot at the drafted token, and the caller writes it).
-  virtual bool samples() const = 0;
   // The cost of one draft relative to a decoding step of `target` (used where timings must not steer K).
   virtual double relative_cost(const LlamaModel& target) const = 0;
   // Puts up to `k` tokens likely to follow `context` (which ends with the last accepted token g, in slot 0)
@@ -85,7 +79,6 @@ class ModelDrafter : public Drafter {
   // finished request and reused for a new one that starts with part of its context: its next catch-up runs
   // only the rest).
   void keep_prefix(std::span<const uint32_t> context);
-  bool samples() const override { return true; }
   ModelDrafter* draft_unless_model(std::span<const uint32_t>, uint32_t, DraftRound&, uint32_t& drafted) override {
     drafted = 0;
     return this;
@@ -122,7 +115,6 @@ class NgramDrafter : public Drafter {
  public:
   explicit NgramDrafter(uint32_t max_n = 4, uint32_t min_n = 1) : max_n_(max_n), min_n_(min_n) {}
   const char* name() const override { return "ngram"; }
-  bool samples() const override { return false; }
   double relative_cost(const LlamaModel&) const override { return 0.0; }
   uint32_t draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) override;
   bool next_round_free(std::span<const uint32_t>) const override { return true; }
@@ -144,7 +136,6 @@ class LookupThenModelDrafter : public Drafter {
   static constexpr uint32_t kMinMatch = 2;   // a lookup needs a suffix of this many tokens seen before
   LookupThenModelDrafter(LlamaModel& draft, float p_min) : model_(draft, p_min), lookup_(4, kMinMatch) {}
   const char* name() const override { return "ngram+model"; }
-  bool samples() const override { return source_ == &model_; }
   double relative_cost(const LlamaModel& target) const override { return model_.relative_cost(target); }
   uint32_t draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) override;
   // the lookup's drafts, or the draft model (whose steps the caller records) when the lookup finds none

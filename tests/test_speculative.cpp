@@ -1,6 +1,7 @@
-// Speculative decoding (greedy verification): bit-identical tokens to plain greedy decoding for the draft
-// model, n-gram and lookup-then-model drafters at K = 1, 3, 5, 8 on 8 prompts per pair; the target's paged KV after many
-// rounds equals a fresh prefill of the accepted sequence with no leaked blocks; mismatched vocabularies refused.
+// Speculative decoding: bit-identical tokens to plain greedy decoding for the draft model, n-gram and
+// lookup-then-model drafters at K = 1, 3, 5, 8 on 8 prompts per pair, and to plain sampled decoding at several
+// settings and seeds; the target's paged KV after many rounds equals a fresh prefill of the accepted sequence
+// with no leaked blocks; mismatched vocabularies refused.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -46,7 +47,7 @@ struct Session {
   }
 };
 
-std::vector<uint32_t> speculative_greedy(LlamaModel& m, Drafter& d, const std::vector<uint32_t>& prompt, size_t n,
+std::vector<uint32_t> speculative_tokens(LlamaModel& m, Drafter& d, const std::vector<uint32_t>& prompt, size_t n,
                                          uint32_t k, SpeculativeStats* stats = nullptr, bool adaptive = false,
                                          const SamplingParams& p = Session::greedy_params()) {
   const int seq = m.kv().new_sequence();
@@ -120,10 +121,10 @@ TEST_F(SpeculativeTest, GreedyParityBitForBitForEveryDrafterAndK) {
         NgramDrafter ng;
         LookupThenModelDrafter both(draft, 0.0f);
         SpeculativeStats s;
-        EXPECT_EQ(speculative_greedy(target, md, prompt, p.n, k, &s), want) << p.target << " '" << prompt_text << "' K=" << k;
+        EXPECT_EQ(speculative_tokens(target, md, prompt, p.n, k, &s), want) << p.target << " '" << prompt_text << "' K=" << k;
         accepted += s.accepted;
-        EXPECT_EQ(speculative_greedy(target, ng, prompt, p.n, k), want) << "ngram '" << prompt_text << "' K=" << k;
-        EXPECT_EQ(speculative_greedy(target, both, prompt, p.n, k), want) << "ngram+model '" << prompt_text << "' K=" << k;
+        EXPECT_EQ(speculative_tokens(target, ng, prompt, p.n, k), want) << "ngram '" << prompt_text << "' K=" << k;
+        EXPECT_EQ(speculative_tokens(target, both, prompt, p.n, k), want) << "ngram+model '" << prompt_text << "' K=" << k;
         lookup_rounds += both.lookup_rounds();
         model_rounds += both.model_rounds();
       }
@@ -131,9 +132,9 @@ TEST_F(SpeculativeTest, GreedyParityBitForBitForEveryDrafterAndK) {
       ModelDrafter md(draft, 0.5f);
       NgramDrafter ng;
       LookupThenModelDrafter both(draft, 0.5f);
-      EXPECT_EQ(speculative_greedy(target, md, prompt, p.n, 5, nullptr, true), want) << "adaptive '" << prompt_text << "'";
-      EXPECT_EQ(speculative_greedy(target, ng, prompt, p.n, 5, nullptr, true), want) << "adaptive ngram '" << prompt_text << "'";
-      EXPECT_EQ(speculative_greedy(target, both, prompt, p.n, 5, nullptr, true), want) << "adaptive ngram+model '" << prompt_text << "'";
+      EXPECT_EQ(speculative_tokens(target, md, prompt, p.n, 5, nullptr, true), want) << "adaptive '" << prompt_text << "'";
+      EXPECT_EQ(speculative_tokens(target, ng, prompt, p.n, 5, nullptr, true), want) << "adaptive ngram '" << prompt_text << "'";
+      EXPECT_EQ(speculative_tokens(target, both, prompt, p.n, 5, nullptr, true), want) << "adaptive ngram+model '" << prompt_text << "'";
     }
     EXPECT_GT(accepted, 0u) << "the draft never agreed: the verify path was not exercised";
     // the small models repeat themselves: both of the combined drafter's sources must have drafted
@@ -198,7 +199,6 @@ TEST_F(SpeculativeTest, OneSubmissionPerStepAndPerRound) {
   StoriesPair pair;
   LlamaModel &target = pair.target, &draft = pair.draft;
   const uint32_t V = target.hparams().n_vocab;
-  SpecAcceptor acceptor(gpu().ctx, gpu().pipelines, V, LlamaModel::kMaxBatch - 1);
   const std::vector<uint32_t> prompt = {1, 403, 407, 261, 378};
   SamplingParams greedy = Session::greedy_params(), penalized = greedy, sampled, top_k_off;
   penalized.repeat_penalty = 1.3f;
@@ -224,7 +224,7 @@ TEST_F(SpeculativeTest, OneSubmissionPerStepAndPerRound) {
       size_t emitted = 0;
       before = Recorder::total_submissions();
       const SpeculativeStats st = generate_speculative(target, seq, *d, session.chooser, session.rec, context,
-                                                       {5, 0, &acceptor}, [&](uint32_t) { return ++emitted < 20; });
+                                                       {5, 0}, [&](uint32_t) { return ++emitted < 20; });
       EXPECT_GT(st.verify_passes, 1u);
       EXPECT_EQ(Recorder::total_submissions() - before, st.verify_passes)
           << d->name() << " p_min " << d->p_min() << ", temperature " << p.temperature;
@@ -289,126 +289,79 @@ TEST_F(SpeculativeTest, BatchedDraftsCountTheirCatchUpRows) {
   for (uint32_t i = 0; i < 2; ++i) EXPECT_EQ(sb.chooser.token(i + 1), want_b[i]) << "draft " << i << " of b";
 }
 
-// Two-sample chi-square (homogeneity) of token counts from two samplers; categories whose combined count is
-// below 10 are pooled. Critical value at significance ~1e-6 (Wilson-Hilferty, z = 4.75); seeds are fixed.
-// Returns the number of categories compared.
-int expect_same_distribution(const std::map<uint32_t, int>& a, const std::map<uint32_t, int>& b, int n,
-                             const std::string& what) {
-  std::map<uint32_t, std::pair<int, int>> both;
-  for (auto [t, c] : a) both[t].first += c;
-  for (auto [t, c] : b) both[t].second += c;
-  double stat = 0;
-  int cats = 0, pool_a = 0, pool_b = 0;
-  auto add = [&](int ca, int cb) {
-    const double e = (ca + cb) / 2.0;   // equal sample sizes
-    stat += (ca - e) * (ca - e) / e + (cb - e) * (cb - e) / e;
-    ++cats;
-  };
-  for (auto [t, c] : both) {
-    if (c.first + c.second < 10) { pool_a += c.first; pool_b += c.second; continue; }
-    add(c.first, c.second);
+// Sampled decoding without speculation, as vkspec run does it: every token drawn on the device after a step.
+std::vector<uint32_t> plain_sampled(LlamaModel& m, const std::vector<uint32_t>& prompt, size_t n, const SamplingParams& p) {
+  const int seq = m.kv().new_sequence();
+  Session session(m.hparams().n_vocab, p);
+  std::vector<uint32_t> context = prompt, out;
+  session.prefill(m, seq, prompt, context);
+  while (true) {
+    out.push_back(session.chooser.token(0));
+    if (out.size() == n) break;
+    context.push_back(out.back());
+    decode_step(m, seq, session.chooser, session.rec, session.chooser.input(0), 1, context);
   }
-  if (pool_a + pool_b > 0) add(pool_a, pool_b);
-  const int df = std::max(cats - 1, 1);
-  const double z = 4.75, k = 2.0 / (9.0 * df), crit = df * std::pow(1 - k + z * std::sqrt(k), 3);
-  EXPECT_LT(stat, crit) << what << ": chi2=" << stat << " df=" << df << " over " << n << " seeds";
-  return cats;
+  m.kv().free_sequence(seq);
+  return out;
 }
 
-// A drafter whose sampled tokens are compared with plain sampling; `every_setting`: at every setting, else
-// at T = 0.8 only.
-struct SampledDrafter {
-  const char* name;
-  Drafter* drafter;
-  bool every_setting;
-};
-
-// The first three tokens after `prompt` sampled with speculation (K = 2) are distributed as without it, over
-// 2000 seeds, at T = 0.8 (top-k 40, top-p 0.95) and T = 1.0 (top-p 0.9). The plain side is the host Sampler,
-// an independent reference; speculation runs the device transforms (top-k 40: the shared-memory path; top-k
-// off: the general path). Returns the most categories any compared position had.
-int expect_sampled_like_plain(LlamaModel& target, const std::vector<uint32_t>& prompt,
-                              std::span<const SampledDrafter> drafters) {
-  const uint32_t V = target.hparams().n_vocab;
-  SpecAcceptor acceptor(gpu().ctx, gpu().pipelines, V, 8);
-  TokenChooser chooser(gpu().ctx, gpu().pipelines, V, 4096);
-  Recorder rec(gpu().ctx, false);
-  const int seq = target.kv().new_sequence();
-  target.forward(seq, prompt, Logits::Last);
-  const uint32_t last = prompt.back();
-  const std::vector<float> prompt_logits(target.logits(0), target.logits(0) + V);
-#ifdef VKSPEC_SANITIZED   // the sanitizer job looks for memory errors on the same paths, not for statistical power
-  const int n_seeds = 300, n_tokens = 3;
-#else
-  const int n_seeds = 2000, n_tokens = 3;
-#endif
-  int widest = 0;
-  struct Setting { float temp; int top_k; float top_p; };
-  for (Setting st : {Setting{0.8f, 40, 0.95f}, Setting{1.0f, 0, 0.9f}}) {
-    if (st.temp != 0.8f && std::none_of(drafters.begin(), drafters.end(), [](auto& d) { return d.every_setting; }))
-      continue;
-    std::vector<std::map<uint32_t, int>> plain(n_tokens);
-    std::vector<std::vector<std::map<uint32_t, int>>> spec(drafters.size(), plain);
-    for (int s = 0; s < n_seeds; ++s) {
-      SamplingParams sp;
-      sp.temperature = st.temp;
-      sp.top_k = st.top_k;
-      sp.top_p = st.top_p;
-      sp.min_p = 0.0f;
-      sp.seed = 1000 + uint64_t(s);
-      Sampler sampler(sp);
-      chooser.start(sp);
-      auto restart = [&] {   // back to the prompt: re-run its last token, choosing the first token as run does
-        target.kv().truncate(seq, uint32_t(prompt.size() - 1));
-        decode_step(target, seq, chooser, rec, target.write_tokens(std::span<const uint32_t>(&last, 1)), 1, prompt);
-      };
-      target.kv().truncate(seq, uint32_t(prompt.size()));
-      std::vector<uint32_t> ctx = prompt;
-      for (int i = 0; i < n_tokens; ++i) {
-        const uint32_t t = sampler.sample({i == 0 ? prompt_logits.data() : target.logits(0), V}, ctx, ctx.size());
-        plain[i][t]++;
-        ctx.push_back(t);
-        if (i + 1 < n_tokens) target.forward(seq, std::span<const uint32_t>(&t, 1), Logits::Last);
-      }
-      for (size_t d = 0; d < drafters.size(); ++d) {
-        if (!drafters[d].every_setting && st.temp != 0.8f) continue;
-        restart();
-        std::vector<uint32_t> context = prompt;
-        int i = 0;
-        generate_speculative(target, seq, *drafters[d].drafter, chooser, rec, context, {2, 0, &acceptor}, [&](uint32_t t) {
-          spec[d][i][t]++;
-          return ++i < n_tokens;
-        });
-      }
-    }
-    for (size_t d = 0; d < drafters.size(); ++d) {
-      if (!drafters[d].every_setting && st.temp != 0.8f) continue;
-      for (int i = 0; i < n_tokens; ++i)
-        widest = std::max(widest, expect_same_distribution(plain[i], spec[d][i], n_seeds,
-                                                           "T=" + std::to_string(st.temp) + " token " +
-                                                               std::to_string(i + 1) + " " + drafters[d].name));
-    }
-  }
-  target.kv().free_sequence(seq);
-  return widest;
-}
-
-// The draft model at both settings and n-gram drafts (one-hot proposals) at T = 0.8 after an open prompt;
-// the lookup-then-model drafter after a prompt ending in a bigram it holds earlier, so that its rounds come
-// from both sources. About 3 minutes on lavapipe: every pass is dispatch-bound.
-TEST_F(SpeculativeTest, SampledTokensHaveTheTargetsDistribution) {
+// Sampled speculation gives the tokens of sampled decoding without it, token for token (the controller's
+// Gumbel-max verification: speculative/controller.h), for every drafter, several K and adaptive K with
+// --draft-p-min, at settings that take both of sample_rows' paths (top-k 40; top-k off) and the penalty,
+// over several seeds. The draft model's drafts are accepted and rejected; the target drafting for itself
+// (another sequence of the same model) has every draft accepted: the draft steps draw with the noise the
+// verify rows draw with, at the same positions and penalty windows. The sampler's own draws are tested
+// against the exact distribution and the host Sampler in test_sampler.
+TEST_F(SpeculativeTest, SampledTokensAreThoseOfSamplingWithoutSpeculation) {
   StoriesPair pair;
-  ModelDrafter md(pair.draft, 0.0f);
-  NgramDrafter ng;
-  const SampledDrafter open[] = {{"draft model", &md, true}, {"ngram", &ng, false}};
-  // "One day, Lily": an open continuation
-  EXPECT_GE(expect_sampled_like_plain(pair.target, {1, 385, 328, 432, 317}, open), 5)
-      << "every compared position was (nearly) deterministic: the test would have no power";
-  LookupThenModelDrafter both(pair.draft, 0.0f);
-  const SampledDrafter mixed[] = {{"ngram+model", &both, false}};
-  expect_sampled_like_plain(pair.target, {1, 385, 328, 432, 317, 385, 328}, mixed);   // "One day, Lily One day"
-  EXPECT_GT(both.lookup_rounds(), 0u);
-  EXPECT_GT(both.model_rounds(), 0u);
+  LlamaModel& target = pair.target;
+  struct Setting { float temp; int top_k; float top_p, min_p, penalty; };
+  const std::vector<std::vector<uint32_t>> prompts = {{1, 385, 328, 432, 317},             // "One day, Lily"
+                                                      {1, 385, 328, 432, 317, 385, 328}};  // "... One day": lookups
+#ifdef VKSPEC_SANITIZED
+  const uint64_t n_seeds = 1;
+#else
+  const uint64_t n_seeds = 4;
+#endif
+  const size_t n = 24;
+  uint64_t accepted = 0, drafted = 0, lookup_rounds = 0, model_rounds = 0, self_drafted = 0;
+  const uint32_t free0 = target.kv().free_blocks();
+  for (Setting st : {Setting{0.8f, 40, 0.95f, 0.05f, 1.0f}, Setting{1.0f, 0, 0.9f, 0.0f, 1.0f},
+                     Setting{0.7f, 40, 1.0f, 0.0f, 1.3f}})
+    for (const auto& prompt : prompts)
+      for (uint64_t seed = 0; seed < n_seeds; ++seed) {
+        SamplingParams p;
+        p.temperature = st.temp, p.top_k = st.top_k, p.top_p = st.top_p, p.min_p = st.min_p;
+        p.repeat_penalty = st.penalty, p.seed = 100 + seed;
+        SCOPED_TRACE("T " + std::to_string(st.temp) + " top-k " + std::to_string(st.top_k) + " penalty " +
+                     std::to_string(st.penalty) + " seed " + std::to_string(p.seed) + " prompt of " +
+                     std::to_string(prompt.size()));
+        const std::vector<uint32_t> want = plain_sampled(target, prompt, n, p);
+        for (uint32_t k : {1u, 3u, 5u}) {
+          ModelDrafter md(pair.draft, 0.0f);
+          NgramDrafter ng;
+          LookupThenModelDrafter both(pair.draft, 0.0f);
+          SpeculativeStats s;
+          EXPECT_EQ(speculative_tokens(target, md, prompt, n, k, &s, false, p), want) << "draft model K=" << k;
+          accepted += s.accepted, drafted += s.drafted;
+          EXPECT_EQ(speculative_tokens(target, ng, prompt, n, k, nullptr, false, p), want) << "ngram K=" << k;
+          EXPECT_EQ(speculative_tokens(target, both, prompt, n, k, nullptr, false, p), want) << "ngram+model K=" << k;
+          lookup_rounds += both.lookup_rounds(), model_rounds += both.model_rounds();
+        }
+        ModelDrafter md(pair.draft, 0.3f);
+        EXPECT_EQ(speculative_tokens(target, md, prompt, n, 5, nullptr, true, p), want) << "adaptive, p_min 0.3";
+        ModelDrafter self(target, 0.0f);
+        SpeculativeStats s;
+        EXPECT_EQ(speculative_tokens(target, self, prompt, n, 4, &s, false, p), want) << "the target drafting";
+        EXPECT_EQ(s.accepted, s.drafted) << "the target's own drafts rejected";
+        self_drafted += s.drafted;
+      }
+  EXPECT_GT(accepted, 0u);
+  EXPECT_LT(accepted, drafted) << "every draft accepted: the rejection path was not exercised";
+  EXPECT_GT(self_drafted, 0u);
+  EXPECT_GT(lookup_rounds, 0u);
+  EXPECT_GT(model_rounds, 0u);
+  EXPECT_EQ(target.kv().free_blocks(), free0) << "KV blocks leaked";
 }
 
 TEST(Speculative, NgramDrafterProposesWhatFollowedTheLongestMatch) {
