@@ -45,11 +45,9 @@ DeviceSampler::DeviceSampler(Context& ctx, Pipelines& pipelines, uint32_t n_voca
   if (!lanes_fit(ctx.facts(), lanes_)) throw Error("internal: sample_rows lanes do not fit the device");
   // The row table holds the rows of one recording and the slots a wrap-around skips (table_rows() checks it).
   table_rows_ = (submission_rows ? submission_rows : 4 * std::max(max_rows, 1u)) + std::max(max_rows, 1u);
-  device_ = std::make_unique<Arena>(ctx, MemoryKind::Device, VkDeviceSize(n_vocab) * 4 + 4096);
   upload_ = std::make_unique<Arena>(ctx, MemoryKind::Upload,
                                     VkDeviceSize(max_history) * 4 + VkDeviceSize(table_rows_) * sizeof(contract::SampleRow) + 4096);
   readback_ = std::make_unique<Arena>(ctx, MemoryKind::Readback, VkDeviceSize(max_rows) * kSlotBytes + 256);
-  scratch_probs_ = device_->alloc(VkDeviceSize(n_vocab) * 4, "sampling probabilities");
   history_ = upload_->alloc(VkDeviceSize(std::max(max_history, 1u)) * 4, "sampling history");
   table_ = upload_->alloc(VkDeviceSize(table_rows_) * sizeof(contract::SampleRow), "sampling row table");
   draws_ = readback_->alloc(VkDeviceSize(max_rows) * kSlotBytes, "sampled tokens (token slots)");
@@ -130,7 +128,7 @@ void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Rows& j) 
   const bool texels = texel_logits(p.penalized(), j.logits);   // whole texels per row: every row then is too
   const std::span<contract::SampleRow> rows = table_rows(r, j.rows);
   for (uint32_t i = 0; i < j.rows; ++i)   // row i of the sequence: i tokens later than row 0
-    rows[i] = entry(p, j.logits.sub(i * row_bytes, row_bytes), j.probs.sub(i * row_bytes, row_bytes),
+    rows[i] = entry(p, j.logits.sub(i * row_bytes, row_bytes), j.probs ? j.probs.sub(i * row_bytes, row_bytes) : Slice{},
                     j.draws ? j.draws->sub(i * kSlotBytes, kSlotBytes).address : 0, j.history_len + i, j.position + i,
                     j.stream, texels);
   dispatch(r, rows, texels ? j.logits.texels : VK_NULL_HANDLE, j.draws ? contract::SAMPLE_DRAW : 0u);
@@ -139,7 +137,7 @@ void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Rows& j) 
 DeviceSampler::BatchRow DeviceSampler::row(const SamplingParams& p, const Slice& logits, const Slice& probs,
                                            const Slice& draw, uint32_t history_len, uint64_t position,
                                            uint32_t stream) const {
-  if (!supports(p, n_vocab_) || logits.size < VkDeviceSize(n_vocab_) * 4 || probs.size < VkDeviceSize(n_vocab_) * 4 ||
+  if (!supports(p, n_vocab_) || logits.size < VkDeviceSize(n_vocab_) * 4 || (probs && probs.size < VkDeviceSize(n_vocab_) * 4) ||
       draw.size < kSlotBytes || history_len > max_history_)   // drafts may extend the history on the device
     throw Error("internal: DeviceSampler::row out of range");
   const bool texels = texel_logits(p.penalized(), logits);

@@ -44,7 +44,8 @@ class DeviceSampler {
   void record_append_history(Recorder& r, const Slice& slots, uint32_t first, uint32_t n, uint32_t at);
 
   struct Rows {
-    Slice logits, probs;            // [rows][n_vocab]: logits penalized in place; probability rows out
+    Slice logits, probs;            // [rows][n_vocab]: logits penalized in place; probability rows out (none:
+                                    // not written; generation only draws)
     uint32_t rows = 1;
     uint32_t history_len = 0;       // history tokens before row 0's position; row r sees history_len + r
     uint64_t position = 0;          // counter position of row 0's draw
@@ -61,7 +62,7 @@ class DeviceSampler {
     VkBufferView texels = VK_NULL_HANDLE;   // the logits' texel view where texel_logits allows it, else null
   };
   // Row `logits` (one [n_vocab] row) at the history set last by set_history (history_len tokens before it),
-  // drawn at counter `position` of `stream` into the token slot `draw`; probabilities into `probs`.
+  // drawn at counter `position` of `stream` into the token slot `draw`; probabilities into `probs` (none: not written).
   BatchRow row(const SamplingParams& p, const Slice& logits, const Slice& probs, const Slice& draw,
                uint32_t history_len, uint64_t position, uint32_t stream) const;
   void record_rows(Recorder& r, std::span<const BatchRow> rows);
@@ -94,9 +95,9 @@ class DeviceSampler {
   uint32_t n_vocab_, max_rows_, max_history_;
   uint32_t lanes_;   // lanes per row (workgroup size) of sample_rows
   bool texel_reads_;
-  std::unique_ptr<Arena> device_, upload_, readback_;
+  std::unique_ptr<Arena> upload_, readback_;
   std::unique_ptr<Recorder> rec_;
-  Slice history_, draws_, scratch_probs_;
+  Slice history_, draws_;
   // The row table: a ring of SampleRow entries, written at record time and read by the submission.
   // Invariant: one recording (Recorder::recording()) takes at most table_rows_ entries, the slots a
   // wrap-around skips included, so no entry is rewritten before the submission that reads it has run

@@ -28,9 +28,7 @@ ChoiceMode choice_mode(const SamplingParams& p, uint32_t n_vocab) {
 TokenChooser::TokenChooser(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_history)
     : n_vocab_(n_vocab) {
   slots_arena_ = std::make_unique<Arena>(ctx, MemoryKind::Readback, 4096);
-  scratch_arena_ = std::make_unique<Arena>(ctx, MemoryKind::Device, VkDeviceSize(kSlots) * n_vocab * 4 + 4096);
   slots_ = slots_arena_->alloc(2 * kSlots * kSlotBytes, "token slots");
-  scratch_probs_ = scratch_arena_->alloc(VkDeviceSize(kSlots) * n_vocab * 4, "sampling probabilities");
   if (!slots_.mapped) throw Error("internal: token slots are not host-visible");
   std::memset(slots_.mapped, 0, slots_.size);
   sampler_ = std::make_unique<DeviceSampler>(ctx, pipelines, n_vocab, kSlots, max_history + kSlots);
@@ -68,7 +66,7 @@ void TokenChooser::record_choice(Recorder& r, Kernels& k, const Slice& logits, u
   if (mode_ == ChoiceMode::Argmax) {
     k.argmax(r, rows_logits, out, rows, n_vocab_, top_prob);
   } else {
-    DeviceSampler::Rows j{rows_logits, scratch_probs_, rows, history_len, position, &out, stream};
+    DeviceSampler::Rows j{rows_logits, Slice{}, rows, history_len, position, &out, stream};   // draws only
     sampler_->record(r, device_p_, j);
   }
   r.barrier();

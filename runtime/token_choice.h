@@ -72,7 +72,7 @@ class TokenChooser {
   DeviceSampler::BatchRow batch_row(const Slice& logits, uint32_t out_slot, uint32_t history_len, uint64_t position,
                                     uint32_t stream) const {
     if (mode_ != ChoiceMode::Device) throw Error("internal: batch_row outside Device mode");
-    return sampler_->row(device_p_, logits, scratch_probs_, slot_range(out_slot, 1), history_len, position, stream);
+    return sampler_->row(device_p_, logits, Slice{}, slot_range(out_slot, 1), history_len, position, stream);
   }
   DeviceSampler& device_sampler() { return *sampler_; }
 
@@ -80,9 +80,9 @@ class TokenChooser {
   uint32_t n_vocab_;
   SamplingParams p_, device_p_;
   ChoiceMode mode_ = ChoiceMode::Argmax;
-  std::unique_ptr<Arena> slots_arena_, scratch_arena_;
+  std::unique_ptr<Arena> slots_arena_;
   std::unique_ptr<DeviceSampler> sampler_;
-  Slice slots_, scratch_probs_;
+  Slice slots_;
 };
 
 // The token choices after the logits rows of several sequences in one pass (a batched step, a batched draft

@@ -159,7 +159,7 @@ VKSPEC_CONST SAMPLE_DRAW = 1u;      // sample_rows: draw a token per row into it
 // several sequences with their own settings (a batched step) as well as the rows of one.
 #define SAMPLE_ROW                                                                                      \
   vk_addr logits;                      /* [V] f32 (penalized in place) */                               \
-  vk_addr probs;                       /* [V] f32 out */                                                \
+  vk_addr probs;                       /* [V] f32 out; 0: not written (only the tests read them) */     \
   vk_addr draw;                        /* one token slot out (flags & SAMPLE_DRAW) */                   \
   vk_addr hist;                        /* uint token ids: the penalty's history */                      \
   vk_addr seed;                                                                                         \

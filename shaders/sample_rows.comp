@@ -7,7 +7,8 @@
 // logits, probabilities and draw slot are, and its settings. So one dispatch samples the rows of one
 // sequence (a verify pass, a draft step) or one row of each of several sequences with their own settings
 // (a batched step), and a row's result depends on its entry only.
-// Writes the distribution as a dense probability row (zero outside the kept set) and, when asked, draws a
+// Writes the distribution as a dense probability row (zero outside the kept set; only where the entry gives
+// one: the tests compare it with the host's, generation only draws) and, when asked, draws a
 // token from it by the Gumbel-max trick: the kept token with the largest (l - m) / T plus its Gumbel noise
 // (shaders/rng.h, keyed by the entry's (seed, position, stream) and the token), ties by lower id. A draft
 // model's row and the target's row at one position share that noise (speculative/controller.h).
@@ -206,7 +207,8 @@ void sample_general(uint lo, uint hi, uint kth, uint ties_k) {
   END_FOR_LOGITS
   zt = wg_sum(zt);
   // dense row, and each lane's best perturbed logit among its kept ids (the first in id order on ties)
-  const bool draw = (pc.flags & SAMPLE_DRAW) != 0u;
+  const bool draw = (pc.flags & SAMPLE_DRAW) != 0u, write_probs = P.probs != uvec2(0u);
+  if (!draw && !write_probs) return;
   const uint noise_key = counter_key(P.seed, P.position, P.stream);
   float best = -1.0 / 0.0;
   uint best_id = 0xffffffffu;
@@ -216,7 +218,7 @@ void sample_general(uint lo, uint hi, uint kth, uint ties_k) {
     bool keep = key > fk;
     if (key == fk) keep = tr++ < ft;
     keep = keep && l >= floor_l;
-    CoherentFloats(P.probs).v[v] = keep ? exp((l - m) * inv_t) / zt : 0.0;
+    if (write_probs) CoherentFloats(P.probs).v[v] = keep ? exp((l - m) * inv_t) / zt : 0.0;
     if (draw && keep) {
       const float score = (l - m) * inv_t + gumbel_noise(noise_key, v);
       if (best_id == 0xffffffffu || score > best) { best = score; best_id = v; }
@@ -447,11 +449,13 @@ void main() {
   barrier();
 
   // 6. dense row: zeros, then the kept probabilities
-  for (uint v = lo; v < hi; ++v) CoherentFloats(P.probs).v[v] = 0.0;
-  memoryBarrierBuffer();
-  barrier();
-  for (uint r = lane; r < n; r += WG)
-    if (cand_p[r] > 0.0) CoherentFloats(P.probs).v[cand_id[order[r]]] = cand_p[r];
+  if (P.probs != uvec2(0u)) {   // uniform per workgroup
+    for (uint v = lo; v < hi; ++v) CoherentFloats(P.probs).v[v] = 0.0;
+    memoryBarrierBuffer();
+    barrier();
+    for (uint r = lane; r < n; r += WG)
+      if (cand_p[r] > 0.0) CoherentFloats(P.probs).v[cand_id[order[r]]] = cand_p[r];
+  }
 
   // 7. draw: the largest perturbed logit among the kept ranks (the first in rank order on ties)
   if ((pc.flags & SAMPLE_DRAW) != 0u && lane == 0u) {

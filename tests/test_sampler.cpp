@@ -136,6 +136,13 @@ TEST_P(DeviceSamplerLanesTest, MatchesHostSamplerRowByRow) {
     Slice l = upload(logits), probs = zeros<float>(size_t(rows) * V);
     run([&](Recorder& r) { ds.record(r, p, l, probs, rows, context, extra, 100, true, DeviceSampler::kStreamPlain); });
     const auto got = download<float>(probs, size_t(rows) * V);
+    {   // without probability rows (as generation records them): the same draws
+      std::vector<uint32_t> drawn(rows);
+      for (uint32_t row = 0; row < rows; ++row) drawn[row] = ds.drawn(row).token;
+      Slice l2 = upload(logits);
+      run([&](Recorder& r) { ds.record(r, p, l2, Slice{}, rows, context, extra, 100, true, DeviceSampler::kStreamPlain); });
+      for (uint32_t row = 0; row < rows; ++row) ASSERT_EQ(ds.drawn(row).token, drawn[row]) << "row " << row << " without probs";
+    }
     if (c.top_k >= 1 && c.top_k <= int(DeviceSampler::kMaxTopK) && lanes != 64) {
       Slice l64 = upload(logits), probs64 = zeros<float>(size_t(rows) * V);
       run([&](Recorder& r) { ds64.record(r, p, l64, probs64, rows, context, extra, 100, true, DeviceSampler::kStreamPlain); });
