@@ -7,12 +7,14 @@
 //   Gumbel-max trick (the kept token with the largest scaled logit plus noise keyed by seed and position,
 //   shaders/rng.h). The host keeps the longest prefix of drafts equal to the target's choices and the
 //   target's choice after it.
-// Every kernel is batch-invariant and the noise depends on the position alone, so the output equals plain
+// Every kernel is batch-invariant and the noise depends on the seed and position alone, so the output equals plain
 // decoding token for token, greedy or sampled, whatever K, drafter or batch: lossless in the strongest
 // sense. A draft model draws its draft at a position with the same noise, so it matches the target's draw
 // whenever the two perturbed maxima fall on one token: probability P(argmax(log q + G) = argmax(log p + G)),
-// a little below rejection sampling's sum min(p, q) (an offline probe at T = 0.8: 0.535 against 0.610),
-// and exactly p(d) for a deterministic draft d (n-gram), as rejection sampling gives. What that buys:
+// below rejection sampling's sum min(p, q) (an offline probe at T = 0.8: 0.535 against 0.610),
+// and exactly p(d) for a deterministic draft d (n-gram), as rejection sampling gives. This is "drafter-
+// invariant speculative decoding" (Daliri, Musco, Suresh, arXiv 2408.07978): at least (1 - TV) / (1 + TV),
+// which they show no scheme whose output ignores the drafter can beat in the worst case. What that buys:
 // verification needs no probability rows or accept kernel, and a sampled sequence's tokens do not depend on
 // its K, so sampled rounds take timed K and batch like greedy ones (docs/PERFORMANCE.md measured both).
 // The host reads {drafts, choices} once per round and truncates the target's KV.
