@@ -89,7 +89,10 @@ uint32_t Sampler::sample(std::span<const float> logits, std::span<const uint32_t
   if (p_.greedy()) return argmax(penalized(p_, logits, history));
   const Candidates c = distribution(logits, history);
   const std::vector<float> scores = draw_scores(logits, history, c, position, stream);
-  return c.ids[size_t(std::max_element(scores.begin(), scores.end()) - scores.begin())];   // first on ties
+  size_t pick = 0;
+  for (size_t i = 1; i < scores.size(); ++i)
+    if (scores[i] > scores[pick] || (scores[i] == scores[pick] && c.ids[i] < c.ids[pick])) pick = i;
+  return c.ids[pick];
 }
 
 }  // namespace vkspec

@@ -38,7 +38,7 @@ class Sampler {
   Candidates distribution(std::span<const float> logits, std::span<const uint32_t> history) const;
   // Draws the token at sequence position `position` (greedy: argmax of the logits) by the Gumbel-max trick:
   // the kept token with the largest (l - m) / T + rng::gumbel_noise(key of (seed, position, stream), token),
-  // the first in rank order on ties.
+  // the lower id on ties (as sample_rows.comp).
   uint32_t sample(std::span<const float> logits, std::span<const uint32_t> history, uint64_t position,
                   uint32_t stream = 3 /* rng::STREAM_PLAIN */) const;
   // The draw's score of each kept token (`kept`: distribution() of the same row), in its order.

@@ -36,15 +36,31 @@ VKSPEC_FN uint counter_key(uvec2 seed, uint position, uint stream) {
   return hash32(h ^ stream * 0x27d4eb2fu);
 }
 
-// The Gumbel noise of `token` under a key: -log(-log(u)) with u uniform in (0, 1) (24 bits, offset by half
-// a step so that neither log sees 0). A draw at a position is the kept token with the largest scaled logit
-// plus its noise (the Gumbel-max trick: exactly a draw from the softmax), so two distributions drawn at one
-// position share their noise: a draft and the target that verifies it agree whenever their perturbed maxima
-// fall on the same token (speculative/controller.h).
+// -log(u) for u = (k + 0.5) / 2^24, k the 24 bits (never 0 or 1): an exponential variate. The small ones,
+// u near 1, become the largest noise and decide draws, and there a log's argument is near 1, where GLSL
+// promises only an absolute error of 2^-21 (GPUs approximate log2 that way): so for u >= 0.5 the series of
+// -log(1 - v) = 2 atanh(t), t = v / (2 - v) <= 1/3, with v = 1 - u exact; the terms past t^15 add < 2e-9.
+VKSPEC_FN float exponential24(uint k) {
+  if (k < 0x800000u) return -log((float(k) + 0.5f) * (1.0f / 16777216.0f));
+  const float v = (float(0xffffffu - k) + 0.5f) * (1.0f / 16777216.0f);
+  const float t = v / (2.0f - v), t2 = t * t;
+  float s = 1.0f / 15.0f;
+  s = s * t2 + 1.0f / 13.0f;
+  s = s * t2 + 1.0f / 11.0f;
+  s = s * t2 + 1.0f / 9.0f;
+  s = s * t2 + 1.0f / 7.0f;
+  s = s * t2 + 1.0f / 5.0f;
+  s = s * t2 + 1.0f / 3.0f;
+  s = s * t2 + 1.0f;
+  return 2.0f * t * s;
+}
+
+// The Gumbel noise of `token` under a key: -log of an exponential variate. A draw at a position is the kept
+// token with the largest scaled logit plus its noise (the Gumbel-max trick: exactly a draw from the
+// softmax), so two distributions drawn at one position share their noise: a draft and the target that
+// verifies it agree whenever their perturbed maxima fall on the same token (speculative/controller.h).
 VKSPEC_FN float gumbel_noise(uint key, uint token) {
-  const uint h = hash32(hash32(key ^ token * 0x165667b1u) ^ 0xd3a2646cu);
-  const float u = (float(h >> 8u) + 0.5f) * (1.0f / 16777216.0f);
-  return -log(-log(u));
+  return -log(exponential24(hash32(hash32(key ^ token * 0x165667b1u) ^ 0xd3a2646cu) >> 8u));
 }
 
 #ifdef __cplusplus

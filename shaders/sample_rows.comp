@@ -457,7 +457,7 @@ void main() {
       if (cand_p[r] > 0.0) CoherentFloats(P.probs).v[cand_id[order[r]]] = cand_p[r];
   }
 
-  // 7. draw: the largest perturbed logit among the kept ranks (the first in rank order on ties)
+  // 7. draw: the largest perturbed logit among the kept ranks (the lower id on ties)
   if ((pc.flags & SAMPLE_DRAW) != 0u && lane == 0u) {
     const uint noise_key = counter_key(P.seed, P.position, P.stream);
     const float m = cand_l[order[0]], inv_t = 1.0 / max(P.temperature, 1e-6);
@@ -465,7 +465,8 @@ void main() {
     float best = -1.0 / 0.0;
     for (uint r = 0u; r < n && cand_p[r] > 0.0; ++r) {
       const float score = (cand_l[order[r]] - m) * inv_t + gumbel_noise(noise_key, cand_id[order[r]]);
-      if (r == 0u || score > best) { best = score; pick = cand_id[order[r]]; }
+      const uint id = cand_id[order[r]];
+      if (r == 0u || score > best || (score == best && id < pick)) { best = score; pick = id; }
     }
     Uints(P.draw).v[SLOT_TOKEN(0u)] = row_non_finite ? NON_FINITE_TOKEN : pick;
     Uints(P.draw).v[SLOT_AUX(0u)] = floatBitsToUint(cand_p[0]);
