@@ -100,7 +100,7 @@ void BatchEngine::warm_up() {
   rec.begin();
   rec.copy(m.logits_rows().sub(0, row_bytes), logits_.sub(0, row_bytes));
   rec.barrier();
-  choices_->add(rec, m.kernels(), ch, logits_.sub(0, row_bytes), 0, ch.set_history({}), 0, DeviceSampler::kStreamPlain);
+  choices_->add(rec, m.kernels(), ch, logits_.sub(0, row_bytes), 0, ch.set_history({}), 0);
   choices_->record(rec, m.kernels());
   rec.submit_and_wait();
 }
@@ -587,8 +587,7 @@ void BatchEngine::record_choices(const StepRows& plan) {
       const uint32_t history = plain_round ? s->spec->history_len()
                                : ch.mode() == ChoiceMode::Device ? ch.set_history(s->context) : 0;
       const uint32_t slot = plain_round ? TokenChooser::kVerifySlot : 0;
-      choices_->add(rec, m.kernels(), ch, logits.sub(0, row_bytes), slot, history, s->context.size(),
-                    DeviceSampler::kStreamPlain);
+      choices_->add(rec, m.kernels(), ch, logits.sub(0, row_bytes), slot, history, s->context.size());
       at += 1;
     }
   }

@@ -84,11 +84,11 @@ bool DeviceSampler::texel_logits(bool penalty, const Slice& logits) const {
 }
 
 contract::SampleRow DeviceSampler::entry(const SamplingParams& p, const Slice& logits, const Slice& probs,
-                                         uint64_t draw, uint32_t h_end, uint64_t position, uint32_t stream,
+                                         uint64_t draw, uint32_t h_end, uint64_t position,
                                          bool texels) const {
   const uint32_t last_n = !p.penalized() ? 0u : p.repeat_last_n < 0 ? 0xffffffffu : uint32_t(p.repeat_last_n);
   return {logits.address, probs.address, draw, history_.address, p.seed, h_end, last_n, p.repeat_penalty,
-          p.temperature, p.top_p, p.min_p, uint32_t(p.top_k), uint32_t(position), stream,
+          p.temperature, p.top_p, p.min_p, uint32_t(p.top_k), uint32_t(position), 0u,
           texels ? texel_offset(logits) : 0u};
 }
 
@@ -130,18 +130,17 @@ void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Rows& j) 
   for (uint32_t i = 0; i < j.rows; ++i)   // row i of the sequence: i tokens later than row 0
     rows[i] = entry(p, j.logits.sub(i * row_bytes, row_bytes), j.probs ? j.probs.sub(i * row_bytes, row_bytes) : Slice{},
                     j.draws ? j.draws->sub(i * kSlotBytes, kSlotBytes).address : 0, j.history_len + i, j.position + i,
-                    j.stream, texels);
+                    texels);
   dispatch(r, rows, texels ? j.logits.texels : VK_NULL_HANDLE, j.draws ? contract::SAMPLE_DRAW : 0u);
 }
 
 DeviceSampler::BatchRow DeviceSampler::row(const SamplingParams& p, const Slice& logits, const Slice& probs,
-                                           const Slice& draw, uint32_t history_len, uint64_t position,
-                                           uint32_t stream) const {
+                                           const Slice& draw, uint32_t history_len, uint64_t position) const {
   if (!supports(p, n_vocab_) || logits.size < VkDeviceSize(n_vocab_) * 4 || (probs && probs.size < VkDeviceSize(n_vocab_) * 4) ||
       draw.size < kSlotBytes || history_len > max_history_)   // drafts may extend the history on the device
     throw Error("internal: DeviceSampler::row out of range");
   const bool texels = texel_logits(p.penalized(), logits);
-  return {entry(p, logits, probs, draw.address, history_len, position, stream, texels),
+  return {entry(p, logits, probs, draw.address, history_len, position, texels),
           texels ? logits.texels : VK_NULL_HANDLE};
 }
 
@@ -158,10 +157,10 @@ void DeviceSampler::record_rows(Recorder& r, std::span<const BatchRow> batch) {
 
 void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Slice& logits, const Slice& probs,
                            uint32_t rows, std::span<const uint32_t> context, std::span<const uint32_t> extra,
-                           uint64_t position, bool draw, uint32_t stream) {
+                           uint64_t position, bool draw) {
   if (extra.size() + 1 < rows) throw Error("internal: DeviceSampler::record out of range");
   const uint32_t window = set_history(p, context, extra);
-  Rows j{logits, probs, rows, window, position, draw ? &draws_ : nullptr, stream};
+  Rows j{logits, probs, rows, window, position, draw ? &draws_ : nullptr};
   record(r, p, j);
 }
 

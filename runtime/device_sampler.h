@@ -16,8 +16,6 @@ namespace vkspec {
 class DeviceSampler {
  public:
   static constexpr uint32_t kMaxTopK = contract::MAX_TOP_K;   // the shared-memory path of sample_rows
-  // The counter-based generator's stream (shaders/rng.h): draft models draw on the target's.
-  static constexpr uint32_t kStreamPlain = rng::STREAM_PLAIN;
   static bool supports(const SamplingParams& p, uint32_t n_vocab) { return !p.greedy() && n_vocab > 0; }
 
   // Lanes per row of sample_rows on a device (device_sampler.cpp says why), and whether `lanes` fit its
@@ -50,7 +48,6 @@ class DeviceSampler {
     uint32_t history_len = 0;       // history tokens before row 0's position; row r sees history_len + r
     uint64_t position = 0;          // counter position of row 0's draw
     const Slice* draws = nullptr;   // token slots that row r's draw goes to ({token, top probability}); null: no draw
-    uint32_t stream = 0;
   };
   void record(Recorder& r, const SamplingParams& p, const Rows& rows);
 
@@ -62,18 +59,17 @@ class DeviceSampler {
     VkBufferView texels = VK_NULL_HANDLE;   // the logits' texel view where texel_logits allows it, else null
   };
   // Row `logits` (one [n_vocab] row) at the history set last by set_history (history_len tokens before it),
-  // drawn at counter `position` of `stream` into the token slot `draw`; probabilities into `probs` (none: not written).
+  // drawn at counter `position` into the token slot `draw`; probabilities into `probs` (none: not written).
   BatchRow row(const SamplingParams& p, const Slice& logits, const Slice& probs, const Slice& draw,
-               uint32_t history_len, uint64_t position, uint32_t stream) const;
+               uint32_t history_len, uint64_t position) const;
   void record_rows(Recorder& r, std::span<const BatchRow> rows);
 
   // Records the transforms of `rows` logits rows ([rows][n_vocab], penalized in place) into `probs`.
   // Row r's history is `context` followed by extra[0..r) (the drafts before it). With `draw`, row r's
-  // token is drawn at counter position + r in `stream`; read it with drawn(r) after the submission.
+  // token is drawn at counter position + r; read it with drawn(r) after the submission.
   // Convenience: set_history(context, extra) and record, drawing into this sampler's own slots (drawn()).
   void record(Recorder& r, const SamplingParams& p, const Slice& logits, const Slice& probs, uint32_t rows,
-              std::span<const uint32_t> context, std::span<const uint32_t> extra, uint64_t position, bool draw,
-              uint32_t stream);
+              std::span<const uint32_t> context, std::span<const uint32_t> extra, uint64_t position, bool draw);
   struct Draw { uint32_t token; float top_prob; };
   Draw drawn(uint32_t row) const;
 
@@ -84,7 +80,7 @@ class DeviceSampler {
  private:
   // texels: the row is read through its texel view (texel_logits, decided once by the caller)
   contract::SampleRow entry(const SamplingParams& p, const Slice& logits, const Slice& probs, uint64_t draw,
-                            uint32_t h_end, uint64_t position, uint32_t stream, bool texels) const;
+                            uint32_t h_end, uint64_t position, bool texels) const;
   // n entries of the row table for the recording in `r`, to be filled by the caller before dispatch().
   std::span<contract::SampleRow> table_rows(const Recorder& r, uint32_t n);
   // One dispatch over the entries table_rows() just gave (texels: the view every row's logits are read

@@ -6,8 +6,8 @@
 namespace vkspec {
 
 // The key of a draw's noise (rng::gumbel_noise) for a 64-bit seed.
-inline uint32_t counter_key(uint64_t seed, uint32_t position, uint32_t stream) {
-  return rng::counter_key(rng::uvec2{uint32_t(seed), uint32_t(seed >> 32)}, position, stream);
+inline uint32_t counter_key(uint64_t seed, uint32_t position) {
+  return rng::counter_key(rng::uvec2{uint32_t(seed), uint32_t(seed >> 32)}, position);
 }
 
 }  // namespace vkspec

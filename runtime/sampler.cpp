@@ -74,21 +74,20 @@ Candidates Sampler::distribution(std::span<const float> logits, std::span<const 
 }
 
 std::vector<float> Sampler::draw_scores(std::span<const float> logits, std::span<const uint32_t> history,
-                                        const Candidates& kept, uint64_t position, uint32_t stream) const {
+                                        const Candidates& kept, uint64_t position) const {
   // sample_rows.comp's float arithmetic; its log differs in the last bits (GLSL's is not correctly rounded)
   const std::vector<float> l = penalized(p_, logits, history);
-  const uint32_t key = counter_key(p_.seed, uint32_t(position), stream);
+  const uint32_t key = counter_key(p_.seed, uint32_t(position));
   const float m = l[kept.ids[0]], inv_t = 1.0f / std::max(p_.temperature, 1e-6f);
   std::vector<float> scores(kept.ids.size());
   for (size_t i = 0; i < kept.ids.size(); ++i) scores[i] = (l[kept.ids[i]] - m) * inv_t + rng::gumbel_noise(key, kept.ids[i]);
   return scores;
 }
 
-uint32_t Sampler::sample(std::span<const float> logits, std::span<const uint32_t> history, uint64_t position,
-                         uint32_t stream) const {
+uint32_t Sampler::sample(std::span<const float> logits, std::span<const uint32_t> history, uint64_t position) const {
   if (p_.greedy()) return argmax(penalized(p_, logits, history));
   const Candidates c = distribution(logits, history);
-  const std::vector<float> scores = draw_scores(logits, history, c, position, stream);
+  const std::vector<float> scores = draw_scores(logits, history, c, position);
   size_t pick = 0;
   for (size_t i = 1; i < scores.size(); ++i)
     if (scores[i] > scores[pick] || (scores[i] == scores[pick] && c.ids[i] < c.ids[pick])) pick = i;

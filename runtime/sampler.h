@@ -1,8 +1,8 @@
 #pragma once
 // Host-side sampling over one row of logits, in llama.cpp's default order: repetition penalty ->
 // top-k -> top-p -> min-p -> temperature -> draw: the reference the device sampler (sample_rows.comp) is
-// tested against. Draws use the device's counter-based generator (runtime/rng.h) at stream `plain`, so a
-// seed gives the reference the device's noise.
+// tested against. Draws use the device's counter-based generator (runtime/rng.h), so a seed gives the
+// reference the device's noise.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -37,13 +37,12 @@ class Sampler {
   // (prompt + generated) the repetition penalty looks at.
   Candidates distribution(std::span<const float> logits, std::span<const uint32_t> history) const;
   // Draws the token at sequence position `position` (greedy: argmax of the logits) by the Gumbel-max trick:
-  // the kept token with the largest (l - m) / T + rng::gumbel_noise(key of (seed, position, stream), token),
+  // the kept token with the largest (l - m) / T + rng::gumbel_noise(key of (seed, position), token),
   // the lower id on ties (as sample_rows.comp).
-  uint32_t sample(std::span<const float> logits, std::span<const uint32_t> history, uint64_t position,
-                  uint32_t stream = 3 /* rng::STREAM_PLAIN */) const;
+  uint32_t sample(std::span<const float> logits, std::span<const uint32_t> history, uint64_t position) const;
   // The draw's score of each kept token (`kept`: distribution() of the same row), in its order.
   std::vector<float> draw_scores(std::span<const float> logits, std::span<const uint32_t> history,
-                                 const Candidates& kept, uint64_t position, uint32_t stream = 3) const;
+                                 const Candidates& kept, uint64_t position) const;
 
  private:
   SamplingParams p_;

@@ -59,14 +59,14 @@ void TokenChooser::record_append_history(Recorder& r, uint32_t first, uint32_t n
 }
 
 void TokenChooser::record_choice(Recorder& r, Kernels& k, const Slice& logits, uint32_t rows, uint32_t out_slot,
-                                 uint32_t history_len, uint64_t position, uint32_t stream, bool top_prob) {
+                                 uint32_t history_len, uint64_t position, bool top_prob) {
   if (out_slot + rows > 2 * kSlots || rows > kSlots) throw Error("internal: record_choice out of range");
   const Slice out = slot_range(out_slot, rows);
   const Slice rows_logits = logits.sub(0, VkDeviceSize(rows) * n_vocab_ * 4);
   if (mode_ == ChoiceMode::Argmax) {
     k.argmax(r, rows_logits, out, rows, n_vocab_, top_prob);
   } else {
-    DeviceSampler::Rows j{rows_logits, Slice{}, rows, history_len, position, &out, stream};   // draws only
+    DeviceSampler::Rows j{rows_logits, Slice{}, rows, history_len, position, &out};   // draws only
     sampler_->record(r, device_p_, j);
   }
   r.barrier();
@@ -84,12 +84,12 @@ BatchedChoices::BatchedChoices(Context& ctx, Pipelines& pipelines, uint32_t n_vo
 }
 
 void BatchedChoices::add(Recorder& r, Kernels& k, TokenChooser& ch, const Slice& logits, uint32_t out_slot,
-                         uint32_t history_len, uint64_t position, uint32_t stream, bool top_prob) {
+                         uint32_t history_len, uint64_t position, bool top_prob) {
   const VkDeviceSize row = VkDeviceSize(n_vocab_) * 4;
   if (added_ == max_rows_ || logits.size < row) throw Error("internal: BatchedChoices::add out of range");
   ++added_;
   if (ch.mode() == ChoiceMode::Device) {
-    sampled_.push_back(ch.batch_row(logits.sub(0, row), out_slot, history_len, position, stream));
+    sampled_.push_back(ch.batch_row(logits.sub(0, row), out_slot, history_len, position));
     return;
   }
   // a run is one slice of consecutive rows, widened row by row: the next row must start where the run ends,
@@ -145,8 +145,7 @@ uint32_t decode_step(LlamaModel& m, int seq, TokenChooser& chooser, Recorder& re
   const uint32_t m0 = rec.mark();
   m.record_forward(rec, seq, in, n, Logits::Last);
   const uint32_t history_len = chooser.mode() == ChoiceMode::Device ? chooser.set_history(context) : 0;
-  chooser.record_choice(rec, m.kernels(), m.logits_rows(), 1, 0, history_len, context.size(),
-                        DeviceSampler::kStreamPlain);
+  chooser.record_choice(rec, m.kernels(), m.logits_rows(), 1, 0, history_len, context.size());
   const uint32_t m1 = rec.mark();
   rec.submit_and_wait();
   if (gpu_s) *gpu_s += std::max(0.0, rec.seconds_between(m0, m1));

@@ -63,16 +63,15 @@ class TokenChooser {
   bool penalized() const { return p_.penalized(); }
 
   // Records the choice after each of `rows` logits rows into slots out_slot, out_slot + 1, ... Row r's penalty sees history_len + r tokens; its draw uses
-  // counter position + r in `stream`. top_prob: argmax also computes the top probability (for --draft-p-min).
+  // counter position + r. top_prob: argmax also computes the top probability (for --draft-p-min).
   void record_choice(Recorder& r, Kernels& k, const Slice& logits, uint32_t rows, uint32_t out_slot,
-                     uint32_t history_len, uint64_t position, uint32_t stream, bool top_prob = false);
+                     uint32_t history_len, uint64_t position, bool top_prob = false);
   // Device mode: the choice after one logits row into slot out_slot as a row of a batched record
   // (DeviceSampler::record_rows, with rows of other sequences), at history_len history tokens and counter
-  // `position` of `stream`: what record_choice(..., 1 row, ...) records alone.
-  DeviceSampler::BatchRow batch_row(const Slice& logits, uint32_t out_slot, uint32_t history_len, uint64_t position,
-                                    uint32_t stream) const {
+  // `position`: what record_choice(..., 1 row, ...) records alone.
+  DeviceSampler::BatchRow batch_row(const Slice& logits, uint32_t out_slot, uint32_t history_len, uint64_t position) const {
     if (mode_ != ChoiceMode::Device) throw Error("internal: batch_row outside Device mode");
-    return sampler_->row(device_p_, logits, Slice{}, slot_range(out_slot, 1), history_len, position, stream);
+    return sampler_->row(device_p_, logits, Slice{}, slot_range(out_slot, 1), history_len, position);
   }
   DeviceSampler& device_sampler() { return *sampler_; }
 
@@ -94,10 +93,10 @@ class TokenChooser {
 class BatchedChoices {
  public:
   BatchedChoices(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_rows);
-  // record_choice(r, k, logits, 1, out_slot, history_len, position, stream, top_prob) of `ch`, for
+  // record_choice(r, k, logits, 1, out_slot, history_len, position, top_prob) of `ch`, for
   // one [n_vocab] logits row; may record the argmax of the run before it.
   void add(Recorder& r, Kernels& k, TokenChooser& ch, const Slice& logits, uint32_t out_slot, uint32_t history_len,
-           uint64_t position, uint32_t stream, bool top_prob = false);
+           uint64_t position, bool top_prob = false);
   // Records the choices added since the last record(), then a barrier.
   void record(Recorder& r, Kernels& k);
 

@@ -166,7 +166,8 @@ VKSPEC_CONST SAMPLE_DRAW = 1u;      // sample_rows: draw a token per row into it
   vk_uint h_end;                       /* the penalty window ends before hist[h_end] */                 \
   vk_uint last_n;                      /* the window's length; 0: no penalty */                         \
   vk_float penalty; vk_float temperature; vk_float top_p; vk_float min_p;                               \
-  vk_uint top_k; vk_uint position; vk_uint stream; /* the draw's counter: (seed, position, stream) */   \
+  vk_uint top_k; vk_uint position;     /* the draw's counter: (seed, position) */                       \
+  vk_uint pad;                         /* std430: the entry's size a multiple of 8 */                   \
   vk_uint logits_texel;                /* sample_rows_texels: texel offset of logits in binding 0 */
 
 #define PC_SAMPLE_ROWS                                                                                  \

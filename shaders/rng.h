@@ -1,5 +1,5 @@
 // Counter-based random numbers, defined once for the shaders and the host: a number is a pure function of
-// (seed, position, stream[, token]), so a run is reproducible however work is batched and nothing carries
+// (seed, position, token), so a run is reproducible however work is batched and nothing carries
 // generator state between dispatches. Included by GLSL (sample_rows.comp) and by C++ (runtime/rng.h: the
 // mirror the host Sampler, the tests' reference, draws with).
 // Rounds of a 32-bit avalanche hash (lowbias32 by Chris Wellons) over the mixed key.
@@ -17,10 +17,6 @@ struct uvec2 { uint x, y; };
 #define VKSPEC_FN
 #endif
 
-// Streams: which draw of a position a number is for. A draft model draws on the target's stream
-// (speculative/controller.h says why), so generation has one.
-const uint STREAM_PLAIN = 3u;
-
 VKSPEC_FN uint hash32(uint x) {
   x ^= x >> 16u; x *= 0x7feb352du;
   x ^= x >> 15u; x *= 0x846ca68bu;
@@ -28,12 +24,12 @@ VKSPEC_FN uint hash32(uint x) {
   return x;
 }
 
-// The key of (seed, position, stream).
-VKSPEC_FN uint counter_key(uvec2 seed, uint position, uint stream) {
+// The key of a position's draw. A draft model's draw at a position has the target's key
+// (speculative/controller.h says why).
+VKSPEC_FN uint counter_key(uvec2 seed, uint position) {
   uint h = hash32(seed.x ^ 0x9e3779b9u);
   h = hash32(h ^ seed.y ^ 0x85ebca6bu);
-  h = hash32(h ^ position * 0xc2b2ae35u);
-  return hash32(h ^ stream * 0x27d4eb2fu);
+  return hash32(h ^ position * 0xc2b2ae35u);
 }
 
 // -log(u) for u = (k + 0.5) / 2^24, k the 24 bits (never 0 or 1): an exponential variate. The small ones,

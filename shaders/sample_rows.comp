@@ -10,7 +10,7 @@
 // Writes the distribution as a dense probability row (zero outside the kept set; only where the entry gives
 // one: the tests compare it with the host's, generation only draws) and, when asked, draws a
 // token from it by the Gumbel-max trick: the kept token with the largest (l - m) / T plus its Gumbel noise
-// (shaders/rng.h, keyed by the entry's (seed, position, stream) and the token), ties by lower id. A draft
+// (shaders/rng.h, keyed by the entry's (seed, position) and the token), ties by lower id. A draft
 // model's row and the target's row at one position share that noise (speculative/controller.h).
 // top-k is found by a 4-pass radix select over order-preserving 32-bit keys (8-bit digit histograms in
 // shared memory), so the kept set never needs a sort of the vocabulary. With k <= MAX_TOP_K the candidates are
@@ -209,7 +209,7 @@ void sample_general(uint lo, uint hi, uint kth, uint ties_k) {
   // dense row, and each lane's best perturbed logit among its kept ids (the first in id order on ties)
   const bool draw = (pc.flags & SAMPLE_DRAW) != 0u, write_probs = P.probs != uvec2(0u);
   if (!draw && !write_probs) return;
-  const uint noise_key = counter_key(P.seed, P.position, P.stream);
+  const uint noise_key = counter_key(P.seed, P.position);
   float best = -1.0 / 0.0;
   uint best_id = 0xffffffffu;
   tr = f_base;
@@ -459,7 +459,7 @@ void main() {
 
   // 7. draw: the largest perturbed logit among the kept ranks (the lower id on ties)
   if ((pc.flags & SAMPLE_DRAW) != 0u && lane == 0u) {
-    const uint noise_key = counter_key(P.seed, P.position, P.stream);
+    const uint noise_key = counter_key(P.seed, P.position);
     const float m = cand_l[order[0]], inv_t = 1.0 / max(P.temperature, 1e-6);
     uint pick = cand_id[order[0]];
     float best = -1.0 / 0.0;

@@ -88,7 +88,7 @@ void SpeculativeDecoder::record_verify(const Slice& target_logits) {
   // the target's own choice after each row: row r's penalty sees the drafts before it, its draw position r
   chooser_.record_append_history(rec_, 1, k_, history_len_);
   chooser_.record_choice(rec_, target_.kernels(), target_logits, k_ + 1, TokenChooser::kVerifySlot, history_len_,
-                         context_.size(), DeviceSampler::kStreamPlain);
+                         context_.size());
 }
 
 bool SpeculativeDecoder::finish(double draft_s, double verify_s, double catch_up_s) {

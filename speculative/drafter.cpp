@@ -37,7 +37,7 @@ ModelDrafter::Steps ModelDrafter::begin(std::span<const uint32_t> context, uint3
   return st;
 }
 
-// Step i's choice: draft i + 1 into slot i + 1 (argmax, or a draw on the target's stream at the draft's
+// Step i's choice: draft i + 1 into slot i + 1 (argmax, or a draw with the target's noise at the draft's
 // position, as the target's verify row for it draws); recorded now, or added to `batch` (recorded with other
 // sequences' choices of the same step).
 void ModelDrafter::choose(uint32_t i, DraftRound& round, const Slice& logits_row, size_t context_size,
@@ -45,11 +45,9 @@ void ModelDrafter::choose(uint32_t i, DraftRound& round, const Slice& logits_row
   TokenChooser& ch = round.chooser;
   if (i > 0) ch.record_append_history(round.rec, i, 1, round.history_len + i - 1);
   if (batch)
-    batch->add(round.rec, model_.kernels(), ch, logits_row, i + 1, round.history_len + i, context_size + i,
-               DeviceSampler::kStreamPlain, p_min_ > 0);
+    batch->add(round.rec, model_.kernels(), ch, logits_row, i + 1, round.history_len + i, context_size + i, p_min_ > 0);
   else
-    ch.record_choice(round.rec, model_.kernels(), logits_row, 1, i + 1, round.history_len + i, context_size + i,
-                     DeviceSampler::kStreamPlain, p_min_ > 0);
+    ch.record_choice(round.rec, model_.kernels(), logits_row, 1, i + 1, round.history_len + i, context_size + i, p_min_ > 0);
 }
 
 void ModelDrafter::end(std::span<const uint32_t> context, uint32_t k) {

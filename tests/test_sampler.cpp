@@ -147,18 +147,18 @@ TEST_P(DeviceSamplerLanesTest, MatchesHostSamplerRowByRow) {
     for (auto& t : context) t = tok(rng) % 50;   // repeats inside the window
     for (auto& t : extra) t = tok(rng) % 50;
     Slice l = upload(logits), probs = zeros<float>(size_t(rows) * V);
-    run([&](Recorder& r) { ds.record(r, p, l, probs, rows, context, extra, 100, true, DeviceSampler::kStreamPlain); });
+    run([&](Recorder& r) { ds.record(r, p, l, probs, rows, context, extra, 100, true); });
     const auto got = download<float>(probs, size_t(rows) * V);
     {   // without probability rows (as generation records them): the same draws
       std::vector<uint32_t> drawn(rows);
       for (uint32_t row = 0; row < rows; ++row) drawn[row] = ds.drawn(row).token;
       Slice l2 = upload(logits);
-      run([&](Recorder& r) { ds.record(r, p, l2, Slice{}, rows, context, extra, 100, true, DeviceSampler::kStreamPlain); });
+      run([&](Recorder& r) { ds.record(r, p, l2, Slice{}, rows, context, extra, 100, true); });
       for (uint32_t row = 0; row < rows; ++row) ASSERT_EQ(ds.drawn(row).token, drawn[row]) << "row " << row << " without probs";
     }
     if (c.top_k >= 1 && c.top_k <= int(DeviceSampler::kMaxTopK) && lanes != 64) {
       Slice l64 = upload(logits), probs64 = zeros<float>(size_t(rows) * V);
-      run([&](Recorder& r) { ds64.record(r, p, l64, probs64, rows, context, extra, 100, true, DeviceSampler::kStreamPlain); });
+      run([&](Recorder& r) { ds64.record(r, p, l64, probs64, rows, context, extra, 100, true); });
       ASSERT_EQ(download<float>(probs64, size_t(rows) * V), got) << "rows differ from 64 lanes'";
       for (uint32_t row = 0; row < rows; ++row) EXPECT_EQ(ds64.drawn(row).token, ds.drawn(row).token) << "row " << row;
     }
@@ -220,8 +220,8 @@ TEST_F(DeviceSamplerTest, TexelReadsEqualAddressReads) {
       ASSERT_FALSE(address.texel_logits(false, la));
       Slice pt = zeros<float>(size_t(rows) * V), pa = zeros<float>(size_t(rows) * V);
       const std::vector<uint32_t> context = {1, 2}, extra = {3, 4};   // drafts before rows 1 and 2
-      run([&](Recorder& r) { texels.record(r, p, lt, pt, rows, context, extra, 7, true, DeviceSampler::kStreamPlain); });
-      run([&](Recorder& r) { address.record(r, p, la, pa, rows, context, extra, 7, true, DeviceSampler::kStreamPlain); });
+      run([&](Recorder& r) { texels.record(r, p, lt, pt, rows, context, extra, 7, true); });
+      run([&](Recorder& r) { address.record(r, p, la, pa, rows, context, extra, 7, true); });
       ASSERT_EQ(download<uint32_t>(pt, size_t(rows) * V), download<uint32_t>(pa, size_t(rows) * V))
           << "probability rows differ";
       for (uint32_t row = 0; row < rows; ++row) {
@@ -273,7 +273,7 @@ TEST_F(DeviceSamplerTest, BatchedRowsEqualOneRecordEach) {
       for (uint32_t i = 0; i < n; ++i) {
         Slice l = upload(logits[i]), pr = zeros<float>(V);
         run([&](Recorder& r) {
-          own[i]->record(r, ps[i], l, pr, 1, contexts[i], {}, seqs[i].position, true, DeviceSampler::kStreamPlain);
+          own[i]->record(r, ps[i], l, pr, 1, contexts[i], {}, seqs[i].position, true);
         });
         alone_probs[i] = download<uint32_t>(pr, V);
         alone[i] = own[i]->drawn(0);
@@ -287,8 +287,7 @@ TEST_F(DeviceSamplerTest, BatchedRowsEqualOneRecordEach) {
       for (uint32_t i = 0; i < n; ++i) {
         const uint32_t window = own[i]->set_history(ps[i], contexts[i]);
         rows.push_back(own[i]->row(ps[i], l.sub(i * row_bytes, row_bytes), pr.sub(i * row_bytes, row_bytes),
-                                   slots.sub(i * slot_bytes, slot_bytes), window, seqs[i].position,
-                                   DeviceSampler::kStreamPlain));
+                                   slots.sub(i * slot_bytes, slot_bytes), window, seqs[i].position));
       }
       const bool texels = std::all_of(rows.begin(), rows.end(), [](const auto& b) { return b.texels != VK_NULL_HANDLE; });
       const DeviceFacts& f = gpu().ctx.facts();
@@ -339,7 +338,7 @@ TEST_F(DeviceSamplerTest, BatchedChoicesEqualOneChoiceEach) {
       for (uint32_t i = 0; i < n; ++i) {
         TokenChooser& ch = *alone[i];
         const uint32_t h = ch.mode() == ChoiceMode::Device ? ch.set_history(context) : 0;
-        ch.record_choice(r, k, logits.sub(i * row, row), 1, out_slot, h, 9, DeviceSampler::kStreamPlain, top_prob(i));
+        ch.record_choice(r, k, logits.sub(i * row, row), 1, out_slot, h, 9, top_prob(i));
       }
     });
   }
@@ -349,7 +348,7 @@ TEST_F(DeviceSamplerTest, BatchedChoicesEqualOneChoiceEach) {
     for (uint32_t i = 0; i < n; ++i) {
       TokenChooser& ch = *batched[i];
       const uint32_t h = ch.mode() == ChoiceMode::Device ? ch.set_history(context) : 0;
-      choices.add(r, k, ch, logits.sub(i * row, row), out_slot, h, 9, DeviceSampler::kStreamPlain, top_prob(i));
+      choices.add(r, k, ch, logits.sub(i * row, row), out_slot, h, 9, top_prob(i));
     }
     choices.record(r, k);
   });
@@ -380,7 +379,7 @@ TEST_F(DeviceSamplerTest, NonFiniteRowsNeverBecomeAToken) {
         logits[V + 123] = bad;   // row 1
         Slice l = upload(logits), probs = zeros<float>(size_t(rows) * V);
         const std::vector<uint32_t> context, extra = {1, 2};
-        run([&](Recorder& r) { ds.record(r, p, l, probs, rows, context, extra, 7, true, DeviceSampler::kStreamPlain); });
+        run([&](Recorder& r) { ds.record(r, p, l, probs, rows, context, extra, 7, true); });
         SCOPED_TRACE("V " + std::to_string(V) + " top-k " + std::to_string(top_k) + " value " + std::to_string(bad));
         EXPECT_LT(ds.drawn(0).token, V);
         EXPECT_EQ(ds.drawn(1).token, contract::NON_FINITE_TOKEN);
@@ -404,7 +403,7 @@ TEST_F(DeviceSamplerTest, DrawsFollowTheDistribution) {
     std::map<uint32_t, uint32_t> counts;
     const uint32_t draws = 20000;
     for (uint32_t i = 0; i < draws; ++i) {
-      run([&](Recorder& r) { ds.record(r, p, l, probs, 1, {}, {}, i, true, DeviceSampler::kStreamPlain); });
+      run([&](Recorder& r) { ds.record(r, p, l, probs, 1, {}, {}, i, true); });
       counts[ds.drawn(0).token]++;
     }
     double chi2 = 0;
