@@ -88,7 +88,8 @@ uint key_of(float f) {
 // A rank prefix: the elements with key > k, and the first `ties` elements (lowest ids) with key == k.
 // Each lane scans its contiguous range in id order, so an element's rank among the ties is the ties in
 // earlier lanes (tie_base) plus those before it in the lane.
-shared float digit_mass[16u * WG];   // per lane, per 4-bit digit: mass of the matching elements
+shared float digit_mass[16u * WG];   // per lane, per 4-bit digit: mass of the matching elements (the draws
+                                     // reuse it: the general path's lane maxima, the top-k path's rank scores)
 shared uint g_key, g_ties;
 shared float g_above;
 
@@ -457,19 +458,24 @@ void main() {
       if (cand_p[r] > 0.0) CoherentFloats(P.probs).v[cand_id[order[r]]] = cand_p[r];
   }
 
-  // 7. draw: the largest perturbed logit among the kept ranks (the lower id on ties)
-  if ((pc.flags & SAMPLE_DRAW) != 0u && lane == 0u) {
+  // 7. draw: the largest perturbed logit among the kept ranks (the lower id on ties); each lane scores its
+  // ranks (digit_mass is free on this path), lane 0 takes the maximum
+  if ((pc.flags & SAMPLE_DRAW) != 0u) {   // uniform
     const uint noise_key = counter_key(P.seed, P.position);
     const float m = cand_l[order[0]], inv_t = 1.0 / max(P.temperature, 1e-6);
-    uint pick = cand_id[order[0]];
-    float best = -1.0 / 0.0;
-    for (uint r = 0u; r < n && cand_p[r] > 0.0; ++r) {
-      const float score = (cand_l[order[r]] - m) * inv_t + gumbel_noise(noise_key, cand_id[order[r]]);
-      const uint id = cand_id[order[r]];
-      if (r == 0u || score > best || (score == best && id < pick)) { best = score; pick = id; }
+    for (uint r = lane; r < n; r += WG)
+      if (cand_p[r] > 0.0) digit_mass[r] = (cand_l[order[r]] - m) * inv_t + gumbel_noise(noise_key, cand_id[order[r]]);
+    barrier();
+    if (lane == 0u) {
+      uint pick = cand_id[order[0]];
+      float best = digit_mass[0];
+      for (uint r = 1u; r < n && cand_p[r] > 0.0; ++r) {
+        const uint id = cand_id[order[r]];
+        if (digit_mass[r] > best || (digit_mass[r] == best && id < pick)) { best = digit_mass[r]; pick = id; }
+      }
+      Uints(P.draw).v[SLOT_TOKEN(0u)] = row_non_finite ? NON_FINITE_TOKEN : pick;
+      Uints(P.draw).v[SLOT_AUX(0u)] = floatBitsToUint(cand_p[0]);
     }
-    Uints(P.draw).v[SLOT_TOKEN(0u)] = row_non_finite ? NON_FINITE_TOKEN : pick;
-    Uints(P.draw).v[SLOT_AUX(0u)] = floatBitsToUint(cand_p[0]);
   }
   }   // small_k
 }
