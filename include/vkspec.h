@@ -183,9 +183,10 @@ VKSPEC_API vkspec_status vkspec_apply_chat_template(const vkspec_model* model, c
                                                     char* text, size_t capacity, size_t* len);
 
 /* ---- contexts ---- */
-/* How tokens are chosen; the same seed and settings give the same tokens, plain or speculative. */
+/* How tokens are chosen; the same seed and settings give the same tokens, with or without speculation
+ * (greedy or sampled: drafts change only the speed) and whatever else shares a batch. */
 typedef struct vkspec_sampling_params {
-  float temperature;         /* 0: greedy (speculation then gives exactly the plain greedy tokens) */
+  float temperature;         /* 0: greedy */
   int32_t top_k;             /* 0: off */
   float top_p, min_p;        /* 1 / 0: off */
   float repeat_penalty;      /* 1: off */

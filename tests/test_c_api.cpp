@@ -299,13 +299,26 @@ TEST(CApi, ReusesTheCacheAcrossCalls) {
   EXPECT_EQ(s2.ids, s2_fresh.ids);
 }
 
-// Speculation through the API is lossless and says which tokens were verified drafts.
+// Speculation through the API is lossless and says which tokens were verified drafts; sampled with a seed,
+// it gives the tokens of sampling without it.
 TEST(CApi, SpeculativeMarksDraftsAndMatchesPlain) {
   Model model(shared("models/pycode-target-f16.gguf"));
+  const std::vector<int32_t> prompt = tokenize(model.m, "for i in range(10):\n    print(i)\nfor i in range(10):\n    print(i)\n");
+  {
+    vkspec_context_params sampled = vkspec_context_default_params();
+    sampled.sampling.temperature = 0.8f;
+    sampled.sampling.seed = 11;
+    sampled.draft.ngram = 1;
+    Ctx ctx(model.m, sampled);
+    Streamed plain, spec;
+    ASSERT_EQ(generate(ctx.c, prompt, 48, plain, /*speculative=*/0), VKSPEC_OK);
+    ASSERT_EQ(generate(ctx.c, prompt, 48, spec, /*speculative=*/1), VKSPEC_OK);
+    EXPECT_EQ(spec.ids, plain.ids) << "sampled, seed 11";
+    EXPECT_GT(spec.drafts, 0);
+  }
   vkspec_context_params sp = Ctx::greedy();
   sp.draft.ngram = 1;
   Ctx ctx(model.m, sp);
-  const std::vector<int32_t> prompt = tokenize(model.m, "for i in range(10):\n    print(i)\nfor i in range(10):\n    print(i)\n");
   Streamed plain, spec;
   ASSERT_EQ(generate(ctx.c, prompt, 48, plain, /*speculative=*/0), VKSPEC_OK);
   ASSERT_EQ(generate(ctx.c, prompt, 48, spec, /*speculative=*/1), VKSPEC_OK);
