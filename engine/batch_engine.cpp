@@ -27,7 +27,8 @@ struct BatchEngine::Slot {
   Clock::time_point admitted, first_token;
   // this step
   // PlainRound: a speculative sequence's round without drafts (K = 0), run as a decode row among the
-  // plain ones (their ids embedded in one dispatch, their argmax in one) with its choice in the verify slot
+  // plain ones (their ids embedded in one dispatch, their choices made with the step's others) with its choice
+  // in the verify slot
   enum class Part { None, Prefill, PrefillLast, Decode, Verify, PlainRound } part = Part::None;
   uint32_t rows = 0;   // in this step's pass
 };
