@@ -11,7 +11,7 @@
 // decoding token for token, greedy or sampled, whatever K, drafter or batch: lossless in the strongest
 // sense. A draft model draws its draft at a position with the same noise, so it matches the target's draw
 // whenever the two perturbed maxima fall on one token: probability P(argmax(log q + G) = argmax(log p + G)),
-// below rejection sampling's sum min(p, q) (an offline probe at T = 0.8: 0.535 against 0.610),
+// below rejection sampling's sum min(p, q) (pycode pair, T = 0.8, the target's own text: 0.607 against 0.633),
 // and exactly p(d) for a deterministic draft d (n-gram), as rejection sampling gives. This is "drafter-
 // invariant speculative decoding" (Daliri, Musco, Suresh, arXiv 2408.07978): at least (1 - TV) / (1 + TV),
 // which they show no scheme whose output ignores the drafter can beat in the worst case. What that buys:
