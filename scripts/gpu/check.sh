@@ -5,7 +5,8 @@
 #   2. the 1B-shape models, written on the machine's CPUs in the background (vkspec-shape, llama.cpp's quantizer);
 #   3. the core suite with the GPU's default kernel family (subgroup), validation on;
 #   4. vkspec bench beside llama.cpp's Vulkan backend (bench.sh) at the 1B shape, Q4_K_M;
-#   5. the rest of the suite; the pycode pair plain and speculative (draft model alone, then lookup in front); Q8_0; serving at 1 and 8 streams;
+#   5. the rest of the suite; the pycode pair plain and speculative (draft model alone, then lookup in front,
+#      then sampled at T = 0.8); Q8_0; serving at 1 and 8 streams;
 #   6. serving the pycode pair at 1 and 8 streams, plain against the draft model (greedy, then T = 0.8).
 # Every log and JSON is packed into OUTDIR/results.tgz after each stage (the device tool returns at most 8 files).
 #   scripts/gpu/check.sh OUTDIR       (from the repository root, after scripts/gpu/pack.sh here)
@@ -30,7 +31,9 @@ M=.gpu/shared/models
 echo "== pycode pair"; date +%T
 build/vkspec bench -m $M/pycode-target-f16.gguf -md $M/pycode-draft-f16.gguf -n 128 --reps 5 --json > "$out/pycode.json" 2>&1
 build/vkspec bench -m $M/pycode-target-f16.gguf -md $M/pycode-draft-f16.gguf --draft ngram -n 128 --reps 5 --json > "$out/pycode-lookup.json" 2>&1
-for j in pycode pycode-lookup; do
+# sampled: the Gumbel coupling's acceptance and speed on the GPU (T = 0.8, a fixed seed)
+build/vkspec bench -m $M/pycode-target-f16.gguf -md $M/pycode-draft-f16.gguf --temp 0.8 --seed 3 -n 128 --reps 5 --json > "$out/pycode-t0.8.json" 2>&1
+for j in pycode pycode-lookup pycode-t0.8; do
   python3 -c "import json,sys; v=json.load(open(sys.argv[1])); print(sys.argv[2], 'plain %.0f spec %.0f tok/s x%.2f accept %.2f' % (v['plain']['decode_tok_s'], v['speculative']['decode_tok_s'], v['speedup'], v['speculative']['acceptance_rate']))" "$out/$j.json" $j
 done
 scripts/gpu/bench.sh "$out" /tmp/1b-q8_0.gguf
