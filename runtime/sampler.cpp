@@ -66,7 +66,7 @@ Candidates Sampler::distribution(std::span<const float> logits, std::span<const 
     while (k < ids.size() && p[k] >= cut) ++k;
     ids.resize(k);
   }
-  auto p = softmax(1.0f / std::max(p_.temperature, 1e-6f));
+  auto p = softmax(rng::inverse_temperature(p_.temperature));
   Candidates c;
   c.ids = std::move(ids);
   c.probs.assign(p.begin(), p.end());
@@ -78,9 +78,9 @@ std::vector<float> Sampler::draw_scores(std::span<const float> logits, std::span
   // sample_rows.comp's float arithmetic; its log differs in the last bits (GLSL's is not correctly rounded)
   const std::vector<float> l = penalized(p_, logits, history);
   const uint32_t key = counter_key(p_.seed, uint32_t(position));
-  const float m = l[kept.ids[0]], inv_t = 1.0f / std::max(p_.temperature, 1e-6f);
+  const float m = l[kept.ids[0]], inv_t = rng::inverse_temperature(p_.temperature);
   std::vector<float> scores(kept.ids.size());
-  for (size_t i = 0; i < kept.ids.size(); ++i) scores[i] = (l[kept.ids[i]] - m) * inv_t + rng::gumbel_noise(key, kept.ids[i]);
+  for (size_t i = 0; i < kept.ids.size(); ++i) scores[i] = rng::draw_score(l[kept.ids[i]], m, inv_t, key, kept.ids[i]);
   return scores;
 }
 
@@ -90,7 +90,7 @@ uint32_t Sampler::sample(std::span<const float> logits, std::span<const uint32_t
   const std::vector<float> scores = draw_scores(logits, history, c, position);
   size_t pick = 0;
   for (size_t i = 1; i < scores.size(); ++i)
-    if (scores[i] > scores[pick] || (scores[i] == scores[pick] && c.ids[i] < c.ids[pick])) pick = i;
+    if (rng::beats(scores[i], c.ids[i], scores[pick], c.ids[pick])) pick = i;
   return c.ids[pick];
 }
 

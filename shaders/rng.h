@@ -1,15 +1,17 @@
-// Counter-based random numbers, defined once for the shaders and the host: a number is a pure function of
-// (seed, position, token), so a run is reproducible however work is batched and nothing carries
-// generator state between dispatches. Included by GLSL (sample_rows.comp) and by C++ (runtime/rng.h: the
-// mirror the host Sampler, the tests' reference, draws with).
+// Counter-based random numbers and the draw built on them, defined once for the shaders and the host: a
+// number is a pure function of (seed, position, token), so a run is reproducible however work is batched and
+// nothing carries generator state between dispatches. Included by GLSL (sample_rows.comp) and by C++
+// (runtime/rng.h: the mirror the host Sampler, the tests' reference, draws with).
 // Rounds of a 32-bit avalanche hash (lowbias32 by Chris Wellons) over the mixed key.
 #ifndef VKSPEC_RNG_H
 #define VKSPEC_RNG_H
 #ifdef __cplusplus
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 namespace vkspec::rng {
 using std::log;
+using std::max;
 using uint = uint32_t;
 struct uvec2 { uint x, y; };
 #define VKSPEC_FN inline
@@ -57,6 +59,19 @@ VKSPEC_FN float exponential24(uint k) {
 // verifies it agree whenever their perturbed maxima fall on the same token (speculative/controller.h).
 VKSPEC_FN float gumbel_noise(uint key, uint token) {
   return -log(exponential24(hash32(hash32(key ^ token * 0x165667b1u) ^ 0xd3a2646cu) >> 8u));
+}
+
+// 1 / T, by which every softmax and draw scales logits: a temperature at or below 1e-6 (greedy's limit, with a
+// penalty or a draft's rows) takes 1e6 rather than a division by 0.
+VKSPEC_FN float inverse_temperature(float t) { return 1.0f / max(t, 1e-6f); }
+
+// A kept token's draw score: its logit less the row's largest, scaled, plus its noise. The draw is the kept
+// token whose score beats every other's: higher, or equal with a lower id.
+VKSPEC_FN float draw_score(float logit, float m, float inv_t, uint key, uint token) {
+  return (logit - m) * inv_t + gumbel_noise(key, token);
+}
+VKSPEC_FN bool beats(float score, uint id, float best, uint best_id) {
+  return score > best || (score == best && id < best_id);
 }
 
 #ifdef __cplusplus

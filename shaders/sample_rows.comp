@@ -197,7 +197,7 @@ void sample_general(uint lo, uint hi, uint kth, uint ties_k) {
   // min-p: p_r / p_0 >= min_p, i.e. exp(l - m) >= min_p (at most 1, so the top element always stays)
   const float floor_l = P.min_p > 0.0 ? m + log(min(P.min_p, 1.0)) : no_floor;
   const uint f_base = tie_base(fk, lo, hi);
-  const float inv_t = 1.0 / max(P.temperature, 1e-6);
+  const float inv_t = inverse_temperature(P.temperature);
   float zt = 0.0;
   tr = f_base;
   FOR_LOGITS(lo, hi)
@@ -207,7 +207,8 @@ void sample_general(uint lo, uint hi, uint kth, uint ties_k) {
     if (keep && l >= floor_l) zt += exp((l - m) * inv_t);
   END_FOR_LOGITS
   zt = wg_sum(zt);
-  // dense row, and each lane's best perturbed logit among its kept ids (the first in id order on ties)
+  // dense row, and each lane's best draw score among its kept ids (none: -inf at id 0xffffffff, which no
+  // kept id fails to beat)
   const bool draw = (pc.flags & SAMPLE_DRAW) != 0u, write_probs = P.probs != uvec2(0u);
   if (!draw && !write_probs) return;
   const uint noise_key = counter_key(P.seed, P.position);
@@ -221,19 +222,19 @@ void sample_general(uint lo, uint hi, uint kth, uint ties_k) {
     keep = keep && l >= floor_l;
     if (write_probs) CoherentFloats(P.probs).v[v] = keep ? exp((l - m) * inv_t) / zt : 0.0;
     if (draw && keep) {
-      const float score = (l - m) * inv_t + gumbel_noise(noise_key, v);
-      if (best_id == 0xffffffffu || score > best) { best = score; best_id = v; }
+      const float score = draw_score(l, m, inv_t, noise_key, v);
+      if (beats(score, v, best, best_id)) { best = score; best_id = v; }
     }
   END_FOR_LOGITS
   if (!draw) return;
   digit_mass[lane] = best;
   lane_ties[lane] = best_id;
   barrier();
-  if (lane == 0u) {   // the best lane: lanes hold ascending ids, so the first maximum has the lowest id
+  if (lane == 0u) {   // the best lane's (an empty lane's -inf at 0xffffffff beats nothing)
     uint pick = 0xffffffffu;
     float top = -1.0 / 0.0;
     for (uint l = 0u; l < WG; ++l)
-      if (lane_ties[l] != 0xffffffffu && (pick == 0xffffffffu || digit_mass[l] > top)) { top = digit_mass[l]; pick = lane_ties[l]; }
+      if (beats(digit_mass[l], lane_ties[l], top, pick)) { top = digit_mass[l]; pick = lane_ties[l]; }
     Uints(P.draw).v[SLOT_TOKEN(0u)] = row_non_finite || pick == 0xffffffffu ? NON_FINITE_TOKEN : pick;
     Uints(P.draw).v[SLOT_AUX(0u)] = floatBitsToUint(1.0 / zt);   // the top element's probability
   }
@@ -438,7 +439,7 @@ void main() {
       while (r < keep && exp(cand_l[order[r]] - m) >= P.min_p) ++r;
       keep = r;
     }
-    const float inv_t = 1.0 / max(P.temperature, 1e-6);
+    const float inv_t = inverse_temperature(P.temperature);
     float zt = 0.0;
     for (uint r = 0u; r < n; ++r) {
       const float e = r < keep ? exp((cand_l[order[r]] - m) * inv_t) : 0.0;
@@ -458,20 +459,20 @@ void main() {
       if (cand_p[r] > 0.0) CoherentFloats(P.probs).v[cand_id[order[r]]] = cand_p[r];
   }
 
-  // 7. draw: the largest perturbed logit among the kept ranks (the lower id on ties); each lane scores its
-  // ranks (digit_mass is free on this path), lane 0 takes the maximum
+  // 7. draw: the kept rank whose score beats the others'; each lane scores its ranks (digit_mass is free on
+  // this path), lane 0 takes the best
   if ((pc.flags & SAMPLE_DRAW) != 0u) {   // uniform
     const uint noise_key = counter_key(P.seed, P.position);
-    const float m = cand_l[order[0]], inv_t = 1.0 / max(P.temperature, 1e-6);
+    const float m = cand_l[order[0]], inv_t = inverse_temperature(P.temperature);
     for (uint r = lane; r < n; r += WG)
-      if (cand_p[r] > 0.0) digit_mass[r] = (cand_l[order[r]] - m) * inv_t + gumbel_noise(noise_key, cand_id[order[r]]);
+      if (cand_p[r] > 0.0) digit_mass[r] = draw_score(cand_l[order[r]], m, inv_t, noise_key, cand_id[order[r]]);
     barrier();
     if (lane == 0u) {
       uint pick = cand_id[order[0]];
       float best = digit_mass[0];
       for (uint r = 1u; r < n && cand_p[r] > 0.0; ++r) {
         const uint id = cand_id[order[r]];
-        if (digit_mass[r] > best || (digit_mass[r] == best && id < pick)) { best = digit_mass[r]; pick = id; }
+        if (beats(digit_mass[r], id, best, pick)) { best = digit_mass[r]; pick = id; }
       }
       Uints(P.draw).v[SLOT_TOKEN(0u)] = row_non_finite ? NON_FINITE_TOKEN : pick;
       Uints(P.draw).v[SLOT_AUX(0u)] = floatBitsToUint(cand_p[0]);

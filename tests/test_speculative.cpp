@@ -2,12 +2,6 @@
 // lookup-then-model drafters at K = 1, 3, 5, 8 on 8 prompts per pair, and to plain sampled decoding at several
 // settings and seeds; the target's paged KV after many rounds equals a fresh prefill of the accepted sequence
 // with no leaked blocks; mismatched vocabularies refused.
-#include <nlohmann/json.hpp>
-
-#include <algorithm>
-#include <cmath>
-#include <map>
-
 #include "speculative/controller.h"
 #include "tests/gguf_writer.h"
 #include "tests/vk_test_env.h"
