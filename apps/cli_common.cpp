@@ -136,6 +136,8 @@ vkspec_sampling_params sampling_params(const RunOptions& o, uint64_t seed) {
   s.repeat_penalty = o.repeat_penalty;
   s.repeat_last_n = o.repeat_last_n;
   s.seed = seed;
+  s.frequency_penalty = o.frequency_penalty;
+  s.presence_penalty = o.presence_penalty;
   return s;
 }
 

@@ -25,7 +25,8 @@ struct RunOptions {
   std::string prompt, prompt_file;
   bool escape = false;
   int n_predict = 128;
-  float temp = 0.8f, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f;
+  float temp = 0.8f, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f, frequency_penalty = 0.0f,
+        presence_penalty = 0.0f;
   int top_k = 40, repeat_last_n = 64;
   std::optional<uint64_t> seed;   // --seed S (0 .. 2^64-1); none or -1: random
   int samples = 1;     // independent completions, seeds seed, seed+1, ...

@@ -35,7 +35,9 @@ void add_sampling_options(CLI::App* c, vkspec::cli::RunOptions& o) {
   c->add_option("--top-p", o.top_p, "Top-p (1 = off)");
   c->add_option("--min-p", o.min_p, "Min-p (0 = off)");
   c->add_option("--repeat-penalty", o.repeat_penalty, "Repetition penalty (1 = off)");
-  c->add_option("--repeat-last-n", o.repeat_last_n, "Tokens the repetition penalty looks back over");
+  c->add_option("--frequency-penalty", o.frequency_penalty, "Subtracted from a token's logit per occurrence in the window (0 = off)");
+  c->add_option("--presence-penalty", o.presence_penalty, "Subtracted from the logit of each token in the window (0 = off)");
+  c->add_option("--repeat-last-n", o.repeat_last_n, "Tokens the penalties look back over (-1: the whole context)");
 }
 void add_draft_options(CLI::App* c, vkspec::cli::RunOptions& o) {
   c->add_option("--model-draft", o.draft_model, "Draft model for speculative decoding (also -md)");

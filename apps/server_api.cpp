@@ -152,8 +152,6 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
         !(std::string(f) == "response_format" && v->is_object() && v->value("type", "") == "text"))
       bad(f, std::string("'") + f + "' is not supported by this server");
   }
-  if (number(body, "presence_penalty", 0, -2, 2) != 0 || number(body, "frequency_penalty", 0, -2, 2) != 0)
-    bad("presence_penalty", "presence_penalty and frequency_penalty are not supported (use repeat_penalty)");
   if (boolean(body, "echo", false)) bad("echo", "'echo' is not supported");
   if (integer(body, "best_of", 1, 1, 1) != 1) bad("best_of", "'best_of' must be 1");
 
@@ -196,6 +194,8 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
   s.sp.top_k = int(integer(body, "top_k", 0, 0, int64_t(lim.n_vocab)));
   s.sp.min_p = float(number(body, "min_p", 0.0, 0, 1));
   s.sp.repeat_penalty = float(number(body, "repeat_penalty", 1.0, 0.01, 100));
+  s.sp.frequency_penalty = float(number(body, "frequency_penalty", 0.0, -2, 2));
+  s.sp.presence_penalty = float(number(body, "presence_penalty", 0.0, -2, 2));
   s.sp.repeat_last_n = int(integer(body, "repeat_last_n", 64, -1, lim.n_ctx));
   if (s.sp.repeat_last_n == -1) s.sp.repeat_last_n = int(lim.n_ctx);
   if (field(body, "seed")) {

@@ -49,6 +49,8 @@ vkspec_sampling_params default_sampling() {
   s.repeat_penalty = 1.0f;
   s.repeat_last_n = 64;
   s.seed = 0;
+  s.frequency_penalty = 0.0f;
+  s.presence_penalty = 0.0f;
   return s;
 }
 vkspec_draft_params default_draft() {

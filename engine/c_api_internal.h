@@ -154,9 +154,17 @@ inline EngineOptions engine_options(const vkspec_draft_params& d) {
 
 inline SamplingParams sampling_params(const vkspec_sampling_params& p) {
   try {
-    SamplingParams sp = checked_sampling(p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.repeat_last_n);
+    SamplingParams sp;
+    sp.temperature = p.temperature;
+    sp.top_k = p.top_k;
+    sp.top_p = p.top_p;
+    sp.min_p = p.min_p;
+    sp.repeat_penalty = p.repeat_penalty;
+    sp.frequency_penalty = p.frequency_penalty;
+    sp.presence_penalty = p.presence_penalty;
+    sp.repeat_last_n = p.repeat_last_n;
     sp.seed = p.seed;
-    return sp;
+    return checked_sampling(sp);
   } catch (const Error& e) {
     throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, e.what()};
   }

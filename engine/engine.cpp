@@ -13,22 +13,20 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-SamplingParams checked_sampling(float temp, int top_k, float top_p, float min_p, float repeat_penalty,
-                                int repeat_last_n) {
-  if (!std::isfinite(temp)) throw Error("--temp must be a finite number (0 = greedy)");
-  if (!(top_p > 0.0f && top_p <= 1.0f)) throw Error("--top-p must be in (0, 1] (1 = off), got " + std::to_string(top_p));
-  if (!(min_p >= 0.0f && min_p <= 1.0f)) throw Error("--min-p must be in [0, 1] (0 = off), got " + std::to_string(min_p));
-  if (top_k < 0) throw Error("--top-k must be 0 (off) or positive, got " + std::to_string(top_k));
-  if (repeat_last_n < -1) throw Error("--repeat-last-n must be -1 (the whole context), 0 (off) or positive");
-  if (!std::isfinite(repeat_penalty) || repeat_penalty <= 0.0f)
+SamplingParams checked_sampling(const SamplingParams& sp) {
+  if (!std::isfinite(sp.temperature)) throw Error("--temp must be a finite number (0 = greedy)");
+  if (!(sp.top_p > 0.0f && sp.top_p <= 1.0f))
+    throw Error("--top-p must be in (0, 1] (1 = off), got " + std::to_string(sp.top_p));
+  if (!(sp.min_p >= 0.0f && sp.min_p <= 1.0f))
+    throw Error("--min-p must be in [0, 1] (0 = off), got " + std::to_string(sp.min_p));
+  if (sp.top_k < 0) throw Error("--top-k must be 0 (off) or positive, got " + std::to_string(sp.top_k));
+  if (sp.repeat_last_n < -1) throw Error("--repeat-last-n must be -1 (the whole context), 0 (off) or positive");
+  if (!std::isfinite(sp.repeat_penalty) || sp.repeat_penalty <= 0.0f)
     throw Error("--repeat-penalty must be a positive number (1 = off)");
-  SamplingParams sp;
-  sp.temperature = temp;
-  sp.top_k = top_k;
-  sp.top_p = top_p;
-  sp.min_p = min_p;
-  sp.repeat_penalty = repeat_penalty;
-  sp.repeat_last_n = repeat_last_n;
+  // Finite and bounded (OpenAI allows [-2, 2], llama.cpp anything): past +-100 a penalty only removes or
+  // forces a token.
+  if (!(std::fabs(sp.frequency_penalty) <= 100.0f)) throw Error("--frequency-penalty must be in [-100, 100] (0 = off)");
+  if (!(std::fabs(sp.presence_penalty) <= 100.0f)) throw Error("--presence-penalty must be in [-100, 100] (0 = off)");
   return sp;
 }
 

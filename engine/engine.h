@@ -50,8 +50,7 @@ struct EngineOptions {
 
 // Sampling settings checked (values the device sampler would turn into NaN or infinite probabilities are
 // refused, naming the CLI's flags); the seed is left to the caller.
-SamplingParams checked_sampling(float temp, int top_k, float top_p, float min_p, float repeat_penalty,
-                                int repeat_last_n);
+SamplingParams checked_sampling(const SamplingParams& sp);
 // Throws a clear error for drafting options out of range.
 void check_engine_options(const EngineOptions& o);
 

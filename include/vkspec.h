@@ -48,7 +48,7 @@
 extern "C" {
 #endif
 
-#define VKSPEC_API_VERSION 3
+#define VKSPEC_API_VERSION 4
 
 typedef enum vkspec_status {
   VKSPEC_OK = 0,
@@ -190,8 +190,12 @@ typedef struct vkspec_sampling_params {
   int32_t top_k;             /* 0: off */
   float top_p, min_p;        /* 1 / 0: off */
   float repeat_penalty;      /* 1: off */
-  int32_t repeat_last_n;     /* tokens the penalty looks back over; -1: the whole context */
+  int32_t repeat_last_n;     /* tokens the penalties look back over; -1: the whole context */
   uint64_t seed;
+  /* API version 4, llama.cpp's and OpenAI's penalties over the same window, after the repetition penalty:
+   * a token's logit loses frequency_penalty per occurrence there and presence_penalty once (0: off) */
+  float frequency_penalty;
+  float presence_penalty;
 } vkspec_sampling_params;
 
 /* Speculative decoding: a draft model or n-gram (prompt lookup) drafts, verified by the model. */

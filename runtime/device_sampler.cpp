@@ -62,7 +62,7 @@ DeviceSampler::~DeviceSampler() {
 
 uint32_t DeviceSampler::set_history(const SamplingParams& p, std::span<const uint32_t> context,
                                     std::span<const uint32_t> extra) {
-  // The penalty's window: the context's last repeat_last_n tokens (all of it for -1), then `extra`.
+  // The penalties' window: the context's last repeat_last_n tokens (all of it for -1), then `extra`.
   const size_t window = !p.penalized()        ? 0
                         : p.repeat_last_n < 0 ? context.size()
                                               : std::min(context.size(), size_t(p.repeat_last_n));
@@ -88,7 +88,8 @@ contract::SampleRow DeviceSampler::entry(const SamplingParams& p, const Slice& l
                                          bool texels) const {
   const uint32_t last_n = !p.penalized() ? 0u : p.repeat_last_n < 0 ? 0xffffffffu : uint32_t(p.repeat_last_n);
   return {logits.address, probs.address, draw, history_.address, p.seed, h_end, last_n, p.repeat_penalty,
-          p.temperature, p.top_p, p.min_p, uint32_t(p.top_k), uint32_t(position), 0u,
+          p.frequency_penalty, p.presence_penalty, p.temperature, p.top_p, p.min_p, uint32_t(p.top_k),
+          uint32_t(position), 0u,
           texels ? texel_offset(logits) : 0u};
 }
 

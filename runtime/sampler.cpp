@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <unordered_set>
+#include <map>
 
 namespace vkspec {
 
@@ -13,16 +13,25 @@ uint32_t argmax(std::span<const float> logits) {
   return uint32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
-// llama.cpp's repetition penalty: positive logits divided, negative multiplied, once per distinct token
-// among the last repeat_last_n of the history.
+// llama.cpp's penalties (llama_sampler_penalties), once per distinct token among the last repeat_last_n of
+// the history: the repetition penalty divides a positive logit and multiplies a negative one, then
+// frequency_penalty per occurrence and presence_penalty are subtracted. The frequency term is summed
+// occurrence by occurrence where llama.cpp multiplies by the count: sample_rows.comp's arithmetic, which
+// no device can contract into a fused multiply-add (the two differ only by rounding).
 static std::vector<float> penalized(const SamplingParams& p, std::span<const float> logits,
                                     std::span<const uint32_t> history) {
   std::vector<float> l(logits.begin(), logits.end());
   if (p.penalized()) {
     size_t from = p.repeat_last_n < 0 || size_t(p.repeat_last_n) >= history.size() ? 0 : history.size() - size_t(p.repeat_last_n);
-    std::unordered_set<uint32_t> seen(history.begin() + long(from), history.end());
-    for (uint32_t id : seen)
-      if (id < l.size()) l[id] = l[id] > 0 ? l[id] / p.repeat_penalty : l[id] * p.repeat_penalty;
+    std::map<uint32_t, uint32_t> count;
+    for (size_t i = from; i < history.size(); ++i) ++count[history[i]];
+    for (const auto& [id, c] : count) {
+      if (id >= l.size()) continue;
+      const float v = l[id] > 0 ? l[id] / p.repeat_penalty : l[id] * p.repeat_penalty;
+      float frequency = 0.0f;
+      for (uint32_t k = 0; k < c; ++k) frequency += p.frequency_penalty;
+      l[id] = v - (frequency + p.presence_penalty);
+    }
   }
   return l;
 }

@@ -1,6 +1,6 @@
 #pragma once
-// Host-side sampling over one row of logits, in llama.cpp's default order: repetition penalty ->
-// top-k -> top-p -> min-p -> temperature -> draw: the reference the device sampler (sample_rows.comp) is
+// Host-side sampling over one row of logits, in llama.cpp's default order: penalties (repetition, then
+// frequency and presence) -> top-k -> top-p -> min-p -> temperature -> draw: the reference the device sampler (sample_rows.comp) is
 // tested against. Draws use the device's counter-based generator (runtime/rng.h), so a seed gives the
 // reference the device's noise.
 #include <cstdint>
@@ -15,11 +15,15 @@ struct SamplingParams {
   float top_p = 0.95f;         // >= 1: off
   float min_p = 0.05f;         // <= 0: off
   float repeat_penalty = 1.0f; // 1: off
-  int repeat_last_n = 64;
+  float frequency_penalty = 0.0f;   // subtracted once per occurrence in the window (0: off)
+  float presence_penalty = 0.0f;    // subtracted once per distinct token in the window (0: off)
+  int repeat_last_n = 64;           // the penalties' window: the context's last tokens; -1: all of it
   uint64_t seed = 0;
   bool greedy() const { return temperature <= 0.f; }
-  // The repetition penalty applies (the one place this rule is written).
-  bool penalized() const { return repeat_penalty != 1.0f && repeat_last_n != 0; }
+  // A penalty applies (the one place this rule is written).
+  bool penalized() const {
+    return (repeat_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f) && repeat_last_n != 0;
+  }
 };
 
 
@@ -34,7 +38,7 @@ class Sampler {
   const SamplingParams& params() const { return p_; }
 
   // The distribution the next token is drawn from, after every transform. `history` is the context
-  // (prompt + generated) the repetition penalty looks at.
+  // (prompt + generated) the penalties look at.
   Candidates distribution(std::span<const float> logits, std::span<const uint32_t> history) const;
   // Draws the token at sequence position `position` (greedy: argmax of the logits) by the Gumbel-max trick:
   // the kept token with the largest (l - m) / T + rng::gumbel_noise(key of (seed, position), token),

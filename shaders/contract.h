@@ -161,11 +161,13 @@ VKSPEC_CONST SAMPLE_DRAW = 1u;      // sample_rows: draw a token per row into it
   vk_addr logits;                      /* [V] f32 (penalized in place) */                               \
   vk_addr probs;                       /* [V] f32 out; 0: not written (only the tests read them) */     \
   vk_addr draw;                        /* one token slot out (flags & SAMPLE_DRAW) */                   \
-  vk_addr hist;                        /* uint token ids: the penalty's history */                      \
+  vk_addr hist;                        /* uint token ids: the penalties' history */                     \
   vk_addr seed;                                                                                         \
   vk_uint h_end;                       /* the penalty window ends before hist[h_end] */                 \
   vk_uint last_n;                      /* the window's length; 0: no penalty */                         \
-  vk_float penalty; vk_float temperature; vk_float top_p; vk_float min_p;                               \
+  vk_float penalty;                    /* repetition */                                                 \
+  vk_float frequency; vk_float presence;                                                                \
+  vk_float temperature; vk_float top_p; vk_float min_p;                                                 \
   vk_uint top_k; vk_uint position;     /* the draw's counter: (seed, position) */                       \
   vk_uint pad;                         /* std430: the entry's size a multiple of 8 */                   \
   vk_uint logits_texel;                /* sample_rows_texels: texel offset of logits in binding 0 */

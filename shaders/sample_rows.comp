@@ -1,8 +1,8 @@
 #version 460
 // The sampling transforms on the device, one workgroup per logits row, in llama.cpp's default order and
 // with the host Sampler's exact semantics (runtime/sampler.cpp is the reference the tests compare with):
-//   repetition penalty over the row's history window (once per distinct token) -> top-k (ties by lower
-//   id) -> top-p and min-p at temperature 1 -> softmax at the temperature.
+//   penalties over the row's history window (repetition, then frequency and presence; once per distinct
+//   token) -> top-k (ties by lower id) -> top-p and min-p at temperature 1 -> softmax at the temperature.
 // Each workgroup reads its row's entry of the host-written row table (SAMPLE_ROW in contract.h): where its
 // logits, probabilities and draw slot are, and its settings. So one dispatch samples the rows of one
 // sequence (a verify pass, a draft step) or one row of each of several sequences with their own settings
@@ -21,7 +21,7 @@
 // is a maximum, so it needs no order: each lane's best, then the best lane (any lane count, one token).
 // A row's penalty window is hist[max(0, h_end - last_n) .. h_end): the host uploads the tail of the
 // context followed by the drafts, and row r of a sequence ends its window r tokens later than row 0, so
-// the window grows draft by draft. The penalty is applied to the logits row in place.
+// the window grows draft by draft. The penalties are applied to the logits row in place.
 // A draw goes to the row's token slot ({token, top probability}), which the next step's embedding reads.
 // Lane ranges are whole groups of 4 ids, walked 4 logits per read (logits4): on CPU devices the variant
 // built with TEXEL_LOGITS (sample_rows_texels) reads them through a uniform texel buffer, which llvmpipe
@@ -367,24 +367,34 @@ void main() {
   if (bad) row_non_finite = true;
   barrier();
 
-  // 1. repetition penalty, once per distinct token of the window (never with TEXEL_LOGITS: see the top)
+  // 1. penalties, once per distinct token of the window: repetition (a positive logit divided, a negative
+  // multiplied), then frequency (once per occurrence) and presence subtracted, as the host Sampler (never
+  // with TEXEL_LOGITS: see the top). The frequency term is a sum of additions, not count * frequency: with
+  // no product a GPU cannot contract it into a fused multiply-add, so every device gets the host's bits
+  // (`precise` would do that too, but on lavapipe it changed the code of the later transforms: their
+  // probabilities moved by an ulp between this and the texel variant). The host gives last_n = 0 when no
+  // penalty applies; at their neutral values (1, 0, 0) they would leave every logit's bits as they are.
 #ifndef TEXEL_LOGITS
   // Each lane rewrites the logits of its own range only, so every later read of a logit is by the invocation
   // that wrote it (program order). The logits are not coherent memory: when any lane penalized any id, a GPU
   // let the owning lane's later loops read the old value in one walk and the new in another (an H200 gave a
   // probability row that differed run to run; test_sampler's BatchedRowsEqualOneRecordEach).
-  if (P.last_n != 0u && P.penalty != 1.0) {
+  if (P.last_n != 0u) {
     const uint end = P.h_end, start = end > P.last_n ? end - P.last_n : 0u;
     for (uint j = start; j < end; ++j) {
       const uint id = Uints(P.hist).v[j];
       bool first = id >= lo && id < hi;
       for (uint i = start; i < j && first; ++i) first = Uints(P.hist).v[i] != id;
       if (first) {
+        float frequency = 0.0;
+        for (uint i = j; i < end; ++i)
+          if (Uints(P.hist).v[i] == id) frequency += P.frequency;
         const float l = Floats(P.logits).v[id];
-        Floats(P.logits).v[id] = l > 0.0 ? l / P.penalty : l * P.penalty;
+        const float v = l > 0.0 ? l / P.penalty : l * P.penalty;
+        Floats(P.logits).v[id] = v - (frequency + P.presence);
       }
     }
-    lane_hi = -1.0 / 0.0;   // the penalty moved some logits
+    lane_hi = -1.0 / 0.0;   // the penalties moved some logits
     FOR_LOGITS(lo, hi) lane_hi = max(lane_hi, l); END_FOR_LOGITS
   }
 #endif

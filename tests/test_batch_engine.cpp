@@ -100,7 +100,8 @@ TEST_F(BatchEngineTest, EveryRequestGetsTheTokensOfItsRunAlone) {
         sp.top_k = i % 3 == 2 ? 0 : 40;
         sp.top_p = i % 2 ? 0.9f : 1.0f;
         sp.min_p = i == 4 ? 0.05f : 0.0f;
-        if (i % 2) { sp.repeat_penalty = 1.2f; sp.repeat_last_n = 16; }   // i = 3: greedy with a penalty
+        if (i % 2) { sp.repeat_penalty = 1.2f; sp.repeat_last_n = 16; }   // i = 3: greedy with penalties
+        if (i == 3 || i == 5) { sp.frequency_penalty = 0.25f * float(i); sp.presence_penalty = -0.5f; }
       }
       const auto prompt = encode(*t, kPrompts[i]);
       // speculation changes no token, greedy or sampled: half the requests are compared with their run alone

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -555,6 +556,16 @@ TEST(CApi, ChatTemplateAndBadInput) {
   p.sampling.top_p = 2.0f;
   EXPECT_EQ(vkspec_context_create(model.m, &p, &c2), VKSPEC_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(vkspec_last_error()).find("top-p"), std::string::npos);
+  p = vkspec_context_default_params();
+  EXPECT_EQ(p.sampling.frequency_penalty, 0.0f);   // API version 4's fields default to off
+  EXPECT_EQ(p.sampling.presence_penalty, 0.0f);
+  p.sampling.presence_penalty = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(vkspec_context_create(model.m, &p, &c2), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(vkspec_last_error()).find("presence-penalty"), std::string::npos);
+  p.sampling.presence_penalty = 0.0f;
+  p.sampling.frequency_penalty = 1000.0f;
+  EXPECT_EQ(vkspec_context_create(model.m, &p, &c2), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(vkspec_last_error()).find("frequency-penalty"), std::string::npos);
   p = vkspec_context_default_params();
   p.draft.model = "/nonexistent-draft.gguf";
   EXPECT_EQ(vkspec_context_create(model.m, &p, &c2), VKSPEC_ERROR_LOAD);

@@ -202,6 +202,7 @@ TEST(Cli, BadInputGetsOneLineErrorAndNonZeroExit) {
                     "run " + kStories + " -f /nonexistent-prompt.txt",
                     "run " + kStories + " -p hi --temp nan", "run " + kStories + " -p hi --temp inf",
                     "run " + kStories + " -p hi --repeat-penalty 0", "run " + kStories + " -p hi --top-p nan",
+                    "run " + kStories + " -p hi --presence-penalty nan", "run " + kStories + " -p hi --frequency-penalty 1e9",
                     "bench " + kStories + " -p 8 -n 4 --temp nan",
                     "tokenize -m " + shared_path("models/README.md") + " -p hi"}) {
     auto r = run_cli(args);

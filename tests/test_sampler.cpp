@@ -57,6 +57,36 @@ TEST(Sampler, RepetitionPenaltyAsLlamaCpp) {
   EXPECT_EQ(Sampler(p).sample(kLogits, history, 0), 0u);
 }
 
+// llama.cpp's llama_sampler_penalties: per distinct token of the window with count c, the repetition
+// penalty first, then c * frequency + presence subtracted.
+TEST(Sampler, FrequencyAndPresencePenaltiesAsLlamaCpp) {
+  SamplingParams p;
+  p.top_k = 0; p.top_p = 1; p.min_p = 0; p.temperature = 1;
+  p.repeat_penalty = 2.0f; p.frequency_penalty = 0.5f; p.presence_penalty = 0.25f;
+  const std::vector<uint32_t> history = {4, 3, 4};
+  auto m = as_map(Sampler(p).distribution(kLogits, history));
+  // token 4 (c = 2): 3 / 2 - (2 * 0.5 + 0.25) = 0.25; token 3 (c = 1): -1 * 2 - (0.5 + 0.25) = -2.75
+  double z = std::exp(2.0) + std::exp(1.0) + std::exp(0.0) + std::exp(-2.75) + std::exp(0.25);
+  EXPECT_NEAR(m[4], std::exp(0.25) / z, 1e-6);
+  EXPECT_NEAR(m[3], std::exp(-2.75) / z, 1e-6);
+  EXPECT_NEAR(m[0], std::exp(2.0) / z, 1e-6);
+  // presence alone, greedy: token 4 (3 - 1.25 = 1.75) falls below token 0 (2.0)
+  p.repeat_penalty = 1.0f; p.frequency_penalty = 0.0f; p.presence_penalty = 1.25f;
+  p.temperature = 0;
+  EXPECT_TRUE(p.penalized());
+  EXPECT_EQ(Sampler(p).sample(kLogits, history, 0), 0u);
+  p.presence_penalty = 0.5f;   // 2.5 > 2.0: token 4 again
+  EXPECT_EQ(Sampler(p).sample(kLogits, history, 0), 4u);
+  // a negative frequency penalty favours what was said, per occurrence
+  p.presence_penalty = 0.0f; p.frequency_penalty = -1.5f;
+  const std::vector<uint32_t> threes_and_four = {3, 3, 3, 4}, threes = {3, 3, 3};
+  EXPECT_EQ(Sampler(p).sample(kLogits, threes_and_four, 0), 4u);   // token 4: 4.5, token 3: 3.5
+  EXPECT_EQ(Sampler(p).sample(kLogits, threes, 0), 3u);            // token 3: 3.5 beats token 4's 3.0
+  p.repeat_last_n = 0;   // no window: nothing applies
+  EXPECT_FALSE(p.penalized());
+  EXPECT_EQ(Sampler(p).sample(kLogits, threes, 0), 4u);
+}
+
 // The exponential variate under the Gumbel noise (shaders/rng.h) to float precision over all 2^24 inputs,
 // against double precision: relative error below 1e-6 (the series branch, u >= 0.5, included: its smallest
 // values decide draws).
@@ -122,7 +152,7 @@ TEST_P(DeviceSamplerLanesTest, MatchesHostSamplerRowByRow) {
   std::uniform_int_distribution<uint32_t> tok(0, 999);
   // grid: values on a coarse grid (many exact ties, -0 and +0 among them); flat: one value everywhere (every logit ties: more than
   // the top-k path's candidate list holds, which then selects over the whole row)
-  struct Case { int top_k; float top_p, min_p, temp, penalty; int last_n; bool grid, flat = false; };
+  struct Case { int top_k; float top_p, min_p, temp, penalty; int last_n; bool grid, flat = false; float freq = 0, presence = 0; };
   const Case cases[] = {{40, 0.95f, 0.05f, 0.8f, 1.0f, 64, false}, {1, 1.0f, 0.0f, 1.0f, 1.0f, 64, false},
                         {40, 1.0f, 0.0f, 0.9f, 1.0f, 64, true, true}, {3, 1.0f, 0.0f, 1.0f, 1.1f, 8, true, true},
                         {256, 0.9f, 0.0f, 1.5f, 1.1f, 16, false}, {40, 1.0f, 0.0f, 1.0f, 1.3f, -1, true},
@@ -130,17 +160,24 @@ TEST_P(DeviceSamplerLanesTest, MatchesHostSamplerRowByRow) {
                         // the general path: top-k off, above the shared-memory cap, the full vocabulary
                         {0, 0.9f, 0.0f, 0.8f, 1.0f, 64, false}, {0, 0.95f, 0.02f, 1.2f, 1.2f, 32, true},
                         {300, 1.0f, 0.05f, 0.7f, 1.0f, 64, false}, {1000, 1.0f, 0.0f, 1.0f, 1.0f, 64, false},
-                        {0, 0.5f, 0.0f, 1.0f, 1.0f, 64, true}, {999, 0.97f, 0.01f, 2.0f, 1.05f, -1, false}};
+                        {0, 0.5f, 0.0f, 1.0f, 1.0f, 64, true}, {999, 0.97f, 0.01f, 2.0f, 1.05f, -1, false},
+                        // frequency and presence penalties, alone and after the repetition penalty, both paths
+                        {40, 0.95f, 0.05f, 0.8f, 1.0f, 64, false, false, 0.3f, 0.2f},
+                        {1, 1.0f, 0.0f, 1.0f, 1.0f, 16, true, false, 0.5f, 0.0f},
+                        {0, 0.9f, 0.0f, 0.8f, 1.2f, 32, true, false, 0.25f, 0.5f},
+                        {7, 1.0f, 0.0f, 1.0f, 1.0f, -1, false, false, -0.5f, -0.3f}};
   int exact_draws = 0;
   // V = 301: the last lanes' ranges are empty and start past the last whole group of 4 ids
   for (const uint32_t V : {1000u, 301u}) {
   DeviceSampler ds(gpu().ctx, gpu().pipelines, V, rows, 4096, lanes);
   DeviceSampler ds64(gpu().ctx, gpu().pipelines, V, rows, 4096, 64);
   for (const Case& c : cases) {
-    SCOPED_TRACE("V " + std::to_string(V) + " top_k " + std::to_string(c.top_k) + " top_p " + std::to_string(c.top_p));
+    SCOPED_TRACE("V " + std::to_string(V) + " top_k " + std::to_string(c.top_k) + " top_p " + std::to_string(c.top_p) +
+                 " frequency " + std::to_string(c.freq) + " presence " + std::to_string(c.presence));
     SamplingParams p;
     p.top_k = c.top_k; p.top_p = c.top_p; p.min_p = c.min_p; p.temperature = c.temp;
     p.repeat_penalty = c.penalty; p.repeat_last_n = c.last_n; p.seed = 9;
+    p.frequency_penalty = c.freq; p.presence_penalty = c.presence;
     std::vector<float> logits(size_t(rows) * V);
     for (auto& x : logits) x = c.flat ? 0.5f : c.grid ? std::round(nd(rng)) * 0.5f : nd(rng);
     std::vector<uint32_t> context(30), extra(rows - 1);
@@ -262,6 +299,7 @@ TEST_F(DeviceSamplerTest, BatchedRowsEqualOneRecordEach) {
         p.top_k = seqs[i].top_k; p.top_p = seqs[i].top_p; p.min_p = seqs[i].min_p; p.temperature = seqs[i].temp;
         p.seed = seqs[i].seed;
         if (penalties && i % 2 == 1) { p.repeat_penalty = 1.3f + 0.2f * float(i); p.repeat_last_n = int(8 + i); }
+        if (penalties && i == 4) { p.frequency_penalty = 0.5f; p.presence_penalty = 0.25f; p.repeat_last_n = 16; }
         for (uint32_t t = 0; t < 20; ++t) contexts[i].push_back((t * 37 + i * 11) % V);
         logits[i].resize(V);
         for (auto& x : logits[i]) x = i == 4 ? std::round(nd(rng)) * 0.5f : nd(rng);   // row 4: ties

@@ -99,7 +99,8 @@ TEST_F(ServerApiParse, EveryFieldIsTypeAndRangeChecked) {
       {R"({"prompt": "x", "stream": 1})", "stream"}, {R"({"prompt": "x", "stop": 3})", "stop"},
       {R"({"prompt": "x", "stop": [1]})", "stop"}, {R"({"prompt": "x", "stop": ["a","b","c","d","e"]})", "stop"},
       {R"({"prompt": "x", "stop": [""]})", "stop"}, {R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options"},
-      {R"({"prompt": "x", "logit_bias": {"5": 3}})", "logit_bias"}, {R"({"prompt": "x", "presence_penalty": 1})", "presence_penalty"},
+      {R"({"prompt": "x", "logit_bias": {"5": 3}})", "logit_bias"}, {R"({"prompt": "x", "presence_penalty": 3})", "presence_penalty"},
+      {R"({"prompt": "x", "frequency_penalty": -2.5})", "frequency_penalty"}, {R"({"prompt": "x", "frequency_penalty": "1"})", "frequency_penalty"},
       {R"({"prompt": "x", "logprobs": 2})", "logprobs"}, {R"({"prompt": "x", "model": 3})", "model"},
       {R"({"prompt": "x", "repeat_penalty": 0})", "repeat_penalty"}, {R"({"max_tokens": 3})", "prompt"},
   };
@@ -117,9 +118,17 @@ TEST_F(ServerApiParse, EveryFieldIsTypeAndRangeChecked) {
   // Accepted: every field at its bounds, nulls as absent, OpenAI's top_p 0.
   EXPECT_EQ(status_of(R"({"prompt": [1, 5, 7], "max_tokens": 511, "temperature": 2, "top_p": 0, "top_k": 0, "min_p": 1,
                          "n": 8, "seed": 18446744073709551615, "stop": ["a", "b", "c", "d"], "stream": true,
-                         "stream_options": {"include_usage": true}, "user": "u", "logprobs": null, "model": "m"})"), 200);
+                         "stream_options": {"include_usage": true}, "user": "u", "logprobs": null, "model": "m",
+                         "presence_penalty": -2, "frequency_penalty": 2})"), 200);
   const cli::CompletionSpec s = cli::parse_completion(cli::parse_body(R"({"prompt": "def f():", "seed": 3})", lim_), false,
                                                       lim_, enc_, "m");
+  EXPECT_EQ(s.sp.presence_penalty, 0.0f);   // OpenAI's defaults: no penalty
+  EXPECT_EQ(s.sp.frequency_penalty, 0.0f);
+  const cli::CompletionSpec pen = cli::parse_completion(
+      cli::parse_body(R"({"prompt": "def f():", "presence_penalty": 0.5, "frequency_penalty": -1.25})", lim_), false, lim_,
+      enc_, "m");
+  EXPECT_EQ(pen.sp.presence_penalty, 0.5f);
+  EXPECT_EQ(pen.sp.frequency_penalty, -1.25f);
   EXPECT_EQ(s.prompt, ids(tok_->encode("def f():", true, true)));
   EXPECT_EQ(s.max_tokens, 512 - s.prompt.size());   // default: up to the context
   EXPECT_EQ(s.sp.seed, 3u);

@@ -301,7 +301,7 @@ std::vector<uint32_t> plain_sampled(LlamaModel& m, const std::vector<uint32_t>& 
 
 // Sampled speculation gives the tokens of sampled decoding without it, token for token (the controller's
 // Gumbel-max verification: speculative/controller.h), for every drafter, several K and adaptive K with
-// --draft-p-min, at settings that take both of sample_rows' paths (top-k 40; top-k off) and the penalty,
+// --draft-p-min, at settings that take both of sample_rows' paths (top-k 40; top-k off) and the penalties,
 // over several seeds. The draft model's drafts are accepted and rejected; the target drafting for itself
 // (another sequence of the same model) has every draft accepted: the draft steps draw with the noise the
 // verify rows draw with, at the same positions and penalty windows. The sampler's own draws are tested
@@ -309,7 +309,7 @@ std::vector<uint32_t> plain_sampled(LlamaModel& m, const std::vector<uint32_t>& 
 TEST_F(SpeculativeTest, SampledTokensAreThoseOfSamplingWithoutSpeculation) {
   StoriesPair pair;
   LlamaModel& target = pair.target;
-  struct Setting { float temp; int top_k; float top_p, min_p, penalty; };
+  struct Setting { float temp; int top_k; float top_p, min_p, penalty, frequency = 0, presence = 0; };
   const std::vector<std::vector<uint32_t>> prompts = {{1, 385, 328, 432, 317},             // "One day, Lily"
                                                       {1, 385, 328, 432, 317, 385, 328}};  // "... One day": lookups
 #ifdef VKSPEC_SANITIZED
@@ -321,12 +321,13 @@ TEST_F(SpeculativeTest, SampledTokensAreThoseOfSamplingWithoutSpeculation) {
   uint64_t accepted = 0, drafted = 0, lookup_rounds = 0, model_rounds = 0, self_drafted = 0;
   const uint32_t free0 = target.kv().free_blocks();
   for (Setting st : {Setting{0.8f, 40, 0.95f, 0.05f, 1.0f}, Setting{1.0f, 0, 0.9f, 0.0f, 1.0f},
-                     Setting{0.7f, 40, 1.0f, 0.0f, 1.3f}})
+                     Setting{0.7f, 40, 1.0f, 0.0f, 1.3f, 0.4f, 0.3f}})
     for (const auto& prompt : prompts)
       for (uint64_t seed = 0; seed < n_seeds; ++seed) {
         SamplingParams p;
         p.temperature = st.temp, p.top_k = st.top_k, p.top_p = st.top_p, p.min_p = st.min_p;
         p.repeat_penalty = st.penalty, p.seed = 100 + seed;
+        p.frequency_penalty = st.frequency, p.presence_penalty = st.presence;
         SCOPED_TRACE("T " + std::to_string(st.temp) + " top-k " + std::to_string(st.top_k) + " penalty " +
                      std::to_string(st.penalty) + " seed " + std::to_string(p.seed) + " prompt of " +
                      std::to_string(prompt.size()));
