@@ -78,6 +78,19 @@ std::optional<uint64_t> parse_seed(const std::string& text) {
   return uint64_t(v);
 }
 
+std::optional<std::pair<int32_t, float>> parse_logit_bias(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+  if (i == 0 || i > 9 || i + 1 >= text.size() || (text[i] != '+' && text[i] != '-')) return std::nullopt;
+  const std::string magnitude = text.substr(i + 1);
+  if (magnitude[0] == '+' || magnitude[0] == '-') return std::nullopt;   // one sign, the separator
+  errno = 0;
+  char* end = nullptr;
+  const float v = strtof(magnitude.c_str(), &end);
+  if (*end || errno == ERANGE) return std::nullopt;
+  return std::make_pair(int32_t(std::stol(text.substr(0, i))), text[i] == '-' ? -v : v);
+}
+
 void write_stdout(const std::string& s) {
   if (s.empty()) return;
   if (fwrite(s.data(), 1, s.size(), stdout) != s.size() || fflush(stdout) != 0)
@@ -138,6 +151,9 @@ vkspec_sampling_params sampling_params(const RunOptions& o, uint64_t seed) {
   s.seed = seed;
   s.frequency_penalty = o.frequency_penalty;
   s.presence_penalty = o.presence_penalty;
+  s.logit_bias_tokens = o.bias_tokens.data();   // o outlives the parameters' use
+  s.logit_bias = o.bias_values.data();
+  s.n_logit_bias = uint32_t(o.bias_tokens.size());
   return s;
 }
 

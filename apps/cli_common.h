@@ -28,6 +28,8 @@ struct RunOptions {
   float temp = 0.8f, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f, frequency_penalty = 0.0f,
         presence_penalty = 0.0f;
   int top_k = 40, repeat_last_n = 64;
+  std::vector<int32_t> bias_tokens;   // --logit-bias TOKEN+BIAS / TOKEN-BIAS (llama.cpp's -l), in order
+  std::vector<float> bias_values;
   std::optional<uint64_t> seed;   // --seed S (0 .. 2^64-1); none or -1: random
   int samples = 1;     // independent completions, seeds seed, seed+1, ...
   int ctx = 0;
@@ -127,6 +129,8 @@ std::string read_text_file(const std::string& path, uint64_t max_bytes, const ch
 std::string read_prompt(const RunOptions& o, uint64_t max_bytes);
 // --seed's text: -1 (random) or 0 .. 2^64-1; anything else is an error naming the flag.
 std::optional<uint64_t> parse_seed(const std::string& text);
+// llama.cpp's --logit-bias syntax: a token id, then + or -, then the bias ("15043+1", "2-100"); none when malformed.
+std::optional<std::pair<int32_t, float>> parse_logit_bias(const std::string& text);
 // Writes and flushes; throws Error when standard output fails (closed, full disk, broken pipe).
 void write_stdout(const std::string& s);
 std::string process_escapes(const std::string& s);

@@ -38,6 +38,17 @@ void add_sampling_options(CLI::App* c, vkspec::cli::RunOptions& o) {
   c->add_option("--frequency-penalty", o.frequency_penalty, "Subtracted from a token's logit per occurrence in the window (0 = off)");
   c->add_option("--presence-penalty", o.presence_penalty, "Subtracted from the logit of each token in the window (0 = off)");
   c->add_option("--repeat-last-n", o.repeat_last_n, "Tokens the penalties look back over (-1: the whole context)");
+  c->add_option_function<std::vector<std::string>>(
+       "-l,--logit-bias",
+       [&o](const std::vector<std::string>& all) {
+         for (const std::string& v : all) {
+           const auto b = vkspec::cli::parse_logit_bias(v);
+           if (!b) throw CLI::ValidationError("--logit-bias", "'" + v + "' is not TOKEN+BIAS or TOKEN-BIAS (e.g. 15043+1)");
+           o.bias_tokens.push_back(b->first);
+           o.bias_values.push_back(b->second);
+         }
+       },
+       "Add BIAS to TOKEN's logit before sampling (repeatable; 15043+1, 2-100)");
 }
 void add_draft_options(CLI::App* c, vkspec::cli::RunOptions& o) {
   c->add_option("--model-draft", o.draft_model, "Draft model for speculative decoding (also -md)");

@@ -179,6 +179,9 @@ std::shared_ptr<Job> Server::start_job(CompletionSpec spec) {
     vkspec_request_params r = vkspec_request_default_params();
     r.sampling = job->spec.sp;
     r.sampling.seed = job->spec.sp.seed + i;   // n choices: seeds s, s + 1, ...
+    r.sampling.logit_bias_tokens = job->spec.bias_tokens.data();   // copied by the submission
+    r.sampling.logit_bias = job->spec.bias_values.data();
+    r.sampling.n_logit_bias = uint32_t(job->spec.bias_tokens.size());
     r.max_tokens = job->spec.max_tokens;
     r.ignore_eos = job->spec.ignore_eos;
     r.logits = job->spec.logprobs;

@@ -145,7 +145,7 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
                      "model", "model_not_found");
   }
   // Fields that would change the output and that vkspec does not implement are refused, not ignored.
-  for (const char* f : {"tools", "tool_choice", "functions", "function_call", "logit_bias", "suffix", "audio",
+  for (const char* f : {"tools", "tool_choice", "functions", "function_call", "suffix", "audio",
                         "prediction", "response_format"}) {
     const ojson* v = field(body, f);
     if (v && !(v->is_array() && v->empty()) && !(v->is_object() && v->empty()) &&
@@ -196,6 +196,21 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
   s.sp.repeat_penalty = float(number(body, "repeat_penalty", 1.0, 0.01, 100));
   s.sp.frequency_penalty = float(number(body, "frequency_penalty", 0.0, -2, 2));
   s.sp.presence_penalty = float(number(body, "presence_penalty", 0.0, -2, 2));
+  if (const ojson* lb = field(body, "logit_bias")) {   // {"token id": bias in [-100, 100], ...}
+    if (!lb->is_object()) bad("logit_bias", "'logit_bias' must be an object mapping token ids to biases");
+    if (lb->size() > VKSPEC_MAX_LOGIT_BIAS)
+      bad("logit_bias", "'logit_bias' holds at most " + std::to_string(VKSPEC_MAX_LOGIT_BIAS) + " tokens");
+    for (const auto& [key, value] : lb->items()) {
+      const bool digits = !key.empty() && key.size() <= 10 &&
+                          std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+      const uint64_t id = digits ? std::stoull(key) : UINT64_MAX;
+      if (id >= lim.n_vocab) bad("logit_bias", "'logit_bias' key '" + key + "' is not a token id of this model");
+      if (!value.is_number() || !(std::fabs(value.get<double>()) <= 100.0))
+        bad("logit_bias", "'logit_bias' values must be numbers in [-100, 100]");
+      s.bias_tokens.push_back(int32_t(id));
+      s.bias_values.push_back(float(value.get<double>()));
+    }
+  }
   s.sp.repeat_last_n = int(integer(body, "repeat_last_n", 64, -1, lim.n_ctx));
   if (s.sp.repeat_last_n == -1) s.sp.repeat_last_n = int(lim.n_ctx);
   if (field(body, "seed")) {

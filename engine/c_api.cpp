@@ -40,6 +40,7 @@ struct Claim {
 }  // namespace
 
 namespace vkspec::capi {
+static_assert(VKSPEC_MAX_LOGIT_BIAS == SamplingParams::kMaxLogitBias, "the C API's logit bias bound is the sampler's");
 vkspec_sampling_params default_sampling() {
   vkspec_sampling_params s{};
   s.temperature = 0.8f;
@@ -51,6 +52,9 @@ vkspec_sampling_params default_sampling() {
   s.seed = 0;
   s.frequency_penalty = 0.0f;
   s.presence_penalty = 0.0f;
+  s.logit_bias_tokens = nullptr;
+  s.logit_bias = nullptr;
+  s.n_logit_bias = 0;
   return s;
 }
 vkspec_draft_params default_draft() {
@@ -293,7 +297,7 @@ vkspec_status vkspec_context_create(vkspec_model* model, const vkspec_context_pa
     const EngineOptions o = engine_options(params->draft);
     auto c = std::make_unique<vkspec_context>();
     c->model = model;
-    c->sp = sampling_params(params->sampling);
+    c->sp = sampling_params(params->sampling, model->target->tok->n_vocab());
     c->engine = std::make_unique<Engine>(model->target, o);
     c->engine->set_cancel_flag(&c->cancel);
     try {

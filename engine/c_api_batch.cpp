@@ -109,7 +109,7 @@ vkspec_status vkspec_batch_submit(vkspec_batch* batch, const int32_t* prompt, si
       require(prompt[i] >= 0 && uint32_t(prompt[i]) < tok.n_vocab(), "a prompt token is outside the vocabulary");
       r->prompt[i] = uint32_t(prompt[i]);
     }
-    r->sp = sampling_params(params->sampling);
+    r->sp = sampling_params(params->sampling, tok.n_vocab());
     r->max_tokens = params->max_tokens;
     r->ignore_eos = params->ignore_eos != 0;
     r->speculate = params->speculative != 0;

@@ -152,7 +152,7 @@ inline EngineOptions engine_options(const vkspec_draft_params& d) {
   return o;
 }
 
-inline SamplingParams sampling_params(const vkspec_sampling_params& p) {
+inline SamplingParams sampling_params(const vkspec_sampling_params& p, uint32_t n_vocab) {
   try {
     SamplingParams sp;
     sp.temperature = p.temperature;
@@ -164,6 +164,14 @@ inline SamplingParams sampling_params(const vkspec_sampling_params& p) {
     sp.presence_penalty = p.presence_penalty;
     sp.repeat_last_n = p.repeat_last_n;
     sp.seed = p.seed;
+    if (p.n_logit_bias > SamplingParams::kMaxLogitBias)
+      throw Error("a logit bias of more than " + std::to_string(SamplingParams::kMaxLogitBias) + " tokens");
+    if (p.n_logit_bias && (!p.logit_bias_tokens || !p.logit_bias)) throw Error("a logit bias without its arrays");
+    for (uint32_t i = 0; i < p.n_logit_bias; ++i) {
+      if (p.logit_bias_tokens[i] < 0 || uint32_t(p.logit_bias_tokens[i]) >= n_vocab)
+        throw Error("logit bias: token " + std::to_string(p.logit_bias_tokens[i]) + " is outside the vocabulary");
+      sp.logit_bias.push_back({uint32_t(p.logit_bias_tokens[i]), p.logit_bias[i]});
+    }
     return checked_sampling(sp);
   } catch (const Error& e) {
     throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, e.what()};

@@ -49,6 +49,7 @@ extern "C" {
 #endif
 
 #define VKSPEC_API_VERSION 4
+#define VKSPEC_MAX_LOGIT_BIAS 1024   /* vkspec_sampling_params.n_logit_bias's bound */
 
 typedef enum vkspec_status {
   VKSPEC_OK = 0,
@@ -196,6 +197,12 @@ typedef struct vkspec_sampling_params {
    * a token's logit loses frequency_penalty per occurrence there and presence_penalty once (0: off) */
   float frequency_penalty;
   float presence_penalty;
+  /* API version 4, llama.cpp's and OpenAI's logit bias, added to the logits before everything else:
+   * n_logit_bias (at most VKSPEC_MAX_LOGIT_BIAS) token ids and their biases (in [-100, 100]; -100 bans a token in practice),
+   * duplicates adding up; copied when the parameters are used */
+  const int32_t* logit_bias_tokens;
+  const float* logit_bias;
+  uint32_t n_logit_bias;
 } vkspec_sampling_params;
 
 /* Speculative decoding: a draft model or n-gram (prompt lookup) drafts, verified by the model. */

@@ -46,12 +46,15 @@ DeviceSampler::DeviceSampler(Context& ctx, Pipelines& pipelines, uint32_t n_voca
   // The row table holds the rows of one recording and the slots a wrap-around skips (table_rows() checks it).
   table_rows_ = (submission_rows ? submission_rows : 4 * std::max(max_rows, 1u)) + std::max(max_rows, 1u);
   upload_ = std::make_unique<Arena>(ctx, MemoryKind::Upload,
-                                    VkDeviceSize(max_history) * 4 + VkDeviceSize(table_rows_) * sizeof(contract::SampleRow) + 4096);
+                                    VkDeviceSize(max_history) * 4 + SamplingParams::kMaxLogitBias * 8 +
+                                        VkDeviceSize(table_rows_) * sizeof(contract::SampleRow) + 4096);
   readback_ = std::make_unique<Arena>(ctx, MemoryKind::Readback, VkDeviceSize(max_rows) * kSlotBytes + 256);
   history_ = upload_->alloc(VkDeviceSize(std::max(max_history, 1u)) * 4, "sampling history");
+  bias_ = upload_->alloc(SamplingParams::kMaxLogitBias * 8, "logit bias");
   table_ = upload_->alloc(VkDeviceSize(table_rows_) * sizeof(contract::SampleRow), "sampling row table");
   draws_ = readback_->alloc(VkDeviceSize(max_rows) * kSlotBytes, "sampled tokens (token slots)");
-  if (!history_.mapped || !draws_.mapped || !table_.mapped) throw Error("internal: sampling buffers are not mapped");
+  if (!history_.mapped || !bias_.mapped || !draws_.mapped || !table_.mapped)
+    throw Error("internal: sampling buffers are not mapped");
   rec_ = std::make_unique<Recorder>(ctx, profiling_requested());
 }
 
@@ -67,6 +70,13 @@ uint32_t DeviceSampler::set_history(const SamplingParams& p, std::span<const uin
                         : p.repeat_last_n < 0 ? context.size()
                                               : std::min(context.size(), size_t(p.repeat_last_n));
   if (window + extra.size() > max_history_) throw Error("internal: sampling history longer than planned");
+  if (p.logit_bias.size() > SamplingParams::kMaxLogitBias) throw Error("internal: a logit bias longer than planned");
+  uint32_t* b = bias_.host<uint32_t>();
+  for (const LogitBias& e : p.logit_bias) {
+    if (e.token >= n_vocab_) throw Error("logit bias: token " + std::to_string(e.token) + " is outside the vocabulary");
+    *b++ = e.token;
+    std::memcpy(b++, &e.bias, 4);
+  }
   uint32_t* h = history_.host<uint32_t>();
   std::copy(context.end() - long(window), context.end(), h);
   std::copy(extra.begin(), extra.end(), h + window);
@@ -79,17 +89,17 @@ void DeviceSampler::record_append_history(Recorder& r, const Slice& slots, uint3
     r.copy(slots.sub(VkDeviceSize(first + i) * kSlotBytes, 4), history_.sub(VkDeviceSize(at + i) * 4, 4));
 }
 
-bool DeviceSampler::texel_logits(bool penalty, const Slice& logits) const {
-  return texel_reads_ && !penalty && n_vocab_ % 4 == 0 && texel_readable(logits);
+bool DeviceSampler::texel_logits(bool adjusted, const Slice& logits) const {
+  return texel_reads_ && !adjusted && n_vocab_ % 4 == 0 && texel_readable(logits);
 }
 
 contract::SampleRow DeviceSampler::entry(const SamplingParams& p, const Slice& logits, const Slice& probs,
                                          uint64_t draw, uint32_t h_end, uint64_t position,
                                          bool texels) const {
   const uint32_t last_n = !p.penalized() ? 0u : p.repeat_last_n < 0 ? 0xffffffffu : uint32_t(p.repeat_last_n);
-  return {logits.address, probs.address, draw, history_.address, p.seed, h_end, last_n, p.repeat_penalty,
-          p.frequency_penalty, p.presence_penalty, p.temperature, p.top_p, p.min_p, uint32_t(p.top_k),
-          uint32_t(position), 0u,
+  return {logits.address, probs.address, draw, history_.address, p.seed, bias_.address, h_end, last_n,
+          p.repeat_penalty, p.frequency_penalty, p.presence_penalty, p.temperature, p.top_p, p.min_p,
+          uint32_t(p.top_k), uint32_t(position), uint32_t(p.logit_bias.size()),
           texels ? texel_offset(logits) : 0u};
 }
 
@@ -126,7 +136,7 @@ void DeviceSampler::dispatch(Recorder& r, std::span<const contract::SampleRow> e
 void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Rows& j) {
   if (!supports(p, n_vocab_) || j.rows == 0 || j.rows > max_rows_) throw Error("internal: DeviceSampler::record out of range");
   const VkDeviceSize row_bytes = VkDeviceSize(n_vocab_) * 4;
-  const bool texels = texel_logits(p.penalized(), j.logits);   // whole texels per row: every row then is too
+  const bool texels = texel_logits(p.adjusts_logits(), j.logits);   // whole texels per row: every row then is too
   const std::span<contract::SampleRow> rows = table_rows(r, j.rows);
   for (uint32_t i = 0; i < j.rows; ++i)   // row i of the sequence: i tokens later than row 0
     rows[i] = entry(p, j.logits.sub(i * row_bytes, row_bytes), j.probs ? j.probs.sub(i * row_bytes, row_bytes) : Slice{},
@@ -140,7 +150,7 @@ DeviceSampler::BatchRow DeviceSampler::row(const SamplingParams& p, const Slice&
   if (!supports(p, n_vocab_) || logits.size < VkDeviceSize(n_vocab_) * 4 || (probs && probs.size < VkDeviceSize(n_vocab_) * 4) ||
       draw.size < kSlotBytes || history_len > max_history_)   // drafts may extend the history on the device
     throw Error("internal: DeviceSampler::row out of range");
-  const bool texels = texel_logits(p.penalized(), logits);
+  const bool texels = texel_logits(p.adjusts_logits(), logits);
   return {entry(p, logits, probs, draw.address, history_len, position, texels),
           texels ? logits.texels : VK_NULL_HANDLE};
 }

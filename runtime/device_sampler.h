@@ -1,8 +1,8 @@
 #pragma once
 // The sampling transforms on the device (shaders/sample_rows.comp), the only sampling implementation that
 // generation uses: logits rows become dense probability rows that stay in device memory, and optionally
-// one token is drawn per row into token slots. Semantics are the host Sampler's (penalty -> top-k -> top-p
-// -> min-p -> temperature, ties by lower id), which the tests use as the reference, for every setting:
+// one token is drawn per row into token slots. Semantics are the host Sampler's (logit bias -> penalties ->
+// top-k -> top-p -> min-p -> temperature, ties by lower id), which the tests use as the reference, for every setting:
 // top-k in 1..kMaxTopK ranks its candidates in shared memory, top-k off or larger takes the general path
 // (rank-prefix cuts found by radix selection on mass). Draws use shaders/rng.h (runtime/rng.h mirrors it).
 #include <span>
@@ -32,10 +32,10 @@ class DeviceSampler {
                 uint32_t lanes = 0, bool texel_reads = true, uint32_t submission_rows = 0);
   ~DeviceSampler();
 
-  // The penalty's history for the next records: the context's last repeat_last_n tokens, then `extra`.
-  // Returns the number of context tokens kept (the history length before any extra token). Host-written:
-  // every record of one submission must see the same history (append device-chosen tokens with
-  // record_append_history instead).
+  // The host-written inputs of the next records: p's logit bias, and the penalties' history (the context's
+  // last repeat_last_n tokens, then `extra`). Returns the number of context tokens kept (the history length
+  // before any extra token). Every record of one submission must see the same history and bias (append
+  // device-chosen tokens with record_append_history instead).
   uint32_t set_history(const SamplingParams& p, std::span<const uint32_t> context, std::span<const uint32_t> extra = {});
   // Copies the tokens of token slots [first, first + n) to history positions at, at + 1, ... on the device
   // (drafts chosen in this submission, which the penalty of later rows must see).
@@ -74,8 +74,9 @@ class DeviceSampler {
   Draw drawn(uint32_t row) const;
 
   // Which sample_rows variant a record uses, decided here only: sample_rows_texels (logits through a texel
-  // buffer, shaders/sample_rows.comp says why) on CPU devices for rows of whole texels without a penalty.
-  bool texel_logits(bool penalty, const Slice& logits) const;
+  // buffer, shaders/sample_rows.comp says why) on CPU devices for rows of whole texels whose logits are
+  // not adjusted (SamplingParams::adjusts_logits: no bias, no penalty).
+  bool texel_logits(bool adjusted, const Slice& logits) const;
 
  private:
   // texels: the row is read through its texel view (texel_logits, decided once by the caller)
@@ -93,7 +94,7 @@ class DeviceSampler {
   bool texel_reads_;
   std::unique_ptr<Arena> upload_, readback_;
   std::unique_ptr<Recorder> rec_;
-  Slice history_, draws_;
+  Slice history_, bias_, draws_;   // bias_: SamplingParams::kMaxLogitBias {token, bias} pairs
   // The row table: a ring of SampleRow entries, written at record time and read by the submission.
   // Invariant: one recording (Recorder::recording()) takes at most table_rows_ entries, the slots a
   // wrap-around skips included, so no entry is rewritten before the submission that reads it has run

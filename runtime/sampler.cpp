@@ -13,14 +13,17 @@ uint32_t argmax(std::span<const float> logits) {
   return uint32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
+// The logits the cuts see: the logit bias added (llama_sampler_logit_bias, llama.cpp's first sampler), then
 // llama.cpp's penalties (llama_sampler_penalties), once per distinct token among the last repeat_last_n of
 // the history: the repetition penalty divides a positive logit and multiplies a negative one, then
 // frequency_penalty per occurrence and presence_penalty are subtracted. The frequency term is summed
 // occurrence by occurrence where llama.cpp multiplies by the count: sample_rows.comp's arithmetic, which
 // no device can contract into a fused multiply-add (the two differ only by rounding).
-static std::vector<float> penalized(const SamplingParams& p, std::span<const float> logits,
-                                    std::span<const uint32_t> history) {
+static std::vector<float> adjusted(const SamplingParams& p, std::span<const float> logits,
+                                   std::span<const uint32_t> history) {
   std::vector<float> l(logits.begin(), logits.end());
+  for (const LogitBias& b : p.logit_bias)
+    if (b.token < l.size()) l[b.token] += b.bias;
   if (p.penalized()) {
     size_t from = p.repeat_last_n < 0 || size_t(p.repeat_last_n) >= history.size() ? 0 : history.size() - size_t(p.repeat_last_n);
     std::map<uint32_t, uint32_t> count;
@@ -38,7 +41,7 @@ static std::vector<float> penalized(const SamplingParams& p, std::span<const flo
 
 Candidates Sampler::distribution(std::span<const float> logits, std::span<const uint32_t> history) const {
   const uint32_t n = uint32_t(logits.size());
-  std::vector<float> l = penalized(p_, logits, history);
+  std::vector<float> l = adjusted(p_, logits, history);
   std::vector<uint32_t> ids(n);
   std::iota(ids.begin(), ids.end(), 0u);
   // Sort by logit (descending, ties by id) so every cut below is deterministic.
@@ -85,7 +88,7 @@ Candidates Sampler::distribution(std::span<const float> logits, std::span<const 
 std::vector<float> Sampler::draw_scores(std::span<const float> logits, std::span<const uint32_t> history,
                                         const Candidates& kept, uint64_t position) const {
   // sample_rows.comp's float arithmetic; its log differs in the last bits (GLSL's is not correctly rounded)
-  const std::vector<float> l = penalized(p_, logits, history);
+  const std::vector<float> l = adjusted(p_, logits, history);
   const uint32_t key = counter_key(p_.seed, uint32_t(position));
   const float m = l[kept.ids[0]], inv_t = rng::inverse_temperature(p_.temperature);
   std::vector<float> scores(kept.ids.size());
@@ -94,7 +97,7 @@ std::vector<float> Sampler::draw_scores(std::span<const float> logits, std::span
 }
 
 uint32_t Sampler::sample(std::span<const float> logits, std::span<const uint32_t> history, uint64_t position) const {
-  if (p_.greedy()) return argmax(penalized(p_, logits, history));
+  if (p_.greedy()) return argmax(adjusted(p_, logits, history));
   const Candidates c = distribution(logits, history);
   const std::vector<float> scores = draw_scores(logits, history, c, position);
   size_t pick = 0;

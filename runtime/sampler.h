@@ -1,6 +1,6 @@
 #pragma once
-// Host-side sampling over one row of logits, in llama.cpp's default order: penalties (repetition, then
-// frequency and presence) -> top-k -> top-p -> min-p -> temperature -> draw: the reference the device sampler (sample_rows.comp) is
+// Host-side sampling over one row of logits, in llama.cpp's default order: logit bias -> penalties
+// (repetition, then frequency and presence) -> top-k -> top-p -> min-p -> temperature -> draw: the reference the device sampler (sample_rows.comp) is
 // tested against. Draws use the device's counter-based generator (runtime/rng.h), so a seed gives the
 // reference the device's noise.
 #include <cstdint>
@@ -9,7 +9,13 @@
 
 namespace vkspec {
 
+struct LogitBias {
+  uint32_t token;
+  float bias;
+};
+
 struct SamplingParams {
+  static constexpr size_t kMaxLogitBias = 1024;   // entries of logit_bias
   float temperature = 0.8f;    // <= 0: greedy
   int top_k = 40;              // <= 0: off
   float top_p = 0.95f;         // >= 1: off
@@ -18,12 +24,15 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;   // subtracted once per occurrence in the window (0: off)
   float presence_penalty = 0.0f;    // subtracted once per distinct token in the window (0: off)
   int repeat_last_n = 64;           // the penalties' window: the context's last tokens; -1: all of it
+  std::vector<LogitBias> logit_bias;   // added to the logits first, in this order (duplicates add up)
   uint64_t seed = 0;
   bool greedy() const { return temperature <= 0.f; }
   // A penalty applies (the one place this rule is written).
   bool penalized() const {
     return (repeat_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f) && repeat_last_n != 0;
   }
+  // The logits are changed before the cuts (a bias or a penalty): greedy then needs the device sampler.
+  bool adjusts_logits() const { return penalized() || !logit_bias.empty(); }
 };
 
 

@@ -6,7 +6,7 @@
 namespace vkspec {
 
 namespace {
-// Greedy with a repetition penalty is the argmax of the penalized row: the sampling kernel at top-k 1
+// Greedy with a logit bias or penalties is the argmax of the adjusted row: the sampling kernel at top-k 1
 // (ties by lower id, as argmax), whose draw is then certain.
 SamplingParams device_form(const SamplingParams& p) {
   if (!p.greedy()) return p;
@@ -20,7 +20,7 @@ SamplingParams device_form(const SamplingParams& p) {
 }  // namespace
 
 ChoiceMode choice_mode(const SamplingParams& p, uint32_t n_vocab) {
-  if (p.greedy() && !p.penalized()) return ChoiceMode::Argmax;
+  if (p.greedy() && !p.adjusts_logits()) return ChoiceMode::Argmax;
   if (!DeviceSampler::supports(device_form(p), n_vocab)) throw Error("internal: sampling parameters the device cannot run");
   return ChoiceMode::Device;
 }

@@ -163,13 +163,14 @@ VKSPEC_CONST SAMPLE_DRAW = 1u;      // sample_rows: draw a token per row into it
   vk_addr draw;                        /* one token slot out (flags & SAMPLE_DRAW) */                   \
   vk_addr hist;                        /* uint token ids: the penalties' history */                     \
   vk_addr seed;                                                                                         \
+  vk_addr bias;                        /* n_bias {uint token, float bias} pairs, added in order */      \
   vk_uint h_end;                       /* the penalty window ends before hist[h_end] */                 \
   vk_uint last_n;                      /* the window's length; 0: no penalty */                         \
   vk_float penalty;                    /* repetition */                                                 \
   vk_float frequency; vk_float presence;                                                                \
   vk_float temperature; vk_float top_p; vk_float min_p;                                                 \
   vk_uint top_k; vk_uint position;     /* the draw's counter: (seed, position) */                       \
-  vk_uint pad;                         /* std430: the entry's size a multiple of 8 */                   \
+  vk_uint n_bias;                      /* (with logits_texel: the entry's size a multiple of 8) */      \
   vk_uint logits_texel;                /* sample_rows_texels: texel offset of logits in binding 0 */
 
 #define PC_SAMPLE_ROWS                                                                                  \

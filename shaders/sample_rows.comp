@@ -1,8 +1,9 @@
 #version 460
 // The sampling transforms on the device, one workgroup per logits row, in llama.cpp's default order and
 // with the host Sampler's exact semantics (runtime/sampler.cpp is the reference the tests compare with):
-//   penalties over the row's history window (repetition, then frequency and presence; once per distinct
-//   token) -> top-k (ties by lower id) -> top-p and min-p at temperature 1 -> softmax at the temperature.
+//   logit bias -> penalties over the row's history window (repetition, then frequency and presence; once
+//   per distinct token) -> top-k (ties by lower id) -> top-p and min-p at temperature 1 -> softmax at the
+//   temperature.
 // Each workgroup reads its row's entry of the host-written row table (SAMPLE_ROW in contract.h): where its
 // logits, probabilities and draw slot are, and its settings. So one dispatch samples the rows of one
 // sequence (a verify pass, a draft step) or one row of each of several sequences with their own settings
@@ -27,7 +28,7 @@
 // built with TEXEL_LOGITS (sample_rows_texels) reads them through a uniform texel buffer, which llvmpipe
 // fetches for all lanes in one vector gather, where a device-address load is a scalar loop over the lanes
 // (the 8192-logit row of the pycode pair: ~0.45 ms per row that way). The host picks it only for rows of
-// whole texels (V % 4 == 0) and no penalty (the penalty rewrites logits in place, and a texel read is not
+// whole texels (V % 4 == 0) and no bias or penalty (they rewrite logits in place, and a texel read is not
 // made to see writes of the same dispatch); both variants visit the same ids in the same order.
 // A row whose logits are non-finite draws NON_FINITE_TOKEN (its probabilities may look finite: NaN keys rank
 // arbitrarily).
@@ -367,7 +368,8 @@ void main() {
   if (bad) row_non_finite = true;
   barrier();
 
-  // 1. penalties, once per distinct token of the window: repetition (a positive logit divided, a negative
+  // 1. the logit bias, each entry added to its token's logit in list order (llama.cpp's first sampler), then
+  // the penalties, once per distinct token of the window: repetition (a positive logit divided, a negative
   // multiplied), then frequency (once per occurrence) and presence subtracted, as the host Sampler (never
   // with TEXEL_LOGITS: see the top). The frequency term is a sum of additions, not count * frequency: with
   // no product a GPU cannot contract it into a fused multiply-add, so every device gets the host's bits
@@ -379,6 +381,10 @@ void main() {
   // that wrote it (program order). The logits are not coherent memory: when any lane penalized any id, a GPU
   // let the owning lane's later loops read the old value in one walk and the new in another (an H200 gave a
   // probability row that differed run to run; test_sampler's BatchedRowsEqualOneRecordEach).
+  for (uint b = 0u; b < P.n_bias; ++b) {
+    const uvec2 e = Uvec2s(P.bias).v[b];
+    if (e.x >= lo && e.x < hi) Floats(P.logits).v[e.x] += uintBitsToFloat(e.y);
+  }
   if (P.last_n != 0u) {
     const uint end = P.h_end, start = end > P.last_n ? end - P.last_n : 0u;
     for (uint j = start; j < end; ++j) {
@@ -394,7 +400,9 @@ void main() {
         Floats(P.logits).v[id] = v - (frequency + P.presence);
       }
     }
-    lane_hi = -1.0 / 0.0;   // the penalties moved some logits
+  }
+  if (P.n_bias != 0u || P.last_n != 0u) {   // uniform: the bias or the penalties moved some logits
+    lane_hi = -1.0 / 0.0;
     FOR_LOGITS(lo, hi) lane_hi = max(lane_hi, l); END_FOR_LOGITS
   }
 #endif

@@ -196,6 +196,31 @@ TEST(CApi, GreedyEqualsReferenceAndStreams) {
   EXPECT_STREQ(m.stop_reason, "stopped");
 }
 
+// The logit bias through the C API: +100 on a token makes greedy choose it at every step; -100 on the
+// greedy reference's first token makes greedy choose the reference's runner-up there (any other token).
+TEST(CApi, LogitBiasSteersGreedy) {
+  std::ifstream in(shared("models/reference/stories260K-greedy.jsonl"));
+  std::string line;
+  std::getline(in, line);
+  const auto ref = nlohmann::json::parse(line);
+  const std::vector<int32_t> want = ref["ids"].get<std::vector<int32_t>>();
+  Model model(kStories);
+  const std::vector<int32_t> prompt = tokenize(model.m, ref["prompt"].get<std::string>());
+  for (const float bias : {100.0f, -100.0f}) {
+    vkspec_context_params p = Ctx::greedy();
+    const int32_t token[] = {bias > 0 ? want[3] : want[0]};
+    const float value[] = {bias};
+    p.sampling.logit_bias_tokens = token;
+    p.sampling.logit_bias = value;
+    p.sampling.n_logit_bias = 1;
+    Ctx ctx(model.m, p);
+    Streamed s;
+    ASSERT_EQ(generate(ctx.c, prompt, 6, s), VKSPEC_OK) << vkspec_last_error();
+    if (bias > 0) EXPECT_EQ(s.ids, std::vector<int32_t>(6, want[3]));
+    else EXPECT_NE(s.ids[0], want[0]);
+  }
+}
+
 // The examples print exactly `vkspec run`'s text: generate.c linked against libvkspec.so and against
 // libvkspec.a, and external_device.cpp, which creates the Vulkan device itself and hands it to vkspec.
 TEST(CApi, ExamplesPrintWhatVkspecRunPrints) {
@@ -566,6 +591,19 @@ TEST(CApi, ChatTemplateAndBadInput) {
   p.sampling.frequency_penalty = 1000.0f;
   EXPECT_EQ(vkspec_context_create(model.m, &p, &c2), VKSPEC_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(vkspec_last_error()).find("frequency-penalty"), std::string::npos);
+  p.sampling.frequency_penalty = 0.0f;
+  EXPECT_EQ(p.sampling.n_logit_bias, 0u);
+  const int32_t outside[] = {1 << 30};
+  const float bias[] = {1.0f};
+  p.sampling.logit_bias_tokens = outside;
+  p.sampling.logit_bias = bias;
+  p.sampling.n_logit_bias = 1;
+  EXPECT_EQ(vkspec_context_create(model.m, &p, &c2), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(vkspec_last_error()).find("vocabulary"), std::string::npos);
+  p.sampling.logit_bias_tokens = nullptr;   // a count without its arrays
+  EXPECT_EQ(vkspec_context_create(model.m, &p, &c2), VKSPEC_ERROR_INVALID_ARGUMENT);
+  p.sampling.n_logit_bias = VKSPEC_MAX_LOGIT_BIAS + 1;
+  EXPECT_EQ(vkspec_context_create(model.m, &p, &c2), VKSPEC_ERROR_INVALID_ARGUMENT);
   p = vkspec_context_default_params();
   p.draft.model = "/nonexistent-draft.gguf";
   EXPECT_EQ(vkspec_context_create(model.m, &p, &c2), VKSPEC_ERROR_LOAD);

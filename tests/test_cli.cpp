@@ -213,6 +213,20 @@ TEST(Cli, BadInputGetsOneLineErrorAndNonZeroExit) {
 }
 
 
+// --logit-bias takes llama.cpp's TOKEN+BIAS / TOKEN-BIAS: +100 on a token makes greedy choose it every step,
+// and what is not that syntax (or out of range) is refused with a non-zero exit.
+TEST(Cli, LogitBiasTakesLlamaCppsSyntax) {
+  auto r = run_cli("run " + kStories + " -p 'Once upon a time' -n 5 --temp 0 --ignore-eos --json -l 7+100 --logit-bias 9-1.5");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["ids"], nlohmann::json({7, 7, 7, 7, 7}));
+  for (const char* bad : {"7x1", "7+", "+7+1", "7++1", "7+1e3", "7-inf", "999999+1"}) {
+    auto b = run_cli("run " + kStories + " -p hi -n 2 -l " + bad);
+    EXPECT_NE(b.code, 0) << bad;
+    EXPECT_NE(b.code, 128) << "crashed: " << bad;
+    EXPECT_NE(b.err.find("logit"), std::string::npos) << bad << "\n" << b.err;
+  }
+}
+
 // perplexity: bad inputs get one-line errors naming what is wrong; a chunk count caps the work.
 TEST(Cli, PerplexityRefusesBadInputAndHonoursChunks) {
   const std::string m = "-m " + shared_path("models/pycode-target-f16.gguf");

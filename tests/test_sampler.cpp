@@ -87,6 +87,32 @@ TEST(Sampler, FrequencyAndPresencePenaltiesAsLlamaCpp) {
   EXPECT_EQ(Sampler(p).sample(kLogits, threes, 0), 4u);
 }
 
+// llama.cpp's logit bias comes first: added before the penalties (so a biased token's logit is then divided
+// by the repetition penalty), duplicates adding up; a bias alone makes greedy use the device sampler.
+TEST(Sampler, LogitBiasComesBeforeThePenalties) {
+  SamplingParams p;
+  p.top_k = 0; p.top_p = 1; p.min_p = 0; p.temperature = 1;
+  p.logit_bias = {{2, 1.0f}, {2, 1.0f}, {4, -4.0f}};
+  auto m = as_map(Sampler(p).distribution(kLogits, {}));
+  // logits 2, 1, 0 + 2 = 2, -1, 3 - 4 = -1
+  double z = std::exp(2.0) + std::exp(1.0) + std::exp(2.0) + std::exp(-1.0) + std::exp(-1.0);
+  EXPECT_NEAR(m[2], std::exp(2.0) / z, 1e-6);
+  EXPECT_NEAR(m[4], std::exp(-1.0) / z, 1e-6);
+  p.repeat_penalty = 2.0f;   // token 4: (3 - 4) * 2 = -2 (bias first), not 3 / 2 - 4 = -2.5
+  const std::vector<uint32_t> history = {4};
+  m = as_map(Sampler(p).distribution(kLogits, history));
+  z = std::exp(2.0) + std::exp(1.0) + std::exp(2.0) + std::exp(-1.0) + std::exp(-2.0);
+  EXPECT_NEAR(m[4], std::exp(-2.0) / z, 1e-6);
+  p.temperature = 0;   // greedy: token 0 and token 2 tie at 2.0, the lower id wins
+  EXPECT_EQ(Sampler(p).sample(kLogits, history, 0), 0u);
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  EXPECT_FALSE(greedy.adjusts_logits());
+  greedy.logit_bias = {{3, 0.5f}};
+  EXPECT_TRUE(greedy.adjusts_logits());
+  EXPECT_FALSE(greedy.penalized());
+}
+
 // The exponential variate under the Gumbel noise (shaders/rng.h) to float precision over all 2^24 inputs,
 // against double precision: relative error below 1e-6 (the series branch, u >= 0.5, included: its smallest
 // values decide draws).
@@ -152,7 +178,10 @@ TEST_P(DeviceSamplerLanesTest, MatchesHostSamplerRowByRow) {
   std::uniform_int_distribution<uint32_t> tok(0, 999);
   // grid: values on a coarse grid (many exact ties, -0 and +0 among them); flat: one value everywhere (every logit ties: more than
   // the top-k path's candidate list holds, which then selects over the whole row)
-  struct Case { int top_k; float top_p, min_p, temp, penalty; int last_n; bool grid, flat = false; float freq = 0, presence = 0; };
+  struct Case {
+    int top_k; float top_p, min_p, temp, penalty; int last_n; bool grid, flat = false; float freq = 0, presence = 0;
+    bool bias = false;   // a logit bias of 12 entries (a duplicate, a ban, a boost onto the grid)
+  };
   const Case cases[] = {{40, 0.95f, 0.05f, 0.8f, 1.0f, 64, false}, {1, 1.0f, 0.0f, 1.0f, 1.0f, 64, false},
                         {40, 1.0f, 0.0f, 0.9f, 1.0f, 64, true, true}, {3, 1.0f, 0.0f, 1.0f, 1.1f, 8, true, true},
                         {256, 0.9f, 0.0f, 1.5f, 1.1f, 16, false}, {40, 1.0f, 0.0f, 1.0f, 1.3f, -1, true},
@@ -165,7 +194,11 @@ TEST_P(DeviceSamplerLanesTest, MatchesHostSamplerRowByRow) {
                         {40, 0.95f, 0.05f, 0.8f, 1.0f, 64, false, false, 0.3f, 0.2f},
                         {1, 1.0f, 0.0f, 1.0f, 1.0f, 16, true, false, 0.5f, 0.0f},
                         {0, 0.9f, 0.0f, 0.8f, 1.2f, 32, true, false, 0.25f, 0.5f},
-                        {7, 1.0f, 0.0f, 1.0f, 1.0f, -1, false, false, -0.5f, -0.3f}};
+                        {7, 1.0f, 0.0f, 1.0f, 1.0f, -1, false, false, -0.5f, -0.3f},
+                        // a logit bias, alone (greedy-like top-k 1, the general path) and before penalties
+                        {1, 1.0f, 0.0f, 1.0f, 1.0f, 64, true, false, 0.0f, 0.0f, true},
+                        {0, 0.9f, 0.0f, 0.8f, 1.0f, 64, false, false, 0.0f, 0.0f, true},
+                        {40, 0.95f, 0.05f, 0.8f, 1.3f, 16, true, false, 0.2f, 0.1f, true}};
   int exact_draws = 0;
   // V = 301: the last lanes' ranges are empty and start past the last whole group of 4 ids
   for (const uint32_t V : {1000u, 301u}) {
@@ -178,6 +211,9 @@ TEST_P(DeviceSamplerLanesTest, MatchesHostSamplerRowByRow) {
     p.top_k = c.top_k; p.top_p = c.top_p; p.min_p = c.min_p; p.temperature = c.temp;
     p.repeat_penalty = c.penalty; p.repeat_last_n = c.last_n; p.seed = 9;
     p.frequency_penalty = c.freq; p.presence_penalty = c.presence;
+    if (c.bias)
+      for (uint32_t i = 0; i < 12; ++i) p.logit_bias.push_back({(i * 83 + 7) % V, i == 3 ? -100.0f : 0.5f * float(i % 5) + 1.0f});
+    if (c.bias) p.logit_bias.push_back(p.logit_bias[0]);   // a duplicate adds again
     std::vector<float> logits(size_t(rows) * V);
     for (auto& x : logits) x = c.flat ? 0.5f : c.grid ? std::round(nd(rng)) * 0.5f : nd(rng);
     std::vector<uint32_t> context(30), extra(rows - 1);
@@ -300,6 +336,7 @@ TEST_F(DeviceSamplerTest, BatchedRowsEqualOneRecordEach) {
         p.seed = seqs[i].seed;
         if (penalties && i % 2 == 1) { p.repeat_penalty = 1.3f + 0.2f * float(i); p.repeat_last_n = int(8 + i); }
         if (penalties && i == 4) { p.frequency_penalty = 0.5f; p.presence_penalty = 0.25f; p.repeat_last_n = 16; }
+        if (penalties && i == 2) p.logit_bias = {{(i * 101 + 3) % V, 2.5f}, {5, -100.0f}};   // greedy (top-k 1)
         for (uint32_t t = 0; t < 20; ++t) contexts[i].push_back((t * 37 + i * 11) % V);
         logits[i].resize(V);
         for (auto& x : logits[i]) x = i == 4 ? std::round(nd(rng)) * 0.5f : nd(rng);   // row 4: ties

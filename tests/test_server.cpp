@@ -99,8 +99,12 @@ TEST_F(ServerApiParse, EveryFieldIsTypeAndRangeChecked) {
       {R"({"prompt": "x", "stream": 1})", "stream"}, {R"({"prompt": "x", "stop": 3})", "stop"},
       {R"({"prompt": "x", "stop": [1]})", "stop"}, {R"({"prompt": "x", "stop": ["a","b","c","d","e"]})", "stop"},
       {R"({"prompt": "x", "stop": [""]})", "stop"}, {R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options"},
-      {R"({"prompt": "x", "logit_bias": {"5": 3}})", "logit_bias"}, {R"({"prompt": "x", "presence_penalty": 3})", "presence_penalty"},
+      {R"({"prompt": "x", "tools": [{"type": "function"}]})", "tools"}, {R"({"prompt": "x", "presence_penalty": 3})", "presence_penalty"},
       {R"({"prompt": "x", "frequency_penalty": -2.5})", "frequency_penalty"}, {R"({"prompt": "x", "frequency_penalty": "1"})", "frequency_penalty"},
+      {R"({"prompt": "x", "logit_bias": [1]})", "logit_bias"}, {R"({"prompt": "x", "logit_bias": {"x": 1}})", "logit_bias"},
+      {R"({"prompt": "x", "logit_bias": {"-1": 1}})", "logit_bias"}, {R"({"prompt": "x", "logit_bias": {"99999999": 1}})", "logit_bias"},
+      {R"({"prompt": "x", "logit_bias": {"5": 101}})", "logit_bias"}, {R"({"prompt": "x", "logit_bias": {"5": "1"}})", "logit_bias"},
+      {R"({"prompt": "x", "logit_bias": {"7 ": 1}})", "logit_bias"},
       {R"({"prompt": "x", "logprobs": 2})", "logprobs"}, {R"({"prompt": "x", "model": 3})", "model"},
       {R"({"prompt": "x", "repeat_penalty": 0})", "repeat_penalty"}, {R"({"max_tokens": 3})", "prompt"},
   };
@@ -129,6 +133,10 @@ TEST_F(ServerApiParse, EveryFieldIsTypeAndRangeChecked) {
       enc_, "m");
   EXPECT_EQ(pen.sp.presence_penalty, 0.5f);
   EXPECT_EQ(pen.sp.frequency_penalty, -1.25f);
+  const cli::CompletionSpec lb = cli::parse_completion(
+      cli::parse_body(R"({"prompt": "def f():", "logit_bias": {"7": -100, "5": 2.5}})", lim_), false, lim_, enc_, "m");
+  EXPECT_EQ(lb.bias_tokens, (std::vector<int32_t>{7, 5}));   // the request's order
+  EXPECT_EQ(lb.bias_values, (std::vector<float>{-100.0f, 2.5f}));
   EXPECT_EQ(s.prompt, ids(tok_->encode("def f():", true, true)));
   EXPECT_EQ(s.max_tokens, 512 - s.prompt.size());   // default: up to the context
   EXPECT_EQ(s.sp.seed, 3u);
@@ -448,6 +456,17 @@ TEST(Server, ApiKeyChatTemplateAndLogprobs) {
     EXPECT_LE(e["logprob"].get<double>(), 0.0);
   }
   EXPECT_EQ(joined, j["choices"][0]["message"]["content"]);
+  // logit_bias reaches the sampler: +100 on one token makes a greedy completion that token four times
+  const json biased = {{"prompt", "def f():"}, {"max_tokens", 4}, {"temperature", 0}, {"ignore_eos", true},
+                       {"logit_bias", {{"100", 100}}}};
+  r = c.Post("/v1/completions", biased.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const std::string text = json::parse(r->body)["choices"][0]["text"];
+  ASSERT_EQ(text.size() % 4, 0u) << text;
+  const std::string piece = text.substr(0, text.size() / 4);
+  EXPECT_FALSE(piece.empty());
+  EXPECT_EQ(text, piece + piece + piece + piece);
   // The next turn of the conversation (the whole of it resent, as clients do) shares the first turn's KV
   // from the prompt cache: at least that turn's prompt tokens are not prefilled again.
   const std::string reply = j["choices"][0]["message"]["content"];

@@ -301,8 +301,8 @@ std::vector<uint32_t> plain_sampled(LlamaModel& m, const std::vector<uint32_t>& 
 
 // Sampled speculation gives the tokens of sampled decoding without it, token for token (the controller's
 // Gumbel-max verification: speculative/controller.h), for every drafter, several K and adaptive K with
-// --draft-p-min, at settings that take both of sample_rows' paths (top-k 40; top-k off) and the penalties,
-// over several seeds. The draft model's drafts are accepted and rejected; the target drafting for itself
+// --draft-p-min, at settings that take both of sample_rows' paths (top-k 40; top-k off), the penalties and a
+// logit bias, over several seeds. The draft model's drafts are accepted and rejected; the target drafting for itself
 // (another sequence of the same model) has every draft accepted: the draft steps draw with the noise the
 // verify rows draw with, at the same positions and penalty windows. The sampler's own draws are tested
 // against the exact distribution and the host Sampler in test_sampler.
@@ -328,6 +328,7 @@ TEST_F(SpeculativeTest, SampledTokensAreThoseOfSamplingWithoutSpeculation) {
         p.temperature = st.temp, p.top_k = st.top_k, p.top_p = st.top_p, p.min_p = st.min_p;
         p.repeat_penalty = st.penalty, p.seed = 100 + seed;
         p.frequency_penalty = st.frequency, p.presence_penalty = st.presence;
+        if (st.penalty != 1.0f) p.logit_bias = {{328, 1.5f}, {317, -2.0f}};   // tokens of the prompts
         SCOPED_TRACE("T " + std::to_string(st.temp) + " top-k " + std::to_string(st.top_k) + " penalty " +
                      std::to_string(st.penalty) + " seed " + std::to_string(p.seed) + " prompt of " +
                      std::to_string(prompt.size()));
