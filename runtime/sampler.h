@@ -1,8 +1,8 @@
 #pragma once
 // Host-side sampling over one row of logits, in llama.cpp's default order: logit bias -> penalties
-// (repetition, then frequency and presence) -> top-k -> top-p -> min-p -> temperature -> draw: the reference the device sampler (sample_rows.comp) is
-// tested against. Draws use the device's counter-based generator (runtime/rng.h), so a seed gives the
-// reference the device's noise.
+// (repetition, then frequency and presence) -> top-k -> top-p -> min-p -> temperature -> draw: the
+// reference the device sampler (sample_rows.comp) is tested against. Draws use the device's counter-based
+// generator (runtime/rng.h), so a seed gives the reference the device's noise.
 #include <cstdint>
 #include <span>
 #include <vector>
