@@ -29,7 +29,8 @@ struct Job {
     // stream that ended early) until its last request has ended.
     std::unique_ptr<TextStream> text;
     std::string content;               // what was produced (non-streamed responses)
-    json logprobs = json::array();
+    json logprobs = json::array();     // token_logprob entries (non-streamed responses)
+    size_t logprob_offset = 0;         // completions' text_offset of the next token (streamed)
     std::string finish_reason;         // set when the choice ends
     vkspec_request_result result{};
   };
@@ -108,7 +109,7 @@ json full_response(const Job& j, const std::string& drafter) {
       ch["logprobs"] = j.spec.logprobs ? json{{"content", c.logprobs}} : json(nullptr);
     } else {
       ch["text"] = c.content;
-      ch["logprobs"] = nullptr;
+      ch["logprobs"] = j.spec.logprobs ? completion_logprobs(c.logprobs, 0) : json(nullptr);
     }
     ch["finish_reason"] = c.finish_reason;
     choices.push_back(ch);
@@ -198,8 +199,14 @@ std::shared_ptr<Job> Server::start_job(CompletionSpec spec) {
         const api::Model& model = *ref.model;
         auto piece_of = [&model](int32_t id) { return model.detokenize(std::span<const int32_t>(&id, 1)); };
         json e = token_logprob(piece_of, t, row, n_vocab, jp->spec.top_logprobs);
-        if (jp->spec.stream) lp = {{"content", json::array({e})}};
-        else c.logprobs.push_back(std::move(e));
+        if (!jp->spec.stream) {
+          c.logprobs.push_back(std::move(e));
+        } else if (jp->spec.chat) {
+          lp = {{"content", json::array({e})}};
+        } else {
+          lp = completion_logprobs(json::array({e}), c.logprob_offset);
+          c.logprob_offset += e["token"].get<std::string>().size();
+        }
       }
       if (jp->spec.stream) {
         if (!text.empty() || !lp.is_null())

@@ -247,8 +247,9 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
     s.logprobs = boolean(body, "logprobs", false);
     s.top_logprobs = uint32_t(integer(body, "top_logprobs", 0, 0, lim.max_top_logprobs));
     if (s.top_logprobs && !s.logprobs) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
-  } else if (field(body, "logprobs")) {
-    bad("logprobs", "'logprobs' is supported for chat completions only");
+  } else if (field(body, "logprobs")) {   // the legacy completions field: how many alternatives per token
+    s.logprobs = true;
+    s.top_logprobs = uint32_t(integer(body, "logprobs", 0, 0, lim.max_top_logprobs));
   }
   return s;
 }
@@ -309,6 +310,26 @@ nlohmann::json token_logprob(const std::function<std::string(int32_t)>& piece_of
   e["top_logprobs"] = nlohmann::json::array();
   for (uint32_t i = 0; i < top; ++i) e["top_logprobs"].push_back(entry(ids[i]));
   return e;
+}
+
+nlohmann::json completion_logprobs(const nlohmann::json& entries, size_t text_offset) {
+  nlohmann::json tokens = nlohmann::json::array(), lps = nlohmann::json::array(), tops = nlohmann::json::array(),
+                 offsets = nlohmann::json::array();
+  for (const nlohmann::json& e : entries) {
+    const std::string piece = e["token"].get<std::string>();
+    tokens.push_back(piece);
+    lps.push_back(e["logprob"]);
+    nlohmann::json top = nlohmann::json::object();
+    for (const nlohmann::json& t : e["top_logprobs"]) {
+      const std::string alt = t["token"].get<std::string>();
+      if (!top.contains(alt)) top[alt] = t["logprob"];   // two tokens of one text: the likelier
+    }
+    if (!top.contains(piece)) top[piece] = e["logprob"];   // OpenAI's: the chosen token among them too
+    tops.push_back(std::move(top));
+    offsets.push_back(text_offset);
+    text_offset += piece.size();
+  }
+  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
 std::string dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }

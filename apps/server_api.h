@@ -49,8 +49,8 @@ struct CompletionSpec {
   uint32_t n = 1;
   bool stream = false, include_usage = false;
   std::vector<std::string> stop;
-  bool logprobs = false;           // chat only
-  uint32_t top_logprobs = 0;
+  bool logprobs = false;           // chat: logprobs; completions: logprobs given (the legacy format)
+  uint32_t top_logprobs = 0;       // chat: top_logprobs; completions: the logprobs number
 };
 
 // JSON text -> object, with a depth limit; malformed or deep JSON is a 400.
@@ -87,6 +87,11 @@ class TextStream {
 // `piece` gives a token's text.
 nlohmann::json token_logprob(const std::function<std::string(int32_t)>& piece, int32_t token, const float* logits,
                              uint32_t n_vocab, uint32_t top);
+
+// The legacy completions format of token_logprob entries: {tokens, token_logprobs, top_logprobs (per token
+// an object of texts to log-probabilities: the alternatives and the chosen token, as OpenAI's), text_offset
+// (UTF-8 bytes into the completion, the first token at text_offset)}.
+nlohmann::json completion_logprobs(const nlohmann::json& entries, size_t text_offset);
 
 // JSON text of a response or chunk: invalid UTF-8 (a token that is part of a character) is replaced, never
 // an exception.

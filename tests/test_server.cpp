@@ -105,7 +105,7 @@ TEST_F(ServerApiParse, EveryFieldIsTypeAndRangeChecked) {
       {R"({"prompt": "x", "logit_bias": {"-1": 1}})", "logit_bias"}, {R"({"prompt": "x", "logit_bias": {"99999999": 1}})", "logit_bias"},
       {R"({"prompt": "x", "logit_bias": {"5": 101}})", "logit_bias"}, {R"({"prompt": "x", "logit_bias": {"5": "1"}})", "logit_bias"},
       {R"({"prompt": "x", "logit_bias": {"7 ": 1}})", "logit_bias"},
-      {R"({"prompt": "x", "logprobs": 2})", "logprobs"}, {R"({"prompt": "x", "model": 3})", "model"},
+      {R"({"prompt": "x", "logprobs": "2"})", "logprobs"}, {R"({"prompt": "x", "logprobs": 21})", "logprobs"}, {R"({"prompt": "x", "model": 3})", "model"},
       {R"({"prompt": "x", "repeat_penalty": 0})", "repeat_penalty"}, {R"({"max_tokens": 3})", "prompt"},
   };
   for (const auto& [body, param] : bad) {
@@ -212,7 +212,12 @@ class ServerProcess {
     return json::parse(r->body, nullptr, false);
   }
   // A streamed completion's text, its finish reason and the number of data events.
-  struct Streamed { std::string text, finish, error; int events = 0; bool done = false; };
+  struct Streamed {
+    std::string text, finish, error;
+    int events = 0;
+    bool done = false;
+    json logprobs = json::array();   // the chunks' logprobs objects (completions)
+  };
   Streamed stream(const json& body) const {
     Streamed s;
     std::string buf;
@@ -232,6 +237,8 @@ class ServerProcess {
                                const json j = json::parse(payload, nullptr, false);
                                if (!j.contains("choices") || j["choices"].empty()) continue;
                                s.text += j["choices"][0].value("text", "");
+                               if (j["choices"][0].contains("logprobs") && j["choices"][0]["logprobs"].is_object())
+                                 s.logprobs.push_back(j["choices"][0]["logprobs"]);
                                if (!j["choices"][0]["finish_reason"].is_null()) s.finish = j["choices"][0]["finish_reason"];
                              }
                              return true;
@@ -422,6 +429,47 @@ TEST(Server, ConcurrentStreamsGetTheirSoloTokensAndSurviveHostileClients) {
       EXPECT_EQ(spec.metric("draft_kv_blocks_total"), 0) << draft;
     }
   }
+}
+
+// Completions' legacy logprobs: a token list whose texts make the completion, the chosen token's
+// log-probability, the alternatives (the chosen one among them: the most likely when greedy), byte offsets;
+// streamed, the chunks' pieces make the same lists.
+TEST(Server, CompletionLogprobsInTheLegacyFormat) {
+  ServerProcess s(model_arg() + " --parallel 1");
+  ASSERT_TRUE(s.up()) << s.log();
+  const json body = {{"prompt", "def f(x):"}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", 2}, {"ignore_eos", true}};
+  auto r = s.client().Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json c = json::parse(r->body)["choices"][0];
+  const json& lp = c["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 6u) << r->body;
+  std::string joined;
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(lp["text_offset"][i].get<size_t>(), joined.size());
+    const std::string tok = lp["tokens"][i];
+    joined += tok;
+    const double chosen = lp["token_logprobs"][i];
+    EXPECT_LE(chosen, 0.0);
+    const json& top = lp["top_logprobs"][i];
+    EXPECT_GE(top.size(), 1u);
+    EXPECT_LE(top.size(), 3u);   // two alternatives and the chosen token (which is one of them here)
+    ASSERT_TRUE(top.contains(tok)) << top.dump();
+    for (const auto& [text, v] : top.items()) EXPECT_LE(v.get<double>(), chosen) << text;   // greedy: the likeliest
+  }
+  EXPECT_EQ(joined, c["text"]);
+  json streamed_body = body;
+  streamed_body["stream"] = true;
+  const ServerProcess::Streamed st = s.stream(streamed_body);
+  ASSERT_TRUE(st.error.empty()) << st.error;
+  EXPECT_EQ(st.text, c["text"]);
+  json tokens = json::array(), offsets = json::array();
+  for (const json& chunk : st.logprobs) {
+    for (const json& t : chunk["tokens"]) tokens.push_back(t);
+    for (const json& o : chunk["text_offset"]) offsets.push_back(o);
+  }
+  EXPECT_EQ(tokens, lp["tokens"]);
+  EXPECT_EQ(offsets, lp["text_offset"]);
 }
 
 TEST(Server, ApiKeyChatTemplateAndLogprobs) {
