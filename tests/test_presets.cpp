@@ -107,6 +107,50 @@ TEST(Presets, GreedyContinuationsAgreeWithLlamaCpp) {
   }
 }
 
+// llama.cpp's penalties and logit bias (its llama_sampler_penalties and llama_sampler_logit_bias, through
+// node-llama-cpp: tests/peer_penalties.mjs) against vkspec's --frequency-penalty, --presence-penalty,
+// --repeat-penalty and -l, greedy on the f16 pycode target over a 64-token window. Each setting changes
+// llama.cpp's own continuation within the 32 tokens (so agreeing is not agreeing on plain greedy), and
+// vkspec's leading ids must equal it for at least 24 tokens (on this machine: all 32 in every setting).
+TEST(Presets, PenaltiesAndLogitBiasAgreeWithLlamaCpp) {
+  const std::string peer = peer_dir();
+  if (peer.empty() || !exists(peer + "/node_modules/node-llama-cpp") || run_command("node --version").code != 0)
+    GTEST_SKIP() << "llama.cpp peer not installed (scripts/install-peer.sh needs node and npm)";
+  const std::string model = shared_path("models/pycode-target-f16.gguf");
+  const std::string script = std::string(VKSPEC_SOURCE_DIR) + "/tests/peer_penalties.mjs";
+  const std::string prompt = "def parse_args(argv):";
+  const int n = 32;
+  Result plain = run_vkspec(VKSPEC_BIN, "run -m " + model + " -p '" + prompt + "' -n 32 --temp 0 --ignore-eos --json");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  const auto pj = nlohmann::json::parse(plain.out);
+  const std::string ids = comma_list(pj["prompt_ids"].get<std::vector<int>>());
+  const auto plain_ids = pj["ids"].get<std::vector<int>>();
+  struct Setting { const char *frequency, *presence, *repeat, *bias, *flags; };
+  for (const Setting& st : {Setting{"0.5", "0.3", "1", "", ""}, Setting{"0.4", "0", "1.1", "", ""},
+                            Setting{"0", "0.8", "1", "", ""},
+                            Setting{"0.3", "0.2", "1.05", "476:1;7786:0.5;29:-100", "-l 476+1 -l 7786+0.5 -l 29-100"}}) {
+    const std::string what = std::string("frequency ") + st.frequency + " presence " + st.presence + " repeat " +
+                             st.repeat + " bias '" + st.bias + "'";
+    Result peer_run = run_command("VKSPEC_PEER=" + peer + " node " + script + " " + model + " " + ids + " " +
+                                  std::to_string(n) + " " + st.frequency + " " + st.presence + " " + st.repeat +
+                                  " 64 '" + st.bias + "'");
+    ASSERT_EQ(peer_run.code, 0) << peer_run.err;
+    const auto theirs = nlohmann::json::parse(peer_run.out)["ids"].get<std::vector<int>>();
+    ASSERT_EQ(theirs.size(), size_t(n)) << what;
+    EXPECT_NE(theirs, plain_ids) << what << ": the setting does not change llama.cpp's continuation";
+    Result ours = run_vkspec(VKSPEC_BIN, "run -m " + model + " -p '" + prompt + "' -n 32 --temp 0 --ignore-eos --json" +
+                                             " --repeat-last-n 64 --frequency-penalty " + st.frequency +
+                                             " --presence-penalty " + st.presence + " --repeat-penalty " + st.repeat +
+                                             " " + st.flags);
+    ASSERT_EQ(ours.code, 0) << ours.err;
+    const auto mine = nlohmann::json::parse(ours.out)["ids"].get<std::vector<int>>();
+    size_t k = 0;
+    while (k < mine.size() && k < theirs.size() && mine[k] == theirs[k]) ++k;
+    printf("%s: leading ids equal to llama.cpp's: %zu/%d\n", what.c_str(), k, n);
+    EXPECT_GE(k, 24u) << what;
+  }
+}
+
 // The real Llama 3 vocabulary and architecture at a tiny size (tests/make_shape_model.cpp `tiny`), in f16 and
 // in llama.cpp's Q4_K_M of it (q4_K/q6_K layers, a q6_K tied embedding): greedy ids equal llama.cpp's.
 TEST(Presets, TinyLlama3ShapeGreedyEqualsLlamaCpp) {
