@@ -180,7 +180,7 @@ TEST_P(DeviceSamplerLanesTest, MatchesHostSamplerRowByRow) {
   // the top-k path's candidate list holds, which then selects over the whole row)
   struct Case {
     int top_k; float top_p, min_p, temp, penalty; int last_n; bool grid, flat = false; float freq = 0, presence = 0;
-    bool bias = false;   // a logit bias of 12 entries (a duplicate, a ban, a boost onto the grid)
+    bool bias = false;   // a logit bias: 12 tokens, one banned (-100), the first listed twice (adds again)
   };
   const Case cases[] = {{40, 0.95f, 0.05f, 0.8f, 1.0f, 64, false}, {1, 1.0f, 0.0f, 1.0f, 1.0f, 64, false},
                         {40, 1.0f, 0.0f, 0.9f, 1.0f, 64, true, true}, {3, 1.0f, 0.0f, 1.0f, 1.1f, 8, true, true},
@@ -211,9 +211,11 @@ TEST_P(DeviceSamplerLanesTest, MatchesHostSamplerRowByRow) {
     p.top_k = c.top_k; p.top_p = c.top_p; p.min_p = c.min_p; p.temperature = c.temp;
     p.repeat_penalty = c.penalty; p.repeat_last_n = c.last_n; p.seed = 9;
     p.frequency_penalty = c.freq; p.presence_penalty = c.presence;
-    if (c.bias)
-      for (uint32_t i = 0; i < 12; ++i) p.logit_bias.push_back({(i * 83 + 7) % V, i == 3 ? -100.0f : 0.5f * float(i % 5) + 1.0f});
-    if (c.bias) p.logit_bias.push_back(p.logit_bias[0]);   // a duplicate adds again
+    if (c.bias) {   // biases on the 0.5 grid keep its ties
+      for (uint32_t i = 0; i < 12; ++i)
+        p.logit_bias.push_back({(i * 83 + 7) % V, i == 3 ? -100.0f : 0.5f * float(i % 5) + 1.0f});
+      p.logit_bias.push_back(p.logit_bias[0]);
+    }
     std::vector<float> logits(size_t(rows) * V);
     for (auto& x : logits) x = c.flat ? 0.5f : c.grid ? std::round(nd(rng)) * 0.5f : nd(rng);
     std::vector<uint32_t> context(30), extra(rows - 1);
