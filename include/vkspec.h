@@ -198,8 +198,8 @@ typedef struct vkspec_sampling_params {
   float frequency_penalty;
   float presence_penalty;
   /* API version 4, llama.cpp's and OpenAI's logit bias, added to the logits before everything else:
-   * n_logit_bias (at most VKSPEC_MAX_LOGIT_BIAS) token ids and their biases (in [-100, 100]; -100 bans a token in practice),
-   * duplicates adding up; copied when the parameters are used */
+   * n_logit_bias (at most VKSPEC_MAX_LOGIT_BIAS) token ids and their biases (in [-100, 100]; -100 bans a
+   * token in practice), duplicates adding up; copied when the parameters are used */
   const int32_t* logit_bias_tokens;
   const float* logit_bias;
   uint32_t n_logit_bias;
