@@ -205,7 +205,7 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
                           std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
       const uint64_t id = digits ? std::stoull(key) : UINT64_MAX;
       if (id >= lim.n_vocab) bad("logit_bias", "'logit_bias' key '" + key + "' is not a token id of this model");
-      if (!value.is_number() || !(std::fabs(value.get<double>()) <= 100.0))
+      if (!value.is_number() || !(std::fabs(value.get<double>()) <= VKSPEC_LOGIT_BIAS_BOUND))
         bad("logit_bias", "'logit_bias' values must be numbers in [-100, 100]");
       s.bias_tokens.push_back(int32_t(id));
       s.bias_values.push_back(float(value.get<double>()));

@@ -40,7 +40,9 @@ struct Claim {
 }  // namespace
 
 namespace vkspec::capi {
-static_assert(VKSPEC_MAX_LOGIT_BIAS == SamplingParams::kMaxLogitBias, "the C API's logit bias bound is the sampler's");
+static_assert(VKSPEC_MAX_LOGIT_BIAS == SamplingParams::kMaxLogitBias &&
+                  VKSPEC_LOGIT_BIAS_BOUND == SamplingParams::kLogitBiasBound,
+              "the C API's logit bias bounds are the sampler's");
 vkspec_sampling_params default_sampling() {
   vkspec_sampling_params s{};
   s.temperature = 0.8f;

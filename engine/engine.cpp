@@ -27,10 +27,8 @@ SamplingParams checked_sampling(const SamplingParams& sp) {
   // forces a token.
   if (!(std::fabs(sp.frequency_penalty) <= 100.0f)) throw Error("--frequency-penalty must be in [-100, 100] (0 = off)");
   if (!(std::fabs(sp.presence_penalty) <= 100.0f)) throw Error("--presence-penalty must be in [-100, 100] (0 = off)");
-  if (sp.logit_bias.size() > SamplingParams::kMaxLogitBias)
-    throw Error("--logit-bias: at most " + std::to_string(SamplingParams::kMaxLogitBias) + " tokens");
-  for (const LogitBias& b : sp.logit_bias)   // OpenAI's range
-    if (!(std::fabs(b.bias) <= 100.0f))
+  for (const LogitBias& b : sp.logit_bias)   // (their count is checked where they are read: c_api_internal.h)
+    if (!(std::fabs(b.bias) <= SamplingParams::kLogitBiasBound))
       throw Error("--logit-bias: a bias must be in [-100, 100], got " + std::to_string(b.bias) + " for token " +
                   std::to_string(b.token));
   return sp;

@@ -50,6 +50,7 @@ extern "C" {
 
 #define VKSPEC_API_VERSION 4
 #define VKSPEC_MAX_LOGIT_BIAS 1024   /* vkspec_sampling_params.n_logit_bias's bound */
+#define VKSPEC_LOGIT_BIAS_BOUND 100  /* each logit bias lies in [-VKSPEC_LOGIT_BIAS_BOUND, VKSPEC_LOGIT_BIAS_BOUND] */
 
 typedef enum vkspec_status {
   VKSPEC_OK = 0,
@@ -198,8 +199,8 @@ typedef struct vkspec_sampling_params {
   float frequency_penalty;
   float presence_penalty;
   /* API version 4, llama.cpp's and OpenAI's logit bias, added to the logits before everything else:
-   * n_logit_bias (at most VKSPEC_MAX_LOGIT_BIAS) token ids and their biases (in [-100, 100]; -100 bans a
-   * token in practice), duplicates adding up; copied when the parameters are used */
+   * n_logit_bias (at most VKSPEC_MAX_LOGIT_BIAS) token ids and their biases (within VKSPEC_LOGIT_BIAS_BOUND;
+   * -100 bans a token in practice), duplicates adding up; copied when the parameters are used */
   const int32_t* logit_bias_tokens;
   const float* logit_bias;
   uint32_t n_logit_bias;

@@ -73,7 +73,8 @@ uint32_t DeviceSampler::set_history(const SamplingParams& p, std::span<const uin
   if (p.logit_bias.size() > SamplingParams::kMaxLogitBias) throw Error("internal: a logit bias longer than planned");
   uint32_t* b = bias_.host<uint32_t>();
   for (const LogitBias& e : p.logit_bias) {
-    if (e.token >= n_vocab_) throw Error("logit bias: token " + std::to_string(e.token) + " is outside the vocabulary");
+    // the C API refuses such a token; the kernel would skip it (no lane owns it), as the host Sampler does
+    if (e.token >= n_vocab_) throw Error("internal: a logit bias token outside the vocabulary");
     *b++ = e.token;
     std::memcpy(b++, &e.bias, 4);
   }

@@ -15,7 +15,8 @@ struct LogitBias {
 };
 
 struct SamplingParams {
-  static constexpr size_t kMaxLogitBias = 1024;   // entries of logit_bias
+  static constexpr size_t kMaxLogitBias = 1024;      // entries of logit_bias
+  static constexpr float kLogitBiasBound = 100.0f;   // a bias lies in [-bound, bound] (OpenAI's range)
   float temperature = 0.8f;    // <= 0: greedy
   int top_k = 40;              // <= 0: off
   float top_p = 0.95f;         // >= 1: off
