@@ -47,13 +47,15 @@ DeviceSampler::DeviceSampler(Context& ctx, Pipelines& pipelines, uint32_t n_voca
   table_rows_ = (submission_rows ? submission_rows : 4 * std::max(max_rows, 1u)) + std::max(max_rows, 1u);
   upload_ = std::make_unique<Arena>(ctx, MemoryKind::Upload,
                                     VkDeviceSize(max_history) * 4 + SamplingParams::kMaxLogitBias * 8 +
+                                        (VkDeviceSize(n_vocab) + 31) / 32 * 4 +
                                         VkDeviceSize(table_rows_) * sizeof(contract::SampleRow) + 4096);
   readback_ = std::make_unique<Arena>(ctx, MemoryKind::Readback, VkDeviceSize(max_rows) * kSlotBytes + 256);
   history_ = upload_->alloc(VkDeviceSize(std::max(max_history, 1u)) * 4, "sampling history");
   bias_ = upload_->alloc(SamplingParams::kMaxLogitBias * 8, "logit bias");
+  mask_ = upload_->alloc((VkDeviceSize(n_vocab) + 31) / 32 * 4, "JSON mode mask");
   table_ = upload_->alloc(VkDeviceSize(table_rows_) * sizeof(contract::SampleRow), "sampling row table");
   draws_ = readback_->alloc(VkDeviceSize(max_rows) * kSlotBytes, "sampled tokens (token slots)");
-  if (!history_.mapped || !bias_.mapped || !draws_.mapped || !table_.mapped)
+  if (!history_.mapped || !bias_.mapped || !mask_.mapped || !draws_.mapped || !table_.mapped)
     throw Error("internal: sampling buffers are not mapped");
   rec_ = std::make_unique<Recorder>(ctx, profiling_requested());
 }
@@ -98,7 +100,8 @@ contract::SampleRow DeviceSampler::entry(const SamplingParams& p, const Slice& l
                                          uint64_t draw, uint32_t h_end, uint64_t position,
                                          bool texels) const {
   const uint32_t last_n = !p.penalized() ? 0u : p.repeat_last_n < 0 ? 0xffffffffu : uint32_t(p.repeat_last_n);
-  return {logits.address, probs.address, draw, history_.address, p.seed, bias_.address, h_end, last_n,
+  return {logits.address, probs.address, draw, history_.address, p.seed, bias_.address,
+          p.json_object ? mask_.address : 0, h_end, last_n,
           p.repeat_penalty, p.frequency_penalty, p.presence_penalty, p.temperature, p.top_p, p.min_p,
           uint32_t(p.top_k), uint32_t(position), uint32_t(p.logit_bias.size()),
           texels ? texel_offset(logits) : 0u};

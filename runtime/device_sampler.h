@@ -2,7 +2,7 @@
 // The sampling transforms on the device (shaders/sample_rows.comp), the only sampling implementation that
 // generation uses: logits rows become dense probability rows that stay in device memory, and optionally
 // one token is drawn per row into token slots. Semantics are the host Sampler's (logit bias -> penalties ->
-// top-k -> top-p -> min-p -> temperature, ties by lower id), which the tests use as the reference, for
+// top-k -> top-p -> min-p -> temperature, ties by lower id; JSON mode's mask as -inf), which the tests use as the reference, for
 // every setting: top-k in 1..kMaxTopK ranks its candidates in shared memory, top-k off or larger takes the
 // general path (rank-prefix cuts found by radix selection on mass). Draws use shaders/rng.h (runtime/rng.h
 // mirrors it).
@@ -38,6 +38,9 @@ class DeviceSampler {
   // before any extra token). Every record of one submission must see the same history and bias (append
   // device-chosen tokens with record_append_history instead).
   uint32_t set_history(const SamplingParams& p, std::span<const uint32_t> context, std::span<const uint32_t> extra = {});
+  // JSON mode's mask for the next records of rows with SamplingParams::json_object ([ceil(n_vocab / 32)]
+  // words in upload memory, bit t set: token t allowed), written by the host like the history.
+  std::span<uint32_t> mask_words() { return {mask_.host<uint32_t>(), (n_vocab_ + 31) / 32}; }
   // Copies the tokens of token slots [first, first + n) to history positions at, at + 1, ... on the device
   // (drafts chosen in this submission, which the penalty of later rows must see).
   void record_append_history(Recorder& r, const Slice& slots, uint32_t first, uint32_t n, uint32_t at);
@@ -95,7 +98,7 @@ class DeviceSampler {
   bool texel_reads_;
   std::unique_ptr<Arena> upload_, readback_;
   std::unique_ptr<Recorder> rec_;
-  Slice history_, bias_, draws_;   // bias_: SamplingParams::kMaxLogitBias {token, bias} pairs
+  Slice history_, bias_, mask_, draws_;   // bias_: SamplingParams::kMaxLogitBias {token, bias} pairs
   // The row table: a ring of SampleRow entries, written at record time and read by the submission.
   // Invariant: one recording (Recorder::recording()) takes at most table_rows_ entries, the slots a
   // wrap-around skips included, so no entry is rewritten before the submission that reads it has run

@@ -34,7 +34,9 @@ TokenChooser::TokenChooser(Context& ctx, Pipelines& pipelines, uint32_t n_vocab,
   sampler_ = std::make_unique<DeviceSampler>(ctx, pipelines, n_vocab, kSlots, max_history + kSlots);
 }
 
-void TokenChooser::start(const SamplingParams& p) {
+void TokenChooser::start(const SamplingParams& p, const JsonConstraint* constraint) {
+  if (p.json_object != (constraint != nullptr)) throw Error("internal: JSON mode without its constraint, or one without JSON mode");
+  constraint_ = constraint;
   p_ = p;
   device_p_ = device_form(p);
   mode_ = choice_mode(p, n_vocab_);

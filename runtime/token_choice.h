@@ -10,6 +10,7 @@
 #include <memory>
 #include <span>
 
+#include "loader/json_grammar.h"
 #include "runtime/device_sampler.h"
 #include "runtime/model.h"
 
@@ -31,7 +32,9 @@ class TokenChooser {
   // max_history: the longest context (plus drafts) the penalty will see.
   TokenChooser(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_history);
 
-  void start(const SamplingParams& p);   // a new request: decides the mode
+  // A new request: decides the mode. JSON mode (p.json_object) needs the request's constraint, whose mask
+  // set_history writes before each choice (it must outlive the request).
+  void start(const SamplingParams& p, const JsonConstraint* constraint = nullptr);
   ChoiceMode mode() const { return mode_; }
   bool greedy() const { return p_.greedy(); }
   const SamplingParams& params() const { return p_; }
@@ -56,7 +59,11 @@ class TokenChooser {
 
   // The penalty history of this submission's choices: the context, written by the host (Device mode).
   // Returns the history length of a choice made right after the context.
-  uint32_t set_history(std::span<const uint32_t> context) { return sampler_->set_history(device_p_, context); }
+  // JSON mode: and the constraint's mask, for one choice after the tokens it has accepted.
+  uint32_t set_history(std::span<const uint32_t> context) {
+    if (constraint_) constraint_->allowed(sampler_->mask_words());
+    return sampler_->set_history(device_p_, context);
+  }
   // Appends the tokens of slots [first, first + n) to the history at `at`, on the device (Device mode with
   // a penalty: drafts chosen earlier in the same submission).
   void record_append_history(Recorder& r, uint32_t first, uint32_t n, uint32_t at);
@@ -79,6 +86,7 @@ class TokenChooser {
   uint32_t n_vocab_;
   SamplingParams p_, device_p_;
   ChoiceMode mode_ = ChoiceMode::Argmax;
+  const JsonConstraint* constraint_ = nullptr;
   std::unique_ptr<Arena> slots_arena_;
   std::unique_ptr<DeviceSampler> sampler_;
   Slice slots_;

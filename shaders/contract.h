@@ -164,6 +164,8 @@ VKSPEC_CONST SAMPLE_DRAW = 1u;      // sample_rows: draw a token per row into it
   vk_addr hist;                        /* uint token ids: the penalties' history */                     \
   vk_addr seed;                                                                                         \
   vk_addr bias;                        /* n_bias {uint token, float bias} pairs, added in order */      \
+  vk_addr mask;                        /* [ceil(V / 32)] uint: token t is allowed iff bit t is set (JSON   \
+                                          mode, loader/json_grammar.h); 0: every token */                 \
   vk_uint h_end;                       /* the penalty window ends before hist[h_end] */                 \
   vk_uint last_n;                      /* the window's length; 0: no penalty */                         \
   vk_float penalty;                    /* repetition */                                                 \

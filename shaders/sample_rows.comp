@@ -2,7 +2,7 @@
 // The sampling transforms on the device, one workgroup per logits row, in llama.cpp's default order and
 // with the host Sampler's exact semantics (runtime/sampler.cpp is the reference the tests compare with):
 //   logit bias -> penalties over the row's history window (repetition, then frequency and presence; once
-//   per distinct token) -> top-k (ties by lower id) -> top-p and min-p at temperature 1 -> softmax at the
+//   per distinct token) -> JSON mode's mask -> top-k (ties by lower id) -> top-p and min-p at temperature 1 -> softmax at the
 //   temperature.
 // Each workgroup reads its row's entry of the host-written row table (SAMPLE_ROW in contract.h): where its
 // logits, probabilities and draw slot are, and its settings. So one dispatch samples the rows of one
@@ -28,7 +28,7 @@
 // built with TEXEL_LOGITS (sample_rows_texels) reads them through a uniform texel buffer, which llvmpipe
 // fetches for all lanes in one vector gather, where a device-address load is a scalar loop over the lanes
 // (the 8192-logit row of the pycode pair: ~0.45 ms per row that way). The host picks it only for rows of
-// whole texels (V % 4 == 0) and no bias or penalty (they rewrite logits in place, and a texel read is not
+// whole texels (V % 4 == 0) and no bias, penalty or mask (they rewrite logits in place, and a texel read is not
 // made to see writes of the same dispatch); both variants visit the same ids in the same order.
 // A row whose logits are non-finite draws NON_FINITE_TOKEN (its probabilities may look finite: NaN keys rank
 // arbitrarily).
@@ -401,7 +401,14 @@ void main() {
       }
     }
   }
-  if (P.n_bias != 0u || P.last_n != 0u) {   // uniform: the bias or the penalties moved some logits
+  // 1b. the mask (JSON mode): a token it does not allow gets -inf, so that it is never kept nor drawn, as
+  // llama.cpp's grammar sampler does before the other transforms (-inf stays -inf through them)
+  const bool masked = P.mask != uvec2(0u);
+  if (masked) {
+    for (uint v = lo; v < hi; ++v)
+      if ((Uints(P.mask).v[v / 32u] & (1u << (v % 32u))) == 0u) Floats(P.logits).v[v] = -1.0 / 0.0;
+  }
+  if (P.n_bias != 0u || P.last_n != 0u || masked) {   // uniform: the bias, penalties or mask moved logits
     lane_hi = -1.0 / 0.0;
     FOR_LOGITS(lo, hi) lane_hi = max(lane_hi, l); END_FOR_LOGITS
   }

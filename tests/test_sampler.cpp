@@ -181,6 +181,7 @@ TEST_P(DeviceSamplerLanesTest, MatchesHostSamplerRowByRow) {
   struct Case {
     int top_k; float top_p, min_p, temp, penalty; int last_n; bool grid, flat = false; float freq = 0, presence = 0;
     bool bias = false;   // a logit bias: 12 tokens, one banned (-100), the first listed twice (adds again)
+    bool mask = false;   // JSON mode's mask (a random third of the tokens allowed): the host sees -inf
   };
   const Case cases[] = {{40, 0.95f, 0.05f, 0.8f, 1.0f, 64, false}, {1, 1.0f, 0.0f, 1.0f, 1.0f, 64, false},
                         {40, 1.0f, 0.0f, 0.9f, 1.0f, 64, true, true}, {3, 1.0f, 0.0f, 1.0f, 1.1f, 8, true, true},
@@ -198,7 +199,12 @@ TEST_P(DeviceSamplerLanesTest, MatchesHostSamplerRowByRow) {
                         // a logit bias, alone (greedy-like top-k 1, the general path) and before penalties
                         {1, 1.0f, 0.0f, 1.0f, 1.0f, 64, true, false, 0.0f, 0.0f, true},
                         {0, 0.9f, 0.0f, 0.8f, 1.0f, 64, false, false, 0.0f, 0.0f, true},
-                        {40, 0.95f, 0.05f, 0.8f, 1.3f, 16, true, false, 0.2f, 0.1f, true}};
+                        {40, 0.95f, 0.05f, 0.8f, 1.3f, 16, true, false, 0.2f, 0.1f, true},
+                        // a mask, alone (sampled, greedy's top-k 1, the general path) and after a bias and penalties
+                        {40, 0.95f, 0.05f, 0.8f, 1.0f, 64, false, false, 0.0f, 0.0f, false, true},
+                        {1, 1.0f, 0.0f, 1.0f, 1.0f, 64, true, false, 0.0f, 0.0f, false, true},
+                        {0, 0.9f, 0.0f, 0.8f, 1.0f, 64, false, false, 0.0f, 0.0f, false, true},
+                        {40, 0.95f, 0.05f, 0.8f, 1.3f, 16, true, false, 0.2f, 0.1f, true, true}};
   int exact_draws = 0;
   // V = 301: the last lanes' ranges are empty and start past the last whole group of 4 ids
   for (const uint32_t V : {1000u, 301u}) {
@@ -206,7 +212,8 @@ TEST_P(DeviceSamplerLanesTest, MatchesHostSamplerRowByRow) {
   DeviceSampler ds64(gpu().ctx, gpu().pipelines, V, rows, 4096, 64);
   for (const Case& c : cases) {
     SCOPED_TRACE("V " + std::to_string(V) + " top_k " + std::to_string(c.top_k) + " top_p " + std::to_string(c.top_p) +
-                 " frequency " + std::to_string(c.freq) + " presence " + std::to_string(c.presence));
+                 " frequency " + std::to_string(c.freq) + " presence " + std::to_string(c.presence) +
+                 (c.mask ? " mask" : ""));
     SamplingParams p;
     p.top_k = c.top_k; p.top_p = c.top_p; p.min_p = c.min_p; p.temperature = c.temp;
     p.repeat_penalty = c.penalty; p.repeat_last_n = c.last_n; p.seed = 9;
@@ -218,6 +225,17 @@ TEST_P(DeviceSamplerLanesTest, MatchesHostSamplerRowByRow) {
     }
     std::vector<float> logits(size_t(rows) * V);
     for (auto& x : logits) x = c.flat ? 0.5f : c.grid ? std::round(nd(rng)) * 0.5f : nd(rng);
+    std::vector<float> host_logits = logits;   // the mask as the host reference sees it: -inf
+    if (c.mask) {
+      p.json_object = true;
+      std::vector<uint32_t> words((V + 31) / 32, 0u);
+      for (uint32_t v = 0; v < V; ++v)
+        if (tok(rng) % 3 == 0) words[v / 32] |= 1u << (v % 32);
+      for (DeviceSampler* d : {&ds, &ds64}) std::copy(words.begin(), words.end(), d->mask_words().begin());
+      for (uint32_t row = 0; row < rows; ++row)
+        for (uint32_t v = 0; v < V; ++v)
+          if (!((words[v / 32] >> (v % 32)) & 1)) host_logits[size_t(row) * V + v] = -INFINITY;
+    }
     std::vector<uint32_t> context(30), extra(rows - 1);
     for (auto& t : context) t = tok(rng) % 50;   // repeats inside the window
     for (auto& t : extra) t = tok(rng) % 50;
@@ -240,7 +258,7 @@ TEST_P(DeviceSamplerLanesTest, MatchesHostSamplerRowByRow) {
     for (uint32_t row = 0; row < rows; ++row) {
       std::vector<uint32_t> history = context;
       history.insert(history.end(), extra.begin(), extra.begin() + row);
-      const Candidates want = Sampler(p).distribution({logits.data() + size_t(row) * V, V}, history);
+      const Candidates want = Sampler(p).distribution({host_logits.data() + size_t(row) * V, V}, history);
       std::vector<float> dense(V, 0.f);
       for (size_t i = 0; i < want.ids.size(); ++i) dense[want.ids[i]] = want.probs[i];
       for (uint32_t v = 0; v < V; ++v) {
@@ -253,11 +271,11 @@ TEST_P(DeviceSamplerLanesTest, MatchesHostSamplerRowByRow) {
       // the draw itself: the host's Gumbel-max with the mirrored noise (unless the best two scores are
       // within the rounding of the device's log)
       const Sampler host(p);
-      const std::vector<float> scores = host.draw_scores({logits.data() + size_t(row) * V, V}, history, want, 100 + row);
+      const std::vector<float> scores = host.draw_scores({host_logits.data() + size_t(row) * V, V}, history, want, 100 + row);
       std::vector<float> sorted = scores;
       std::sort(sorted.rbegin(), sorted.rend());
       if (sorted.size() < 2 || sorted[0] - sorted[1] > 1e-4f * std::max(1.0f, std::fabs(sorted[0]))) {
-        EXPECT_EQ(d.token, host.sample({logits.data() + size_t(row) * V, V}, history, 100 + row)) << "row " << row;
+        EXPECT_EQ(d.token, host.sample({host_logits.data() + size_t(row) * V, V}, history, 100 + row)) << "row " << row;
         ++exact_draws;
       }
     }
