@@ -154,6 +154,7 @@ vkspec_sampling_params sampling_params(const RunOptions& o, uint64_t seed) {
   s.logit_bias_tokens = o.bias_tokens.data();   // o outlives the parameters' use
   s.logit_bias = o.bias_values.data();
   s.n_logit_bias = uint32_t(o.bias_tokens.size());
+  s.json_object = o.json_object ? 1 : 0;
   return s;
 }
 

@@ -164,6 +164,8 @@ inline SamplingParams sampling_params(const vkspec_sampling_params& p, uint32_t 
     sp.presence_penalty = p.presence_penalty;
     sp.repeat_last_n = p.repeat_last_n;
     sp.seed = p.seed;
+    if (p.json_object != 0 && p.json_object != 1) throw Error("json_object must be 0 or 1");
+    sp.json_object = p.json_object == 1;
     if (p.n_logit_bias > SamplingParams::kMaxLogitBias)
       throw Error("a logit bias of more than " + std::to_string(SamplingParams::kMaxLogitBias) + " tokens");
     if (p.n_logit_bias && (!p.logit_bias_tokens || !p.logit_bias)) throw Error("a logit bias without its arrays");

@@ -155,6 +155,12 @@ std::optional<std::vector<double>> Engine::score(Session& session, std::span<con
   return out;
 }
 
+std::shared_ptr<const JsonGrammar> TargetModel::json_grammar() {
+  std::lock_guard<std::mutex> lock(json_mu_);
+  if (!json_grammar_) json_grammar_ = std::make_shared<JsonGrammar>(*tok);
+  return json_grammar_;
+}
+
 Completion Engine::generate(std::span<const uint32_t> prompt, const SamplingParams& sp, int n, bool ignore_eos,
                             bool speculate, const TokenCallback& on_token) {
   struct Scoped {   // the sequence goes back to the pool however generation ends
@@ -186,6 +192,7 @@ struct Engine::Run {
   bool prefill_passes = false;     // the prompt in passes of kMaxBatch, one per step (cancellable)
   uint32_t next = 0;               // plain decoding: the choice not yet fed back
   std::unique_ptr<SpeculativeDecoder> spec;
+  std::unique_ptr<JsonConstraint> json;   // JSON mode: the tokens accepted so far, and the next choice's mask
   uint64_t submissions0 = 0, parts0 = 0, dispatches0 = 0;
 };
 
@@ -206,11 +213,13 @@ void Engine::begin(Session& session, std::span<const uint32_t> prompt, const Sam
   r->on_token = on_token;
   r->prefill_passes = cancel_ && !prefill_whole_;
   Completion& c = r->c;
-  c.speculative = speculate && drafter_;
+  // JSON mode decodes plainly: its mask depends on the token before, which a draft step does not know yet
+  c.speculative = speculate && drafter_ && !sp.json_object;
+  if (sp.json_object) r->json = std::make_unique<JsonConstraint>(t_->json_grammar());
   const uint32_t V = m.hparams().n_vocab, max_history = m.n_ctx() + LlamaModel::kMaxBatch;
   if (!chooser_) chooser_ = std::make_unique<TokenChooser>(*t_->ctx, *t_->pipelines, V, max_history);
   if (!rec_) rec_ = std::make_unique<Recorder>(*t_->ctx, profiling_requested());
-  chooser_->start(sp);
+  chooser_->start(sp, r->json.get());
 
   // Keep the cached K/V of the longest common prefix (at least one token is prefilled: its logits choose).
   size_t common = 0;
@@ -324,6 +333,7 @@ bool Engine::accept_token(uint32_t t, bool from_draft) {
     c.stop_reason = "cancelled";
     return false;
   }
+  if (r.json) r.json->accept(t);
   if (!r.ignore_eos && t_->tok->is_eog(t)) {
     c.stop_reason = "eos";
     return false;

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/prompt.h"
+#include "loader/json_grammar.h"
 #include "loader/tokenizer.h"
 #include "runtime/model.h"
 #include "runtime/sampler.h"
@@ -86,6 +87,12 @@ struct TargetModel {
   double load_s = 0;
   // Held for a whole completion: the model's activations and the device queue serve one at a time.
   std::mutex busy;
+  // JSON mode's view of the vocabulary, made at the first request that asks for it (any thread).
+  std::shared_ptr<const JsonGrammar> json_grammar();
+
+ private:
+  std::mutex json_mu_;
+  std::shared_ptr<const JsonGrammar> json_grammar_;
 };
 
 class Engine {

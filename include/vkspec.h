@@ -48,7 +48,7 @@
 extern "C" {
 #endif
 
-#define VKSPEC_API_VERSION 4
+#define VKSPEC_API_VERSION 5
 #define VKSPEC_MAX_LOGIT_BIAS 1024   /* vkspec_sampling_params.n_logit_bias's bound */
 #define VKSPEC_LOGIT_BIAS_BOUND 100  /* each logit bias lies in [-VKSPEC_LOGIT_BIAS_BOUND, VKSPEC_LOGIT_BIAS_BOUND] */
 
@@ -204,6 +204,10 @@ typedef struct vkspec_sampling_params {
   const int32_t* logit_bias_tokens;
   const float* logit_bias;
   uint32_t n_logit_bias;
+  /* API version 5, JSON mode (OpenAI's response_format {"type": "json_object"}; llama.cpp's
+   * grammars/json.gbnf): 1 limits the text to one JSON object, which generation may end only once it is
+   * complete (n_predict or the context may still cut it short). Such a generation does not speculate. */
+  int32_t json_object;
 } vkspec_sampling_params;
 
 /* Speculative decoding: a draft model or n-gram (prompt lookup) drafts, verified by the model. */

@@ -31,6 +31,8 @@ SpeculativeDecoder::SpeculativeDecoder(LlamaModel& target, int seq, Drafter& dra
               drafter.relative_cost(target)),
       g_(chooser.token(0)),   // the target's choice after the prefilled context
       round_{rec, chooser, 0} {
+  // a draft's mask would depend on the drafts before it, which the host does not know while recording
+  if (chooser.params().json_object) throw Error("internal: JSON mode does not speculate");
   drafts_.reserve(LlamaModel::kMaxBatch);
 }
 

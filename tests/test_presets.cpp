@@ -151,6 +151,54 @@ TEST(Presets, PenaltiesAndLogitBiasAgreeWithLlamaCpp) {
   }
 }
 
+// JSON mode (--json-object) against llama.cpp's JSON grammar (grammars/json.gbnf, which loader/json_grammar.h
+// implements, through node-llama-cpp: tests/peer_json.mjs), greedy on the f16 pycode target after prompts
+// that lead into code, not JSON: every continuation is the grammar's doing. vkspec's ids (with the
+// end-of-generation token when it stopped there) must equal llama.cpp's for at least 48 leading tokens or
+// all of them (on this machine: all, in every case), and its text must be a JSON object or a prefix of one
+// for nlohmann's parser.
+TEST(Presets, JsonModeAgreesWithLlamaCppsJsonGrammar) {
+  const std::string peer = peer_dir();
+  if (peer.empty() || !exists(peer + "/node_modules/node-llama-cpp") || run_command("node --version").code != 0)
+    GTEST_SKIP() << "llama.cpp peer not installed (scripts/install-peer.sh needs node and npm)";
+  const std::string model = shared_path("models/pycode-target-f16.gguf");
+  const std::string script = std::string(VKSPEC_SOURCE_DIR) + "/tests/peer_json.mjs";
+  const int n = 96;
+  int ended = 0;
+  for (const char* prompt : {"CONFIG = ", "data = json.loads(", "def get_config():\\n    return ", "x = ["}) {
+    Result ours = run_vkspec(VKSPEC_BIN, "run -m " + model + " -p '" + prompt + "' --escape -n " + std::to_string(n) +
+                                             " --temp 0 --json-object --json");
+    ASSERT_EQ(ours.code, 0) << ours.err;
+    const auto j = nlohmann::json::parse(ours.out);
+    std::vector<int> mine = j["ids"].get<std::vector<int>>();
+    const std::string text = j["text"].get<std::string>();
+    if (j["stop_reason"] == "eos") {
+      ++ended;
+      mine.push_back(2);   // the pycode vocabulary's EOS, which llama.cpp's ids include
+      nlohmann::json doc;
+      ASSERT_NO_THROW(doc = nlohmann::json::parse(text)) << text;
+      EXPECT_TRUE(doc.is_object()) << text;
+    } else {
+      ASSERT_EQ(j["stop_reason"], "length");
+      try {
+        const auto whole = nlohmann::json::parse(text);
+        ADD_FAILURE() << "a cut-off text parses whole: " << whole.dump();
+      } catch (const nlohmann::json::parse_error& e) {
+        EXPECT_EQ(e.byte, text.size() + 1) << "not a prefix of a JSON document: " << e.what() << "\n" << text;
+      }
+    }
+    Result peer_run = run_command("VKSPEC_PEER=" + peer + " node " + script + " " + model + " " +
+                                  comma_list(j["prompt_ids"].get<std::vector<int>>()) + " " + std::to_string(n));
+    ASSERT_EQ(peer_run.code, 0) << peer_run.err;
+    const auto theirs = nlohmann::json::parse(peer_run.out)["ids"].get<std::vector<int>>();
+    size_t k = 0;
+    while (k < mine.size() && k < theirs.size() && mine[k] == theirs[k]) ++k;
+    printf("'%s': leading ids equal to llama.cpp's: %zu of %zu / %zu\n", prompt, k, mine.size(), theirs.size());
+    EXPECT_TRUE(k >= 48 || (k == mine.size() && k == theirs.size())) << prompt;
+  }
+  EXPECT_GE(ended, 1) << "no continuation completed its object";
+}
+
 // The real Llama 3 vocabulary and architecture at a tiny size (tests/make_shape_model.cpp `tiny`), in f16 and
 // in llama.cpp's Q4_K_M of it (q4_K/q6_K layers, a q6_K tied embedding): greedy ids equal llama.cpp's.
 TEST(Presets, TinyLlama3ShapeGreedyEqualsLlamaCpp) {
