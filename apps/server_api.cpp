@@ -145,12 +145,24 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
                      "model", "model_not_found");
   }
   // Fields that would change the output and that vkspec does not implement are refused, not ignored.
-  for (const char* f : {"tools", "tool_choice", "functions", "function_call", "suffix", "audio",
-                        "prediction", "response_format"}) {
+  // (grammar and json_schema are llama.cpp's own fields.)
+  for (const char* f : {"tools", "tool_choice", "functions", "function_call", "suffix", "audio", "prediction",
+                        "grammar", "json_schema"}) {
     const ojson* v = field(body, f);
-    if (v && !(v->is_array() && v->empty()) && !(v->is_object() && v->empty()) &&
-        !(std::string(f) == "response_format" && v->is_object() && v->value("type", "") == "text"))
+    if (v && !(v->is_array() && v->empty()) && !(v->is_object() && v->empty()))
       bad(f, std::string("'") + f + "' is not supported by this server");
+  }
+  // response_format: text, or JSON mode (json_object without a schema); schemas are not supported.
+  if (const ojson* rf = field(body, "response_format"); rf && !(rf->is_object() && rf->empty())) {
+    const ojson* type = rf->is_object() ? field(*rf, "type") : nullptr;
+    if (!type || !type->is_string()) bad("response_format", "'response_format' must be an object with a 'type'");
+    const std::string t = type->get<std::string>();
+    if (t == "json_object") {
+      if (field(*rf, "schema")) bad("response_format", "JSON schemas are not supported (json_object without one is)");
+      s.sp.json_object = 1;
+    } else if (t != "text") {
+      bad("response_format", "'response_format' type '" + t + "' is not supported (text and json_object are)");
+    }
   }
   if (boolean(body, "echo", false)) bad("echo", "'echo' is not supported");
   if (integer(body, "best_of", 1, 1, 1) != 1) bad("best_of", "'best_of' must be 1");

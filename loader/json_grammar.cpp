@@ -168,25 +168,39 @@ bool JsonState::feed(std::string_view bytes) {
   return true;
 }
 
-JsonGrammar::JsonGrammar(const Tokenizer& tok) : n_vocab_(tok.n_vocab()), pieces_(n_vocab_) {
+JsonGrammar::JsonGrammar(const Tokenizer& tok)
+    : n_vocab_(tok.n_vocab()), pieces_(n_vocab_), text_words_((n_vocab_ + 31) / 32, 0u) {
+  JsonState in_string;
+  in_string.feed("{\"");
+  std::vector<uint32_t> with_piece, not_text;
   for (uint32_t t = 0; t < n_vocab_; ++t) {
     if (tok.is_eog(t)) {
       eog_.push_back(t);
       continue;
     }
     pieces_[t] = tok.piece(t);
-    if (!pieces_[t].empty()) sorted_.push_back(t);
+    const std::string& p = pieces_[t];
+    if (p.empty()) continue;
+    with_piece.push_back(t);
+    longest_ = std::max(longest_, p.size());
+    JsonState s = in_string;   // plain text: still inside the string after it, having neither ended nor escaped
+    if (p.find_first_of("\"\\") == std::string::npos && s.feed(p) && s.in_string()) text_words_[t / 32] |= 1u << (t % 32);
+    else not_text.push_back(t);
   }
   if (eog_.empty()) throw Error("JSON mode needs an end-of-generation token, and this vocabulary has none");
-  std::sort(sorted_.begin(), sorted_.end(), [&](uint32_t a, uint32_t b) { return pieces_[a] < pieces_[b]; });
-  common_.resize(sorted_.size());
-  for (size_t i = 0; i < sorted_.size(); ++i) {
-    const std::string& p = pieces_[sorted_[i]];
-    longest_ = std::max(longest_, p.size());
-    if (i == 0) continue;
-    const std::string& q = pieces_[sorted_[i - 1]];
-    common_[i] = uint32_t(std::mismatch(p.begin(), p.begin() + long(std::min(p.size(), q.size())), q.begin()).first - p.begin());
+  all_ = sorted(std::move(with_piece));
+  not_text_ = sorted(std::move(not_text));
+}
+
+JsonGrammar::Sorted JsonGrammar::sorted(std::vector<uint32_t> tokens) const {
+  std::sort(tokens.begin(), tokens.end(), [&](uint32_t a, uint32_t b) { return pieces_[a] < pieces_[b]; });
+  Sorted s{std::move(tokens), {}};
+  s.common.resize(s.tokens.size());
+  for (size_t i = 1; i < s.tokens.size(); ++i) {
+    const std::string &p = pieces_[s.tokens[i]], &q = pieces_[s.tokens[i - 1]];
+    s.common[i] = uint32_t(std::mismatch(p.begin(), p.begin() + long(std::min(p.size(), q.size())), q.begin()).first - p.begin());
   }
+  return s;
 }
 
 bool JsonGrammar::is_eog(uint32_t token) const { return std::find(eog_.begin(), eog_.end(), token) != eog_.end(); }
@@ -194,9 +208,17 @@ bool JsonGrammar::is_eog(uint32_t token) const { return std::find(eog_.begin(), 
 void JsonGrammar::allowed(const JsonState& state, std::span<uint32_t> bits) const {
   if (bits.size() != (n_vocab_ + 31) / 32) throw Error("internal: a JSON mask of the wrong size");
   std::fill(bits.begin(), bits.end(), 0u);
-  const auto allow = [&](uint32_t t) { bits[t / 32] |= 1u << (t % 32); };
   if (state.complete())
-    for (uint32_t t : eog_) allow(t);
+    for (uint32_t t : eog_) bits[t / 32] |= 1u << (t % 32);
+  if (state.in_string()) {
+    for (size_t w = 0; w < bits.size(); ++w) bits[w] |= text_words_[w];
+    walk(not_text_, state, bits);
+  } else {
+    walk(all_, state, bits);
+  }
+}
+
+void JsonGrammar::walk(const Sorted& s, const JsonState& state, std::span<uint32_t> bits) const {
   // at[d]: the state after the first d bytes of the current token. Tokens are in byte order, so those
   // sharing a rejected prefix are consecutive: once the first d bytes of one fail, the following tokens
   // that share at least d bytes with their predecessor fail too, unexamined.
@@ -204,16 +226,17 @@ void JsonGrammar::allowed(const JsonState& state, std::span<uint32_t> bits) cons
   at.resize(longest_ + 1);
   at[0] = state;
   size_t dead = SIZE_MAX;   // the length of the rejected prefix
-  for (size_t i = 0; i < sorted_.size(); ++i) {
-    if (common_[i] >= dead) continue;
+  for (size_t i = 0; i < s.tokens.size(); ++i) {
+    if (s.common[i] >= dead) continue;
     dead = SIZE_MAX;
-    const std::string& p = pieces_[sorted_[i]];
-    size_t d = common_[i];
+    const uint32_t t = s.tokens[i];
+    const std::string& p = pieces_[t];
+    size_t d = s.common[i];
     for (; d < p.size(); ++d) {
       at[d + 1] = at[d];
       if (!at[d + 1].feed(uint8_t(p[d]))) break;
     }
-    if (d == p.size()) allow(sorted_[i]);
+    if (d == p.size()) bits[t / 32] |= 1u << (t % 32);
     else dead = d + 1;
   }
 }

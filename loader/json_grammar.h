@@ -38,6 +38,8 @@ class JsonState {
   bool feed(std::string_view bytes);   // every byte; false at the first that fails
   // The root object is closed: the text is a complete document (only whitespace may follow).
   bool complete() const { return mode_ == Mode::Done; }
+  // Inside a string, between characters (not in an escape or a UTF-8 sequence).
+  bool in_string() const { return mode_ == Mode::String; }
 
  private:
   enum class Mode : uint8_t {
@@ -89,10 +91,21 @@ class JsonGrammar {
   const std::string& piece(uint32_t token) const { return pieces_[token]; }
 
  private:
+  // Tokens in byte order of their pieces; common[i]: the bytes token i shares with token i - 1.
+  struct Sorted {
+    std::vector<uint32_t> tokens, common;
+  };
+  Sorted sorted(std::vector<uint32_t> tokens) const;
+  void walk(const Sorted& s, const JsonState& state, std::span<uint32_t> bits) const;
+
   uint32_t n_vocab_;
   std::vector<std::string> pieces_;   // "" for control tokens and end-of-generation tokens
-  std::vector<uint32_t> sorted_;      // tokens with a piece, by piece bytes
-  std::vector<uint32_t> common_;      // common_[i]: bytes sorted_[i] shares with sorted_[i - 1]
+  Sorted all_;                        // every token with a piece
+  // Inside a string most tokens are plain text (printable ASCII but '"' and '\\', whole UTF-8 characters):
+  // their bits (text_words_) are allowed at once there, and only the rest are walked (in the 128k Llama 3
+  // vocabulary a mask inside a string took 5.8 ms walking them all).
+  std::vector<uint32_t> text_words_;
+  Sorted not_text_;
   std::vector<uint32_t> eog_;
   size_t longest_ = 0;
 };

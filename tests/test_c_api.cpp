@@ -221,6 +221,53 @@ TEST(CApi, LogitBiasSteersGreedy) {
   }
 }
 
+// JSON mode through the API: the streamed text is a JSON object (the generation ended by itself) or a prefix
+// of one (n_predict cut it), the same with a drafter loaded (JSON mode does not speculate), and json_object
+// other than 0/1 is refused.
+TEST(CApi, JsonModeStreamsAJsonObject) {
+  Model model(kStories);
+  const std::vector<int32_t> prompt = tokenize(model.m, "Once upon a time");
+  std::vector<std::string> texts;
+  for (const int32_t ngram : {0, 1}) {
+    vkspec_context_params p = Ctx::greedy();
+    p.sampling.json_object = 1;
+    p.draft.ngram = ngram;
+    Ctx ctx(model.m, p);
+    Streamed s;
+    vkspec_generate_params g = vkspec_generate_default_params();
+    g.n_predict = 64;
+    g.on_token = collect;
+    g.user = &s;
+    ASSERT_EQ(vkspec_generate(ctx.c, prompt.data(), prompt.size(), &g), VKSPEC_OK) << vkspec_last_error();
+    vkspec_metrics m;
+    ASSERT_EQ(vkspec_get_metrics(ctx.c, &m), VKSPEC_OK);
+    EXPECT_EQ(s.drafts, 0);
+    ASSERT_FALSE(s.text.empty());
+    EXPECT_EQ(s.text[0], '{') << s.text;
+    if (std::string(m.stop_reason) == "eos") {
+      nlohmann::json doc;
+      ASSERT_NO_THROW(doc = nlohmann::json::parse(s.text)) << s.text;
+      EXPECT_TRUE(doc.is_object());
+    } else {
+      EXPECT_STREQ(m.stop_reason, "length");
+      try {
+        const auto whole = nlohmann::json::parse(s.text);
+        ADD_FAILURE() << "a cut-off text parses whole: " << whole.dump();
+      } catch (const nlohmann::json::parse_error& e) {
+        EXPECT_EQ(e.byte, s.text.size() + 1) << e.what() << "\n" << s.text;
+      }
+    }
+    texts.push_back(s.text);
+  }
+  EXPECT_EQ(texts[0], texts[1]);
+  vkspec_context_params p = vkspec_context_default_params();
+  EXPECT_EQ(p.sampling.json_object, 0);
+  p.sampling.json_object = 2;
+  vkspec_context* c = nullptr;
+  EXPECT_EQ(vkspec_context_create(model.m, &p, &c), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(vkspec_last_error()).find("json_object"), std::string::npos);
+}
+
 // The examples print exactly `vkspec run`'s text: generate.c linked against libvkspec.so and against
 // libvkspec.a, and external_device.cpp, which creates the Vulkan device itself and hands it to vkspec.
 TEST(CApi, ExamplesPrintWhatVkspecRunPrints) {

@@ -107,6 +107,11 @@ TEST_F(ServerApiParse, EveryFieldIsTypeAndRangeChecked) {
       {R"({"prompt": "x", "logit_bias": {"7 ": 1}})", "logit_bias"},
       {R"({"prompt": "x", "logprobs": "2"})", "logprobs"}, {R"({"prompt": "x", "logprobs": 21})", "logprobs"}, {R"({"prompt": "x", "model": 3})", "model"},
       {R"({"prompt": "x", "repeat_penalty": 0})", "repeat_penalty"}, {R"({"max_tokens": 3})", "prompt"},
+      {R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {}}}})", "response_format"},
+      {R"({"prompt": "x", "response_format": {"type": "json_object", "schema": {"type": "object"}}})", "response_format"},
+      {R"({"prompt": "x", "response_format": {"type": 5}})", "response_format"},
+      {R"({"prompt": "x", "response_format": "json_object"})", "response_format"},
+      {R"({"prompt": "x", "grammar": "root ::= \"a\""})", "grammar"}, {R"({"prompt": "x", "json_schema": {"type": "object"}})", "json_schema"},
   };
   for (const auto& [body, param] : bad) {
     std::string got;
@@ -137,6 +142,12 @@ TEST_F(ServerApiParse, EveryFieldIsTypeAndRangeChecked) {
       cli::parse_body(R"({"prompt": "def f():", "logit_bias": {"7": -100, "5": 2.5}})", lim_), false, lim_, enc_, "m");
   EXPECT_EQ(lb.bias_tokens, (std::vector<int32_t>{7, 5}));   // the request's order
   EXPECT_EQ(lb.bias_values, (std::vector<float>{-100.0f, 2.5f}));
+  EXPECT_EQ(s.sp.json_object, 0);
+  for (const char* rf : {R"({"type": "text"})", "{}", "null"})
+    EXPECT_EQ(cli::parse_completion(cli::parse_body(std::string(R"({"prompt": "x", "response_format": )") + rf + "}", lim_),
+                                    false, lim_, enc_, "m").sp.json_object, 0) << rf;
+  EXPECT_EQ(cli::parse_completion(cli::parse_body(R"({"prompt": "x", "response_format": {"type": "json_object"}})", lim_),
+                                  false, lim_, enc_, "m").sp.json_object, 1);
   EXPECT_EQ(s.prompt, ids(tok_->encode("def f():", true, true)));
   EXPECT_EQ(s.max_tokens, 512 - s.prompt.size());   // default: up to the context
   EXPECT_EQ(s.sp.seed, 3u);
@@ -429,6 +440,69 @@ TEST(Server, ConcurrentStreamsGetTheirSoloTokensAndSurviveHostileClients) {
       EXPECT_EQ(spec.metric("draft_kv_blocks_total"), 0) << draft;
     }
   }
+}
+
+// JSON mode (response_format json_object): every choice is a JSON object for nlohmann's parser when it ends
+// by itself, a prefix of one when max_tokens cuts it; greedy requests sent together (one batched step) give
+// the texts they give alone; with a draft model loaded (JSON mode does not speculate) the same texts again.
+namespace {
+void expect_json_object_or_prefix(const std::string& text, const std::string& finish) {
+  if (finish == "stop") {
+    json doc;
+    ASSERT_NO_THROW(doc = json::parse(text)) << text;
+    EXPECT_TRUE(doc.is_object()) << text;
+    return;
+  }
+  EXPECT_EQ(finish, "length");
+  try {
+    const json whole = json::parse(text);
+    ADD_FAILURE() << "a cut-off text parses whole: " << whole.dump();
+  } catch (const json::parse_error& e) {
+    EXPECT_EQ(e.byte, text.size() + 1) << "not a prefix of a JSON document: " << e.what() << "\n" << text;
+  }
+}
+}  // namespace
+
+TEST(Server, JsonModeGivesJsonObjects) {
+  const std::vector<std::string> prompts = {"CONFIG = ", "def get_config():\n    return ", "x = [", "data = json.loads("};
+  const auto body = [](const std::string& p) {
+    return json{{"prompt", p}, {"max_tokens", 48}, {"temperature", 0}, {"response_format", {{"type", "json_object"}}}};
+  };
+  std::vector<std::string> solo;
+  {
+    ServerProcess s(model_arg() + " --parallel 4 --prompt-cache 0");
+    ASSERT_TRUE(s.up()) << s.log();
+    int stopped = 0;
+    for (const std::string& p : prompts) {
+      const json r = s.post("/v1/completions", body(p));
+      ASSERT_TRUE(r.contains("choices")) << r.dump();
+      const std::string text = r["choices"][0]["text"], finish = r["choices"][0]["finish_reason"];
+      expect_json_object_or_prefix(text, finish);
+      stopped += finish == "stop";
+      solo.push_back(text);
+    }
+    EXPECT_GE(stopped, 1);
+    // together, in one batch
+    std::vector<std::string> together(prompts.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      threads.emplace_back([&, i] { together[i] = s.post("/v1/completions", body(prompts[i]))["choices"][0]["text"]; });
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(together, solo);
+    // sampled choices (n = 3; each choice its own seed)
+    json sampled = body(prompts[0]);
+    sampled["temperature"] = 0.9;
+    sampled["seed"] = 11;
+    sampled["n"] = 3;
+    const json r = s.post("/v1/completions", sampled);
+    ASSERT_EQ(r["choices"].size(), 3u) << r.dump();
+    for (const json& c : r["choices"]) expect_json_object_or_prefix(c["text"], c["finish_reason"]);
+  }
+  ServerProcess spec(model_arg() + " --parallel 4 --prompt-cache 0 -md " + shared_path("models/pycode-draft-f16.gguf"));
+  ASSERT_TRUE(spec.up()) << spec.log();
+  for (size_t i = 0; i < prompts.size(); ++i)
+    EXPECT_EQ(spec.post("/v1/completions", body(prompts[i]))["choices"][0]["text"], solo[i]) << prompts[i];
+  EXPECT_EQ(spec.metric("draft_tokens_total"), 0);
 }
 
 // Completions' legacy logprobs: a token list whose texts make the completion, the chosen token's
