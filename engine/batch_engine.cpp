@@ -317,7 +317,8 @@ bool BatchEngine::admit_one(const std::shared_ptr<BatchRequest>& r) {
   for (CachedSequence& c : cache_)
     if (c.seq == cached_source) {
       c.last_used = ++cache_clock_;
-      if (r->speculate && !r->logits && !r->sp.json_object && c.drafter && c.drafter->model_drafter()) kept_drafter = std::move(c.drafter);
+      if (r->speculate && !r->logits && !r->sp.json_object && c.drafter && c.drafter->model_drafter())
+        kept_drafter = std::move(c.drafter);
     }
   Slot& s = **free_slot;
   s.req = r;

@@ -184,8 +184,10 @@ JsonGrammar::JsonGrammar(const Tokenizer& tok)
     with_piece.push_back(t);
     longest_ = std::max(longest_, p.size());
     JsonState s = in_string;   // plain text: still inside the string after it, having neither ended nor escaped
-    if (p.find_first_of("\"\\") == std::string::npos && s.feed(p) && s.in_string()) text_words_[t / 32] |= 1u << (t % 32);
-    else not_text.push_back(t);
+    if (p.find_first_of("\"\\") == std::string::npos && s.feed(p) && s.in_string())
+      text_words_[t / 32] |= 1u << (t % 32);
+    else
+      not_text.push_back(t);
   }
   if (eog_.empty()) throw Error("JSON mode needs an end-of-generation token, and this vocabulary has none");
   all_ = sorted(std::move(with_piece));
@@ -198,7 +200,8 @@ JsonGrammar::Sorted JsonGrammar::sorted(std::vector<uint32_t> tokens) const {
   s.common.resize(s.tokens.size());
   for (size_t i = 1; i < s.tokens.size(); ++i) {
     const std::string &p = pieces_[s.tokens[i]], &q = pieces_[s.tokens[i - 1]];
-    s.common[i] = uint32_t(std::mismatch(p.begin(), p.begin() + long(std::min(p.size(), q.size())), q.begin()).first - p.begin());
+    const size_t n = std::min(p.size(), q.size());
+    s.common[i] = uint32_t(std::mismatch(p.begin(), p.begin() + long(n), q.begin()).first - p.begin());
   }
   return s;
 }

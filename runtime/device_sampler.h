@@ -2,8 +2,8 @@
 // The sampling transforms on the device (shaders/sample_rows.comp), the only sampling implementation that
 // generation uses: logits rows become dense probability rows that stay in device memory, and optionally
 // one token is drawn per row into token slots. Semantics are the host Sampler's (logit bias -> penalties ->
-// top-k -> top-p -> min-p -> temperature, ties by lower id; JSON mode's mask as -inf), which the tests use as the reference, for
-// every setting: top-k in 1..kMaxTopK ranks its candidates in shared memory, top-k off or larger takes the
+// JSON mode's mask (-inf) -> top-k -> top-p -> min-p -> temperature, ties by lower id), which the tests use
+// as the reference, for every setting: top-k in 1..kMaxTopK ranks its candidates in shared memory, top-k off or larger takes the
 // general path (rank-prefix cuts found by radix selection on mass). Draws use shaders/rng.h (runtime/rng.h
 // mirrors it).
 #include <span>

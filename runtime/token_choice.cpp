@@ -35,7 +35,8 @@ TokenChooser::TokenChooser(Context& ctx, Pipelines& pipelines, uint32_t n_vocab,
 }
 
 void TokenChooser::start(const SamplingParams& p, const JsonConstraint* constraint) {
-  if (p.json_object != (constraint != nullptr)) throw Error("internal: JSON mode without its constraint, or one without JSON mode");
+  if (p.json_object != (constraint != nullptr))
+    throw Error("internal: JSON mode without its constraint, or a constraint without JSON mode");
   constraint_ = constraint;
   p_ = p;
   device_p_ = device_form(p);
