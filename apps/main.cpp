@@ -50,8 +50,8 @@ void add_sampling_options(CLI::App* c, vkspec::cli::RunOptions& o) {
        },
        "Add BIAS to TOKEN's logit before sampling (repeatable; 15043+1, 2-100)");
   c->add_flag("--json-object", o.json_object,
-              "JSON mode: the output is one JSON object (llama.cpp's json.gbnf), ended only once complete; "
-              "no speculation");
+              "JSON mode: the output is one JSON object (llama.cpp's json.gbnf), ended only once complete "
+              "(speculates with --draft ngram only)");
 }
 void add_draft_options(CLI::App* c, vkspec::cli::RunOptions& o) {
   c->add_option("--model-draft", o.draft_model, "Draft model for speculative decoding (also -md)");

@@ -317,7 +317,7 @@ bool BatchEngine::admit_one(const std::shared_ptr<BatchRequest>& r) {
   for (CachedSequence& c : cache_)
     if (c.seq == cached_source) {
       c.last_used = ++cache_clock_;
-      if (r->speculate && !r->logits && !r->sp.json_object && c.drafter && c.drafter->model_drafter())
+      if (r->speculate && !r->logits && !r->sp.json_object && c.drafter && c.drafter->model_drafter())   // (JSON: plain)
         kept_drafter = std::move(c.drafter);
     }
   Slot& s = **free_slot;
@@ -338,8 +338,9 @@ bool BatchEngine::admit_one(const std::shared_ptr<BatchRequest>& r) {
   s.admitted = Clock::now();
   s.json = r->sp.json_object ? std::make_unique<JsonConstraint>(t_->json_grammar()) : nullptr;
   s.chooser->start(r->sp, s.json.get());
-  // (JSON mode decodes plainly: its mask depends on the token before, which a draft step does not know yet)
-  const bool speculate = r->speculate && has_drafter() && !r->logits && !r->sp.json_object;
+  // (JSON mode speculates with prompt lookup only: each verify row's mask depends on the drafts before it,
+  // which a draft model chooses on the device)
+  const bool speculate = r->speculate && has_drafter() && !r->logits && (!r->sp.json_object || draft_kind_ == "ngram");
   s.result.speculative = speculate;
   if (speculate) {
     if (kept_drafter) {   // its draft sequence within this request's reservation: no longer than the prompt

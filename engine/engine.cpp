@@ -213,8 +213,9 @@ void Engine::begin(Session& session, std::span<const uint32_t> prompt, const Sam
   r->on_token = on_token;
   r->prefill_passes = cancel_ && !prefill_whole_;
   Completion& c = r->c;
-  // JSON mode decodes plainly: its mask depends on the token before, which a draft step does not know yet
-  c.speculative = speculate && drafter_ && !sp.json_object;
+  // JSON mode speculates with host-written drafts (prompt lookup) only: each verify row's mask depends on the
+  // drafts before it, which a draft model chooses on the device
+  c.speculative = speculate && drafter_ && (!sp.json_object || drafter_->host_drafts());
   if (sp.json_object) r->json = std::make_unique<JsonConstraint>(t_->json_grammar());
   const uint32_t V = m.hparams().n_vocab, max_history = m.n_ctx() + LlamaModel::kMaxBatch;
   if (!chooser_) chooser_ = std::make_unique<TokenChooser>(*t_->ctx, *t_->pipelines, V, max_history);

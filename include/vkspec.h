@@ -206,7 +206,8 @@ typedef struct vkspec_sampling_params {
   uint32_t n_logit_bias;
   /* API version 5, JSON mode (OpenAI's response_format {"type": "json_object"}; llama.cpp's
    * grammars/json.gbnf): 1 limits the text to one JSON object, which generation may end only once it is
-   * complete (n_predict or the context may still cut it short). Such a generation does not speculate. */
+   * complete (n_predict or the context may still cut it short). It speculates with n-gram drafts only (a
+   * draft model's are chosen on the device, where the grammar is not). */
   int32_t json_object;
 } vkspec_sampling_params;
 

@@ -244,13 +244,24 @@ void JsonGrammar::walk(const Sorted& s, const JsonState& state, std::span<uint32
   }
 }
 
+bool JsonGrammar::feed(JsonState& state, uint32_t token) const {
+  if (is_eog(token)) return state.complete();
+  const std::string& p = pieces_.at(token);
+  return !p.empty() && state.feed(p);
+}
+
 void JsonConstraint::accept(uint32_t token) {
-  if (grammar_->is_eog(token)) {
-    if (!state_.complete()) throw Error("internal: end of generation chosen inside an incomplete JSON object");
-    return;
+  if (!grammar_->feed(state_, token)) throw Error("internal: a token outside the JSON mask was chosen");
+}
+
+uint32_t JsonConstraint::draft_masks(std::span<const uint32_t> drafts,
+                                     const std::function<std::span<uint32_t>(uint32_t row)>& mask) const {
+  JsonState s = state_;
+  for (uint32_t i = 0; i < drafts.size(); ++i) {
+    if (!grammar_->feed(s, drafts[i])) return i;
+    grammar_->allowed(s, mask(i + 1));
   }
-  const std::string& p = grammar_->piece(token);
-  if (p.empty() || !state_.feed(p)) throw Error("internal: a token outside the JSON mask was chosen");
+  return uint32_t(drafts.size());
 }
 
 }  // namespace vkspec

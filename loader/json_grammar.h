@@ -16,6 +16,7 @@
 // containers nest at most kMaxDepth deep. Control tokens (empty pieces) are never allowed; end-of-generation
 // tokens only when the object is complete.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -88,6 +89,8 @@ class JsonGrammar {
   // end-of-generation token may when the state is complete; some token always may.
   void allowed(const JsonState& state, std::span<uint32_t> bits) const;
   bool is_eog(uint32_t token) const;
+  // Advances `state` past one token; false when the token may not follow it (the state is then unspecified).
+  bool feed(JsonState& state, uint32_t token) const;
   const std::string& piece(uint32_t token) const { return pieces_[token]; }
 
  private:
@@ -115,6 +118,10 @@ class JsonConstraint {
  public:
   explicit JsonConstraint(std::shared_ptr<const JsonGrammar> grammar) : grammar_(std::move(grammar)) {}
   void allowed(std::span<uint32_t> bits) const { grammar_->allowed(state_, bits); }
+  // Speculation with drafts the host wrote (prompt lookup): for each leading draft the grammar allows, the
+  // mask after it, into mask(1), mask(2), ... (the verify rows after the drafts); returns how many drafts
+  // that is (the rest could never be accepted).
+  uint32_t draft_masks(std::span<const uint32_t> drafts, const std::function<std::span<uint32_t>(uint32_t row)>& mask) const;
   // Advances past a chosen token; throws an internal error for one the mask did not allow.
   void accept(uint32_t token);
   bool complete() const { return state_.complete(); }

@@ -47,12 +47,12 @@ DeviceSampler::DeviceSampler(Context& ctx, Pipelines& pipelines, uint32_t n_voca
   table_rows_ = (submission_rows ? submission_rows : 4 * std::max(max_rows, 1u)) + std::max(max_rows, 1u);
   upload_ = std::make_unique<Arena>(ctx, MemoryKind::Upload,
                                     VkDeviceSize(max_history) * 4 + SamplingParams::kMaxLogitBias * 8 +
-                                        (VkDeviceSize(n_vocab) + 31) / 32 * 4 +
+                                        VkDeviceSize(std::max(max_rows, 1u)) * ((n_vocab + 31) / 32) * 4 +
                                         VkDeviceSize(table_rows_) * sizeof(contract::SampleRow) + 4096);
   readback_ = std::make_unique<Arena>(ctx, MemoryKind::Readback, VkDeviceSize(max_rows) * kSlotBytes + 256);
   history_ = upload_->alloc(VkDeviceSize(std::max(max_history, 1u)) * 4, "sampling history");
   bias_ = upload_->alloc(SamplingParams::kMaxLogitBias * 8, "logit bias");
-  mask_ = upload_->alloc((VkDeviceSize(n_vocab) + 31) / 32 * 4, "JSON mode mask");
+  mask_ = upload_->alloc(VkDeviceSize(std::max(max_rows, 1u)) * ((n_vocab + 31) / 32) * 4, "JSON mode masks");
   table_ = upload_->alloc(VkDeviceSize(table_rows_) * sizeof(contract::SampleRow), "sampling row table");
   draws_ = readback_->alloc(VkDeviceSize(max_rows) * kSlotBytes, "sampled tokens (token slots)");
   if (!history_.mapped || !bias_.mapped || !mask_.mapped || !draws_.mapped || !table_.mapped)
@@ -92,16 +92,22 @@ void DeviceSampler::record_append_history(Recorder& r, const Slice& slots, uint3
     r.copy(slots.sub(VkDeviceSize(first + i) * kSlotBytes, 4), history_.sub(VkDeviceSize(at + i) * 4, 4));
 }
 
+std::span<uint32_t> DeviceSampler::mask_words(uint32_t row) {
+  if (row >= std::max(max_rows_, 1u)) throw Error("internal: a JSON mode mask row out of range");
+  const uint32_t words = (n_vocab_ + 31) / 32;
+  return {mask_.host<uint32_t>() + size_t(row) * words, words};
+}
+
 bool DeviceSampler::texel_logits(bool adjusted, const Slice& logits) const {
   return texel_reads_ && !adjusted && n_vocab_ % 4 == 0 && texel_readable(logits);
 }
 
 contract::SampleRow DeviceSampler::entry(const SamplingParams& p, const Slice& logits, const Slice& probs,
                                          uint64_t draw, uint32_t h_end, uint64_t position,
-                                         bool texels) const {
+                                         bool texels, uint32_t mask_row) const {
   const uint32_t last_n = !p.penalized() ? 0u : p.repeat_last_n < 0 ? 0xffffffffu : uint32_t(p.repeat_last_n);
   return {logits.address, probs.address, draw, history_.address, p.seed, bias_.address,
-          p.json_object ? mask_.address : 0, h_end, last_n,
+          p.json_object ? mask_.address + VkDeviceSize(mask_row) * ((n_vocab_ + 31) / 32) * 4 : 0, h_end, last_n,
           p.repeat_penalty, p.frequency_penalty, p.presence_penalty, p.temperature, p.top_p, p.min_p,
           uint32_t(p.top_k), uint32_t(position), uint32_t(p.logit_bias.size()),
           texels ? texel_offset(logits) : 0u};
@@ -145,7 +151,7 @@ void DeviceSampler::record(Recorder& r, const SamplingParams& p, const Rows& j) 
   for (uint32_t i = 0; i < j.rows; ++i)   // row i of the sequence: i tokens later than row 0
     rows[i] = entry(p, j.logits.sub(i * row_bytes, row_bytes), j.probs ? j.probs.sub(i * row_bytes, row_bytes) : Slice{},
                     j.draws ? j.draws->sub(i * kSlotBytes, kSlotBytes).address : 0, j.history_len + i, j.position + i,
-                    texels);
+                    texels, i);
   dispatch(r, rows, texels ? j.logits.texels : VK_NULL_HANDLE, j.draws ? contract::SAMPLE_DRAW : 0u);
 }
 
@@ -155,7 +161,7 @@ DeviceSampler::BatchRow DeviceSampler::row(const SamplingParams& p, const Slice&
       draw.size < kSlotBytes || history_len > max_history_)   // drafts may extend the history on the device
     throw Error("internal: DeviceSampler::row out of range");
   const bool texels = texel_logits(p.adjusts_logits(), logits);
-  return {entry(p, logits, probs, draw.address, history_len, position, texels),
+  return {entry(p, logits, probs, draw.address, history_len, position, texels, 0),
           texels ? logits.texels : VK_NULL_HANDLE};
 }
 

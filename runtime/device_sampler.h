@@ -38,9 +38,10 @@ class DeviceSampler {
   // before any extra token). Every record of one submission must see the same history and bias (append
   // device-chosen tokens with record_append_history instead).
   uint32_t set_history(const SamplingParams& p, std::span<const uint32_t> context, std::span<const uint32_t> extra = {});
-  // JSON mode's mask for the next records of rows with SamplingParams::json_object ([ceil(n_vocab / 32)]
-  // words in upload memory, bit t set: token t allowed), written by the host like the history.
-  std::span<uint32_t> mask_words() { return {mask_.host<uint32_t>(), (n_vocab_ + 31) / 32}; }
+  // JSON mode's mask of row `row` of the next records (Rows: row r of a record; a BatchRow: row 0) for
+  // SamplingParams::json_object: [ceil(n_vocab / 32)] words in upload memory, bit t set: token t allowed;
+  // written by the host like the history.
+  std::span<uint32_t> mask_words(uint32_t row = 0);
   // Copies the tokens of token slots [first, first + n) to history positions at, at + 1, ... on the device
   // (drafts chosen in this submission, which the penalty of later rows must see).
   void record_append_history(Recorder& r, const Slice& slots, uint32_t first, uint32_t n, uint32_t at);
@@ -85,7 +86,7 @@ class DeviceSampler {
  private:
   // texels: the row is read through its texel view (texel_logits, decided once by the caller)
   contract::SampleRow entry(const SamplingParams& p, const Slice& logits, const Slice& probs, uint64_t draw,
-                            uint32_t h_end, uint64_t position, bool texels) const;
+                            uint32_t h_end, uint64_t position, bool texels, uint32_t mask_row) const;
   // n entries of the row table for the recording in `r`, to be filled by the caller before dispatch().
   std::span<contract::SampleRow> table_rows(const Recorder& r, uint32_t n);
   // One dispatch over the entries table_rows() just gave (texels: the view every row's logits are read

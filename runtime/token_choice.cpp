@@ -43,6 +43,13 @@ void TokenChooser::start(const SamplingParams& p, const JsonConstraint* constrai
   mode_ = choice_mode(p, n_vocab_);
 }
 
+uint32_t TokenChooser::set_draft_masks(uint32_t n) {
+  if (!constraint_ || n == 0) return n;
+  drafts_.resize(n);
+  for (uint32_t i = 0; i < n; ++i) drafts_[i] = token(i + 1);
+  return constraint_->draft_masks(drafts_, [this](uint32_t row) { return sampler_->mask_words(row); });
+}
+
 float TokenChooser::top_prob(uint32_t slot) const {
   float f;
   std::memcpy(&f, slots_.host<uint32_t>() + contract::TOKEN_SLOT_UINTS * slot + 1, 4);

@@ -64,6 +64,9 @@ class TokenChooser {
     if (constraint_) constraint_->allowed(sampler_->mask_words());
     return sampler_->set_history(device_p_, context);
   }
+  // JSON mode with host-written drafts in slots 1..n: the masks of the verify rows after them (row 0's is
+  // set_history's); returns how many leading drafts the grammar allows (all of them outside JSON mode).
+  uint32_t set_draft_masks(uint32_t n);
   // Appends the tokens of slots [first, first + n) to the history at `at`, on the device (Device mode with
   // a penalty: drafts chosen earlier in the same submission).
   void record_append_history(Recorder& r, uint32_t first, uint32_t n, uint32_t at);
@@ -87,6 +90,7 @@ class TokenChooser {
   SamplingParams p_, device_p_;
   ChoiceMode mode_ = ChoiceMode::Argmax;
   const JsonConstraint* constraint_ = nullptr;
+  std::vector<uint32_t> drafts_;   // set_draft_masks' copy of the slots
   std::unique_ptr<Arena> slots_arena_;
   std::unique_ptr<DeviceSampler> sampler_;
   Slice slots_;

@@ -66,6 +66,9 @@ class Drafter {
   virtual bool next_round_free(std::span<const uint32_t> context) const { (void)context; return false; }
   // The draft model's drafter this one is or holds (with its draft KV sequence), if any.
   virtual ModelDrafter* model_drafter() { return nullptr; }
+  // Every round's drafts are written by the host before the round is recorded (prompt lookup), so that JSON
+  // mode can check them and mask each verify row (TokenChooser::set_draft_masks); a model's are not.
+  virtual bool host_drafts() const { return false; }
 };
 
 class ModelDrafter : public Drafter {
@@ -118,6 +121,7 @@ class NgramDrafter : public Drafter {
   double relative_cost(const LlamaModel&) const override { return 0.0; }
   uint32_t draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) override;
   bool next_round_free(std::span<const uint32_t>) const override { return true; }
+  bool host_drafts() const override { return true; }
   // The proposal itself (host only), and its writing into the round's slots 1.. (returns its size).
   std::vector<uint32_t> propose(std::span<const uint32_t> context, uint32_t k) const;
   static uint32_t write(std::span<const uint32_t> drafts, DraftRound& round);

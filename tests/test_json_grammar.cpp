@@ -180,4 +180,18 @@ TEST(JsonGrammar, ConstraintFollowsChosenTokens) {
   JsonConstraint d(std::make_shared<JsonGrammar>(*tok));
   EXPECT_THROW(d.accept(uint32_t(tok->eos())), Error);   // not before
   EXPECT_THROW(d.accept(tok->encode("[", false).at(0)), Error);
+  // Drafts: the mask after each leading draft the grammar allows, and how many that is.
+  const std::vector<uint32_t> drafts = {tok->encode("{\"", false).at(0), tok->encode("a", false).at(0),
+                                        uint32_t(tok->eos()), tok->encode("b", false).at(0)};
+  std::vector<std::vector<uint32_t>> rows(5, std::vector<uint32_t>((tok->n_vocab() + 31) / 32, 0xFFFFFFFFu));
+  EXPECT_EQ(d.draft_masks(drafts, [&](uint32_t row) { return std::span<uint32_t>(rows.at(row)); }), 2u);   // no end in a key
+  const JsonGrammar g(*tok);
+  std::vector<uint32_t> want(rows[0].size());
+  JsonState s;
+  for (uint32_t i = 0; i < 2; ++i) {
+    ASSERT_TRUE(g.feed(s, drafts[i]));
+    g.allowed(s, want);
+    EXPECT_EQ(rows[i + 1], want) << "row " << i + 1;
+  }
+  EXPECT_EQ(rows[3], std::vector<uint32_t>(want.size(), 0xFFFFFFFFu));   // untouched past the refused draft
 }

@@ -444,7 +444,8 @@ TEST(Server, ConcurrentStreamsGetTheirSoloTokensAndSurviveHostileClients) {
 
 // JSON mode (response_format json_object): every choice is a JSON object for nlohmann's parser when it ends
 // by itself, a prefix of one when max_tokens cuts it; greedy requests sent together (one batched step) give
-// the texts they give alone; with a draft model loaded (JSON mode does not speculate) the same texts again.
+// the texts they give alone; with prompt lookup (which JSON mode speculates with) and with a draft model (which
+// it does not) the same texts again.
 namespace {
 void expect_json_object_or_prefix(const std::string& text, const std::string& finish) {
   if (finish == "stop") {
@@ -498,11 +499,14 @@ TEST(Server, JsonModeGivesJsonObjects) {
     ASSERT_EQ(r["choices"].size(), 3u) << r.dump();
     for (const json& c : r["choices"]) expect_json_object_or_prefix(c["text"], c["finish_reason"]);
   }
-  ServerProcess spec(model_arg() + " --parallel 4 --prompt-cache 0 -md " + shared_path("models/pycode-draft-f16.gguf"));
-  ASSERT_TRUE(spec.up()) << spec.log();
-  for (size_t i = 0; i < prompts.size(); ++i)
-    EXPECT_EQ(spec.post("/v1/completions", body(prompts[i]))["choices"][0]["text"], solo[i]) << prompts[i];
-  EXPECT_EQ(spec.metric("draft_tokens_total"), 0);
+  for (const std::string& draft : {std::string("--draft ngram"), "-md " + shared_path("models/pycode-draft-f16.gguf")}) {
+    ServerProcess spec(model_arg() + " --parallel 4 --prompt-cache 0 " + draft);
+    ASSERT_TRUE(spec.up()) << spec.log();
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_EQ(spec.post("/v1/completions", body(prompts[i]))["choices"][0]["text"], solo[i]) << prompts[i] << draft;
+    if (draft == "--draft ngram") EXPECT_GT(spec.metric("draft_tokens_accepted_total"), 0);
+    else EXPECT_EQ(spec.metric("draft_tokens_total"), 0);
+  }
 }
 
 // Completions' legacy logprobs: a token list whose texts make the completion, the chosen token's

@@ -360,6 +360,70 @@ TEST_F(SpeculativeTest, SampledTokensAreThoseOfSamplingWithoutSpeculation) {
   EXPECT_EQ(target.kv().free_blocks(), free0) << "KV blocks leaked";
 }
 
+// JSON mode speculates with prompt lookup: each verify row is masked after the drafts before it and drafts
+// the grammar refuses are dropped, so the tokens are plain JSON mode's, greedy and sampled; a draft model's
+// drafts (chosen on the device) are refused.
+namespace {
+std::vector<uint32_t> json_tokens(LlamaModel& m, const Tokenizer& tok, std::shared_ptr<const JsonGrammar> grammar,
+                                  Drafter* d, const std::vector<uint32_t>& prompt, size_t n, const SamplingParams& p,
+                                  SpeculativeStats* stats = nullptr) {
+  const int seq = m.kv().new_sequence();
+  TokenChooser ch(gpu().ctx, gpu().pipelines, m.hparams().n_vocab, 4096);
+  Recorder rec(gpu().ctx, false);
+  JsonConstraint json(std::move(grammar));
+  ch.start(p, &json);
+  std::vector<uint32_t> context = prompt, out;
+  uint32_t t = decode_step(m, seq, ch, rec, m.write_tokens(prompt), uint32_t(prompt.size()), context);
+  const auto emit = [&](uint32_t token, bool) {
+    json.accept(token);
+    out.push_back(token);
+    return out.size() < n && !tok.is_eog(token);
+  };
+  if (d) {
+    SpeculativeStats s = generate_speculative(m, seq, *d, ch, rec, context, SpeculativeOptions{5, 0}, emit);
+    if (stats) *stats = s;
+  } else {
+    while (emit(t, false)) {
+      context.push_back(t);
+      t = decode_step(m, seq, ch, rec, ch.input(0), 1, context);
+    }
+  }
+  m.kv().free_sequence(seq);
+  return out;
+}
+}  // namespace
+
+TEST_F(SpeculativeTest, JsonModeWithPromptLookupKeepsItsTokens) {
+  GgufFile f(shared_path("models/pycode-target-f16.gguf"));
+  const auto tok = Tokenizer::from_gguf(f);
+  const auto grammar = std::make_shared<const JsonGrammar>(*tok);
+  LlamaModel target(gpu().ctx, gpu().pipelines, f, ModelOptions{});
+  const uint32_t free0 = target.kv().free_blocks();
+  uint64_t accepted = 0, drafted = 0;
+  for (const char* text : {"CONFIG = ", "x = [", "data = json.loads("})
+    for (const float temp : {0.0f, 0.8f}) {
+      SCOPED_TRACE(std::string(text) + " T " + std::to_string(temp));
+      SamplingParams p;
+      p.temperature = temp;
+      p.seed = 5;
+      p.json_object = true;
+      const std::vector<uint32_t> prompt = tok->encode(text, true);
+      const auto want = json_tokens(target, *tok, grammar, nullptr, prompt, 96, p);
+      NgramDrafter ng;
+      SpeculativeStats s;
+      EXPECT_EQ(json_tokens(target, *tok, grammar, &ng, prompt, 96, p, &s), want);
+      accepted += s.accepted, drafted += s.drafted;
+    }
+  EXPECT_GT(accepted, 0u);
+  EXPECT_EQ(target.kv().free_blocks(), free0) << "KV blocks leaked";
+  SamplingParams p;
+  p.json_object = true;
+  ModelDrafter md(target, 0.0f);
+  EXPECT_THROW(json_tokens(target, *tok, grammar, &md, tok->encode("x = [", true), 8, p), Error);
+  printf("JSON mode with prompt lookup: %llu of %llu drafts accepted\n", (unsigned long long)accepted,
+         (unsigned long long)drafted);
+}
+
 TEST(Speculative, NgramDrafterProposesWhatFollowedTheLongestMatch) {
   NgramDrafter ng;
   std::vector<uint32_t> ctx = {5, 6, 7, 8, 9, 1, 2, 5, 6, 7};
