@@ -31,6 +31,7 @@ struct RunOptions {
   std::vector<int32_t> bias_tokens;   // --logit-bias TOKEN+BIAS / TOKEN-BIAS (llama.cpp's -l), in order
   std::vector<float> bias_values;
   bool json_object = false;   // --json-object: JSON mode
+  std::string grammar, grammar_file;   // --grammar GBNF / --grammar-file FILE (llama.cpp's flags)
   std::optional<uint64_t> seed;   // --seed S (0 .. 2^64-1); none or -1: random
   int samples = 1;     // independent completions, seeds seed, seed+1, ...
   int ctx = 0;

@@ -52,6 +52,8 @@ void add_sampling_options(CLI::App* c, vkspec::cli::RunOptions& o) {
   c->add_flag("--json-object", o.json_object,
               "JSON mode: the output is one JSON object (llama.cpp's json.gbnf), ended only once complete "
               "(speculates with --draft ngram only)");
+  c->add_option("--grammar", o.grammar, "A GBNF grammar (llama.cpp's syntax) the output follows");
+  c->add_option("--grammar-file", o.grammar_file, "Read the GBNF grammar from a file");
 }
 void add_draft_options(CLI::App* c, vkspec::cli::RunOptions& o) {
   c->add_option("--model-draft", o.draft_model, "Draft model for speculative decoding (also -md)");
@@ -205,6 +207,13 @@ static int run_main(int argc, char** argv) {
     for (auto* c : {run, chat_cmd, apply, serve})   // an empty name must not fall back to the model's template
       if (c->count("--chat-template") && (c == serve ? so.chat_template : chat.template_file).empty())
         throw vkspec::cli::Error("--chat-template needs a template file");
+    for (auto* c : {run, bench, chat_cmd}) {
+      if (c->count("--grammar") + c->count("--grammar-file") + c->count("--json-object") > 1)
+        throw vkspec::cli::Error("give one of --grammar, --grammar-file and --json-object");
+      if (c->count("--grammar") && o.grammar.empty()) throw vkspec::cli::Error("--grammar needs a grammar");
+      if (c->count("--grammar-file"))
+        o.grammar = vkspec::cli::read_text_file(o.grammar_file, 1u << 20, "grammar file");
+    }
     if (*run && !chat.chat && (run->count("--system") || run->count("--chat-template")))
       throw vkspec::cli::Error("--system and --chat-template go with --chat");
     if (*run) return vkspec::cli::cmd_run(o, chat);

@@ -18,7 +18,7 @@ struct BatchEngine::Slot {
   std::unique_ptr<TokenChooser> chooser;
   std::unique_ptr<Drafter> drafter;         // per request (a ModelDrafter holds a draft sequence)
   std::unique_ptr<SpeculativeDecoder> spec;
-  std::unique_ptr<JsonConstraint> json;     // JSON mode (the request's tokens so far, the next mask)
+  std::unique_ptr<TokenConstraint> constraint;   // JSON mode or a grammar (the tokens so far, the next mask)
   std::vector<uint32_t> context;   // the prompt, then every token fed back (the penalty history)
   uint32_t prefilled = 0;          // prompt tokens in the cache
   bool decoding = false;
@@ -317,7 +317,7 @@ bool BatchEngine::admit_one(const std::shared_ptr<BatchRequest>& r) {
   for (CachedSequence& c : cache_)
     if (c.seq == cached_source) {
       c.last_used = ++cache_clock_;
-      if (r->speculate && !r->logits && !r->sp.json_object && c.drafter && c.drafter->model_drafter())   // (JSON: plain)
+      if (r->speculate && !r->logits && !r->sp.constrained() && c.drafter && c.drafter->model_drafter())
         kept_drafter = std::move(c.drafter);
     }
   Slot& s = **free_slot;
@@ -336,11 +336,11 @@ bool BatchEngine::admit_one(const std::shared_ptr<BatchRequest>& r) {
   reserved_ += need;
   draft_reserved_ += draft_need;
   s.admitted = Clock::now();
-  s.json = r->sp.json_object ? std::make_unique<JsonConstraint>(t_->json_grammar()) : nullptr;
-  s.chooser->start(r->sp, s.json.get());
-  // (JSON mode speculates with prompt lookup only: each verify row's mask depends on the drafts before it,
-  // which a draft model chooses on the device)
-  const bool speculate = r->speculate && has_drafter() && !r->logits && (!r->sp.json_object || draft_kind_ == "ngram");
+  s.constraint = t_->constraint(r->sp);
+  s.chooser->start(r->sp, s.constraint.get());
+  // (constrained generation speculates with prompt lookup only: each verify row's mask depends on the drafts
+  // before it, which a draft model chooses on the device)
+  const bool speculate = r->speculate && has_drafter() && !r->logits && (!r->sp.constrained() || draft_kind_ == "ngram");
   s.result.speculative = speculate;
   if (speculate) {
     if (kept_drafter) {   // its draft sequence within this request's reservation: no longer than the prompt
@@ -364,7 +364,7 @@ bool BatchEngine::emit(Slot& s, uint32_t t, bool from_draft, const float* row) {
     s.stop_reason = "cancelled";
     return false;
   }
-  if (s.json) s.json->accept(t);
+  if (s.constraint) s.constraint->accept(t);
   if (!r.ignore_eos && t_->tok->is_eog(t)) {
     s.stop_reason = "eos";
     return false;
@@ -399,7 +399,7 @@ void BatchEngine::end(Slot& s, const std::string& reason, const std::string& err
     res.prefill_s = seconds(s.admitted, now);
   }
   s.spec.reset();
-  s.json.reset();
+  s.constraint.reset();
   // the cache holds the first length(seq) tokens of the context (the last chosen token is never fed back);
   // after a failed step it may not, and is not kept. The drafter goes with it (or is freed, with its draft
   // sequence).

@@ -58,6 +58,7 @@ vkspec_sampling_params default_sampling() {
   s.logit_bias = nullptr;
   s.n_logit_bias = 0;
   s.json_object = 0;
+  s.grammar = nullptr;
   return s;
 }
 vkspec_draft_params default_draft() {

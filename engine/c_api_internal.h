@@ -166,6 +166,11 @@ inline SamplingParams sampling_params(const vkspec_sampling_params& p, uint32_t 
     sp.seed = p.seed;
     if (p.json_object != 0 && p.json_object != 1) throw Error("json_object must be 0 or 1");
     sp.json_object = p.json_object == 1;
+    if (p.grammar && *p.grammar) {
+      if (sp.json_object) throw Error("json_object and a grammar exclude each other");
+      sp.grammar = p.grammar;
+      (void)Gbnf::parse(sp.grammar);   // refused here, with its line, rather than at the first step
+    }
     if (p.n_logit_bias > SamplingParams::kMaxLogitBias)
       throw Error("a logit bias of more than " + std::to_string(SamplingParams::kMaxLogitBias) + " tokens");
     if (p.n_logit_bias && (!p.logit_bias_tokens || !p.logit_bias)) throw Error("a logit bias without its arrays");

@@ -155,10 +155,15 @@ std::optional<std::vector<double>> Engine::score(Session& session, std::span<con
   return out;
 }
 
-std::shared_ptr<const JsonGrammar> TargetModel::json_grammar() {
-  std::lock_guard<std::mutex> lock(json_mu_);
-  if (!json_grammar_) json_grammar_ = std::make_shared<JsonGrammar>(*tok);
-  return json_grammar_;
+std::unique_ptr<TokenConstraint> TargetModel::constraint(const SamplingParams& sp) {
+  if (!sp.constrained()) return nullptr;
+  if (sp.json_object && !sp.grammar.empty()) throw Error("JSON mode and a grammar exclude each other");
+  std::shared_ptr<const Gbnf> grammar = sp.json_object ? nullptr : Gbnf::parse(sp.grammar);
+  std::lock_guard<std::mutex> lock(constraint_mu_);
+  if (!vocab_bytes_) vocab_bytes_ = std::make_shared<const VocabBytes>(*tok);
+  if (grammar) return std::make_unique<GbnfConstraint>(std::move(grammar), vocab_bytes_);
+  if (!json_grammar_) json_grammar_ = std::make_shared<const JsonGrammar>(vocab_bytes_);
+  return std::make_unique<JsonConstraint>(json_grammar_);
 }
 
 Completion Engine::generate(std::span<const uint32_t> prompt, const SamplingParams& sp, int n, bool ignore_eos,
@@ -192,7 +197,7 @@ struct Engine::Run {
   bool prefill_passes = false;     // the prompt in passes of kMaxBatch, one per step (cancellable)
   uint32_t next = 0;               // plain decoding: the choice not yet fed back
   std::unique_ptr<SpeculativeDecoder> spec;
-  std::unique_ptr<JsonConstraint> json;   // JSON mode: the tokens accepted so far, and the next choice's mask
+  std::unique_ptr<TokenConstraint> constraint;   // JSON mode or a grammar: the tokens so far, the next mask
   uint64_t submissions0 = 0, parts0 = 0, dispatches0 = 0;
 };
 
@@ -213,14 +218,14 @@ void Engine::begin(Session& session, std::span<const uint32_t> prompt, const Sam
   r->on_token = on_token;
   r->prefill_passes = cancel_ && !prefill_whole_;
   Completion& c = r->c;
-  // JSON mode speculates with host-written drafts (prompt lookup) only: each verify row's mask depends on the
-  // drafts before it, which a draft model chooses on the device
-  c.speculative = speculate && drafter_ && (!sp.json_object || drafter_->host_drafts());
-  if (sp.json_object) r->json = std::make_unique<JsonConstraint>(t_->json_grammar());
+  // Constrained generation speculates with host-written drafts (prompt lookup) only: each verify row's mask
+  // depends on the drafts before it, which a draft model chooses on the device
+  c.speculative = speculate && drafter_ && (!sp.constrained() || drafter_->host_drafts());
+  r->constraint = t_->constraint(sp);
   const uint32_t V = m.hparams().n_vocab, max_history = m.n_ctx() + LlamaModel::kMaxBatch;
   if (!chooser_) chooser_ = std::make_unique<TokenChooser>(*t_->ctx, *t_->pipelines, V, max_history);
   if (!rec_) rec_ = std::make_unique<Recorder>(*t_->ctx, profiling_requested());
-  chooser_->start(sp, r->json.get());
+  chooser_->start(sp, r->constraint.get());
 
   // Keep the cached K/V of the longest common prefix (at least one token is prefilled: its logits choose).
   size_t common = 0;
@@ -334,7 +339,7 @@ bool Engine::accept_token(uint32_t t, bool from_draft) {
     c.stop_reason = "cancelled";
     return false;
   }
-  if (r.json) r.json->accept(t);
+  if (r.constraint) r.constraint->accept(t);
   if (!r.ignore_eos && t_->tok->is_eog(t)) {
     c.stop_reason = "eos";
     return false;

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/prompt.h"
+#include "loader/gbnf.h"
 #include "loader/json_grammar.h"
 #include "loader/tokenizer.h"
 #include "runtime/model.h"
@@ -87,11 +88,13 @@ struct TargetModel {
   double load_s = 0;
   // Held for a whole completion: the model's activations and the device queue serve one at a time.
   std::mutex busy;
-  // JSON mode's view of the vocabulary, made at the first request that asks for it (any thread).
-  std::shared_ptr<const JsonGrammar> json_grammar();
+  // The constraint of a request's settings (JSON mode, a grammar; null: none). The vocabulary's views they
+  // need are made at the first request that asks (any thread).
+  std::unique_ptr<TokenConstraint> constraint(const SamplingParams& sp);
 
  private:
-  std::mutex json_mu_;
+  std::mutex constraint_mu_;
+  std::shared_ptr<const VocabBytes> vocab_bytes_;
   std::shared_ptr<const JsonGrammar> json_grammar_;
 };
 

@@ -209,6 +209,11 @@ typedef struct vkspec_sampling_params {
    * complete (n_predict or the context may still cut it short). It speculates with n-gram drafts only (a
    * draft model's are chosen on the device, where the grammar is not). */
   int32_t json_object;
+  /* API version 5, a GBNF grammar (llama.cpp's syntax; NULL or "": none; not with json_object): the text
+   * stays a prefix of a sentence of it, and ends only where a sentence does. Copied when the parameters are
+   * used; a grammar that does not parse is VKSPEC_ERROR_INVALID_ARGUMENT with the line. Speculates as JSON
+   * mode does. */
+  const char* grammar;
 } vkspec_sampling_params;
 
 /* Speculative decoding: a draft model or n-gram (prompt lookup) drafts, verified by the model. */

@@ -168,18 +168,13 @@ bool JsonState::feed(std::string_view bytes) {
   return true;
 }
 
-JsonGrammar::JsonGrammar(const Tokenizer& tok)
-    : n_vocab_(tok.n_vocab()), pieces_(n_vocab_), text_words_((n_vocab_ + 31) / 32, 0u) {
+JsonGrammar::JsonGrammar(std::shared_ptr<const VocabBytes> vocab)
+    : vocab_(std::move(vocab)), n_vocab_(vocab_->n_vocab()), text_words_((n_vocab_ + 31) / 32, 0u) {
   JsonState in_string;
   in_string.feed("{\"");
   std::vector<uint32_t> with_piece, not_text;
   for (uint32_t t = 0; t < n_vocab_; ++t) {
-    if (tok.is_eog(t)) {
-      eog_.push_back(t);
-      continue;
-    }
-    pieces_[t] = tok.piece(t);
-    const std::string& p = pieces_[t];
+    const std::string& p = vocab_->pieces[t];
     if (p.empty()) continue;
     with_piece.push_back(t);
     longest_ = std::max(longest_, p.size());
@@ -189,30 +184,29 @@ JsonGrammar::JsonGrammar(const Tokenizer& tok)
     else
       not_text.push_back(t);
   }
-  if (eog_.empty()) throw Error("JSON mode needs an end-of-generation token, and this vocabulary has none");
+  if (vocab_->eog.empty()) throw Error("constrained generation needs an end-of-generation token, and this vocabulary has none");
   all_ = sorted(std::move(with_piece));
   not_text_ = sorted(std::move(not_text));
 }
 
 JsonGrammar::Sorted JsonGrammar::sorted(std::vector<uint32_t> tokens) const {
-  std::sort(tokens.begin(), tokens.end(), [&](uint32_t a, uint32_t b) { return pieces_[a] < pieces_[b]; });
+  const auto& pieces = vocab_->pieces;
+  std::sort(tokens.begin(), tokens.end(), [&](uint32_t a, uint32_t b) { return pieces[a] < pieces[b]; });
   Sorted s{std::move(tokens), {}};
   s.common.resize(s.tokens.size());
   for (size_t i = 1; i < s.tokens.size(); ++i) {
-    const std::string &p = pieces_[s.tokens[i]], &q = pieces_[s.tokens[i - 1]];
+    const std::string &p = pieces[s.tokens[i]], &q = pieces[s.tokens[i - 1]];
     const size_t n = std::min(p.size(), q.size());
     s.common[i] = uint32_t(std::mismatch(p.begin(), p.begin() + long(n), q.begin()).first - p.begin());
   }
   return s;
 }
 
-bool JsonGrammar::is_eog(uint32_t token) const { return std::find(eog_.begin(), eog_.end(), token) != eog_.end(); }
-
 void JsonGrammar::allowed(const JsonState& state, std::span<uint32_t> bits) const {
   if (bits.size() != (n_vocab_ + 31) / 32) throw Error("internal: a JSON mask of the wrong size");
   std::fill(bits.begin(), bits.end(), 0u);
   if (state.complete())
-    for (uint32_t t : eog_) bits[t / 32] |= 1u << (t % 32);
+    for (uint32_t t : vocab_->eog) bits[t / 32] |= 1u << (t % 32);
   if (state.in_string()) {
     for (size_t w = 0; w < bits.size(); ++w) bits[w] |= text_words_[w];
     walk(not_text_, state, bits);
@@ -233,7 +227,7 @@ void JsonGrammar::walk(const Sorted& s, const JsonState& state, std::span<uint32
     if (s.common[i] >= dead) continue;
     dead = SIZE_MAX;
     const uint32_t t = s.tokens[i];
-    const std::string& p = pieces_[t];
+    const std::string& p = vocab_->pieces[t];
     size_t d = s.common[i];
     for (; d < p.size(); ++d) {
       at[d + 1] = at[d];
@@ -246,7 +240,7 @@ void JsonGrammar::walk(const Sorted& s, const JsonState& state, std::span<uint32
 
 bool JsonGrammar::feed(JsonState& state, uint32_t token) const {
   if (is_eog(token)) return state.complete();
-  const std::string& p = pieces_.at(token);
+  const std::string& p = vocab_->pieces.at(token);
   return !p.empty() && state.feed(p);
 }
 

@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
-namespace vkspec {
+#include "loader/token_constraint.h"
 
-class Tokenizer;
+namespace vkspec {
 
 // The recognizer's state after some bytes: 16 bytes, copied freely (JsonGrammar::allowed keeps one per
 // byte of the token it is checking).
@@ -83,15 +83,16 @@ class JsonState {
 // tokens sharing a prefix that the grammar rejects are skipped together.
 class JsonGrammar {
  public:
-  explicit JsonGrammar(const Tokenizer& tok);
+  explicit JsonGrammar(std::shared_ptr<const VocabBytes> vocab);
+  explicit JsonGrammar(const Tokenizer& tok) : JsonGrammar(std::make_shared<const VocabBytes>(tok)) {}
   uint32_t n_vocab() const { return n_vocab_; }
   // Bit t of `bits` ([ceil(n_vocab / 32)] words, all written): token t may follow `state`. An
   // end-of-generation token may when the state is complete; some token always may.
   void allowed(const JsonState& state, std::span<uint32_t> bits) const;
-  bool is_eog(uint32_t token) const;
+  bool is_eog(uint32_t token) const { return vocab_->is_eog(token); }
   // Advances `state` past one token; false when the token may not follow it (the state is then unspecified).
   bool feed(JsonState& state, uint32_t token) const;
-  const std::string& piece(uint32_t token) const { return pieces_[token]; }
+  const std::string& piece(uint32_t token) const { return vocab_->pieces[token]; }
 
  private:
   // Tokens in byte order of their pieces; common[i]: the bytes token i shares with token i - 1.
@@ -101,30 +102,26 @@ class JsonGrammar {
   Sorted sorted(std::vector<uint32_t> tokens) const;
   void walk(const Sorted& s, const JsonState& state, std::span<uint32_t> bits) const;
 
+  std::shared_ptr<const VocabBytes> vocab_;
   uint32_t n_vocab_;
-  std::vector<std::string> pieces_;   // "" for control tokens and end-of-generation tokens
   Sorted all_;                        // every token with a piece
   // Inside a string most tokens are plain text (printable ASCII but '"' and '\\', whole UTF-8 characters):
   // their bits (text_words_) are allowed at once there, and only the rest are walked (in the 128k Llama 3
   // vocabulary a mask inside a string took 5.8 ms walking them all).
   std::vector<uint32_t> text_words_;
   Sorted not_text_;
-  std::vector<uint32_t> eog_;
   size_t longest_ = 0;
 };
 
 // One generation's constraint: the state after the tokens accepted so far.
-class JsonConstraint {
+class JsonConstraint : public TokenConstraint {
  public:
   explicit JsonConstraint(std::shared_ptr<const JsonGrammar> grammar) : grammar_(std::move(grammar)) {}
-  void allowed(std::span<uint32_t> bits) const { grammar_->allowed(state_, bits); }
-  // Speculation with drafts the host wrote (prompt lookup): for each leading draft the grammar allows, the
-  // mask after it, into mask(1), mask(2), ... (the verify rows after the drafts); returns how many drafts
-  // that is (the rest could never be accepted).
-  uint32_t draft_masks(std::span<const uint32_t> drafts, const std::function<std::span<uint32_t>(uint32_t row)>& mask) const;
-  // Advances past a chosen token; throws an internal error for one the mask did not allow.
-  void accept(uint32_t token);
-  bool complete() const { return state_.complete(); }
+  void allowed(std::span<uint32_t> bits) const override { grammar_->allowed(state_, bits); }
+  uint32_t draft_masks(std::span<const uint32_t> drafts,
+                       const std::function<std::span<uint32_t>(uint32_t row)>& mask) const override;
+  void accept(uint32_t token) override;
+  bool complete() const override { return state_.complete(); }
 
  private:
   std::shared_ptr<const JsonGrammar> grammar_;

@@ -107,7 +107,7 @@ contract::SampleRow DeviceSampler::entry(const SamplingParams& p, const Slice& l
                                          bool texels, uint32_t mask_row) const {
   const uint32_t last_n = !p.penalized() ? 0u : p.repeat_last_n < 0 ? 0xffffffffu : uint32_t(p.repeat_last_n);
   return {logits.address, probs.address, draw, history_.address, p.seed, bias_.address,
-          p.json_object ? mask_.address + VkDeviceSize(mask_row) * ((n_vocab_ + 31) / 32) * 4 : 0, h_end, last_n,
+          p.constrained() ? mask_.address + VkDeviceSize(mask_row) * ((n_vocab_ + 31) / 32) * 4 : 0, h_end, last_n,
           p.repeat_penalty, p.frequency_penalty, p.presence_penalty, p.temperature, p.top_p, p.min_p,
           uint32_t(p.top_k), uint32_t(position), uint32_t(p.logit_bias.size()),
           texels ? texel_offset(logits) : 0u};

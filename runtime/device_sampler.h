@@ -39,7 +39,7 @@ class DeviceSampler {
   // device-chosen tokens with record_append_history instead).
   uint32_t set_history(const SamplingParams& p, std::span<const uint32_t> context, std::span<const uint32_t> extra = {});
   // JSON mode's mask of row `row` of the next records (Rows: row r of a record; a BatchRow: row 0) for
-  // SamplingParams::json_object: [ceil(n_vocab / 32)] words in upload memory, bit t set: token t allowed;
+  // SamplingParams::constrained(): [ceil(n_vocab / 32)] words in upload memory, bit t set: token t allowed;
   // written by the host like the history.
   std::span<uint32_t> mask_words(uint32_t row = 0);
   // Copies the tokens of token slots [first, first + n) to history positions at, at + 1, ... on the device

@@ -5,6 +5,7 @@
 // generator (runtime/rng.h), so a seed gives the reference the device's noise.
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace vkspec {
@@ -27,16 +28,19 @@ struct SamplingParams {
   int repeat_last_n = 64;           // the penalties' window: the context's last tokens; -1: all of it
   std::vector<LogitBias> logit_bias;   // added to the logits first, in this order (duplicates add up)
   uint64_t seed = 0;
-  // JSON mode (loader/json_grammar.h): each choice is limited to the tokens that continue one JSON object,
-  // by a mask the host writes before it (TokenChooser::start's constraint; DeviceSampler::mask_words).
+  // Constrained generation: each choice is limited to the tokens that continue the text in JSON mode
+  // (loader/json_grammar.h: one JSON object) or in a GBNF grammar (loader/gbnf.h: its text), by a mask the
+  // host writes before it (TokenChooser::start's constraint; DeviceSampler::mask_words). At most one of them.
   bool json_object = false;
+  std::string grammar;
+  bool constrained() const { return json_object || !grammar.empty(); }
   bool greedy() const { return temperature <= 0.f; }
   // A penalty applies (the one place this rule is written).
   bool penalized() const {
     return (repeat_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f) && repeat_last_n != 0;
   }
   // The logits are changed before the cuts (a bias, a penalty or a mask): greedy then needs the device sampler.
-  bool adjusts_logits() const { return penalized() || !logit_bias.empty() || json_object; }
+  bool adjusts_logits() const { return penalized() || !logit_bias.empty() || constrained(); }
 };
 
 

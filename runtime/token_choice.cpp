@@ -34,9 +34,9 @@ TokenChooser::TokenChooser(Context& ctx, Pipelines& pipelines, uint32_t n_vocab,
   sampler_ = std::make_unique<DeviceSampler>(ctx, pipelines, n_vocab, kSlots, max_history + kSlots);
 }
 
-void TokenChooser::start(const SamplingParams& p, const JsonConstraint* constraint) {
-  if (p.json_object != (constraint != nullptr))
-    throw Error("internal: JSON mode without its constraint, or a constraint without JSON mode");
+void TokenChooser::start(const SamplingParams& p, const TokenConstraint* constraint) {
+  if (p.constrained() != (constraint != nullptr))
+    throw Error("internal: constrained sampling without its constraint, or a constraint without it");
   constraint_ = constraint;
   p_ = p;
   device_p_ = device_form(p);

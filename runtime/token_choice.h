@@ -10,7 +10,7 @@
 #include <memory>
 #include <span>
 
-#include "loader/json_grammar.h"
+#include "loader/token_constraint.h"
 #include "runtime/device_sampler.h"
 #include "runtime/model.h"
 
@@ -32,9 +32,9 @@ class TokenChooser {
   // max_history: the longest context (plus drafts) the penalty will see.
   TokenChooser(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_history);
 
-  // A new request: decides the mode. JSON mode (p.json_object) needs the request's constraint, whose mask
-  // set_history writes before each choice (it must outlive the request).
-  void start(const SamplingParams& p, const JsonConstraint* constraint = nullptr);
+  // A new request: decides the mode. Constrained generation (p.constrained()) needs the request's
+  // constraint, whose mask set_history writes before each choice (it must outlive the request).
+  void start(const SamplingParams& p, const TokenConstraint* constraint = nullptr);
   ChoiceMode mode() const { return mode_; }
   bool greedy() const { return p_.greedy(); }
   const SamplingParams& params() const { return p_; }
@@ -59,13 +59,13 @@ class TokenChooser {
 
   // The penalty history of this submission's choices: the context, written by the host (Device mode).
   // Returns the history length of a choice made right after the context.
-  // JSON mode: and the constraint's mask, for one choice after the tokens it has accepted.
+  // Constrained: and the constraint's mask, for one choice after the tokens it has accepted.
   uint32_t set_history(std::span<const uint32_t> context) {
     if (constraint_) constraint_->allowed(sampler_->mask_words());
     return sampler_->set_history(device_p_, context);
   }
-  // JSON mode with host-written drafts in slots 1..n: the masks of the verify rows after them (row 0's is
-  // set_history's); returns how many leading drafts the grammar allows (all of them outside JSON mode).
+  // Constrained, with host-written drafts in slots 1..n: the masks of the verify rows after them (row 0's is
+  // set_history's); returns how many leading drafts the constraint allows (all of them when unconstrained).
   uint32_t set_draft_masks(uint32_t n);
   // Appends the tokens of slots [first, first + n) to the history at `at`, on the device (Device mode with
   // a penalty: drafts chosen earlier in the same submission).
@@ -89,7 +89,7 @@ class TokenChooser {
   uint32_t n_vocab_;
   SamplingParams p_, device_p_;
   ChoiceMode mode_ = ChoiceMode::Argmax;
-  const JsonConstraint* constraint_ = nullptr;
+  const TokenConstraint* constraint_ = nullptr;
   std::vector<uint32_t> drafts_;   // set_draft_masks' copy of the slots
   std::unique_ptr<Arena> slots_arena_;
   std::unique_ptr<DeviceSampler> sampler_;

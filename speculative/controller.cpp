@@ -31,9 +31,9 @@ SpeculativeDecoder::SpeculativeDecoder(LlamaModel& target, int seq, Drafter& dra
               drafter.relative_cost(target)),
       g_(chooser.token(0)),   // the target's choice after the prefilled context
       round_{rec, chooser, 0} {
-  // JSON mode masks each verify row after the drafts before it, which the host must know while recording
-  if (chooser.params().json_object && !drafter.host_drafts())
-    throw Error("internal: JSON mode speculates with host-written drafts only");
+  // a constraint masks each verify row after the drafts before it, which the host must know while recording
+  if (chooser.params().constrained() && !drafter.host_drafts())
+    throw Error("internal: constrained generation speculates with host-written drafts only");
   drafts_.reserve(LlamaModel::kMaxBatch);
 }
 
@@ -82,7 +82,7 @@ uint32_t SpeculativeDecoder::drafts_planned(uint32_t sharing, const std::optiona
 }
 
 uint32_t SpeculativeDecoder::drafts_recorded(uint32_t k) {
-  k = chooser_.set_draft_masks(k);   // JSON mode: only drafts the grammar allows, each verify row masked
+  k = chooser_.set_draft_masks(k);   // constrained: only drafts it allows, each verify row masked
   k_ = k < opts_.draft_min ? 0 : k;   // a short n-gram proposal: decode plainly
   base_ = target_.kv().length(seq_);
   return k_ + 1;   // verify: one target pass over [g, d1..dK] gives its distribution after each of them

@@ -66,8 +66,8 @@ class Drafter {
   virtual bool next_round_free(std::span<const uint32_t> context) const { (void)context; return false; }
   // The draft model's drafter this one is or holds (with its draft KV sequence), if any.
   virtual ModelDrafter* model_drafter() { return nullptr; }
-  // Every round's drafts are written by the host before the round is recorded (prompt lookup), so that JSON
-  // mode can check them and mask each verify row (TokenChooser::set_draft_masks); a model's are not.
+  // Every round's drafts are written by the host before the round is recorded (prompt lookup), so that a
+  // constraint can check them and mask each verify row (TokenChooser::set_draft_masks); a model's are not.
   virtual bool host_drafts() const { return false; }
 };
 

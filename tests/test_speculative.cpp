@@ -2,6 +2,7 @@
 // lookup-then-model drafters at K = 1, 3, 5, 8 on 8 prompts per pair, and to plain sampled decoding at several
 // settings and seeds; the target's paged KV after many rounds equals a fresh prefill of the accepted sequence
 // with no leaked blocks; mismatched vocabularies refused.
+#include "loader/json_grammar.h"
 #include "speculative/controller.h"
 #include "tests/gguf_writer.h"
 #include "tests/vk_test_env.h"

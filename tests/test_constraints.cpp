@@ -1,13 +1,17 @@
-// JSON mode's recognizer (loader/json_grammar.h): the language of llama.cpp's grammars/json.gbnf, checked
-// on hand-written cases, on random documents written by nlohmann::json (an independent writer), against
-// nlohmann's parser for mutated documents (everything the recognizer accepts is a JSON object), and the
-// vocabulary mask against feeding every token's piece on its own.
+// Constrained generation's host side. JSON mode's recognizer (loader/json_grammar.h): the language of
+// llama.cpp's grammars/json.gbnf, checked on hand-written cases, on random documents written by
+// nlohmann::json (an independent writer), against nlohmann's parser for mutated documents (everything the
+// recognizer accepts is a JSON object), and the vocabulary mask against feeding every token's piece on its
+// own. GBNF grammars (loader/gbnf.h): parse errors, and json.gbnf run by the grammar interpreter against the
+// hand-written recognizer byte for byte and token mask for token mask (two independent implementations of
+// one language).
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include <nlohmann/json.hpp>
 
+#include "loader/gbnf.h"
 #include "loader/gguf.h"
 #include "loader/json_grammar.h"
 #include "loader/tokenizer.h"
@@ -194,4 +198,133 @@ TEST(JsonGrammar, ConstraintFollowsChosenTokens) {
     EXPECT_EQ(rows[i + 1], want) << "row " << i + 1;
   }
   EXPECT_EQ(rows[3], std::vector<uint32_t>(want.size(), 0xFFFFFFFFu));   // untouched past the refused draft
+}
+
+// ---- GBNF ----
+
+namespace {
+// json.gbnf's language as GBNF (the grammar JsonState implements by hand; loader/json_grammar.h).
+const char* kJsonGbnf = R"(root   ::= object
+value  ::= object | array | string | number | ("true" | "false" | "null") ws
+
+object ::=
+  "{" ws (
+            string ":" ws value
+    ("," ws string ":" ws value)*
+  )? "}" ws
+
+array  ::=
+  "[" ws (
+            value
+    ("," ws value)*
+  )? "]" ws
+
+string ::=
+  "\"" (
+    [^"\\\x7F\x00-\x1F] |
+    "\\" (["\\bfnrt] | "u" [0-9a-fA-F]{4}) # escapes
+  )* "\"" ws
+
+number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws
+
+# whitespace
+ws ::= | " " | "\n" [ \t]{0,20}
+)";
+
+std::string parse_error(const std::string& text) {
+  try {
+    Gbnf::parse(text);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Gbnf, RefusesWhatIsNotAGrammar) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"root ::= foo\n", "'foo' is used but not defined"},
+      {"item ::= \"a\"\n", "no 'root' rule"},
+      {"root ::= root \"a\"\n", "'root' is left-recursive"},
+      {"root ::= x* root\nx ::= \"a\"?\n", "left-recursive"},   // through rules that may be empty
+      {"root ::= \"a\\q\"\n", "line 1: unknown escape"},
+      {"root ::= \"a\"\n\nb ::= [ab\n", "line 3: an unterminated character class"},
+      {"root ::= \"abc\n", "line 1: an unterminated literal"},
+      {"root ::= \"a\"{3,2}\n", "maximum is below its minimum"},
+      {"root = \"a\"\n", "expecting ::="},
+      {"root ::= ( \"a\"\n", "expecting ')'"},
+      {"root ::= *\n", "expecting an item before a repetition operator"},
+      {"root ::= \"a\" @\n", "unexpected '@'"},
+  };
+  for (const auto& [text, want] : cases) {
+    const std::string got = parse_error(text);
+    EXPECT_NE(got.find(want), std::string::npos) << text << " gave: " << got;
+  }
+  EXPECT_EQ(parse_error(kJsonGbnf), "");
+  EXPECT_EQ(parse_error("root ::= [a-z]{2,5} (\"-\" [0-9]+)? . # a comment\n"), "");
+}
+
+// The interpreter running json.gbnf and the hand-written JsonState agree on every prefix of random
+// documents and of mutated ones (accepted or not, complete or not).
+TEST(Gbnf, JsonGbnfAgreesWithJsonStateByteForByte) {
+  GgufFile f(shared_path("tokenizer-tests/ggml-vocab-llama-bpe.gguf"));
+  auto tok = Tokenizer::from_gguf(f);
+  const auto vocab = std::make_shared<const VocabBytes>(*tok);
+  const GbnfConstraint gbnf(Gbnf::parse(kJsonGbnf), vocab);
+  std::mt19937 rng(11);
+  int compared = 0;
+  for (int i = 0; i < 300; ++i) {
+    nlohmann::json doc = nlohmann::json::object();
+    for (int n = int(rng() % 4); n > 0; --n) doc[std::string(1, char(0x6B)) + char(0x30 + n)] = random_value(rng, 1);
+    std::string text = doc.dump(int(rng() % 3) - 1);
+    if (rng() % 2) {
+      const size_t at = rng() % text.size();
+      text[at] = char(rng() % 128);
+    }
+    GbnfState g = gbnf.state();
+    JsonState j;
+    for (size_t b = 0; b < text.size(); ++b) {
+      const bool ok_j = j.feed(uint8_t(text[b]));
+      const bool ok_g = gbnf.feed_bytes(g, std::string_view(text).substr(b, 1));
+      ASSERT_EQ(ok_g, ok_j) << "byte " << b << " of " << text;
+      if (!ok_j) break;
+      ASSERT_EQ(GbnfConstraint::may_end(g), j.complete()) << "byte " << b << " of " << text;
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 8000);
+}
+
+// The same two implementations give the same token masks over the 128k Llama 3 vocabulary, except for
+// tokens that are a lone byte >= 0x80 (the interpreter decodes UTF-8 as llama.cpp does, which lets lead bytes
+// of characters past U+10FFFF and overlong forms start; JsonState does not).
+TEST(Gbnf, JsonGbnfMasksEqualJsonModesMasks) {
+  GgufFile f(shared_path("tokenizer-tests/ggml-vocab-llama-bpe.gguf"));
+  auto tok = Tokenizer::from_gguf(f);
+  const auto vocab = std::make_shared<const VocabBytes>(*tok);
+  const GbnfConstraint gbnf(Gbnf::parse(kJsonGbnf), vocab);
+  const JsonGrammar json(vocab);
+  const uint32_t V = tok->n_vocab();
+  std::vector<uint32_t> a((V + 31) / 32), b(a.size());
+  for (const char* prefix : {"", "{", "{\"a", "{\"a\":", "{\"a\": -1", "{\"a\": [tr", "{\"k\":\"\xE6\xBC", "{\"k\":\"\\u0",
+                             "{\"a\":{\"b\":[]", "{}", "{}\n  "}) {
+    SCOPED_TRACE(prefix);
+    GbnfState g = gbnf.state();
+    JsonState j;
+    ASSERT_TRUE(gbnf.feed_bytes(g, prefix));
+    ASSERT_TRUE(j.feed(prefix));
+    gbnf.allowed(g, a);
+    json.allowed(j, b);
+    int differ = 0, allowed = 0;
+    for (uint32_t t = 0; t < V; ++t) {
+      const bool x = (a[t / 32] >> (t % 32)) & 1, y = (b[t / 32] >> (t % 32)) & 1;
+      allowed += y;
+      const std::string& p = vocab->pieces[t];
+      if (x != y && !(p.size() == 1 && uint8_t(p[0]) >= 0x80)) {
+        if (++differ < 5) ADD_FAILURE() << "token " << t << " '" << p << "': grammar " << x << ", JSON mode " << y;
+      }
+    }
+    EXPECT_EQ(differ, 0);
+    EXPECT_GT(allowed, 0);
+  }
 }

@@ -1,0 +1,82 @@
+#pragma once
+// Grammars in llama.cpp's GBNF (its grammars/README.md: rules `name ::= ...`, "literals", [character
+// classes], `.`, ( groups ), | alternatives, * + ? {m} {m,} {m,n}, # comments; `root` is the start), parsed
+// into rules of flat elements and run as a set of pushdown stacks over Unicode code points, as llama.cpp
+// runs them, so that a grammar allows the tokens llama.cpp's allows (tests/test_presets.cpp compares the
+// greedy ids). A token's bytes are decoded as UTF-8 across token boundaries: a token may end inside a
+// character when some character the grammar allows next could complete it (llama.cpp's partial match).
+// Left recursion, undefined rules and syntax errors are refused when parsing, with the line.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "loader/token_constraint.h"
+
+namespace vkspec {
+
+struct GbnfElement {
+  enum Type : uint8_t {
+    End,        // the end of a rule
+    Alt,        // the start of the next alternative
+    RuleRef,    // value: rule id
+    Char,       // value: a code point; CharRangeUpper / CharAlt elements may follow
+    CharNot,    // the same, negated: [^...]
+    CharRangeUpper,   // value: the inclusive upper bound of the range started by the element before
+    CharAlt,    // value: another code point of the class
+    CharAny,    // `.`: any code point
+  };
+  Type type;
+  uint32_t value;
+};
+
+class Gbnf {
+ public:
+  // Throws Error naming the line for text that is not a grammar (or one with left recursion, an undefined
+  // rule, no root rule).
+  static std::shared_ptr<const Gbnf> parse(std::string_view text);
+  const std::vector<std::vector<GbnfElement>>& rules() const { return rules_; }
+  uint32_t root() const { return root_; }
+
+ private:
+  std::vector<std::vector<GbnfElement>> rules_;   // alternatives separated by Alt, ended by End
+  uint32_t root_ = 0;
+  friend class GbnfParser;
+};
+
+// Where a generation stands in a grammar: the stacks of element positions that the text so far can be
+// continued from, and an unfinished UTF-8 character.
+struct GbnfState {
+  using Stack = std::vector<const GbnfElement*>;
+  std::vector<Stack> stacks;
+  uint32_t partial_value = 0;   // the bits of an unfinished character so far
+  int partial_remain = 0;       // its bytes still to come (0: none)
+};
+
+// A generation constrained by a grammar: allowed tokens per step (end of generation when the text so far is
+// a sentence of the grammar), the state advanced by each chosen token.
+class GbnfConstraint : public TokenConstraint {
+ public:
+  GbnfConstraint(std::shared_ptr<const Gbnf> grammar, std::shared_ptr<const VocabBytes> vocab);
+  void allowed(std::span<uint32_t> bits) const override;
+  uint32_t draft_masks(std::span<const uint32_t> drafts,
+                       const std::function<std::span<uint32_t>(uint32_t row)>& mask) const override;
+  void accept(uint32_t token) override;
+  bool complete() const override;
+
+  // One token from `s` (false: the grammar does not allow it there; s is then unspecified).
+  bool feed(GbnfState& s, uint32_t token) const;
+  bool feed_bytes(GbnfState& s, std::string_view bytes) const;
+  void allowed(const GbnfState& s, std::span<uint32_t> bits) const;
+  const GbnfState& state() const { return state_; }
+  static bool may_end(const GbnfState& s);   // the text so far is a sentence of the grammar
+
+ private:
+  std::shared_ptr<const Gbnf> grammar_;
+  std::shared_ptr<const VocabBytes> vocab_;
+  GbnfState state_;
+};
+
+}  // namespace vkspec
