@@ -145,9 +145,9 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
                      "model", "model_not_found");
   }
   // Fields that would change the output and that vkspec does not implement are refused, not ignored.
-  // (grammar and json_schema are llama.cpp's own fields.)
+  // (json_schema is llama.cpp's own field.)
   for (const char* f : {"tools", "tool_choice", "functions", "function_call", "suffix", "audio", "prediction",
-                        "grammar", "json_schema"}) {
+                        "json_schema"}) {
     const ojson* v = field(body, f);
     if (v && !(v->is_array() && v->empty()) && !(v->is_object() && v->empty()))
       bad(f, std::string("'") + f + "' is not supported by this server");
@@ -163,6 +163,11 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
     } else if (t != "text") {
       bad("response_format", "'response_format' type '" + t + "' is not supported (text and json_object are)");
     }
+  }
+  if (const ojson* g = field(body, "grammar")) {   // llama.cpp's: a GBNF grammar (checked at submission)
+    if (!g->is_string()) bad("grammar", "'grammar' must be a string (a GBNF grammar)");
+    s.grammar = g->get<std::string>();
+    if (!s.grammar.empty() && s.sp.json_object) bad("grammar", "'grammar' and a json_object response_format exclude each other");
   }
   if (boolean(body, "echo", false)) bad("echo", "'echo' is not supported");
   if (integer(body, "best_of", 1, 1, 1) != 1) bad("best_of", "'best_of' must be 1");

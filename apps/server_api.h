@@ -44,6 +44,7 @@ struct CompletionSpec {
   vkspec_sampling_params sp{};     // seed: the request's, or random; logit bias arrays: set at submission
   std::vector<int32_t> bias_tokens;   // logit_bias, in the request's order
   std::vector<float> bias_values;
+  std::string grammar;             // llama.cpp's `grammar` (GBNF); set as sp.grammar at submission
   uint32_t max_tokens = 0;
   bool ignore_eos = false;         // llama.cpp's extension: generate max_tokens whatever the model says
   uint32_t n = 1;

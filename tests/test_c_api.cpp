@@ -3,6 +3,8 @@
 // context used twice at once, two contexts on one model from two threads), and clear errors.
 #include <gtest/gtest.h>
 
+#include <regex>
+
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -221,10 +223,11 @@ TEST(CApi, LogitBiasSteersGreedy) {
   }
 }
 
-// JSON mode through the API: the streamed text is a JSON object (the generation ended by itself) or a prefix
-// of one (n_predict cut it), the same with prompt lookup speculating, and json_object other than 0/1 is
-// refused.
-TEST(CApi, JsonModeStreamsAJsonObject) {
+// Constrained generation through the API. JSON mode: the streamed text is a JSON object (the generation ended
+// by itself) or a prefix of one (n_predict cut it), the same with prompt lookup speculating; json_object
+// other than 0/1 is refused. A GBNF grammar: the text is a sentence of it (checked with a regular expression
+// of the same language), ended by end of generation; one that does not parse is refused with its line.
+TEST(CApi, ConstrainedGenerationThroughTheApi) {
   Model model(kStories);
   const std::vector<int32_t> prompt = tokenize(model.m, "Once upon a time");
   std::vector<std::string> texts;
@@ -261,10 +264,33 @@ TEST(CApi, JsonModeStreamsAJsonObject) {
   EXPECT_EQ(texts[0], texts[1]);
   vkspec_context_params p = vkspec_context_default_params();
   EXPECT_EQ(p.sampling.json_object, 0);
+  EXPECT_EQ(p.sampling.grammar, nullptr);
   p.sampling.json_object = 2;
   vkspec_context* c = nullptr;
   EXPECT_EQ(vkspec_context_create(model.m, &p, &c), VKSPEC_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(vkspec_last_error()).find("json_object"), std::string::npos);
+  p.sampling.json_object = 1;
+  p.sampling.grammar = "root ::= \"a\"\n";
+  EXPECT_EQ(vkspec_context_create(model.m, &p, &c), VKSPEC_ERROR_INVALID_ARGUMENT);   // not both
+  p.sampling.json_object = 0;
+  p.sampling.grammar = "root ::= [a-z\n";
+  EXPECT_EQ(vkspec_context_create(model.m, &p, &c), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(vkspec_last_error()).find("line 1: an unterminated character class"), std::string::npos)
+      << vkspec_last_error();
+  // a grammar: the text is a sentence of it, and generation ends where it does
+  p = Ctx::greedy();
+  p.sampling.grammar = "root ::= \"Once \" [a-z]+ (\" \" [a-z]+){2} \".\"\n";
+  Ctx ctx(model.m, p);
+  Streamed s;
+  vkspec_generate_params g = vkspec_generate_default_params();
+  g.n_predict = 64;
+  g.on_token = collect;
+  g.user = &s;
+  ASSERT_EQ(vkspec_generate(ctx.c, prompt.data(), prompt.size(), &g), VKSPEC_OK) << vkspec_last_error();
+  vkspec_metrics m;
+  ASSERT_EQ(vkspec_get_metrics(ctx.c, &m), VKSPEC_OK);
+  EXPECT_STREQ(m.stop_reason, "eos") << s.text;
+  EXPECT_TRUE(std::regex_match(s.text, std::regex("Once [a-z]+( [a-z]+){2}\\."))) << s.text;
 }
 
 // The examples print exactly `vkspec run`'s text: generate.c linked against libvkspec.so and against

@@ -111,7 +111,8 @@ TEST_F(ServerApiParse, EveryFieldIsTypeAndRangeChecked) {
       {R"({"prompt": "x", "response_format": {"type": "json_object", "schema": {"type": "object"}}})", "response_format"},
       {R"({"prompt": "x", "response_format": {"type": 5}})", "response_format"},
       {R"({"prompt": "x", "response_format": "json_object"})", "response_format"},
-      {R"({"prompt": "x", "grammar": "root ::= \"a\""})", "grammar"}, {R"({"prompt": "x", "json_schema": {"type": "object"}})", "json_schema"},
+      {R"({"prompt": "x", "grammar": 5})", "grammar"}, {R"({"prompt": "x", "json_schema": {"type": "object"}})", "json_schema"},
+      {R"({"prompt": "x", "grammar": "root ::= \"a\"", "response_format": {"type": "json_object"}})", "grammar"},
   };
   for (const auto& [body, param] : bad) {
     std::string got;
@@ -445,7 +446,8 @@ TEST(Server, ConcurrentStreamsGetTheirSoloTokensAndSurviveHostileClients) {
 // JSON mode (response_format json_object): every choice is a JSON object for nlohmann's parser when it ends
 // by itself, a prefix of one when max_tokens cuts it; greedy requests sent together (one batched step) give
 // the texts they give alone; with prompt lookup (which JSON mode speculates with) and with a draft model (which
-// it does not) the same texts again.
+// it does not) the same texts again. A GBNF grammar (llama.cpp's `grammar` field) gives a sentence of it; one
+// that does not parse is a 400 naming the problem.
 namespace {
 void expect_json_object_or_prefix(const std::string& text, const std::string& finish) {
   if (finish == "stop") {
@@ -464,7 +466,7 @@ void expect_json_object_or_prefix(const std::string& text, const std::string& fi
 }
 }  // namespace
 
-TEST(Server, JsonModeGivesJsonObjects) {
+TEST(Server, JsonModeAndGrammarsConstrainCompletions) {
   const std::vector<std::string> prompts = {"CONFIG = ", "def get_config():\n    return ", "x = [", "data = json.loads("};
   const auto body = [](const std::string& p) {
     return json{{"prompt", p}, {"max_tokens", 48}, {"temperature", 0}, {"response_format", {{"type", "json_object"}}}};
@@ -483,6 +485,21 @@ TEST(Server, JsonModeGivesJsonObjects) {
       solo.push_back(text);
     }
     EXPECT_GE(stopped, 1);
+    // a GBNF grammar (llama.cpp's `grammar`): the text is a sentence of it; one that does not parse is a 400
+    json g = body(prompts[0]);
+    g.erase("response_format");
+    g["grammar"] = "root ::= (\"- \" [a-z ]+ \"\\n\"){2}\n";
+    const json gr = s.post("/v1/completions", g);
+    ASSERT_TRUE(gr.contains("choices")) << gr.dump();
+    const std::string gtext = gr["choices"][0]["text"];
+    EXPECT_EQ(gr["choices"][0]["finish_reason"], "stop") << gtext;
+    EXPECT_EQ(std::count(gtext.begin(), gtext.end(), '\n'), 2) << gtext;
+    EXPECT_EQ(gtext.rfind("- ", 0), 0u) << gtext;
+    g["grammar"] = "root ::= item\n";
+    int status = 0;
+    const json bad_grammar = s.post("/v1/completions", g, &status);
+    EXPECT_EQ(status, 400);
+    EXPECT_NE(bad_grammar.dump().find("'item' is used but not defined"), std::string::npos) << bad_grammar.dump();
     // together, in one batch
     std::vector<std::string> together(prompts.size());
     std::vector<std::thread> threads;

@@ -2,6 +2,7 @@
 // lookup-then-model drafters at K = 1, 3, 5, 8 on 8 prompts per pair, and to plain sampled decoding at several
 // settings and seeds; the target's paged KV after many rounds equals a fresh prefill of the accepted sequence
 // with no leaked blocks; mismatched vocabularies refused.
+#include "loader/gbnf.h"
 #include "loader/json_grammar.h"
 #include "speculative/controller.h"
 #include "tests/gguf_writer.h"
@@ -361,17 +362,17 @@ TEST_F(SpeculativeTest, SampledTokensAreThoseOfSamplingWithoutSpeculation) {
   EXPECT_EQ(target.kv().free_blocks(), free0) << "KV blocks leaked";
 }
 
-// JSON mode speculates with prompt lookup: each verify row is masked after the drafts before it and drafts
-// the grammar refuses are dropped, so the tokens are plain JSON mode's, greedy and sampled; a draft model's
-// drafts (chosen on the device) are refused.
+// Constrained generation speculates with prompt lookup: each verify row is masked after the drafts before it
+// and drafts the constraint refuses are dropped, so the tokens are plain constrained decoding's, greedy and
+// sampled, in JSON mode and with a GBNF grammar; a draft model's drafts (chosen on the device) are refused.
 namespace {
-std::vector<uint32_t> json_tokens(LlamaModel& m, const Tokenizer& tok, std::shared_ptr<const JsonGrammar> grammar,
-                                  Drafter* d, const std::vector<uint32_t>& prompt, size_t n, const SamplingParams& p,
-                                  SpeculativeStats* stats = nullptr) {
+// p's tokens under `constraint` (JSON mode's or a grammar's), plainly or with drafter d.
+std::vector<uint32_t> constrained_tokens(LlamaModel& m, const Tokenizer& tok, TokenConstraint& json, Drafter* d,
+                                         const std::vector<uint32_t>& prompt, size_t n, const SamplingParams& p,
+                                         SpeculativeStats* stats = nullptr) {
   const int seq = m.kv().new_sequence();
   TokenChooser ch(gpu().ctx, gpu().pipelines, m.hparams().n_vocab, 4096);
   Recorder rec(gpu().ctx, false);
-  JsonConstraint json(std::move(grammar));
   ch.start(p, &json);
   std::vector<uint32_t> context = prompt, out;
   uint32_t t = decode_step(m, seq, ch, rec, m.write_tokens(prompt), uint32_t(prompt.size()), context);
@@ -394,34 +395,44 @@ std::vector<uint32_t> json_tokens(LlamaModel& m, const Tokenizer& tok, std::shar
 }
 }  // namespace
 
-TEST_F(SpeculativeTest, JsonModeWithPromptLookupKeepsItsTokens) {
+TEST_F(SpeculativeTest, ConstrainedDecodingWithPromptLookupKeepsItsTokens) {
   GgufFile f(shared_path("models/pycode-target-f16.gguf"));
   const auto tok = Tokenizer::from_gguf(f);
-  const auto grammar = std::make_shared<const JsonGrammar>(*tok);
+  const auto vocab = std::make_shared<const VocabBytes>(*tok);
+  const auto json = std::make_shared<const JsonGrammar>(vocab);
+  const auto list = Gbnf::parse("root ::= (\"    \" [a-z_]+ \" = \" [0-9]+ \"\\n\")+\n");
   LlamaModel target(gpu().ctx, gpu().pipelines, f, ModelOptions{});
   const uint32_t free0 = target.kv().free_blocks();
   uint64_t accepted = 0, drafted = 0;
-  for (const char* text : {"CONFIG = ", "x = [", "data = json.loads("})
-    for (const float temp : {0.0f, 0.8f}) {
-      SCOPED_TRACE(std::string(text) + " T " + std::to_string(temp));
-      SamplingParams p;
-      p.temperature = temp;
-      p.seed = 5;
-      p.json_object = true;
-      const std::vector<uint32_t> prompt = tok->encode(text, true);
-      const auto want = json_tokens(target, *tok, grammar, nullptr, prompt, 96, p);
-      NgramDrafter ng;
-      SpeculativeStats s;
-      EXPECT_EQ(json_tokens(target, *tok, grammar, &ng, prompt, 96, p, &s), want);
-      accepted += s.accepted, drafted += s.drafted;
-    }
+  for (const char* text : {"CONFIG = ", "x = [", "class Config:\n"})
+    for (const float temp : {0.0f, 0.8f})
+      for (const bool grammar : {false, true}) {
+        SCOPED_TRACE(std::string(text) + " T " + std::to_string(temp) + (grammar ? " grammar" : " JSON mode"));
+        SamplingParams p;
+        p.temperature = temp;
+        p.seed = 5;
+        p.json_object = !grammar;
+        p.grammar = grammar ? "(the list grammar)" : "";
+        const auto make = [&]() -> std::unique_ptr<TokenConstraint> {
+          if (grammar) return std::make_unique<GbnfConstraint>(list, vocab);
+          return std::make_unique<JsonConstraint>(json);
+        };
+        const std::vector<uint32_t> prompt = tok->encode(text, true);
+        const auto plain = make(), spec = make();
+        const auto want = constrained_tokens(target, *tok, *plain, nullptr, prompt, 96, p);
+        NgramDrafter ng;
+        SpeculativeStats s;
+        EXPECT_EQ(constrained_tokens(target, *tok, *spec, &ng, prompt, 96, p, &s), want);
+        accepted += s.accepted, drafted += s.drafted;
+      }
   EXPECT_GT(accepted, 0u);
   EXPECT_EQ(target.kv().free_blocks(), free0) << "KV blocks leaked";
   SamplingParams p;
   p.json_object = true;
   ModelDrafter md(target, 0.0f);
-  EXPECT_THROW(json_tokens(target, *tok, grammar, &md, tok->encode("x = [", true), 8, p), Error);
-  printf("JSON mode with prompt lookup: %llu of %llu drafts accepted\n", (unsigned long long)accepted,
+  JsonConstraint c(json);
+  EXPECT_THROW(constrained_tokens(target, *tok, c, &md, tok->encode("x = [", true), 8, p), Error);
+  printf("constrained decoding with prompt lookup: %llu of %llu drafts accepted\n", (unsigned long long)accepted,
          (unsigned long long)drafted);
 }
 
