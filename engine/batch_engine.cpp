@@ -144,6 +144,7 @@ void BatchEngine::submit(std::shared_ptr<BatchRequest> r) {
     if (id >= m.hparams().n_vocab) throw Error("token id " + std::to_string(id) + " is outside the vocabulary");
   if (r->max_tokens == 0) throw Error("max_tokens must be at least 1");
   choice_mode(r->sp, m.hparams().n_vocab);   // throws for parameters the device cannot run
+  r->constraint = t_->constraint(r->sp);     // here, so that a grammar that cannot start is refused now
   if (reservation(*r, m.kv().block_size()) > m.kv().total_blocks())
     throw Error("the request needs more KV cache than the server has (" +
                 std::to_string(m.kv().total_blocks() * m.kv().block_size()) + " tokens)");
@@ -336,7 +337,7 @@ bool BatchEngine::admit_one(const std::shared_ptr<BatchRequest>& r) {
   reserved_ += need;
   draft_reserved_ += draft_need;
   s.admitted = Clock::now();
-  s.constraint = t_->constraint(r->sp);
+  s.constraint = std::move(r->constraint);
   s.chooser->start(r->sp, s.constraint.get());
   // (constrained generation speculates with prompt lookup only: each verify row's mask depends on the drafts
   // before it, which a draft model chooses on the device)

@@ -60,6 +60,7 @@ struct BatchRequest {
   std::function<bool(uint32_t token, bool from_draft, const float* logits_row)> on_token;
   std::function<void(const BatchResult&)> on_done;   // once, on the engine thread
   std::atomic<bool> cancelled{false};                // any thread: ends the request at the next step
+  std::unique_ptr<TokenConstraint> constraint;       // made by submit() from sp (JSON mode, a grammar), then the engine's
 };
 
 struct BatchMetrics {

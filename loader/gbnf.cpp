@@ -52,11 +52,13 @@ class GbnfParser {
     auto it = ids_.find(std::string(n));
     if (it != ids_.end()) return it->second;
     const uint32_t id = uint32_t(ids_.size());
+    if (id >= Gbnf::kMaxRules) fail("more than " + std::to_string(Gbnf::kMaxRules) + " rules");
     ids_.emplace(std::string(n), id);
     return id;
   }
   uint32_t new_symbol(std::string_view base) {
     const uint32_t id = uint32_t(ids_.size());
+    if (id >= Gbnf::kMaxRules) fail("more than " + std::to_string(Gbnf::kMaxRules) + " rules (repetitions count theirs)");
     ids_.emplace(std::string(base) + "_" + std::to_string(id), id);
     return id;
   }
@@ -106,7 +108,7 @@ class GbnfParser {
     uint64_t v = 0;
     while (!done() && peek() >= '0' && peek() <= '9') {
       v = v * 10 + uint64_t(peek() - '0');
-      if (v > 100000) fail("a repetition count above 100000");
+      if (v > Gbnf::kMaxRules) fail("a repetition count above " + std::to_string(Gbnf::kMaxRules));
       ++at_;
     }
     if (at_ == start) fail("expecting a number");
@@ -167,8 +169,10 @@ class GbnfParser {
       } else if (c == '(') {
         ++at_;
         space(true);
+        if (++depth_ > Gbnf::kMaxNesting) fail("groups nested more than " + std::to_string(Gbnf::kMaxNesting) + " deep");
         const uint32_t sub = new_symbol(rule_name);
         alternates(rule_name, sub, true);
+        --depth_;
         item = out.size();
         out.push_back({E::RuleRef, sub});
         if (peek() != ')') fail("expecting ')'");
@@ -218,6 +222,7 @@ class GbnfParser {
 
   std::string_view src_;
   size_t at_ = 0;
+  uint32_t depth_ = 0;   // nested groups
   std::map<std::string, uint32_t> ids_;
   std::shared_ptr<Gbnf> g_ = std::make_shared<Gbnf>();
 };
@@ -338,14 +343,15 @@ void add_unique(std::vector<GbnfState::Stack>& out, GbnfState::Stack s) {
 }
 
 // Expands the rule references on top of `stack` until every resulting stack has a character element on top
-// (or is empty: the text may end there), into `out`.
-void advance(const Gbnf& g, GbnfState::Stack stack, std::vector<GbnfState::Stack>& out) {
+// (or is empty: the text may end there), into `out`; false when they would be more than Gbnf::kMaxStacks.
+bool advance(const Gbnf& g, GbnfState::Stack stack, std::vector<GbnfState::Stack>& out) {
   std::vector<GbnfState::Stack> todo{std::move(stack)};
   while (!todo.empty()) {
     GbnfState::Stack cur = std::move(todo.back());
     todo.pop_back();
     if (cur.empty() || cur.back()->type != E::RuleRef) {
       add_unique(out, std::move(cur));
+      if (out.size() > Gbnf::kMaxStacks) return false;
       continue;
     }
     const E* pos = cur.back();
@@ -360,6 +366,7 @@ void advance(const Gbnf& g, GbnfState::Stack stack, std::vector<GbnfState::Stack
       ++sub;
     }
   }
+  return true;
 }
 
 bool accept_char(const Gbnf& g, GbnfState& s, uint32_t c) {
@@ -370,7 +377,7 @@ bool accept_char(const Gbnf& g, GbnfState& s, uint32_t c) {
     if (!ok) continue;
     GbnfState::Stack rest(stack.begin(), stack.end() - 1);
     if (!is_end(after)) rest.push_back(after);
-    advance(g, std::move(rest), next);
+    if (!advance(g, std::move(rest), next)) return false;
   }
   s.stacks = std::move(next);
   return !s.stacks.empty();
@@ -389,7 +396,8 @@ GbnfConstraint::GbnfConstraint(std::shared_ptr<const Gbnf> grammar, std::shared_
   while (true) {
     GbnfState::Stack stack;
     if (!is_end(alt)) stack.push_back(alt);
-    advance(*grammar_, std::move(stack), state_.stacks);
+    if (!advance(*grammar_, std::move(stack), state_.stacks))
+      throw Error("grammar: more than " + std::to_string(Gbnf::kMaxStacks) + " ways to begin");
     while (!is_end(alt)) ++alt;
     if (alt->type != E::Alt) break;
     ++alt;

@@ -5,7 +5,9 @@
 // runs them, so that a grammar allows the tokens llama.cpp's allows (tests/test_presets.cpp compares the
 // greedy ids). A token's bytes are decoded as UTF-8 across token boundaries: a token may end inside a
 // character when some character the grammar allows next could complete it (llama.cpp's partial match).
-// Left recursion, undefined rules and syntax errors are refused when parsing, with the line.
+// Left recursion, undefined rules and syntax errors are refused when parsing, with the line. Limits bound
+// what a hostile grammar costs: kMaxRules rules (repetitions count theirs), kMaxNesting nested groups, and
+// while generating kMaxStacks parse stacks: a token after which the grammar would need more is not allowed.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -34,6 +36,7 @@ struct GbnfElement {
 
 class Gbnf {
  public:
+  static constexpr uint32_t kMaxRules = 8192, kMaxNesting = 256, kMaxStacks = 512;
   // Throws Error naming the line for text that is not a grammar (or one with left recursion, an undefined
   // rule, no root rule).
   static std::shared_ptr<const Gbnf> parse(std::string_view text);

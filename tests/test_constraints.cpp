@@ -255,7 +255,11 @@ TEST(Gbnf, RefusesWhatIsNotAGrammar) {
       {"root ::= ( \"a\"\n", "expecting ')'"},
       {"root ::= *\n", "expecting an item before a repetition operator"},
       {"root ::= \"a\" @\n", "unexpected '@'"},
+      {"root ::= \"a\"{9000}\n", "a repetition count above 8192"},
+      {"root ::= \"a\"{0,5000} \"b\"{0,5000}\n", "more than 8192 rules"},
   };
+  EXPECT_NE(parse_error("root ::= " + std::string(300, '(') + "\"a\"" + std::string(300, ')') + "\n").find("nested more than 256"),
+            std::string::npos);
   for (const auto& [text, want] : cases) {
     const std::string got = parse_error(text);
     EXPECT_NE(got.find(want), std::string::npos) << text << " gave: " << got;

@@ -181,7 +181,7 @@ TEST_P(DeviceSamplerLanesTest, MatchesHostSamplerRowByRow) {
   struct Case {
     int top_k; float top_p, min_p, temp, penalty; int last_n; bool grid, flat = false; float freq = 0, presence = 0;
     bool bias = false;   // a logit bias: 12 tokens, one banned (-100), the first listed twice (adds again)
-    bool mask = false;   // JSON mode's mask (a random third of the tokens allowed): the host sees -inf
+    bool mask = false;   // a constraint's mask (a random third of the tokens allowed, per row): the host sees -inf
   };
   const Case cases[] = {{40, 0.95f, 0.05f, 0.8f, 1.0f, 64, false}, {1, 1.0f, 0.0f, 1.0f, 1.0f, 64, false},
                         {40, 1.0f, 0.0f, 0.9f, 1.0f, 64, true, true}, {3, 1.0f, 0.0f, 1.0f, 1.1f, 8, true, true},
@@ -226,15 +226,16 @@ TEST_P(DeviceSamplerLanesTest, MatchesHostSamplerRowByRow) {
     std::vector<float> logits(size_t(rows) * V);
     for (auto& x : logits) x = c.flat ? 0.5f : c.grid ? std::round(nd(rng)) * 0.5f : nd(rng);
     std::vector<float> host_logits = logits;   // the mask as the host reference sees it: -inf
-    if (c.mask) {
+    if (c.mask) {   // each row its own (a verify pass's rows follow the drafts before them)
       p.json_object = true;
-      std::vector<uint32_t> words((V + 31) / 32, 0u);
-      for (uint32_t v = 0; v < V; ++v)
-        if (tok(rng) % 3 == 0) words[v / 32] |= 1u << (v % 32);
-      for (DeviceSampler* d : {&ds, &ds64}) std::copy(words.begin(), words.end(), d->mask_words().begin());
-      for (uint32_t row = 0; row < rows; ++row)
+      for (uint32_t row = 0; row < rows; ++row) {
+        std::vector<uint32_t> words((V + 31) / 32, 0u);
+        for (uint32_t v = 0; v < V; ++v)
+          if (tok(rng) % 3 == 0) words[v / 32] |= 1u << (v % 32);
+        for (DeviceSampler* d : {&ds, &ds64}) std::copy(words.begin(), words.end(), d->mask_words(row).begin());
         for (uint32_t v = 0; v < V; ++v)
           if (!((words[v / 32] >> (v % 32)) & 1)) host_logits[size_t(row) * V + v] = -INFINITY;
+      }
     }
     std::vector<uint32_t> context(30), extra(rows - 1);
     for (auto& t : context) t = tok(rng) % 50;   // repeats inside the window
