@@ -404,29 +404,32 @@ GbnfConstraint::GbnfConstraint(std::shared_ptr<const Gbnf> grammar, std::shared_
   }
 }
 
-bool GbnfConstraint::feed_bytes(GbnfState& s, std::string_view bytes) const {
-  for (const char ch : bytes) {
-    const uint8_t b = uint8_t(ch);
-    if (s.partial_remain > 0) {
-      if ((b >> 6) != 2) return false;
-      s.partial_value = (s.partial_value << 6) | (b & 0x3F);
-      if (--s.partial_remain == 0 && !accept_char(*grammar_, s, s.partial_value)) return false;
-      continue;
-    }
-    const int n = b < 0x80 ? 1 : b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 0;   // llama.cpp's lead bytes
-    if (n == 0 || b == 0) return false;
-    if (n == 1) {
-      if (!accept_char(*grammar_, s, b)) return false;
-    } else {
-      s.partial_value = b & ((1u << (8 - n)) - 1);
-      s.partial_remain = n - 1;
-    }
+bool GbnfConstraint::feed_byte(GbnfState& s, uint8_t b) const {
+  if (s.partial_remain > 0) {
+    if ((b >> 6) != 2) return false;
+    s.partial_value = (s.partial_value << 6) | (b & 0x3F);
+    return --s.partial_remain > 0 || accept_char(*grammar_, s, s.partial_value);
   }
+  const int n = b < 0x80 ? 1 : b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 0;   // llama.cpp's lead bytes
+  if (n == 0 || b == 0) return false;
+  if (n == 1) return accept_char(*grammar_, s, b);
+  s.partial_value = b & ((1u << (8 - n)) - 1);
+  s.partial_remain = n - 1;
+  return true;
+}
+
+bool GbnfConstraint::ends(const GbnfState& s) {
   if (s.partial_remain == 0) return true;
-  // a token that ends inside a character: some character allowed next must be able to complete it
+  // inside a character: some character allowed next must be able to complete it
   return std::any_of(s.stacks.begin(), s.stacks.end(), [&](const GbnfState::Stack& k) {
     return !k.empty() && match_partial(k.back(), s.partial_value, s.partial_remain);
   });
+}
+
+bool GbnfConstraint::feed_bytes(GbnfState& s, std::string_view bytes) const {
+  for (const char ch : bytes)
+    if (!feed_byte(s, uint8_t(ch))) return false;
+  return ends(s);
 }
 
 bool GbnfConstraint::feed(GbnfState& s, uint32_t token) const {
@@ -438,10 +441,9 @@ bool GbnfConstraint::feed(GbnfState& s, uint32_t token) const {
 void GbnfConstraint::allowed(const GbnfState& s, std::span<uint32_t> bits) const {
   if (bits.size() != (vocab_->n_vocab() + 31) / 32) throw Error("internal: a grammar mask of the wrong size");
   std::fill(bits.begin(), bits.end(), 0u);
-  for (uint32_t t = 0; t < vocab_->n_vocab(); ++t) {
-    GbnfState c = s;
-    if (feed(c, t)) bits[t / 32] |= 1u << (t % 32);
-  }
+  if (may_end(s))
+    for (uint32_t t : vocab_->eog) bits[t / 32] |= 1u << (t % 32);
+  walk_sorted(*vocab_, vocab_->with_piece, s, [this](GbnfState& c, uint8_t b) { return feed_byte(c, b); }, ends, bits);
 }
 
 void GbnfConstraint::allowed(std::span<uint32_t> bits) const { allowed(state_, bits); }

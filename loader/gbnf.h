@@ -71,7 +71,10 @@ class GbnfConstraint : public TokenConstraint {
 
   // One token from `s` (false: the grammar does not allow it there; s is then unspecified).
   bool feed(GbnfState& s, uint32_t token) const;
-  bool feed_bytes(GbnfState& s, std::string_view bytes) const;
+  bool feed_bytes(GbnfState& s, std::string_view bytes) const;   // a token's bytes: feed_byte each, then ends
+  bool feed_byte(GbnfState& s, uint8_t byte) const;   // false: no text of the grammar continues so
+  // A token may end in `s`: outside a character, or inside one that a character allowed next can complete.
+  static bool ends(const GbnfState& s);
   void allowed(const GbnfState& s, std::span<uint32_t> bits) const;
   const GbnfState& state() const { return state_; }
   static bool may_end(const GbnfState& s);   // the text so far is a sentence of the grammar

@@ -170,36 +170,19 @@ bool JsonState::feed(std::string_view bytes) {
 
 JsonGrammar::JsonGrammar(std::shared_ptr<const VocabBytes> vocab)
     : vocab_(std::move(vocab)), n_vocab_(vocab_->n_vocab()), text_words_((n_vocab_ + 31) / 32, 0u) {
+  if (vocab_->eog.empty()) throw Error("constrained generation needs an end-of-generation token, and this vocabulary has none");
   JsonState in_string;
   in_string.feed("{\"");
-  std::vector<uint32_t> with_piece, not_text;
-  for (uint32_t t = 0; t < n_vocab_; ++t) {
+  std::vector<uint32_t> not_text;
+  for (uint32_t t : vocab_->with_piece.tokens) {
     const std::string& p = vocab_->pieces[t];
-    if (p.empty()) continue;
-    with_piece.push_back(t);
-    longest_ = std::max(longest_, p.size());
     JsonState s = in_string;   // plain text: still inside the string after it, having neither ended nor escaped
     if (p.find_first_of("\"\\") == std::string::npos && s.feed(p) && s.in_string())
       text_words_[t / 32] |= 1u << (t % 32);
     else
       not_text.push_back(t);
   }
-  if (vocab_->eog.empty()) throw Error("constrained generation needs an end-of-generation token, and this vocabulary has none");
-  all_ = sorted(std::move(with_piece));
-  not_text_ = sorted(std::move(not_text));
-}
-
-JsonGrammar::Sorted JsonGrammar::sorted(std::vector<uint32_t> tokens) const {
-  const auto& pieces = vocab_->pieces;
-  std::sort(tokens.begin(), tokens.end(), [&](uint32_t a, uint32_t b) { return pieces[a] < pieces[b]; });
-  Sorted s{std::move(tokens), {}};
-  s.common.resize(s.tokens.size());
-  for (size_t i = 1; i < s.tokens.size(); ++i) {
-    const std::string &p = pieces[s.tokens[i]], &q = pieces[s.tokens[i - 1]];
-    const size_t n = std::min(p.size(), q.size());
-    s.common[i] = uint32_t(std::mismatch(p.begin(), p.begin() + long(n), q.begin()).first - p.begin());
-  }
-  return s;
+  not_text_ = vocab_->sorted(std::move(not_text));
 }
 
 void JsonGrammar::allowed(const JsonState& state, std::span<uint32_t> bits) const {
@@ -207,34 +190,13 @@ void JsonGrammar::allowed(const JsonState& state, std::span<uint32_t> bits) cons
   std::fill(bits.begin(), bits.end(), 0u);
   if (state.complete())
     for (uint32_t t : vocab_->eog) bits[t / 32] |= 1u << (t % 32);
+  const auto feed = [](JsonState& s, uint8_t b) { return s.feed(b); };
+  const auto ends = [](const JsonState&) { return true; };
   if (state.in_string()) {
     for (size_t w = 0; w < bits.size(); ++w) bits[w] |= text_words_[w];
-    walk(not_text_, state, bits);
+    walk_sorted(*vocab_, not_text_, state, feed, ends, bits);
   } else {
-    walk(all_, state, bits);
-  }
-}
-
-void JsonGrammar::walk(const Sorted& s, const JsonState& state, std::span<uint32_t> bits) const {
-  // at[d]: the state after the first d bytes of the current token. Tokens are in byte order, so those
-  // sharing a rejected prefix are consecutive: once the first d bytes of one fail, the following tokens
-  // that share at least d bytes with their predecessor fail too, unexamined.
-  thread_local std::vector<JsonState> at;
-  at.resize(longest_ + 1);
-  at[0] = state;
-  size_t dead = SIZE_MAX;   // the length of the rejected prefix
-  for (size_t i = 0; i < s.tokens.size(); ++i) {
-    if (s.common[i] >= dead) continue;
-    dead = SIZE_MAX;
-    const uint32_t t = s.tokens[i];
-    const std::string& p = vocab_->pieces[t];
-    size_t d = s.common[i];
-    for (; d < p.size(); ++d) {
-      at[d + 1] = at[d];
-      if (!at[d + 1].feed(uint8_t(p[d]))) break;
-    }
-    if (d == p.size()) bits[t / 32] |= 1u << (t % 32);
-    else dead = d + 1;
+    walk_sorted(*vocab_, vocab_->with_piece, state, feed, ends, bits);
   }
 }
 

@@ -79,8 +79,7 @@ class JsonState {
   bool key_ = false;      // the string being read is a key
 };
 
-// A vocabulary prepared for JSON mode once per model: every token's bytes (its piece), sorted, so that the
-// tokens sharing a prefix that the grammar rejects are skipped together.
+// A vocabulary prepared for JSON mode once per model: its masks walk the tokens in byte order (walk_sorted).
 class JsonGrammar {
  public:
   explicit JsonGrammar(std::shared_ptr<const VocabBytes> vocab);
@@ -95,22 +94,13 @@ class JsonGrammar {
   const std::string& piece(uint32_t token) const { return vocab_->pieces[token]; }
 
  private:
-  // Tokens in byte order of their pieces; common[i]: the bytes token i shares with token i - 1.
-  struct Sorted {
-    std::vector<uint32_t> tokens, common;
-  };
-  Sorted sorted(std::vector<uint32_t> tokens) const;
-  void walk(const Sorted& s, const JsonState& state, std::span<uint32_t> bits) const;
-
   std::shared_ptr<const VocabBytes> vocab_;
   uint32_t n_vocab_;
-  Sorted all_;                        // every token with a piece
   // Inside a string most tokens are plain text (printable ASCII but '"' and '\\', whole UTF-8 characters):
   // their bits (text_words_) are allowed at once there, and only the rest are walked (in the 128k Llama 3
   // vocabulary a mask inside a string took 5.8 ms walking them all).
   std::vector<uint32_t> text_words_;
-  Sorted not_text_;
-  size_t longest_ = 0;
+  SortedTokens not_text_;
 };
 
 // One generation's constraint: the state after the tokens accepted so far.

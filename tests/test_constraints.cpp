@@ -332,3 +332,42 @@ TEST(Gbnf, JsonGbnfMasksEqualJsonModesMasks) {
     EXPECT_GT(allowed, 0);
   }
 }
+
+// A grammar's mask (the byte-order walk) equals feeding every token alone, over the 128k Llama 3 vocabulary:
+// a class that excludes characters beyond ASCII (tokens that end inside a character are decided by
+// llama.cpp's partial match, tokens holding all of one by the character), digits with a bounded repetition,
+// alternatives of literals.
+TEST(Gbnf, MaskEqualsEachTokenFedAlone) {
+  GgufFile f(shared_path("tokenizer-tests/ggml-vocab-llama-bpe.gguf"));
+  auto tok = Tokenizer::from_gguf(f);
+  const auto vocab = std::make_shared<const VocabBytes>(*tok);
+  const uint32_t V = tok->n_vocab();
+  std::vector<uint32_t> bits((V + 31) / 32);
+  const std::pair<const char*, std::vector<const char*>> cases[] = {
+      {"root ::= item+\nitem ::= \"- \" [^\\r\\n\\x0b\\x0c\\x85\\u2028\\u2029]+ \"\\n\"\n",
+       {"", "- ", "- a", "- a\n", "- \xE2\x80"}},
+      {"root ::= (\"x = \" [0-9]{1,3} (\"; \" | \".\"))+\n", {"", "x = ", "x = 12", "x = 123", "x = 1; "}},
+      {"root ::= \"yes\" | \"no\" | \"maybe\" \" \"? [A-Z]\n", {"", "y", "ma", "maybe"}},
+  };
+  for (const auto& [text, prefixes] : cases) {
+    const GbnfConstraint g(Gbnf::parse(text), vocab);
+    for (const char* prefix : prefixes) {
+      SCOPED_TRACE(std::string(text) + " after '" + prefix + "'");
+      GbnfState s = g.state();
+      ASSERT_TRUE(g.feed_bytes(s, prefix) || std::string(prefix).find('\xE2') != std::string::npos);
+      if (std::string(prefix).find('\xE2') != std::string::npos) {   // the partial character, fed raw
+        s = g.state();
+        for (const char c : std::string_view(prefix)) ASSERT_TRUE(g.feed_byte(s, uint8_t(c)));
+      }
+      g.allowed(s, bits);
+      uint32_t n = 0;
+      for (uint32_t t = 0; t < V; ++t) {
+        GbnfState c = s;
+        const bool want = g.feed(c, t), got = (bits[t / 32] >> (t % 32)) & 1;
+        ASSERT_EQ(got, want) << "token " << t << " '" << vocab->pieces[t] << "'";
+        n += got;
+      }
+      EXPECT_GT(n, 0u);
+    }
+  }
+}
