@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "loader/tokenizer.h"
+#include "runtime/core.h"
 
 namespace vkspec {
 
@@ -17,6 +18,19 @@ VocabBytes::VocabBytes(const Tokenizer& tok) : pieces(tok.n_vocab()), eog_flags(
       if (!pieces[t].empty()) all.push_back(t);
     }
   }
+  with_piece = sorted(std::move(all));
+}
+
+VocabBytes::VocabBytes(std::vector<std::string> p, std::vector<uint32_t> e)
+    : pieces(std::move(p)), eog(std::move(e)), eog_flags(pieces.size(), false) {
+  std::vector<uint32_t> all;
+  for (uint32_t t : eog) {
+    if (t >= pieces.size()) throw Error("internal: an end-of-generation token outside the vocabulary");
+    eog_flags[t] = true;
+    pieces[t].clear();
+  }
+  for (uint32_t t = 0; t < pieces.size(); ++t)
+    if (!pieces[t].empty()) all.push_back(t);
   with_piece = sorted(std::move(all));
 }
 

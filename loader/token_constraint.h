@@ -23,6 +23,8 @@ struct SortedTokens {
 // The vocabulary as text: each token's bytes as generation writes them, made once per model.
 struct VocabBytes {
   explicit VocabBytes(const Tokenizer& tok);
+  // pieces[t] for every token ("" for the end-of-generation ones, listed in eog): tests and the fuzzer
+  VocabBytes(std::vector<std::string> pieces, std::vector<uint32_t> eog);
   uint32_t n_vocab() const { return uint32_t(pieces.size()); }
   bool is_eog(uint32_t t) const { return t < eog_flags.size() && eog_flags[t]; }
   SortedTokens sorted(std::vector<uint32_t> tokens) const;
