@@ -156,6 +156,7 @@ vkspec_sampling_params sampling_params(const RunOptions& o, uint64_t seed) {
   s.n_logit_bias = uint32_t(o.bias_tokens.size());
   s.json_object = o.json_object ? 1 : 0;
   s.grammar = o.grammar.empty() ? nullptr : o.grammar.c_str();   // (--grammar-file read into it by then)
+  s.json_schema = o.json_schema.empty() ? nullptr : o.json_schema.c_str();   // (and -jf into this)
   return s;
 }
 

@@ -32,6 +32,7 @@ struct RunOptions {
   std::vector<float> bias_values;
   bool json_object = false;   // --json-object: JSON mode
   std::string grammar, grammar_file;   // --grammar GBNF / --grammar-file FILE (llama.cpp's flags)
+  std::string json_schema, json_schema_file;   // -j SCHEMA / -jf FILE (llama.cpp's flags)
   std::optional<uint64_t> seed;   // --seed S (0 .. 2^64-1); none or -1: random
   int samples = 1;     // independent completions, seeds seed, seed+1, ...
   int ctx = 0;

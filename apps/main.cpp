@@ -54,6 +54,8 @@ void add_sampling_options(CLI::App* c, vkspec::cli::RunOptions& o) {
               "(speculates with --draft ngram only)");
   c->add_option("--grammar", o.grammar, "A GBNF grammar (llama.cpp's syntax) the output follows");
   c->add_option("--grammar-file", o.grammar_file, "Read the GBNF grammar from a file");
+  c->add_option("-j,--json-schema", o.json_schema, "A JSON schema the output is a value of (also -jf FILE)");
+  c->add_option("--json-schema-file", o.json_schema_file, "Read the JSON schema from a file (also -jf)");
 }
 void add_draft_options(CLI::App* c, vkspec::cli::RunOptions& o) {
   c->add_option("--model-draft", o.draft_model, "Draft model for speculative decoding (also -md)");
@@ -181,6 +183,7 @@ static int run_main(int argc, char** argv) {
     if (a == "-md") a = "--model-draft";
     else if (a.rfind("-md=", 0) == 0) a = "--model-draft=" + a.substr(4);
     else if (a == "-sys") a = "--system";
+    else if (a == "-jf") a = "--json-schema-file";
     else if (a == "-ub") a = "--ubatch";
     else if (a.rfind("-ub=", 0) == 0) a = "--ubatch=" + a.substr(4);
     else if (a.rfind("-sys=", 0) == 0) a = "--system=" + a.substr(5);
@@ -208,11 +211,15 @@ static int run_main(int argc, char** argv) {
       if (c->count("--chat-template") && (c == serve ? so.chat_template : chat.template_file).empty())
         throw vkspec::cli::Error("--chat-template needs a template file");
     for (auto* c : {run, bench, chat_cmd}) {
-      if (c->count("--grammar") + c->count("--grammar-file") + c->count("--json-object") > 1)
-        throw vkspec::cli::Error("give one of --grammar, --grammar-file and --json-object");
+      if (c->count("--grammar") + c->count("--grammar-file") + c->count("--json-object") + c->count("--json-schema") +
+              c->count("--json-schema-file") > 1)
+        throw vkspec::cli::Error("give one of --grammar, --grammar-file, --json-object, -j and -jf");
       if (c->count("--grammar") && o.grammar.empty()) throw vkspec::cli::Error("--grammar needs a grammar");
+      if (c->count("--json-schema") && o.json_schema.empty()) throw vkspec::cli::Error("-j needs a JSON schema");
       if (c->count("--grammar-file"))
         o.grammar = vkspec::cli::read_text_file(o.grammar_file, 1u << 20, "grammar file");
+      if (c->count("--json-schema-file"))
+        o.json_schema = vkspec::cli::read_text_file(o.json_schema_file, 1u << 20, "JSON schema file");
     }
     if (*run && !chat.chat && (run->count("--system") || run->count("--chat-template")))
       throw vkspec::cli::Error("--system and --chat-template go with --chat");

@@ -184,6 +184,7 @@ std::shared_ptr<Job> Server::start_job(CompletionSpec spec) {
     r.sampling.logit_bias = job->spec.bias_values.data();
     r.sampling.n_logit_bias = uint32_t(job->spec.bias_tokens.size());
     r.sampling.grammar = job->spec.grammar.empty() ? nullptr : job->spec.grammar.c_str();   // parsed there
+    r.sampling.json_schema = job->spec.json_schema.empty() ? nullptr : job->spec.json_schema.c_str();
     r.max_tokens = job->spec.max_tokens;
     r.ignore_eos = job->spec.ignore_eos;
     r.logits = job->spec.logprobs;

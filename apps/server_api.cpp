@@ -145,29 +145,38 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
                      "model", "model_not_found");
   }
   // Fields that would change the output and that vkspec does not implement are refused, not ignored.
-  // (json_schema is llama.cpp's own field.)
-  for (const char* f : {"tools", "tool_choice", "functions", "function_call", "suffix", "audio", "prediction",
-                        "json_schema"}) {
+  for (const char* f : {"tools", "tool_choice", "functions", "function_call", "suffix", "audio", "prediction"}) {
     const ojson* v = field(body, f);
     if (v && !(v->is_array() && v->empty()) && !(v->is_object() && v->empty()))
       bad(f, std::string("'") + f + "' is not supported by this server");
   }
-  // response_format: text, or JSON mode (json_object without a schema); schemas are not supported.
+  // response_format: text, JSON mode (json_object), or a schema (json_schema's, or llama.cpp's json_object
+  // with a schema); the schema is converted and checked at submission (a 400 naming what is unsupported)
   if (const ojson* rf = field(body, "response_format"); rf && !(rf->is_object() && rf->empty())) {
     const ojson* type = rf->is_object() ? field(*rf, "type") : nullptr;
     if (!type || !type->is_string()) bad("response_format", "'response_format' must be an object with a 'type'");
     const std::string t = type->get<std::string>();
     if (t == "json_object") {
-      if (field(*rf, "schema")) bad("response_format", "JSON schemas are not supported (json_object without one is)");
-      s.sp.json_object = 1;
+      if (const ojson* schema = field(*rf, "schema")) s.json_schema = schema->dump();
+      else s.sp.json_object = 1;
+    } else if (t == "json_schema") {
+      const ojson* js = field(*rf, "json_schema");
+      const ojson* schema = js && js->is_object() ? field(*js, "schema") : nullptr;
+      if (!schema) bad("response_format", "'response_format' json_schema needs {\"json_schema\": {\"schema\": ...}}");
+      s.json_schema = schema->dump();
     } else if (t != "text") {
-      bad("response_format", "'response_format' type '" + t + "' is not supported (text and json_object are)");
+      bad("response_format", "'response_format' type '" + t + "' is not supported (text, json_object, json_schema are)");
     }
+  }
+  if (const ojson* js = field(body, "json_schema")) {   // llama.cpp's
+    if (!s.json_schema.empty() || s.sp.json_object) bad("json_schema", "'json_schema' and a response_format exclude each other");
+    s.json_schema = js->dump();
   }
   if (const ojson* g = field(body, "grammar")) {   // llama.cpp's: a GBNF grammar (checked at submission)
     if (!g->is_string()) bad("grammar", "'grammar' must be a string (a GBNF grammar)");
     s.grammar = g->get<std::string>();
-    if (!s.grammar.empty() && s.sp.json_object) bad("grammar", "'grammar' and a json_object response_format exclude each other");
+    if (!s.grammar.empty() && (s.sp.json_object || !s.json_schema.empty()))
+      bad("grammar", "'grammar' and a JSON response_format or schema exclude each other");
   }
   if (boolean(body, "echo", false)) bad("echo", "'echo' is not supported");
   if (integer(body, "best_of", 1, 1, 1) != 1) bad("best_of", "'best_of' must be 1");

@@ -45,6 +45,7 @@ struct CompletionSpec {
   std::vector<int32_t> bias_tokens;   // logit_bias, in the request's order
   std::vector<float> bias_values;
   std::string grammar;             // llama.cpp's `grammar` (GBNF); set as sp.grammar at submission
+  std::string json_schema;         // response_format json_schema's schema (or llama.cpp's json_schema), as JSON
   uint32_t max_tokens = 0;
   bool ignore_eos = false;         // llama.cpp's extension: generate max_tokens whatever the model says
   uint32_t n = 1;

@@ -59,6 +59,7 @@ vkspec_sampling_params default_sampling() {
   s.n_logit_bias = 0;
   s.json_object = 0;
   s.grammar = nullptr;
+  s.json_schema = nullptr;
   return s;
 }
 vkspec_draft_params default_draft() {

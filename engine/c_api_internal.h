@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "engine/engine.h"
+#include "loader/json_schema.h"
 #include "vkspec.h"
 
 struct vkspec_model {
@@ -169,8 +170,18 @@ inline SamplingParams sampling_params(const vkspec_sampling_params& p, uint32_t 
     if (p.grammar && *p.grammar) {
       if (sp.json_object) throw Error("json_object and a grammar exclude each other");
       sp.grammar = p.grammar;
-      (void)Gbnf::parse(sp.grammar);   // refused here, with its line, rather than at the first step
     }
+    if (p.json_schema && *p.json_schema) {
+      if (sp.constrained()) throw Error("a JSON schema excludes json_object and a grammar");
+      nlohmann::ordered_json schema;
+      try {
+        schema = nlohmann::ordered_json::parse(p.json_schema);
+      } catch (const nlohmann::json::exception& e) {
+        throw Error(std::string("the JSON schema is not JSON: ") + e.what());
+      }
+      sp.grammar = json_schema_to_gbnf(schema);
+    }
+    if (!sp.grammar.empty()) (void)Gbnf::parse(sp.grammar);   // refused here, with its line, not at the first step
     if (p.n_logit_bias > SamplingParams::kMaxLogitBias)
       throw Error("a logit bias of more than " + std::to_string(SamplingParams::kMaxLogitBias) + " tokens");
     if (p.n_logit_bias && (!p.logit_bias_tokens || !p.logit_bias)) throw Error("a logit bias without its arrays");

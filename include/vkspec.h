@@ -214,6 +214,10 @@ typedef struct vkspec_sampling_params {
    * used; a grammar that does not parse is VKSPEC_ERROR_INVALID_ARGUMENT with the line. Speculates as JSON
    * mode does. */
   const char* grammar;
+  /* API version 5, a JSON schema (text; NULL or "": none; not with json_object or grammar): the text is a
+   * JSON value the schema accepts (the supported keywords: loader/json_schema.h; any other that constrains
+   * values is VKSPEC_ERROR_INVALID_ARGUMENT naming it). Run as the grammar it converts to. */
+  const char* json_schema;
 } vkspec_sampling_params;
 
 /* Speculative decoding: a draft model or n-gram (prompt lookup) drafts, verified by the model. */

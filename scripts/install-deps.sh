@@ -17,8 +17,8 @@ packages=(
   glslc glslang-tools spirv-tools
   # Tests
   googletest libgtest-dev libgmock-dev
-  # Chat templates: the reference renderer of tests/test_chat_template.cpp
-  python3 python3-jinja2
+  # Chat templates: the reference renderer of tests/test_chat_template.cpp; JSON schemas: the reference validator
+  python3 python3-jinja2 python3-jsonschema
   # Loader / tokenizers / apps
   libsentencepiece-dev libpcre2-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
   # Sanitizer and fuzzer runtimes (clang's libFuzzer)

@@ -278,19 +278,42 @@ TEST(CApi, ConstrainedGenerationThroughTheApi) {
   EXPECT_NE(std::string(vkspec_last_error()).find("line 1: an unterminated character class"), std::string::npos)
       << vkspec_last_error();
   // a grammar: the text is a sentence of it, and generation ends where it does
-  p = Ctx::greedy();
-  p.sampling.grammar = "root ::= \"Once \" [a-z]+ (\" \" [a-z]+){2} \".\"\n";
-  Ctx ctx(model.m, p);
-  Streamed s;
   vkspec_generate_params g = vkspec_generate_default_params();
   g.n_predict = 64;
   g.on_token = collect;
-  g.user = &s;
-  ASSERT_EQ(vkspec_generate(ctx.c, prompt.data(), prompt.size(), &g), VKSPEC_OK) << vkspec_last_error();
   vkspec_metrics m;
-  ASSERT_EQ(vkspec_get_metrics(ctx.c, &m), VKSPEC_OK);
-  EXPECT_STREQ(m.stop_reason, "eos") << s.text;
-  EXPECT_TRUE(std::regex_match(s.text, std::regex("Once [a-z]+( [a-z]+){2}\\."))) << s.text;
+  {
+    p = Ctx::greedy();
+    p.sampling.grammar = "root ::= \"Once \" [a-z]+ (\" \" [a-z]+){2} \".\"\n";
+    Ctx ctx(model.m, p);
+    Streamed s;
+    g.user = &s;
+    ASSERT_EQ(vkspec_generate(ctx.c, prompt.data(), prompt.size(), &g), VKSPEC_OK) << vkspec_last_error();
+    ASSERT_EQ(vkspec_get_metrics(ctx.c, &m), VKSPEC_OK);
+    EXPECT_STREQ(m.stop_reason, "eos") << s.text;
+    EXPECT_TRUE(std::regex_match(s.text, std::regex("Once [a-z]+( [a-z]+){2}\\."))) << s.text;
+  }
+  // a JSON schema: converted to a grammar; not JSON, or a keyword it cannot honour, is refused by name
+  p = Ctx::greedy();
+  p.sampling.json_schema = "{\"type\": \"array\", \"items\": {\"type\": \"integer\"}, \"minItems\": 1, \"maxItems\": 3}";
+  Ctx arr(model.m, p);
+  Streamed a;
+  g.user = &a;
+  ASSERT_EQ(vkspec_generate(arr.c, prompt.data(), prompt.size(), &g), VKSPEC_OK) << vkspec_last_error();
+  ASSERT_EQ(vkspec_get_metrics(arr.c, &m), VKSPEC_OK);
+  if (std::string(m.stop_reason) == "eos") {
+    const auto v = nlohmann::json::parse(a.text);
+    EXPECT_TRUE(v.is_array() && !v.empty() && v.size() <= 3 && v[0].is_number_integer()) << a.text;
+  }
+  vkspec_context* c2 = nullptr;
+  p.sampling.json_schema = "{\"type\": \"string\", \"format\": \"date\"}";
+  EXPECT_EQ(vkspec_context_create(model.m, &p, &c2), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(vkspec_last_error()).find("'format' is not supported"), std::string::npos) << vkspec_last_error();
+  p.sampling.json_schema = "{\"type\": ";
+  EXPECT_EQ(vkspec_context_create(model.m, &p, &c2), VKSPEC_ERROR_INVALID_ARGUMENT);
+  p.sampling.grammar = "root ::= \"a\"\n";
+  p.sampling.json_schema = "{}";
+  EXPECT_EQ(vkspec_context_create(model.m, &p, &c2), VKSPEC_ERROR_INVALID_ARGUMENT);   // not both
 }
 
 // The examples print exactly `vkspec run`'s text: generate.c linked against libvkspec.so and against

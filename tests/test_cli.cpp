@@ -21,6 +21,9 @@ namespace vkspec::test {
 namespace {
 
 Result run_cli(const std::string& args) { return run_vkspec(VKSPEC_BIN, args); }
+using json = nlohmann::json;
+std::string tmp(const std::string& name) { return ::testing::TempDir() + "/vkspec-cli-" + name; }
+void write(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
 const std::string kStories = "-m " + shared_path("models/stories260K.gguf");
 
@@ -215,6 +218,53 @@ TEST(Cli, BadInputGetsOneLineErrorAndNonZeroExit) {
 
 // --logit-bias takes llama.cpp's TOKEN+BIAS / TOKEN-BIAS: +100 on a token makes greedy choose it every step,
 // and what is not that syntax (or out of range) is refused with a non-zero exit.
+// Structured output (-j, -jf): every completed output is valid under its schema for python3-jsonschema (an
+// independent validator), greedy and sampled, over schemas with required and optional properties, bounded
+// strings and arrays, enums, anyOf, nullable types and a recursive $ref; unsupported keywords are refused.
+TEST(Cli, JsonSchemaOutputsAreValidForJsonschema) {
+  const std::string m = "-m " + shared_path("models/pycode-target-f16.gguf");
+  const char* schemas[] = {
+      R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "version": {"type": "integer"},
+          "tags": {"type": "array", "items": {"type": "string", "maxLength": 8}, "maxItems": 3}, "stable": {"type": "boolean"}},
+          "required": ["name", "version"]})",
+      R"({"type": "array", "items": {"enum": ["red", "green", 3, null]}, "minItems": 2, "maxItems": 4})",
+      R"({"type": "object", "properties": {"kind": {"const": "leaf"}, "value": {"anyOf": [{"type": "number"}, {"type": ["string", "null"], "maxLength": 6}]}},
+          "required": ["kind", "value"], "additionalProperties": false})",
+      R"({"$defs": {"node": {"type": "object", "properties": {"id": {"type": "integer"}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}},
+          "required": ["id"]}}, "$ref": "#/$defs/node"})",
+  };
+  json cases = json::array();
+  for (const char* schema : schemas) {
+    write(tmp("schema.json"), schema);
+    for (const char* prompt : {"CONFIG = ", "x = ["})
+      for (const char* sampling : {"--temp 0", "--temp 0.8 --seed 4"}) {
+        auto r = run_cli("run " + m + " -p '" + prompt + "' -jf " + tmp("schema.json") + " -n 160 --json " + sampling);
+        ASSERT_EQ(r.code, 0) << r.err;
+        const json j = json::parse(r.out);
+        if (j["stop_reason"] == "eos") cases.push_back({{"schema", json::parse(schema)}, {"text", j["text"]}});
+      }
+  }
+  EXPECT_GE(cases.size(), 8u) << "too few outputs completed";
+  printf("%zu of 16 outputs completed; validating them\n", cases.size());
+  write(tmp("schema-cases.json"), cases.dump());
+  Result ref;
+  for (const char* py : {"/usr/bin/python3", "python3"}) {
+    ref = run_command(std::string(py) + " " + VKSPEC_SOURCE_DIR + "/tests/json_schema_reference.py < " + tmp("schema-cases.json"));
+    if (ref.code == 0) break;
+  }
+  if (ref.code != 0) GTEST_SKIP() << "python3-jsonschema is not installed: " << ref.err;
+  const json verdicts = json::parse(ref.out);
+  ASSERT_EQ(verdicts.size(), cases.size());
+  for (size_t i = 0; i < cases.size(); ++i)
+    EXPECT_TRUE(verdicts[i]["valid"].get<bool>()) << cases[i]["text"] << "\n" << verdicts[i]["error"];
+  for (const char* bad : {R"({"type": "string", "pattern": "a+"})", R"({"type": "number", "minimum": 3})",
+                          R"({"oneOf": [{"type": "string"}]})", R"({"$ref": "https://example.com/s.json"})", "{\"type\": "}) {
+    auto r = run_cli("run " + m + " -p x -n 2 -j '" + std::string(bad) + "'");
+    EXPECT_EQ(r.code, 1) << bad;
+    EXPECT_NE(r.err.find("JSON schema"), std::string::npos) << r.err;
+  }
+}
+
 TEST(Cli, LogitBiasTakesLlamaCppsSyntax) {
   auto r = run_cli("run " + kStories + " -p 'Once upon a time' -n 5 --temp 0 --ignore-eos --json -l 7+100 --logit-bias 9-1.5");
   ASSERT_EQ(r.code, 0) << r.err;

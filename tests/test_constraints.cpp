@@ -14,6 +14,7 @@
 #include "loader/gbnf.h"
 #include "loader/gguf.h"
 #include "loader/json_grammar.h"
+#include "loader/json_schema.h"
 #include "loader/tokenizer.h"
 #include "tests/vk_test_env.h"
 
@@ -368,6 +369,57 @@ TEST(Gbnf, MaskEqualsEachTokenFedAlone) {
         n += got;
       }
       EXPECT_GT(n, 0u);
+    }
+  }
+}
+
+// ---- JSON schemas ----
+
+namespace {
+// Whether `text` is a sentence of the grammar `schema` converts to (fed byte by byte; complete at its end).
+int schema_accepts(const char* schema, const std::string& text) {
+  static const auto bytes = [] {
+    std::vector<std::string> pieces = {""};
+    for (int b = 1; b < 256; ++b) pieces.push_back(std::string(1, char(b)));
+    return std::make_shared<const VocabBytes>(std::move(pieces), std::vector<uint32_t>{0});
+  }();
+  const GbnfConstraint g(Gbnf::parse(json_schema_to_gbnf(nlohmann::ordered_json::parse(schema))), bytes);
+  GbnfState s = g.state();
+  return g.feed_bytes(s, text) ? (GbnfConstraint::may_end(s) ? 1 : 0) : -1;   // 1 complete, 0 prefix, -1 refused
+}
+}  // namespace
+
+TEST(JsonSchema, GrammarAcceptsWhatTheSchemaDoes) {
+  const char* obj = R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 3},
+      "n": {"type": "integer"}, "tags": {"type": "array", "items": {"enum": ["a", 2, null]}, "minItems": 1, "maxItems": 2}},
+      "required": ["name"]})";
+  EXPECT_EQ(schema_accepts(obj, R"({"name": "bob"})"), 1);
+  EXPECT_EQ(schema_accepts(obj, R"({"name": "bob", "n": -12, "tags": ["a", null]})"), 1);
+  EXPECT_EQ(schema_accepts(obj, R"({"name": "bob", "tags": [2]})"), 1);        // optional ones in order, any subset
+  EXPECT_EQ(schema_accepts(obj, R"({"name": "bobby"})"), -1);                  // maxLength
+  EXPECT_EQ(schema_accepts(obj, R"({"n": 1})"), -1);                           // required first
+  EXPECT_EQ(schema_accepts(obj, R"({"name": "b", "n": 1.5})"), -1);            // an integer
+  EXPECT_EQ(schema_accepts(obj, R"({"name": "b", "tags": []})"), -1);          // minItems
+  EXPECT_EQ(schema_accepts(obj, R"({"name": "b", "tags": [2, 2, 2]})"), -1);   // maxItems
+  EXPECT_EQ(schema_accepts(obj, R"({"name": "b", "tags": ["b"]})"), -1);       // enum
+  EXPECT_EQ(schema_accepts(obj, R"({"name": "b", "other": 1})"), -1);          // no other properties
+  EXPECT_EQ(schema_accepts(obj, R"({"name": "b")"), 0);
+  const char* opt = R"({"properties": {"a": {"type": "boolean"}, "b": {"type": "null"}}})";   // nothing required
+  for (const char* ok : {"{}", R"({"a": true})", R"({"b": null})", R"({"a": false, "b": null})"}) EXPECT_EQ(schema_accepts(opt, ok), 1) << ok;
+  EXPECT_EQ(schema_accepts(opt, R"({, "b": null})"), -1);
+  const char* tree = R"({"$defs": {"t": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/t"}}}}},
+                          "anyOf": [{"$ref": "#/$defs/t"}, {"type": ["string", "null"]}]})";
+  for (const char* ok : {R"({"kids": [{}, {"kids": [{"kids": []}]}]})", R"("x")", "null"}) EXPECT_EQ(schema_accepts(tree, ok), 1) << ok;
+  EXPECT_EQ(schema_accepts(tree, "3"), -1);
+  EXPECT_EQ(schema_accepts(R"({"const": {"k": [1, "\"q\""]}})", R"({"k":[1,"\"q\""]})"), 1);   // const as written by dump()
+  EXPECT_EQ(schema_accepts("{}", R"([1, {"a": "b"}, false])"), 1);                          // any value
+  for (const char* bad : {R"({"type": "string", "pattern": "x"})", R"({"minimum": 1})", R"({"oneOf": [{}]})", R"(false)",
+                          R"({"$ref": "#/$defs/missing"})", R"({"type": "widget"})", R"({"maxItems": 2000})"}) {
+    try {
+      json_schema_to_gbnf(nlohmann::ordered_json::parse(bad));
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("JSON schema"), std::string::npos) << e.what();
     }
   }
 }

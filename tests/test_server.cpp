@@ -107,11 +107,11 @@ TEST_F(ServerApiParse, EveryFieldIsTypeAndRangeChecked) {
       {R"({"prompt": "x", "logit_bias": {"7 ": 1}})", "logit_bias"},
       {R"({"prompt": "x", "logprobs": "2"})", "logprobs"}, {R"({"prompt": "x", "logprobs": 21})", "logprobs"}, {R"({"prompt": "x", "model": 3})", "model"},
       {R"({"prompt": "x", "repeat_penalty": 0})", "repeat_penalty"}, {R"({"max_tokens": 3})", "prompt"},
-      {R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {}}}})", "response_format"},
-      {R"({"prompt": "x", "response_format": {"type": "json_object", "schema": {"type": "object"}}})", "response_format"},
+      {R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}})", "response_format"},
+      {R"({"prompt": "x", "json_schema": {}, "response_format": {"type": "json_object"}})", "json_schema"},
       {R"({"prompt": "x", "response_format": {"type": 5}})", "response_format"},
       {R"({"prompt": "x", "response_format": "json_object"})", "response_format"},
-      {R"({"prompt": "x", "grammar": 5})", "grammar"}, {R"({"prompt": "x", "json_schema": {"type": "object"}})", "json_schema"},
+      {R"({"prompt": "x", "grammar": 5})", "grammar"},
       {R"({"prompt": "x", "grammar": "root ::= \"a\"", "response_format": {"type": "json_object"}})", "grammar"},
   };
   for (const auto& [body, param] : bad) {
@@ -447,7 +447,8 @@ TEST(Server, ConcurrentStreamsGetTheirSoloTokensAndSurviveHostileClients) {
 // by itself, a prefix of one when max_tokens cuts it; greedy requests sent together (one batched step) give
 // the texts they give alone; with prompt lookup (which JSON mode speculates with) and with a draft model (which
 // it does not) the same texts again. A GBNF grammar (llama.cpp's `grammar` field) gives a sentence of it; one
-// that does not parse is a 400 naming the problem.
+// that does not parse is a 400 naming the problem; a JSON schema (response_format json_schema) a value of it,
+// an unsupported keyword a 400 naming it.
 namespace {
 void expect_json_object_or_prefix(const std::string& text, const std::string& finish) {
   if (finish == "stop") {
@@ -500,6 +501,24 @@ TEST(Server, JsonModeAndGrammarsConstrainCompletions) {
     const json bad_grammar = s.post("/v1/completions", g, &status);
     EXPECT_EQ(status, 400);
     EXPECT_NE(bad_grammar.dump().find("'item' is used but not defined"), std::string::npos) << bad_grammar.dump();
+    // a JSON schema (response_format json_schema): a value of it; an unsupported keyword is a 400 naming it
+    json js = body(prompts[0]);
+    js["response_format"] = {{"type", "json_schema"},
+                             {"json_schema", {{"name", "cfg"}, {"strict", true},
+                                              {"schema", {{"type", "object"},
+                                                          {"properties", {{"id", {{"type", "integer"}}},
+                                                                          {"ok", {{"type", "boolean"}}}}},
+                                                          {"required", {"id", "ok"}}}}}}};
+    const json jr = s.post("/v1/completions", js);
+    ASSERT_TRUE(jr.contains("choices")) << jr.dump();
+    if (jr["choices"][0]["finish_reason"] == "stop") {
+      const json v = json::parse(jr["choices"][0]["text"].get<std::string>());
+      EXPECT_TRUE(v["id"].is_number_integer() && v["ok"].is_boolean() && v.size() == 2) << v.dump();
+    }
+    js["response_format"]["json_schema"]["schema"]["properties"]["id"]["minimum"] = 3;
+    const json bad_schema = s.post("/v1/completions", js, &status);
+    EXPECT_EQ(status, 400);
+    EXPECT_NE(bad_schema.dump().find("'minimum' is not supported"), std::string::npos) << bad_schema.dump();
     // together, in one batch
     std::vector<std::string> together(prompts.size());
     std::vector<std::thread> threads;
