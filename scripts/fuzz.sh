@@ -13,7 +13,8 @@ fuzz_cxx=(clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-san
 shared_src=(loader/gguf.cpp loader/model_file.cpp runtime/quant.cpp loader/tokenizer.cpp loader/tokenizer_bpe.cpp
             loader/tokenizer_spm.cpp loader/chat_template.cpp loader/jinja_value.cpp loader/jinja_lex.cpp
             loader/jinja_parse.cpp loader/jinja_render.cpp loader/jinja_builtins.cpp loader/jinja_filters.cpp
-            apps/server_api.cpp engine/prompt.cpp loader/gbnf.cpp loader/json_grammar.cpp loader/token_constraint.cpp)
+            apps/server_api.cpp engine/prompt.cpp loader/gbnf.cpp loader/json_grammar.cpp loader/token_constraint.cpp
+            loader/json_schema.cpp)
 mkdir -p "$out/obj"
 printf '%s\n' "${shared_src[@]}" | xargs -P "$(nproc)" -I{} sh -c \
   'o="$1/obj/$(echo "$2" | tr / _).o"; shift 2; "$@" -c "$0" -o "$o"' {} "$out" {} "${fuzz_cxx[@]}"
@@ -71,8 +72,9 @@ cp tests/fuzz/server-seeds/* "$out/corpus-server/"
 VKSPEC_SHARED="$PWD/../shared" "$out/fuzz_server_request" "$out/corpus-server" -max_total_time="$(( (secs + 1) / 2 ))" \
   -max_len=16384 -rss_limit_mb=2048 -timeout=10
 
-# grammars: arbitrary GBNF text and a text fed through it, JSON mode's recognizer over the same bytes (half the time)
-"${fuzz_cxx[@]}" tests/fuzz/fuzz_grammar.cpp $(obj loader/gbnf.cpp loader/json_grammar.cpp loader/token_constraint.cpp \
+# grammars: arbitrary GBNF text (or a JSON schema) and a text fed through it, JSON mode's recognizer over the
+# same bytes (half the time)
+"${fuzz_cxx[@]}" tests/fuzz/fuzz_grammar.cpp $(obj loader/gbnf.cpp loader/json_grammar.cpp loader/token_constraint.cpp loader/json_schema.cpp \
   loader/tokenizer.cpp loader/tokenizer_bpe.cpp loader/tokenizer_spm.cpp loader/gguf.cpp runtime/quant.cpp) $libs \
   -o "$out/fuzz_grammar"
 mkdir -p "$out/corpus-grammar"

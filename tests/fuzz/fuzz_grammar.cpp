@@ -1,9 +1,10 @@
 // libFuzzer target for constrained generation's host side: the input is a GBNF grammar, a NUL byte and a
 // text. The grammar is parsed (an Error is fine); when it parses, the text is fed byte by byte and a mask is
 // computed over a small vocabulary after every accepted byte (single bytes, UTF-8 characters and their halves,
-// words); the text also goes through JSON mode's recognizer with the same masks. Any exception other than
-// vkspec::Error, a crash, ASan/UBSan finding or a hang (libFuzzer's -timeout) is a bug. Seeds:
-// tests/fuzz/grammar-seeds.
+// words); the text also goes through JSON mode's recognizer with the same masks. When the grammar part is JSON,
+// it is also taken as a JSON schema: a schema the converter accepts must become a grammar that parses (only
+// the rule limit may refuse it). Any exception other than vkspec::Error, a crash, ASan/UBSan finding or a hang
+// (libFuzzer's -timeout) is a bug. Seeds: tests/fuzz/grammar-seeds.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "loader/gbnf.h"
 #include "loader/json_grammar.h"
+#include "loader/json_schema.h"
 #include "runtime/core.h"
 
 namespace {
@@ -32,6 +34,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t split = in.find('\0');
   const std::string grammar = in.substr(0, split), text = split == std::string::npos ? "" : in.substr(split + 1);
   std::vector<uint32_t> bits((vocab()->n_vocab() + 31) / 32);
+  const auto schema = nlohmann::ordered_json::parse(grammar, nullptr, /*allow_exceptions=*/false);
+  if (!schema.is_discarded()) {
+    std::string converted;
+    try {
+      converted = vkspec::json_schema_to_gbnf(schema);
+    } catch (const vkspec::Error&) {
+    }
+    if (!converted.empty()) {
+      try {
+        vkspec::Gbnf::parse(converted);
+      } catch (const vkspec::Error& e) {
+        if (std::string(e.what()).find("more than") == std::string::npos) abort();   // the converter wrote a bad grammar
+      }
+    }
+  }
   try {
     const vkspec::GbnfConstraint g(vkspec::Gbnf::parse(grammar), vocab());
     vkspec::GbnfState s = g.state();
