@@ -175,6 +175,7 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
   if (const ojson* g = field(body, "grammar")) {   // llama.cpp's: a GBNF grammar (checked at submission)
     if (!g->is_string()) bad("grammar", "'grammar' must be a string (a GBNF grammar)");
     s.grammar = g->get<std::string>();
+    if (s.grammar.find('\0') != std::string::npos) bad("grammar", "'grammar' holds a NUL character");   // (the C API takes C strings)
     if (!s.grammar.empty() && (s.sp.json_object || !s.json_schema.empty()))
       bad("grammar", "'grammar' and a JSON response_format or schema exclude each other");
   }

@@ -111,7 +111,7 @@ TEST_F(ServerApiParse, EveryFieldIsTypeAndRangeChecked) {
       {R"({"prompt": "x", "json_schema": {}, "response_format": {"type": "json_object"}})", "json_schema"},
       {R"({"prompt": "x", "response_format": {"type": 5}})", "response_format"},
       {R"({"prompt": "x", "response_format": "json_object"})", "response_format"},
-      {R"({"prompt": "x", "grammar": 5})", "grammar"},
+      {R"({"prompt": "x", "grammar": 5})", "grammar"}, {R"({"prompt": "x", "grammar": "root ::= \"a\"\n\u0000 junk"})", "grammar"},
       {R"({"prompt": "x", "grammar": "root ::= \"a\"", "response_format": {"type": "json_object"}})", "grammar"},
   };
   for (const auto& [body, param] : bad) {
