@@ -84,14 +84,12 @@ class JsonGrammar {
  public:
   explicit JsonGrammar(std::shared_ptr<const VocabBytes> vocab);
   explicit JsonGrammar(const Tokenizer& tok) : JsonGrammar(std::make_shared<const VocabBytes>(tok)) {}
-  uint32_t n_vocab() const { return n_vocab_; }
   // Bit t of `bits` ([ceil(n_vocab / 32)] words, all written): token t may follow `state`. An
   // end-of-generation token may when the state is complete; some token always may.
   void allowed(const JsonState& state, std::span<uint32_t> bits) const;
   bool is_eog(uint32_t token) const { return vocab_->is_eog(token); }
   // Advances `state` past one token; false when the token may not follow it (the state is then unspecified).
   bool feed(JsonState& state, uint32_t token) const;
-  const std::string& piece(uint32_t token) const { return vocab_->pieces[token]; }
 
  private:
   std::shared_ptr<const VocabBytes> vocab_;

@@ -28,12 +28,17 @@ bool exists(const std::string& p) {
   struct stat st;
   return stat(p.c_str(), &st) == 0;
 }
+// The peer's folder when llama.cpp can run from it (node-llama-cpp installed, node on the path), else "".
+std::string usable_peer() {
+  const std::string peer = peer_dir();
+  if (peer.empty() || !exists(peer + "/node_modules/node-llama-cpp") || run_command("node --version").code != 0) return "";
+  return peer;
+}
 
 // The preset file, made once per build folder (quantization is deterministic); "" when the peer is missing.
 std::string preset(const std::string& type) {
-  const std::string peer = peer_dir();
-  if (peer.empty() || !exists(peer + "/node_modules/node-llama-cpp") || run_command("node --version").code != 0)
-    return "";
+  const std::string peer = usable_peer();
+  if (peer.empty()) return "";
   const std::string dir = std::string(VKSPEC_PRESETS_DIR);
   const std::string out = dir + "/pycode-target-" + type + ".gguf";
   if (!exists(out)) {
@@ -113,9 +118,8 @@ TEST(Presets, GreedyContinuationsAgreeWithLlamaCpp) {
 // llama.cpp's own continuation within the 32 tokens (so agreeing is not agreeing on plain greedy), and
 // vkspec's leading ids must equal it for at least 24 tokens (on this machine: all 32 in every setting).
 TEST(Presets, PenaltiesAndLogitBiasAgreeWithLlamaCpp) {
-  const std::string peer = peer_dir();
-  if (peer.empty() || !exists(peer + "/node_modules/node-llama-cpp") || run_command("node --version").code != 0)
-    GTEST_SKIP() << "llama.cpp peer not installed (scripts/install-peer.sh needs node and npm)";
+  const std::string peer = usable_peer();
+  if (peer.empty()) GTEST_SKIP() << "llama.cpp peer not installed (scripts/install-peer.sh needs node and npm)";
   const std::string model = shared_path("models/pycode-target-f16.gguf");
   const std::string script = std::string(VKSPEC_SOURCE_DIR) + "/tests/peer_penalties.mjs";
   const std::string prompt = "def parse_args(argv):";
@@ -158,9 +162,8 @@ TEST(Presets, PenaltiesAndLogitBiasAgreeWithLlamaCpp) {
 // all of them (on this machine: all, in every case), and its text must be a JSON object or a prefix of one
 // for nlohmann's parser.
 TEST(Presets, JsonModeAgreesWithLlamaCppsJsonGrammar) {
-  const std::string peer = peer_dir();
-  if (peer.empty() || !exists(peer + "/node_modules/node-llama-cpp") || run_command("node --version").code != 0)
-    GTEST_SKIP() << "llama.cpp peer not installed (scripts/install-peer.sh needs node and npm)";
+  const std::string peer = usable_peer();
+  if (peer.empty()) GTEST_SKIP() << "llama.cpp peer not installed (scripts/install-peer.sh needs node and npm)";
   const std::string model = shared_path("models/pycode-target-f16.gguf");
   const std::string script = std::string(VKSPEC_SOURCE_DIR) + "/tests/peer_grammar.mjs";
   const int n = 96;
@@ -206,9 +209,8 @@ TEST(Presets, JsonModeAgreesWithLlamaCppsJsonGrammar) {
 // reaches a choice between 'a' and 'e' whose log-probabilities differ by 0.0006 nats, and llama.cpp's CPU
 // backend takes the other one.)
 TEST(Presets, GrammarsAgreeWithLlamaCpp) {
-  const std::string peer = peer_dir();
-  if (peer.empty() || !exists(peer + "/node_modules/node-llama-cpp") || run_command("node --version").code != 0)
-    GTEST_SKIP() << "llama.cpp peer not installed (scripts/install-peer.sh needs node and npm)";
+  const std::string peer = usable_peer();
+  if (peer.empty()) GTEST_SKIP() << "llama.cpp peer not installed (scripts/install-peer.sh needs node and npm)";
   const std::string model = shared_path("models/pycode-target-f16.gguf");
   const std::string script = std::string(VKSPEC_SOURCE_DIR) + "/tests/peer_grammar.mjs";
   const std::string grammars = peer + "/node_modules/node-llama-cpp/llama/grammars/";
