@@ -439,10 +439,10 @@ bool GbnfConstraint::feed(GbnfState& s, uint32_t token) const {
 }
 
 void GbnfConstraint::allowed(const GbnfState& s, std::span<uint32_t> bits) const {
-  if (bits.size() != (vocab_->n_vocab() + 31) / 32) throw Error("internal: a grammar mask of the wrong size");
+  if (bits.size() != TOKEN_MASK_WORDS(vocab_->n_vocab())) throw Error("internal: a grammar mask of the wrong size");
   std::fill(bits.begin(), bits.end(), 0u);
   if (may_end(s))
-    for (uint32_t t : vocab_->eog) bits[t / 32] |= 1u << (t % 32);
+    for (uint32_t t : vocab_->eog) bits[TOKEN_MASK_WORD(t)] |= TOKEN_MASK_BIT(t);
   walk_sorted(*vocab_, vocab_->with_piece, s, [this](GbnfState& c, uint8_t b) { return feed_byte(c, b); }, ends, bits);
 }
 

@@ -169,7 +169,7 @@ bool JsonState::feed(std::string_view bytes) {
 }
 
 JsonGrammar::JsonGrammar(std::shared_ptr<const VocabBytes> vocab)
-    : vocab_(std::move(vocab)), n_vocab_(vocab_->n_vocab()), text_words_((n_vocab_ + 31) / 32, 0u) {
+    : vocab_(std::move(vocab)), n_vocab_(vocab_->n_vocab()), text_words_(TOKEN_MASK_WORDS(n_vocab_), 0u) {
   if (vocab_->eog.empty()) throw Error("constrained generation needs an end-of-generation token, and this vocabulary has none");
   JsonState in_string;
   in_string.feed("{\"");
@@ -178,7 +178,7 @@ JsonGrammar::JsonGrammar(std::shared_ptr<const VocabBytes> vocab)
     const std::string& p = vocab_->pieces[t];
     JsonState s = in_string;   // plain text: still inside the string after it, having neither ended nor escaped
     if (p.find_first_of("\"\\") == std::string::npos && s.feed(p) && s.in_string())
-      text_words_[t / 32] |= 1u << (t % 32);
+      text_words_[TOKEN_MASK_WORD(t)] |= TOKEN_MASK_BIT(t);
     else
       not_text.push_back(t);
   }
@@ -186,10 +186,10 @@ JsonGrammar::JsonGrammar(std::shared_ptr<const VocabBytes> vocab)
 }
 
 void JsonGrammar::allowed(const JsonState& state, std::span<uint32_t> bits) const {
-  if (bits.size() != (n_vocab_ + 31) / 32) throw Error("internal: a JSON mask of the wrong size");
+  if (bits.size() != TOKEN_MASK_WORDS(n_vocab_)) throw Error("internal: a JSON mask of the wrong size");
   std::fill(bits.begin(), bits.end(), 0u);
   if (state.complete())
-    for (uint32_t t : vocab_->eog) bits[t / 32] |= 1u << (t % 32);
+    for (uint32_t t : vocab_->eog) bits[TOKEN_MASK_WORD(t)] |= TOKEN_MASK_BIT(t);
   const auto feed = [](JsonState& s, uint8_t b) { return s.feed(b); };
   const auto ends = [](const JsonState&) { return true; };
   if (state.in_string()) {

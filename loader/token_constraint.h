@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "shaders/contract.h"
+
 namespace vkspec {
 
 class Tokenizer;
@@ -57,14 +59,14 @@ void walk_sorted(const VocabBytes& v, const SortedTokens& s, const State& start,
       if (!feed(at[d + 1], uint8_t(p[d]))) break;
     }
     if (d < p.size()) dead = d + 1;
-    else if (ends(at[d])) bits[t / 32] |= 1u << (t % 32);
+    else if (ends(at[d])) bits[TOKEN_MASK_WORD(t)] |= TOKEN_MASK_BIT(t);
   }
 }
 
 class TokenConstraint {
  public:
   virtual ~TokenConstraint() = default;
-  // Bit t of `bits` ([ceil(n_vocab / 32)] words, all written): token t may come next.
+  // `bits` ([TOKEN_MASK_WORDS(n_vocab)] words, all written; shaders/contract.h): token t may come next.
   virtual void allowed(std::span<uint32_t> bits) const = 0;
   // Speculation with drafts the host wrote (prompt lookup): for each leading draft the constraint allows,
   // the mask after it, into mask(1), mask(2), ... (the verify rows after the drafts); returns how many

@@ -47,12 +47,12 @@ DeviceSampler::DeviceSampler(Context& ctx, Pipelines& pipelines, uint32_t n_voca
   table_rows_ = (submission_rows ? submission_rows : 4 * std::max(max_rows, 1u)) + std::max(max_rows, 1u);
   upload_ = std::make_unique<Arena>(ctx, MemoryKind::Upload,
                                     VkDeviceSize(max_history) * 4 + SamplingParams::kMaxLogitBias * 8 +
-                                        VkDeviceSize(std::max(max_rows, 1u)) * ((n_vocab + 31) / 32) * 4 +
+                                        VkDeviceSize(std::max(max_rows, 1u)) * TOKEN_MASK_WORDS(n_vocab) * 4 +
                                         VkDeviceSize(table_rows_) * sizeof(contract::SampleRow) + 4096);
   readback_ = std::make_unique<Arena>(ctx, MemoryKind::Readback, VkDeviceSize(max_rows) * kSlotBytes + 256);
   history_ = upload_->alloc(VkDeviceSize(std::max(max_history, 1u)) * 4, "sampling history");
   bias_ = upload_->alloc(SamplingParams::kMaxLogitBias * 8, "logit bias");
-  mask_ = upload_->alloc(VkDeviceSize(std::max(max_rows, 1u)) * ((n_vocab + 31) / 32) * 4, "JSON mode masks");
+  mask_ = upload_->alloc(VkDeviceSize(std::max(max_rows, 1u)) * TOKEN_MASK_WORDS(n_vocab) * 4, "JSON mode masks");
   table_ = upload_->alloc(VkDeviceSize(table_rows_) * sizeof(contract::SampleRow), "sampling row table");
   draws_ = readback_->alloc(VkDeviceSize(max_rows) * kSlotBytes, "sampled tokens (token slots)");
   if (!history_.mapped || !bias_.mapped || !mask_.mapped || !draws_.mapped || !table_.mapped)
@@ -94,7 +94,7 @@ void DeviceSampler::record_append_history(Recorder& r, const Slice& slots, uint3
 
 std::span<uint32_t> DeviceSampler::mask_words(uint32_t row) {
   if (row >= std::max(max_rows_, 1u)) throw Error("internal: a JSON mode mask row out of range");
-  const uint32_t words = (n_vocab_ + 31) / 32;
+  const uint32_t words = TOKEN_MASK_WORDS(n_vocab_);
   return {mask_.host<uint32_t>() + size_t(row) * words, words};
 }
 
@@ -107,7 +107,7 @@ contract::SampleRow DeviceSampler::entry(const SamplingParams& p, const Slice& l
                                          bool texels, uint32_t mask_row) const {
   const uint32_t last_n = !p.penalized() ? 0u : p.repeat_last_n < 0 ? 0xffffffffu : uint32_t(p.repeat_last_n);
   return {logits.address, probs.address, draw, history_.address, p.seed, bias_.address,
-          p.constrained() ? mask_.address + VkDeviceSize(mask_row) * ((n_vocab_ + 31) / 32) * 4 : 0, h_end, last_n,
+          p.constrained() ? mask_.address + VkDeviceSize(mask_row) * (TOKEN_MASK_WORDS(n_vocab_)) * 4 : 0, h_end, last_n,
           p.repeat_penalty, p.frequency_penalty, p.presence_penalty, p.temperature, p.top_p, p.min_p,
           uint32_t(p.top_k), uint32_t(position), uint32_t(p.logit_bias.size()),
           texels ? texel_offset(logits) : 0u};

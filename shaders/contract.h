@@ -152,6 +152,11 @@ VKSPEC_CONST MODE_ROPE_KV = 8u;       // matmul_rows, the [q k v] projection: Ro
   vk_addr slots;                       /* [n] token slots */                                            \
   vk_uint cols; vk_uint want_top_prob;
 
+// A token mask (SAMPLE_ROW.mask; written by loader/token_constraint.h's constraints): a row of
+// TOKEN_MASK_WORDS(V) uints in which token t is allowed iff TOKEN_MASK_BIT(t) is set in word TOKEN_MASK_WORD(t).
+#define TOKEN_MASK_WORDS(V) (((V) + 31u) / 32u)
+#define TOKEN_MASK_WORD(t) ((t) / 32u)
+#define TOKEN_MASK_BIT(t) (1u << ((t) % 32u))
 VKSPEC_CONST SAMPLE_LIST_CAP = 256u;    // sample_rows: entries of the top-k path's candidate list
 VKSPEC_CONST SAMPLE_DRAW = 1u;      // sample_rows: draw a token per row into its draw slot
 // One row of sample_rows (an entry of the host-written row table PC_SAMPLE_ROWS points to): where its
@@ -164,8 +169,7 @@ VKSPEC_CONST SAMPLE_DRAW = 1u;      // sample_rows: draw a token per row into it
   vk_addr hist;                        /* uint token ids: the penalties' history */                     \
   vk_addr seed;                                                                                         \
   vk_addr bias;                        /* n_bias {uint token, float bias} pairs, added in order */      \
-  vk_addr mask;                        /* [ceil(V / 32)] uint: token t is allowed iff bit t is set (JSON   \
-                                          mode, loader/json_grammar.h); 0: every token */                 \
+  vk_addr mask;                        /* [TOKEN_MASK_WORDS(V)] uint (a constraint's); 0: every token */  \
   vk_uint h_end;                       /* the penalty window ends before hist[h_end] */                 \
   vk_uint last_n;                      /* the window's length; 0: no penalty */                         \
   vk_float penalty;                    /* repetition */                                                 \

@@ -401,12 +401,12 @@ void main() {
       }
     }
   }
-  // 1b. the mask (JSON mode): a token it does not allow gets -inf, so that it is never kept nor drawn, as
+  // 1b. the constraint's mask (JSON mode, a grammar): a token it does not allow gets -inf, so that it is never kept nor drawn, as
   // llama.cpp's grammar sampler does before the other transforms (-inf stays -inf through them)
   const bool masked = P.mask != uvec2(0u);
   if (masked) {
     for (uint v = lo; v < hi; ++v)
-      if ((Uints(P.mask).v[v / 32u] & (1u << (v % 32u))) == 0u) Floats(P.logits).v[v] = -1.0 / 0.0;
+      if ((Uints(P.mask).v[TOKEN_MASK_WORD(v)] & TOKEN_MASK_BIT(v)) == 0u) Floats(P.logits).v[v] = -1.0 / 0.0;
   }
   if (P.n_bias != 0u || P.last_n != 0u || masked) {   // uniform: the bias, penalties or mask moved logits
     lane_hi = -1.0 / 0.0;
