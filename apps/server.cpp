@@ -8,6 +8,8 @@
 #include <ctime>
 #include <deque>
 #include <filesystem>
+#include <optional>
+#include <random>
 #include <thread>
 
 #include <httplib.h>
@@ -32,6 +34,12 @@ struct Job {
     json logprobs = json::array();     // token_logprob entries (non-streamed responses)
     size_t logprob_offset = 0;         // completions' text_offset of the next token (streamed)
     std::string finish_reason;         // set when the choice ends
+    // With tools: the reply is held back while it may still become a call (may_become_tool_call), and is
+    // read as one at the end.
+    bool holding = false;
+    std::string held;
+    std::optional<ToolCall> call;
+    std::string call_id;
     vkspec_request_result result{};
   };
   api::Batch* batch = nullptr;         // outlives every handler (freed after the HTTP server stopped)
@@ -58,6 +66,13 @@ struct ChoiceRef {
   uint32_t index;
   const api::Model* model;   // token texts for logprobs
 };
+
+std::string tool_call_id() {
+  std::random_device rd;
+  char id[32];
+  snprintf(id, sizeof id, "call_%08x%08x%08x", unsigned(rd()), unsigned(rd()), unsigned(rd()));
+  return id;
+}
 
 std::string finish_reason(const std::string& stop_reason) {
   return stop_reason == "length" || stop_reason == "context" ? "length" : "stop";
@@ -105,7 +120,8 @@ json full_response(const Job& j, const std::string& drafter) {
     const auto& c = j.choices[i];
     json ch = {{"index", i}};
     if (j.spec.chat) {
-      ch["message"] = {{"role", "assistant"}, {"content", c.content}};
+      ch["message"] = {{"role", "assistant"}, {"content", c.call ? json(nullptr) : json(c.content)}};
+      if (c.call) ch["message"]["tool_calls"] = json::array({tool_call_json(*c.call, c.call_id)});
       ch["logprobs"] = j.spec.logprobs ? json{{"content", c.logprobs}} : json(nullptr);
     } else {
       ch["text"] = c.content;
@@ -171,7 +187,10 @@ std::shared_ptr<Job> Server::start_job(CompletionSpec spec) {
   job->batch = batch_.get();
   job->choices.resize(job->spec.n);
   job->ids = std::make_unique<std::atomic<uint64_t>[]>(job->spec.n);
-  for (auto& c : job->choices) c.text = std::make_unique<TextStream>(job->spec.stop);
+  for (auto& c : job->choices) {
+    c.text = std::make_unique<TextStream>(job->spec.stop);
+    c.holding = !job->spec.tools.empty();
+  }
   for (uint32_t i = 0; i < job->spec.n; ++i) {
     if (job->spec.stream && job->spec.chat)
       job->events.push_back(dump(chunk(*job, i, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr)));
@@ -185,6 +204,7 @@ std::shared_ptr<Job> Server::start_job(CompletionSpec spec) {
     r.sampling.n_logit_bias = uint32_t(job->spec.bias_tokens.size());
     r.sampling.grammar = job->spec.grammar.empty() ? nullptr : job->spec.grammar.c_str();   // parsed there
     r.sampling.json_schema = job->spec.json_schema.empty() ? nullptr : job->spec.json_schema.c_str();
+    r.sampling.grammar_trigger = job->spec.grammar_trigger.empty() ? nullptr : job->spec.grammar_trigger.c_str();
     r.max_tokens = job->spec.max_tokens;
     r.ignore_eos = job->spec.ignore_eos;
     r.logits = job->spec.logprobs;
@@ -195,7 +215,15 @@ std::shared_ptr<Job> Server::start_job(CompletionSpec spec) {
       const uint32_t i = ref.index;
       std::lock_guard<std::mutex> lock(jp->mu);
       Job::Choice& c = jp->choices[i];
-      const std::string text = c.text->push(std::string(piece, len));
+      std::string text = c.text->push(std::string(piece, len));
+      if (c.holding) {
+        c.held += text;
+        text.clear();
+        if (!may_become_tool_call(c.held)) {
+          text.swap(c.held);
+          c.holding = false;
+        }
+      }
       json lp = nullptr;
       if (jp->spec.logprobs && row) {
         const api::Model& model = *ref.model;
@@ -226,11 +254,25 @@ std::shared_ptr<Job> Server::start_job(CompletionSpec spec) {
       std::lock_guard<std::mutex> lock(job->mu);
       Job::Choice& c = job->choices[i];
       c.result = *res;
-      const std::string tail = c.text->finish();
+      std::string tail = c.text->finish();
       const std::string reason = res->stop_reason;
       c.finish_reason = finish_reason(reason);
       if (reason == "error") job->error = res->error;
+      if (c.holding) {   // a call only if the reply ended by itself (a cut one is text)
+        tail = c.held + tail;
+        if (c.finish_reason == "stop" && !c.text->stopped()) c.call = parse_tool_call(tail, job->spec.tools);
+        if (c.call) {
+          tail.clear();
+          c.finish_reason = "tool_calls";
+          c.call_id = tool_call_id();
+        }
+      }
       if (job->spec.stream) {
+        if (c.call) {
+          json tc = tool_call_json(*c.call, c.call_id);
+          tc["index"] = 0;
+          job->events.push_back(dump(chunk(*job, i, {{"tool_calls", json::array({tc})}}, nullptr, nullptr)));
+        }
         if (!tail.empty())
           job->events.push_back(dump(chunk(*job, i, job->spec.chat ? json{{"content", tail}} : json(tail), nullptr, nullptr)));
         job->events.push_back(dump(chunk(*job, i, job->spec.chat ? json::object() : json(""), nullptr, c.finish_reason)));
@@ -499,8 +541,10 @@ int Server::run() {
         template_ = chat_template_source(model, so_.chat_template);
         // a template file that cannot render a plain conversation is an error now, not at each request
         if (template_) model.apply_chat_template(template_, R"([{"role": "user", "content": "hi"}])", true);
-        enc_.render_chat = [this](const nlohmann::ordered_json& messages) {
-          return model_->apply_chat_template(template_, messages.dump(), true);
+        enc_.render_chat = [this](const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools) {
+          if (tools.is_null()) return model_->apply_chat_template(template_, messages.dump(), true);
+          const nlohmann::ordered_json request = {{"messages", messages}, {"tools", tools}};
+          return model_->apply_chat_template(template_, request.dump(), true);
         };
       } catch (const std::exception& e) {
         if (!so_.chat_template.empty()) throw Error("--chat-template " + so_.chat_template + ": " + e.what());

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
-
+#include <stdexcept>
 
 namespace vkspec::cli {
 namespace {
@@ -71,6 +71,37 @@ std::string message_text(const ojson& content, size_t i) {
   return text;
 }
 
+// An assistant message's tool_calls (OpenAI's: arguments as JSON text) as the chat templates read them:
+// {"id", "type": "function", "function": {"name", "arguments": an object}} (Llama 3's writes arguments|tojson).
+ojson template_tool_calls(const ojson& calls, const std::string& p) {
+  if (!calls.is_array() || calls.empty()) bad(p, "'" + p + "' must be a non-empty array of tool calls");
+  ojson out = ojson::array();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const ojson& c = calls[k];
+    const std::string q = p + "[" + std::to_string(k) + "]";
+    if (!c.is_object() || !c.contains("function") || !c["function"].is_object())
+      bad(q, "'" + q + "' must be an object {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
+    const ojson& f = c["function"];
+    if (!f.contains("name") || !f["name"].is_string()) bad(q, "'" + q + ".function.name' must be a string");
+    ojson args = f.contains("arguments") ? f["arguments"] : ojson::object();
+    if (args.is_string()) {
+      try {
+        args = ojson::parse(args.get<std::string>());
+      } catch (const nlohmann::json::exception&) {
+        bad(q, "'" + q + ".function.arguments' is not JSON text");
+      }
+    }
+    if (!args.is_object()) bad(q, "'" + q + ".function.arguments' must be a JSON object (as text)");
+    ojson t = {{"type", "function"}, {"function", {{"name", f["name"]}, {"arguments", args}}}};
+    if (c.contains("id")) {
+      if (!c["id"].is_string()) bad(q, "'" + q + ".id' must be a string");
+      t["id"] = c["id"];
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 ojson chat_messages(const ojson& body) {
   const ojson* m = field(body, "messages");
   if (!m) bad("messages", "'messages' is required");
@@ -82,14 +113,67 @@ ojson chat_messages(const ojson& body) {
     if (!msg.is_object()) bad(p, "'" + p + "' must be an object");
     if (!msg.contains("role") || !msg["role"].is_string()) bad(p + ".role", "'" + p + ".role' must be a string");
     const std::string role = msg["role"].get<std::string>();
-    if (role != "system" && role != "user" && role != "assistant" && role != "developer")
-      bad(p + ".role", "'" + p + ".role' must be system, developer, user or assistant (tools are not supported), not '" + role + "'");
-    if (msg.contains("tool_calls") || msg.contains("function_call")) bad(p, "tool calls are not supported");
+    if (role != "system" && role != "user" && role != "assistant" && role != "developer" && role != "tool")
+      bad(p + ".role", "'" + p + ".role' must be system, developer, user, assistant or tool, not '" + role + "'");
+    if (msg.contains("function_call")) bad(p, "'function_call' (the deprecated form) is not supported: use tool_calls");
     ojson o = {{"role", role == "developer" ? "system" : role}};
     o["content"] = msg.contains("content") && !msg["content"].is_null() ? message_text(msg["content"], i) : "";
+    if (const ojson* calls = field(msg, "tool_calls")) {
+      if (role != "assistant") bad(p + ".tool_calls", "only an assistant message has 'tool_calls'");
+      o["tool_calls"] = template_tool_calls(*calls, p + ".tool_calls");
+    }
+    if (role == "tool")
+      for (const char* key : {"tool_call_id", "name"})
+        if (const ojson* v = field(msg, key)) {
+          if (!v->is_string()) bad(p + "." + key, "'" + p + "." + key + "' must be a string");
+          o[key] = *v;
+        }
     out.push_back(std::move(o));
   }
   return out;
+}
+
+// `tools` and `tool_choice` -> the tools a reply may call (set in s) and the tools the prompt lists (null:
+// none). A call is held to the grammar of the chosen tools: from the first token with "required" or a named
+// function, lazily with "auto" (apps/tool_calls.h).
+ojson chat_tools(const ojson& body, bool chat, CompletionSpec& s) {
+  const ojson* tools = field(body, "tools");
+  if (tools && tools->is_array() && tools->empty()) tools = nullptr;
+  const ojson* choice = field(body, "tool_choice");
+  if (!chat && (tools || choice)) bad(tools ? "tools" : "tool_choice", "tools are for /v1/chat/completions");
+  if (const ojson* ptc = field(body, "parallel_tool_calls"); ptc && !ptc->is_boolean())
+    bad("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");   // (a reply makes at most one call)
+  std::string mode = tools ? "auto" : "none", forced;
+  if (choice) {
+    if (choice->is_string()) {
+      mode = choice->get<std::string>();
+      if (mode != "none" && mode != "auto" && mode != "required")
+        bad("tool_choice", "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    } else if (choice->is_object() && choice->contains("function") && (*choice)["function"].is_object() &&
+               (*choice)["function"].contains("name") && (*choice)["function"]["name"].is_string()) {
+      mode = "function";
+      forced = (*choice)["function"]["name"].get<std::string>();
+    } else {
+      bad("tool_choice", "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+    if (!tools && mode != "none" && mode != "auto") bad("tool_choice", "'tool_choice' needs 'tools'");
+  }
+  if (!tools || mode == "none") return nullptr;
+  try {
+    s.tools = parse_tools(*tools);
+  } catch (const std::invalid_argument& e) {
+    bad("tools", e.what());
+  }
+  if (s.sp.json_object || !s.json_schema.empty() || !s.grammar.empty())
+    bad("tools", "'tools' and a JSON response_format, schema or grammar exclude each other");
+  std::vector<ToolFunction> callable = s.tools;
+  if (mode == "function") {
+    std::erase_if(callable, [&](const ToolFunction& t) { return t.name != forced; });
+    if (callable.empty()) bad("tool_choice", "'tool_choice' names '" + forced + "', which is not among the tools");
+  }
+  s.json_schema = tool_call_schema(callable).dump();   // converted (and checked) at submission
+  if (mode == "auto") s.grammar_trigger = kToolCallTrigger;
+  return *tools;
 }
 
 std::vector<int32_t> completion_prompt(const ojson& body, const ServerLimits& lim, const PromptEncoder& enc) {
@@ -145,7 +229,7 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
                      "model", "model_not_found");
   }
   // Fields that would change the output and that vkspec does not implement are refused, not ignored.
-  for (const char* f : {"tools", "tool_choice", "functions", "function_call", "suffix", "audio", "prediction"}) {
+  for (const char* f : {"functions", "function_call", "suffix", "audio", "prediction"}) {
     const ojson* v = field(body, f);
     if (v && !(v->is_array() && v->empty()) && !(v->is_object() && v->empty()))
       bad(f, std::string("'") + f + "' is not supported by this server");
@@ -182,13 +266,14 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
   if (boolean(body, "echo", false)) bad("echo", "'echo' is not supported");
   if (integer(body, "best_of", 1, 1, 1) != 1) bad("best_of", "'best_of' must be 1");
 
+  const ojson tools = chat_tools(body, chat, s);
   if (chat) {
     const ojson messages = chat_messages(body);
     if (!enc.render_chat)
       throw ApiError(400, "the model has no chat template: use /v1/completions, or start the server with --chat-template FILE");
     std::string text;
     try {
-      text = enc.render_chat(messages);
+      text = enc.render_chat(messages, tools);
     } catch (const std::exception& e) {
       throw ApiError(400, std::string("the chat template refused the messages: ") + e.what(), "messages");
     }
@@ -357,6 +442,15 @@ nlohmann::json completion_logprobs(const nlohmann::json& entries, size_t text_of
     text_offset += piece.size();
   }
   return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+nlohmann::json tool_call_json(const ToolCall& call, const std::string& id) {
+  return {{"id", id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+}
+
+bool may_become_tool_call(const std::string& text) {
+  const size_t b = text.find_first_not_of(" \t\r\n");
+  return b == std::string::npos || text[b] == '{';
 }
 
 std::string dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tool_calls.h"
 #include "vkspec.h"
 
 namespace vkspec::cli {
@@ -46,6 +47,8 @@ struct CompletionSpec {
   std::vector<float> bias_values;
   std::string grammar;             // llama.cpp's `grammar` (GBNF); set as sp.grammar at submission
   std::string json_schema;         // response_format json_schema's schema (or llama.cpp's json_schema), as JSON
+  std::string grammar_trigger;     // tool_choice "auto": the lazy grammar's trigger (apps/tool_calls.h)
+  std::vector<ToolFunction> tools; // chat `tools` the reply may call (empty: none, or tool_choice "none")
   uint32_t max_tokens = 0;
   bool ignore_eos = false;         // llama.cpp's extension: generate max_tokens whatever the model says
   uint32_t n = 1;
@@ -61,9 +64,9 @@ nlohmann::ordered_json parse_body(const std::string& text, const ServerLimits& l
 // use the tokenizer directly). Each throws std::exception with a message for text it cannot encode.
 struct PromptEncoder {
   std::function<std::vector<int32_t>(const std::string& text)> prompt;   // a completion prompt, BOS as the model wants
-  // The chat template's text of `messages` (JSON array of {role, content}); empty function: the model has
-  // no chat template (chat requests are a 400 saying so).
-  std::function<std::string(const nlohmann::ordered_json& messages)> render_chat;
+  // The chat template's text of `messages` (JSON array of {role, content, ...}) and `tools` (OpenAI's array;
+  // null: none); empty function: the model has no chat template (chat requests are a 400 saying so).
+  std::function<std::string(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools)> render_chat;
   std::function<std::vector<int32_t>(const std::string& text)> chat;     // a rendered chat's tokens
 };
 CompletionSpec parse_completion(const nlohmann::ordered_json& body, bool chat, const ServerLimits& lim,
@@ -94,6 +97,13 @@ nlohmann::json token_logprob(const std::function<std::string(int32_t)>& piece, i
 // an object of texts to log-probabilities: the alternatives and the chosen token, as OpenAI's), text_offset
 // (UTF-8 bytes into the completion, the first token at text_offset)}.
 nlohmann::json completion_logprobs(const nlohmann::json& entries, size_t text_offset);
+
+// A tool call as OpenAI's message and delta carry it: {"id": "call_...", "type": "function", "function":
+// {"name", "arguments"}} (with "index" in a stream's delta).
+nlohmann::json tool_call_json(const ToolCall& call, const std::string& id);
+// A reply that may still become a tool call (held back from a stream): nothing but whitespace yet, or text
+// that begins with '{'.
+bool may_become_tool_call(const std::string& text);
 
 // JSON text of a response or chunk: invalid UTF-8 (a token that is part of a character) is replaced, never
 // an exception.

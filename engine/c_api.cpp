@@ -60,6 +60,7 @@ vkspec_sampling_params default_sampling() {
   s.json_object = 0;
   s.grammar = nullptr;
   s.json_schema = nullptr;
+  s.grammar_trigger = nullptr;
   return s;
 }
 vkspec_draft_params default_draft() {

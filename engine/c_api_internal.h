@@ -182,6 +182,15 @@ inline SamplingParams sampling_params(const vkspec_sampling_params& p, uint32_t 
       sp.grammar = json_schema_to_gbnf(schema);
     }
     if (!sp.grammar.empty()) (void)Gbnf::parse(sp.grammar);   // refused here, with its line, not at the first step
+    if (p.grammar_trigger && *p.grammar_trigger) {
+      if (sp.grammar.empty()) throw Error("a grammar trigger needs a grammar or a JSON schema");
+      sp.grammar_trigger = p.grammar_trigger;
+      try {
+        (void)Gbnf::parse(sp.grammar_trigger);
+      } catch (const Error& e) {
+        throw Error(std::string("the grammar trigger: ") + e.what());
+      }
+    }
     if (p.n_logit_bias > SamplingParams::kMaxLogitBias)
       throw Error("a logit bias of more than " + std::to_string(SamplingParams::kMaxLogitBias) + " tokens");
     if (p.n_logit_bias && (!p.logit_bias_tokens || !p.logit_bias)) throw Error("a logit bias without its arrays");

@@ -161,6 +161,8 @@ std::unique_ptr<TokenConstraint> TargetModel::constraint(const SamplingParams& s
   std::shared_ptr<const Gbnf> grammar = sp.json_object ? nullptr : Gbnf::parse(sp.grammar);
   std::lock_guard<std::mutex> lock(constraint_mu_);
   if (!vocab_bytes_) vocab_bytes_ = std::make_shared<const VocabBytes>(*tok);
+  if (grammar && !sp.grammar_trigger.empty())
+    return std::make_unique<TriggeredGbnfConstraint>(Gbnf::parse(sp.grammar_trigger), std::move(grammar), vocab_bytes_);
   if (grammar) return std::make_unique<GbnfConstraint>(std::move(grammar), vocab_bytes_);
   if (!json_grammar_) json_grammar_ = std::make_shared<const JsonGrammar>(vocab_bytes_);
   return std::make_unique<JsonConstraint>(json_grammar_);

@@ -48,7 +48,7 @@
 extern "C" {
 #endif
 
-#define VKSPEC_API_VERSION 5
+#define VKSPEC_API_VERSION 6
 #define VKSPEC_MAX_LOGIT_BIAS 1024   /* vkspec_sampling_params.n_logit_bias's bound */
 #define VKSPEC_LOGIT_BIAS_BOUND 100  /* each logit bias lies in [-VKSPEC_LOGIT_BIAS_BOUND, VKSPEC_LOGIT_BIAS_BOUND] */
 
@@ -218,6 +218,12 @@ typedef struct vkspec_sampling_params {
    * JSON value the schema accepts (the supported keywords: loader/json_schema.h; any other that constrains
    * values is VKSPEC_ERROR_INVALID_ARGUMENT naming it). Run as the grammar it converts to. */
   const char* json_schema;
+  /* API version 6, a lazy grammar (llama.cpp's; how function calling with tool_choice "auto" is constrained):
+   * GBNF (NULL or "": none; needs `grammar` or `json_schema`). Every token is allowed until the text so far
+   * is a sentence of this trigger grammar; from there the grammar holds the whole text. Leading whitespace is
+   * no part of the text for either. Text that leaves the trigger's language first, or that the grammar does
+   * not accept at the match, stays unconstrained. */
+  const char* grammar_trigger;
 } vkspec_sampling_params;
 
 /* Speculative decoding: a draft model or n-gram (prompt lookup) drafts, verified by the model. */

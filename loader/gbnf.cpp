@@ -464,4 +464,60 @@ void GbnfConstraint::accept(uint32_t token) {
 
 bool GbnfConstraint::complete() const { return may_end(state_); }
 
+TriggeredGbnfConstraint::TriggeredGbnfConstraint(std::shared_ptr<const Gbnf> trigger, std::shared_ptr<const Gbnf> grammar,
+                                                 std::shared_ptr<const VocabBytes> vocab)
+    : trigger_(std::move(trigger), vocab), grammar_(std::move(grammar), vocab), trigger_state_(trigger_.state()),
+      grammar_state_(grammar_.state()), vocab_(std::move(vocab)) {}
+
+void TriggeredGbnfConstraint::allowed(std::span<uint32_t> bits) const {
+  if (phase_ == Phase::Active) return grammar_.allowed(grammar_state_, bits);
+  if (bits.size() != TOKEN_MASK_WORDS(vocab_->n_vocab())) throw Error("internal: a grammar mask of the wrong size");
+  std::fill(bits.begin(), bits.end(), ~0u);
+}
+
+bool TriggeredGbnfConstraint::allows(uint32_t token) const {
+  if (phase_ != Phase::Active) return true;
+  GbnfState s = grammar_state_;
+  return grammar_.feed(s, token);
+}
+
+uint32_t TriggeredGbnfConstraint::draft_masks(std::span<const uint32_t> drafts,
+                                              const std::function<std::span<uint32_t>(uint32_t row)>& mask) const {
+  TriggeredGbnfConstraint c = *this;
+  for (uint32_t i = 0; i < drafts.size(); ++i) {
+    if (!c.allows(drafts[i])) return i;
+    c.accept(drafts[i]);
+    c.allowed(mask(i + 1));
+  }
+  return uint32_t(drafts.size());
+}
+
+void TriggeredGbnfConstraint::accept(uint32_t token) {
+  if (phase_ == Phase::Active) {
+    if (!grammar_.feed(grammar_state_, token)) throw Error("internal: a token outside the grammar's mask was chosen");
+    return;
+  }
+  if (phase_ == Phase::Off || vocab_->is_eog(token)) return;
+  const std::string& p = vocab_->pieces.at(token);
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (text_.empty() && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r')) continue;   // leading
+    text_ += p[i];
+    if (!trigger_.feed_byte(trigger_state_, uint8_t(p[i]))) {   // the text left the trigger's language
+      phase_ = Phase::Off;
+      text_.clear();
+      return;
+    }
+    if (GbnfConstraint::may_end(trigger_state_)) {   // matched: the grammar takes the text so far
+      text_.append(p, i + 1);
+      phase_ = grammar_.feed_bytes(grammar_state_, text_) ? Phase::Active : Phase::Off;
+      text_.clear();
+      return;
+    }
+  }
+}
+
+bool TriggeredGbnfConstraint::complete() const {
+  return phase_ != Phase::Active || GbnfConstraint::may_end(grammar_state_);
+}
+
 }  // namespace vkspec

@@ -85,4 +85,30 @@ class GbnfConstraint : public TokenConstraint {
   GbnfState state_;
 };
 
+// llama.cpp's lazy grammar: every token is allowed until the text so far is a sentence of `trigger`; from that
+// byte on, `grammar` holds the whole text to its language. Leading whitespace (space, tab, CR, LF) is no part
+// of the text for either (a model may start its reply with a space token). Text that leaves the trigger's
+// language before matching it, or that the grammar does not accept up to the match, stays unconstrained.
+// (Tool calls with tool_choice "auto": loader/tool_calls.h.)
+class TriggeredGbnfConstraint : public TokenConstraint {
+ public:
+  TriggeredGbnfConstraint(std::shared_ptr<const Gbnf> trigger, std::shared_ptr<const Gbnf> grammar,
+                          std::shared_ptr<const VocabBytes> vocab);
+  void allowed(std::span<uint32_t> bits) const override;
+  uint32_t draft_masks(std::span<const uint32_t> drafts,
+                       const std::function<std::span<uint32_t>(uint32_t row)>& mask) const override;
+  void accept(uint32_t token) override;
+  bool complete() const override;
+  bool active() const { return phase_ == Phase::Active; }
+
+ private:
+  enum class Phase { Waiting, Active, Off };
+  bool allows(uint32_t token) const;
+  GbnfConstraint trigger_, grammar_;   // (their rules; the states are these:)
+  GbnfState trigger_state_, grammar_state_;
+  Phase phase_ = Phase::Waiting;
+  std::string text_;                   // while waiting: the text so far, from its first non-whitespace byte
+  std::shared_ptr<const VocabBytes> vocab_;
+};
+
 }  // namespace vkspec

@@ -33,6 +33,9 @@ struct SamplingParams {
   // host writes before it (TokenChooser::start's constraint; DeviceSampler::mask_words). At most one of them.
   bool json_object = false;
   std::string grammar;
+  // A lazy grammar (llama.cpp's; tool calls with tool_choice "auto"): GBNF of the text that starts the
+  // grammar's hold (loader/gbnf.h TriggeredGbnfConstraint); empty: the grammar holds from the first token.
+  std::string grammar_trigger;
   bool constrained() const { return json_object || !grammar.empty(); }
   bool greedy() const { return temperature <= 0.f; }
   // A penalty applies (the one place this rule is written).

@@ -43,7 +43,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     cli::PromptEncoder e;
     e.prompt = [encode](const std::string& t) { return encode(t, AddBos::IfWanted); };
     e.chat = [encode](const std::string& t) { return encode(t, AddBos::IfWantedUnlessPresent); };
-    e.render_chat = [](const nlohmann::ordered_json& messages) { return fmt.render(messages, true); };
+    e.render_chat = [](const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools) {
+      return fmt.render(messages, true, tools.is_null() ? std::nullopt : std::optional<nlohmann::ordered_json>(tools));
+    };
     return e;
   }();
   if (size == 0) return 0;
