@@ -65,7 +65,7 @@ done
 
 # server requests: arbitrary bodies through the OpenAI protocol layer (half the time)
 "${fuzz_cxx[@]}" tests/fuzz/fuzz_server_request.cpp $(obj apps/server_api.cpp apps/tool_calls.cpp engine/prompt.cpp "${jinja[@]}" \
-  loader/gguf.cpp loader/tokenizer.cpp loader/tokenizer_bpe.cpp loader/tokenizer_spm.cpp runtime/quant.cpp) $libs \
+  loader/json_schema.cpp loader/gbnf.cpp loader/token_constraint.cpp loader/gguf.cpp loader/tokenizer.cpp loader/tokenizer_bpe.cpp loader/tokenizer_spm.cpp runtime/quant.cpp) $libs \
   -o "$out/fuzz_server_request"
 mkdir -p "$out/corpus-server"
 cp tests/fuzz/server-seeds/* "$out/corpus-server/"

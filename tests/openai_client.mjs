@@ -34,6 +34,23 @@ out.stream = { content: streamed, chunks, usage, finish_reason: finish };
 const three = await client.completions.create({ model, prompt: "import ", max_tokens: 6, temperature: 0.9, n: 3, seed: 7 });
 out.n3 = { count: three.choices.length, indexes: three.choices.map((c) => c.index).sort(), texts: three.choices.map((c) => c.text) };
 
+// Function calling: a forced call, the same call through the SDK's stream helper (which assembles tool-call
+// deltas and checks their shape), and the next turn with the call and its result in the conversation.
+const tools = [{ type: "function", function: { name: "get_weather", description: "Weather in a city",
+  parameters: { type: "object", properties: { city: { type: "string", maxLength: 12 } }, required: ["city"] } } }];
+const ask = [{ role: "user", content: "Weather in Paris?" }];
+const called = await client.chat.completions.create({ model, messages: ask, tools, tool_choice: "required", max_tokens: 200, temperature: 0 });
+out.tool = { finish_reason: called.choices[0].finish_reason, message: called.choices[0].message };
+const toolStream = client.chat.completions.stream({ model, messages: ask, tools, tool_choice: "required", max_tokens: 200, temperature: 0 });
+const final = await toolStream.finalChatCompletion();
+out.tool_stream = { finish_reason: final.choices[0].finish_reason, tool_calls: final.choices[0].message.tool_calls };
+const call = called.choices[0].message.tool_calls?.[0];
+if (call) {
+  const next = await client.chat.completions.create({ model, tools, max_tokens: 4, temperature: 0, tool_choice: "none",
+    messages: [...ask, called.choices[0].message, { role: "tool", tool_call_id: call.id, content: "21 C, sunny" }] });
+  out.tool_turn = { finish_reason: next.choices[0].finish_reason, content: next.choices[0].message.content };
+}
+
 const models = await client.models.list();
 out.models = models.data.map((m) => m.id);
 

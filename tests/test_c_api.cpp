@@ -326,6 +326,83 @@ TEST(CApi, ConstrainedGenerationThroughTheApi) {
   EXPECT_EQ(vkspec_context_create(model.m, &p, &c2), VKSPEC_ERROR_INVALID_ARGUMENT);   // not both
 }
 
+// A lazy grammar (grammar_trigger, how the server constrains tool_choice "auto"): the model's own tokens until
+// the text matches the trigger, the grammar's from there; a trigger that never matches changes nothing.
+TEST(CApi, LazyGrammarHoldsFromItsTrigger) {
+  Model model(kStories);
+  const std::vector<int32_t> prompt = tokenize(model.m, "Once upon a time");
+  struct Out {
+    Streamed s;
+    std::string stop;
+  };
+  auto generate = [&](const vkspec_context_params& p) {
+    Ctx ctx(model.m, p);
+    Out o;
+    vkspec_generate_params g = vkspec_generate_default_params();
+    g.n_predict = 32;
+    g.on_token = collect;
+    g.user = &o.s;
+    EXPECT_EQ(vkspec_generate(ctx.c, prompt.data(), prompt.size(), &g), VKSPEC_OK) << vkspec_last_error();
+    vkspec_metrics m;
+    EXPECT_EQ(vkspec_get_metrics(ctx.c, &m), VKSPEC_OK);
+    o.stop = m.stop_reason;
+    return o;
+  };
+  for (const float temp : {0.0f, 0.8f}) {   // never triggered: the same tokens, greedy and sampled
+    vkspec_context_params p = Ctx::greedy();
+    p.sampling.temperature = temp;
+    p.sampling.seed = 11;
+    const Out plain = generate(p);
+    p.sampling.grammar = "root ::= \"x\"\n";
+    p.sampling.grammar_trigger = "root ::= \"@@\"\n";
+    EXPECT_EQ(generate(p).s.ids, plain.s.ids) << temp;
+  }
+  // triggered by the text of plain greedy's first two tokens (leading space aside): those two tokens, then the
+  // grammar's digits and full stop, then the end; a grammar holding from the first token gives the same ids
+  vkspec_context_params p = Ctx::greedy();
+  const Out plain = generate(p);
+  ASSERT_GE(plain.s.ids.size(), 2u);
+  size_t len = 0;
+  std::string two(64, '\0');
+  ASSERT_EQ(vkspec_detokenize(model.m, plain.s.ids.data(), 2, two.data(), two.size(), &len), VKSPEC_OK);
+  two.resize(len);
+  const size_t b = two.find_first_not_of(' ');
+  ASSERT_NE(b, std::string::npos) << two;
+  std::string lit = "\"";
+  for (const char c : two.substr(b)) {
+    ASSERT_TRUE((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == ' ' || c == ',') << two;   // no escapes needed
+    lit += c;
+  }
+  lit += "\"";
+  const std::string trigger = "root ::= " + lit + "\n", lazy_grammar = "root ::= " + lit + " [0-9]{1,3} \".\"\n",
+                    strict_grammar = "root ::= \" \"* " + lit + " [0-9]{1,3} \".\"\n";
+  p.sampling.grammar = lazy_grammar.c_str();
+  p.sampling.grammar_trigger = trigger.c_str();
+  const Out lazy = generate(p);
+  ASSERT_GE(lazy.s.ids.size(), 4u) << lazy.s.text;
+  EXPECT_EQ(std::vector<int32_t>(lazy.s.ids.begin(), lazy.s.ids.begin() + 2),
+            std::vector<int32_t>(plain.s.ids.begin(), plain.s.ids.begin() + 2));
+  EXPECT_EQ(lazy.stop, "eos") << lazy.s.text;
+  const std::string rest = lazy.s.text.substr(two.size());
+  EXPECT_TRUE(rest.size() >= 2 && rest.size() <= 4 && rest.back() == '.' &&
+              std::all_of(rest.begin(), rest.end() - 1, [](char c) { return c >= '0' && c <= '9'; }))
+      << lazy.s.text;
+  p.sampling.grammar = strict_grammar.c_str();
+  p.sampling.grammar_trigger = nullptr;
+  EXPECT_EQ(generate(p).s.ids, lazy.s.ids);
+  // refused: a trigger without a grammar, a trigger that is no grammar
+  vkspec_context* c = nullptr;
+  p.sampling.grammar = nullptr;
+  p.sampling.grammar_trigger = trigger.c_str();
+  EXPECT_EQ(vkspec_context_create(model.m, &p, &c), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(vkspec_last_error()).find("needs a grammar"), std::string::npos) << vkspec_last_error();
+  p.sampling.grammar = lazy_grammar.c_str();
+  p.sampling.grammar_trigger = "root ::= (";
+  EXPECT_EQ(vkspec_context_create(model.m, &p, &c), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(vkspec_last_error()).find("grammar trigger"), std::string::npos) << vkspec_last_error();
+  EXPECT_EQ(vkspec_context_default_params().sampling.grammar_trigger, nullptr);
+}
+
 // The examples print exactly `vkspec run`'s text: generate.c linked against libvkspec.so and against
 // libvkspec.a, and external_device.cpp, which creates the Vulkan device itself and hands it to vkspec.
 TEST(CApi, ExamplesPrintWhatVkspecRunPrints) {

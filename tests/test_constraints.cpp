@@ -4,7 +4,7 @@
 // recognizer accepts is a JSON object), and the vocabulary mask against feeding every token's piece on its
 // own. GBNF grammars (loader/gbnf.h): parse errors, and json.gbnf run by the grammar interpreter against the
 // hand-written recognizer byte for byte and token mask for token mask (two independent implementations of
-// one language).
+// one language). Lazy grammars (TriggeredGbnfConstraint): free before the trigger, the grammar's masks after.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -421,5 +421,86 @@ TEST(JsonSchema, GrammarAcceptsWhatTheSchemaDoes) {
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("JSON schema"), std::string::npos) << e.what();
     }
+  }
+}
+
+// ---- lazy grammars (a trigger, then the grammar) ----
+
+TEST(Gbnf, TriggeredGrammarHoldsFromItsTrigger) {
+  GgufFile f(shared_path("tokenizer-tests/ggml-vocab-llama-bpe.gguf"));
+  auto tok = Tokenizer::from_gguf(f);
+  const auto vocab = std::make_shared<const VocabBytes>(*tok);
+  const uint32_t V = tok->n_vocab();
+  const auto trigger = Gbnf::parse("root ::= \"{\" \" \"? \"\\\"k\\\"\" \" \"? \":\"\n");
+  const auto grammar = Gbnf::parse("root ::= \"{\" \" \"? \"\\\"k\\\"\" \" \"? \":\" \" \"? [0-9]{1,3} \"}\"\n");
+  const GbnfConstraint strict(grammar, vocab);
+  const std::vector<uint32_t> all(TOKEN_MASK_WORDS(V), ~0u);
+  std::vector<uint32_t> bits(all.size()), want(all.size());
+  auto feed = [&](TriggeredGbnfConstraint& c, const std::string& text) {
+    for (uint32_t t : tok->encode(text, false)) c.accept(t);
+  };
+  {   // text that never begins like the trigger: every token stays allowed, and it may end anywhere
+    TriggeredGbnfConstraint c(trigger, grammar, vocab);
+    for (uint32_t t : tok->encode("Hello {\"k\": 1} world", false)) {
+      c.allowed(bits);
+      EXPECT_EQ(bits, all);
+      EXPECT_TRUE(c.complete());
+      c.accept(t);
+    }
+    EXPECT_FALSE(c.active());
+  }
+  {   // leading whitespace, then the trigger: from there the grammar's masks (fed the text without it)
+    TriggeredGbnfConstraint c(trigger, grammar, vocab);
+    feed(c, "  \n{\"k\"");
+    EXPECT_FALSE(c.active());
+    c.allowed(bits);
+    EXPECT_EQ(bits, all);
+    feed(c, ": ");
+    ASSERT_TRUE(c.active());
+    EXPECT_FALSE(c.complete());
+    GbnfState s = strict.state();
+    ASSERT_TRUE(strict.feed_bytes(s, "{\"k\": "));
+    strict.allowed(s, want);
+    c.allowed(bits);
+    EXPECT_EQ(bits, want);
+    EXPECT_NE(bits, all);
+    TriggeredGbnfConstraint copy = c;
+    EXPECT_THROW(copy.accept(tok->encode("x", false).at(0)), Error);   // outside the grammar now
+    feed(c, "42}");
+    EXPECT_TRUE(c.complete());
+    c.allowed(bits);
+    for (uint32_t t = 0; t < V; ++t)   // only the end is left
+      EXPECT_EQ((bits[TOKEN_MASK_WORD(t)] & TOKEN_MASK_BIT(t)) != 0, tok->is_eog(t)) << t;
+  }
+  {   // a text that leaves the trigger's language stays free, even if the trigger's text follows
+    TriggeredGbnfConstraint c(trigger, grammar, vocab);
+    feed(c, "{\"j\": 1} {\"k\": ");
+    EXPECT_FALSE(c.active());
+    c.allowed(bits);
+    EXPECT_EQ(bits, all);
+  }
+  {   // the trigger matches where the grammar refuses the text: free
+    TriggeredGbnfConstraint c(trigger, Gbnf::parse("root ::= \"{\\\"k\\\":\" [0-9]\n"), vocab);
+    feed(c, "{ \"k\":");
+    EXPECT_FALSE(c.active());
+    c.allowed(bits);
+    EXPECT_EQ(bits, all);
+  }
+  {   // drafts: the masks after each, as accepting them one by one gives, across the trigger
+    const TriggeredGbnfConstraint c(trigger, grammar, vocab);
+    std::vector<uint32_t> drafts = tok->encode("{\"k\": 7", false);
+    const uint32_t n_ok = uint32_t(drafts.size());
+    drafts.push_back(tok->encode("x", false).at(0));   // refused once the grammar holds
+    drafts.push_back(tok->encode("}", false).at(0));
+    std::vector<std::vector<uint32_t>> rows(drafts.size() + 1, std::vector<uint32_t>(all.size(), 0u));
+    EXPECT_EQ(c.draft_masks(drafts, [&](uint32_t row) { return std::span<uint32_t>(rows.at(row)); }), n_ok);
+    TriggeredGbnfConstraint one = c;
+    for (uint32_t i = 0; i < n_ok; ++i) {
+      one.accept(drafts[i]);
+      one.allowed(want);
+      EXPECT_EQ(rows[i + 1], want) << "row " << i + 1;
+    }
+    EXPECT_TRUE(one.active());
+    EXPECT_EQ(rows[n_ok + 1], std::vector<uint32_t>(all.size(), 0u));   // untouched past the refused draft
   }
 }

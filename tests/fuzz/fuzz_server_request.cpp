@@ -1,6 +1,7 @@
 // libFuzzer target for the server's request parsing (apps/server_api.h): arbitrary bytes as the body of a
 // completion (first byte even) or chat completion (odd) request, with a real vocabulary and the Llama 3.2 chat
-// template. Every outcome must be a CompletionSpec within the limits or an ApiError with a 4xx status; any
+// template. Every outcome must be a CompletionSpec within the limits (its JSON schema, a tool call's included,
+// converted to a grammar or refused with an Error) or an ApiError with a 4xx status; any
 // other exception, a crash, an ASan/UBSan finding or a hang is a bug. Seeds: tests/fuzz/server-seeds (text:
 // first byte 'P', even, or 'C', odd, then the body).
 #include <cstdint>
@@ -11,6 +12,8 @@
 
 #include "apps/server_api.h"
 #include "engine/prompt.h"
+#include "loader/gbnf.h"
+#include "loader/json_schema.h"
 
 namespace {
 std::string shared(const char* rel) {
@@ -58,6 +61,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       abort();
     for (int32_t id : s.prompt)
       if (id < 0 || uint32_t(id) >= tok->n_vocab()) abort();
+    // A schema (a tool call's too) becomes a grammar at submission, or is refused there with an Error (a 400).
+    if (!s.json_schema.empty()) {
+      try {
+        (void)Gbnf::parse(json_schema_to_gbnf(nlohmann::ordered_json::parse(s.json_schema)));
+      } catch (const Error&) {
+      }
+    }
+    if (!s.grammar_trigger.empty() && s.json_schema.empty()) abort();   // a trigger holds a grammar back
   } catch (const cli::ApiError& e) {
     if (e.status < 400 || e.status >= 500) abort();
   }
