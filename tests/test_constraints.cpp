@@ -16,9 +16,11 @@
 #include "loader/json_grammar.h"
 #include "loader/json_schema.h"
 #include "loader/tokenizer.h"
+#include "tests/schema_check.h"
 #include "tests/vk_test_env.h"
 
 using namespace vkspec;
+using vkspec::test::schema_accepts;
 using vkspec::test::shared_path;
 
 namespace {
@@ -374,20 +376,6 @@ TEST(Gbnf, MaskEqualsEachTokenFedAlone) {
 }
 
 // ---- JSON schemas ----
-
-namespace {
-// Whether `text` is a sentence of the grammar `schema` converts to (fed byte by byte; complete at its end).
-int schema_accepts(const char* schema, const std::string& text) {
-  static const auto bytes = [] {
-    std::vector<std::string> pieces = {""};
-    for (int b = 1; b < 256; ++b) pieces.push_back(std::string(1, char(b)));
-    return std::make_shared<const VocabBytes>(std::move(pieces), std::vector<uint32_t>{0});
-  }();
-  const GbnfConstraint g(Gbnf::parse(json_schema_to_gbnf(nlohmann::ordered_json::parse(schema))), bytes);
-  GbnfState s = g.state();
-  return g.feed_bytes(s, text) ? (GbnfConstraint::may_end(s) ? 1 : 0) : -1;   // 1 complete, 0 prefix, -1 refused
-}
-}  // namespace
 
 TEST(JsonSchema, GrammarAcceptsWhatTheSchemaDoes) {
   const char* obj = R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 3},

@@ -21,9 +21,9 @@
 #include "apps/server_api.h"
 #include "engine/prompt.h"
 #include "loader/gbnf.h"
-#include "loader/json_schema.h"
 #include "loader/gguf.h"
 #include "tests/run_command.h"
+#include "tests/schema_check.h"
 #include "tests/vk_test_env.h"
 
 namespace vkspec::test {
@@ -157,18 +157,7 @@ TEST_F(ServerApiParse, EveryFieldIsTypeAndRangeChecked) {
   EXPECT_EQ(s.sp.temperature, 1.0f);
 }
 
-// Whether the grammar a JSON schema converts to (loader/json_schema.h, as the library runs a request's
-// json_schema) takes `text` whole.
-bool schema_takes(const std::string& schema, const std::string& text) {
-  static const auto bytes = [] {
-    std::vector<std::string> pieces = {""};
-    for (int b = 1; b < 256; ++b) pieces.push_back(std::string(1, char(b)));
-    return std::make_shared<const VocabBytes>(std::move(pieces), std::vector<uint32_t>{0});
-  }();
-  const GbnfConstraint g(Gbnf::parse(json_schema_to_gbnf(nlohmann::ordered_json::parse(schema))), bytes);
-  GbnfState st = g.state();
-  return g.feed_bytes(st, text) && GbnfConstraint::may_end(st);
-}
+bool schema_takes(const std::string& schema, const std::string& text) { return schema_accepts(schema, text) == 1; }
 
 TEST(ServerApi, ToolCallsAreReadFromRepliesAndTheirSchemaHoldsThem) {
   using cli::parse_tool_call;
