@@ -158,12 +158,21 @@ std::optional<std::vector<double>> Engine::score(Session& session, std::span<con
 std::unique_ptr<TokenConstraint> TargetModel::constraint(const SamplingParams& sp) {
   if (!sp.constrained()) return nullptr;
   if (sp.json_object && !sp.grammar.empty()) throw Error("JSON mode and a grammar exclude each other");
-  std::shared_ptr<const Gbnf> grammar = sp.json_object ? nullptr : Gbnf::parse(sp.grammar);
   std::lock_guard<std::mutex> lock(constraint_mu_);
   if (!vocab_bytes_) vocab_bytes_ = std::make_shared<const VocabBytes>(*tok);
-  if (grammar && !sp.grammar_trigger.empty())
-    return std::make_unique<TriggeredGbnfConstraint>(Gbnf::parse(sp.grammar_trigger), std::move(grammar), vocab_bytes_);
-  if (grammar) return std::make_unique<GbnfConstraint>(std::move(grammar), vocab_bytes_);
+  if (!sp.json_object) {
+    auto kept = std::find_if(grammars_.begin(), grammars_.end(), [&](const KeptGrammar& k) { return k.text == sp.grammar; });
+    if (kept == grammars_.end()) {
+      if (grammars_.size() == kGrammarsKept) grammars_.erase(grammars_.begin());
+      grammars_.push_back({sp.grammar, Gbnf::parse(sp.grammar), std::make_shared<GbnfMaskCache>()});
+    } else {
+      std::rotate(kept, kept + 1, grammars_.end());   // most recently used last
+    }
+    const KeptGrammar& g = grammars_.back();
+    if (!sp.grammar_trigger.empty())
+      return std::make_unique<TriggeredGbnfConstraint>(Gbnf::parse(sp.grammar_trigger), g.grammar, vocab_bytes_, g.masks);
+    return std::make_unique<GbnfConstraint>(g.grammar, vocab_bytes_, g.masks);
+  }
   if (!json_grammar_) json_grammar_ = std::make_shared<const JsonGrammar>(vocab_bytes_);
   return std::make_unique<JsonConstraint>(json_grammar_);
 }

@@ -89,13 +89,21 @@ struct TargetModel {
   // Held for a whole completion: the model's activations and the device queue serve one at a time.
   std::mutex busy;
   // The constraint of a request's settings (JSON mode, a grammar; null: none). The vocabulary's views they
-  // need are made at the first request that asks (any thread).
+  // need are made at the first request that asks (any thread); the last kGrammarsKept grammars are kept
+  // parsed with their masks (GbnfMaskCache), for the requests that repeat them.
   std::unique_ptr<TokenConstraint> constraint(const SamplingParams& sp);
+  static constexpr size_t kGrammarsKept = 8;
 
  private:
+  struct KeptGrammar {
+    std::string text;
+    std::shared_ptr<const Gbnf> grammar;
+    std::shared_ptr<GbnfMaskCache> masks;
+  };
   std::mutex constraint_mu_;
   std::shared_ptr<const VocabBytes> vocab_bytes_;
   std::shared_ptr<const JsonGrammar> json_grammar_;
+  std::vector<KeptGrammar> grammars_;   // most recently used last
 };
 
 class Engine {

@@ -1,6 +1,7 @@
 #include "loader/gbnf.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 
 #include "runtime/core.h"
@@ -389,8 +390,49 @@ bool GbnfConstraint::may_end(const GbnfState& s) {
   return std::any_of(s.stacks.begin(), s.stacks.end(), [](const GbnfState::Stack& k) { return k.empty(); });
 }
 
-GbnfConstraint::GbnfConstraint(std::shared_ptr<const Gbnf> grammar, std::shared_ptr<const VocabBytes> vocab)
-    : grammar_(std::move(grammar)), vocab_(std::move(vocab)) {
+bool GbnfMaskCache::find(const std::string& key, std::span<uint32_t> bits) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = masks_.find(key);
+  if (it == masks_.end() || it->second.size() != bits.size()) return false;
+  std::copy(it->second.begin(), it->second.end(), bits.begin());
+  return true;
+}
+
+void GbnfMaskCache::put(const std::string& key, std::span<const uint32_t> bits) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (max_ == 0 || masks_.count(key)) return;
+  if (masks_.size() >= max_) {
+    masks_.erase(order_.front());
+    order_.erase(order_.begin());
+  }
+  masks_.emplace(key, std::vector<uint32_t>(bits.begin(), bits.end()));
+  order_.push_back(key);
+}
+
+size_t GbnfMaskCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return masks_.size();
+}
+
+std::string GbnfConstraint::key(const GbnfState& s) {
+  std::vector<GbnfState::Stack> stacks = s.stacks;   // (few: a set, in a canonical order)
+  std::sort(stacks.begin(), stacks.end());
+  std::string k;
+  auto put = [&k](const void* p, size_t n) { k.append(static_cast<const char*>(p), n); };
+  const uint32_t partial = s.partial_remain > 0 ? s.partial_value : 0;   // (a finished character's is stale)
+  put(&partial, sizeof partial);
+  put(&s.partial_remain, sizeof s.partial_remain);
+  for (const GbnfState::Stack& st : stacks) {
+    const uint32_t n = uint32_t(st.size());
+    put(&n, sizeof n);
+    put(st.data(), st.size() * sizeof(st[0]));
+  }
+  return k;
+}
+
+GbnfConstraint::GbnfConstraint(std::shared_ptr<const Gbnf> grammar, std::shared_ptr<const VocabBytes> vocab,
+                               std::shared_ptr<GbnfMaskCache> masks)
+    : grammar_(std::move(grammar)), vocab_(std::move(vocab)), masks_(std::move(masks)) {
   if (vocab_->eog.empty()) throw Error("constrained generation needs an end-of-generation token, and this vocabulary has none");
   const E* alt = grammar_->rules()[grammar_->root()].data();
   while (true) {
@@ -438,12 +480,73 @@ bool GbnfConstraint::feed(GbnfState& s, uint32_t token) const {
   return !p.empty() && feed_bytes(s, p);
 }
 
-void GbnfConstraint::allowed(const GbnfState& s, std::span<uint32_t> bits) const {
+namespace {
+// One vocabulary walk's states, interned (ids; equal states by GbnfConstraint::key) with their transitions by
+// byte: a byte fed from a state seen before is a table lookup. Inside a string or free text a character
+// leads back to the same state, so a walk over 128k tokens meets a few dozen states, where feeding every
+// byte of every token through the stacks costs ~100 ms. Past max_states (a grammar of many literals, say)
+// the walk gives up and the caller walks the stacks directly.
+class InternedWalk {
+ public:
+  InternedWalk(const GbnfConstraint& g, const GbnfState& start, size_t max_states) : g_(g), max_(max_states) {
+    intern(start);
+  }
+  bool step(int32_t& id, uint8_t byte) {
+    int32_t& next = next_[size_t(id)][byte];
+    if (next == kUnknown) {
+      GbnfState s = states_[size_t(id)];
+      const int32_t to = g_.feed_byte(s, byte) ? intern(std::move(s)) : kDead;
+      next_[size_t(id)][byte] = to;   // (intern may have moved the tables)
+      id_ok_ = id_ok_ && to != kOverflow;
+      return to >= 0 && (id = to, true);
+    }
+    return next >= 0 && (id = next, true);
+  }
+  bool ends(int32_t id) const { return ends_[size_t(id)]; }
+  bool overflowed() const { return !id_ok_; }
+
+ private:
+  static constexpr int32_t kUnknown = -3, kOverflow = -2, kDead = -1;
+  int32_t intern(GbnfState s) {
+    std::string k = GbnfConstraint::key(s);
+    if (const auto it = ids_.find(k); it != ids_.end()) return it->second;
+    if (!states_.empty() && states_.size() >= max_) return kOverflow;   // (the start is always interned)
+    const int32_t id = int32_t(states_.size());
+    ends_.push_back(GbnfConstraint::ends(s));
+    states_.push_back(std::move(s));
+    next_.emplace_back();
+    next_.back().fill(kUnknown);
+    ids_.emplace(std::move(k), id);
+    return id;
+  }
+  const GbnfConstraint& g_;
+  size_t max_;
+  std::vector<GbnfState> states_;
+  std::vector<bool> ends_;
+  std::vector<std::array<int32_t, 256>> next_;
+  std::unordered_map<std::string, int32_t> ids_;
+  bool id_ok_ = true;
+};
+}  // namespace
+
+void GbnfConstraint::allowed(const GbnfState& s, std::span<uint32_t> bits, size_t max_states) const {
   if (bits.size() != TOKEN_MASK_WORDS(vocab_->n_vocab())) throw Error("internal: a grammar mask of the wrong size");
+  std::string k;
+  if (masks_) {
+    k = key(s);
+    if (masks_->find(k, bits)) return;
+  }
   std::fill(bits.begin(), bits.end(), 0u);
+  InternedWalk w(*this, s, max_states);
+  walk_sorted(*vocab_, vocab_->with_piece, int32_t(0), [&w](int32_t& id, uint8_t b) { return w.step(id, b); },
+              [&w](int32_t id) { return w.ends(id); }, bits);
+  if (w.overflowed()) {   // too many states to intern: the stacks themselves
+    std::fill(bits.begin(), bits.end(), 0u);
+    walk_sorted(*vocab_, vocab_->with_piece, s, [this](GbnfState& c, uint8_t b) { return feed_byte(c, b); }, ends, bits);
+  }
   if (may_end(s))
     for (uint32_t t : vocab_->eog) bits[TOKEN_MASK_WORD(t)] |= TOKEN_MASK_BIT(t);
-  walk_sorted(*vocab_, vocab_->with_piece, s, [this](GbnfState& c, uint8_t b) { return feed_byte(c, b); }, ends, bits);
+  if (masks_) masks_->put(k, bits);
 }
 
 void GbnfConstraint::allowed(std::span<uint32_t> bits) const { allowed(state_, bits); }
@@ -465,8 +568,9 @@ void GbnfConstraint::accept(uint32_t token) {
 bool GbnfConstraint::complete() const { return may_end(state_); }
 
 TriggeredGbnfConstraint::TriggeredGbnfConstraint(std::shared_ptr<const Gbnf> trigger, std::shared_ptr<const Gbnf> grammar,
-                                                 std::shared_ptr<const VocabBytes> vocab)
-    : trigger_(std::move(trigger), vocab), grammar_(std::move(grammar), vocab), trigger_state_(trigger_.state()),
+                                                 std::shared_ptr<const VocabBytes> vocab,
+                                                 std::shared_ptr<GbnfMaskCache> masks)
+    : trigger_(std::move(trigger), vocab), grammar_(std::move(grammar), vocab, std::move(masks)), trigger_state_(trigger_.state()),
       grammar_state_(grammar_.state()), vocab_(std::move(vocab)) {}
 
 void TriggeredGbnfConstraint::allowed(std::span<uint32_t> bits) const {

@@ -10,9 +10,11 @@
 // while generating kMaxStacks parse stacks: a token after which the grammar would need more is not allowed.
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "loader/token_constraint.h"
@@ -58,11 +60,31 @@ struct GbnfState {
   int partial_remain = 0;       // its bytes still to come (0: none)
 };
 
+// Masks of one grammar over one vocabulary by state, shared by the requests that run that grammar (a mask
+// depends on nothing but the state). A state repeats at every token inside a string or free text (a `char*`
+// loop), and a server's requests repeat their grammars, where a vocabulary walk costs ~100 ms at 128k tokens
+// and most tokens allowed. At most `max_entries` masks (then the oldest goes); thread-safe.
+class GbnfMaskCache {
+ public:
+  explicit GbnfMaskCache(size_t max_entries = 128) : max_(max_entries) {}
+  bool find(const std::string& key, std::span<uint32_t> bits) const;   // a hit copies the mask into bits
+  void put(const std::string& key, std::span<const uint32_t> bits);
+  size_t size() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::vector<uint32_t>> masks_;
+  std::vector<std::string> order_;   // keys, oldest first
+  size_t max_;
+};
+
 // A generation constrained by a grammar: allowed tokens per step (end of generation when the text so far is
 // a sentence of the grammar), the state advanced by each chosen token.
 class GbnfConstraint : public TokenConstraint {
  public:
-  GbnfConstraint(std::shared_ptr<const Gbnf> grammar, std::shared_ptr<const VocabBytes> vocab);
+  // `masks`: a cache for this grammar and vocabulary (nullptr: none).
+  GbnfConstraint(std::shared_ptr<const Gbnf> grammar, std::shared_ptr<const VocabBytes> vocab,
+                 std::shared_ptr<GbnfMaskCache> masks = nullptr);
   void allowed(std::span<uint32_t> bits) const override;
   uint32_t draft_masks(std::span<const uint32_t> drafts,
                        const std::function<std::span<uint32_t>(uint32_t row)>& mask) const override;
@@ -75,13 +97,19 @@ class GbnfConstraint : public TokenConstraint {
   bool feed_byte(GbnfState& s, uint8_t byte) const;   // false: no text of the grammar continues so
   // A token may end in `s`: outside a character, or inside one that a character allowed next can complete.
   static bool ends(const GbnfState& s);
-  void allowed(const GbnfState& s, std::span<uint32_t> bits) const;
+  // The mask of `s`: the vocabulary walked over interned states (a byte from a state met before is a table
+  // lookup), or, past `max_states` of them, over the stacks themselves (the same mask, slower).
+  static constexpr size_t kMaxWalkStates = 4096;
+  void allowed(const GbnfState& s, std::span<uint32_t> bits, size_t max_states = kMaxWalkStates) const;
   const GbnfState& state() const { return state_; }
   static bool may_end(const GbnfState& s);   // the text so far is a sentence of the grammar
+  // The state as bytes, equal for states that allow the same continuations (its stacks as a set).
+  static std::string key(const GbnfState& s);
 
  private:
   std::shared_ptr<const Gbnf> grammar_;
   std::shared_ptr<const VocabBytes> vocab_;
+  std::shared_ptr<GbnfMaskCache> masks_;
   GbnfState state_;
 };
 
@@ -93,7 +121,7 @@ class GbnfConstraint : public TokenConstraint {
 class TriggeredGbnfConstraint : public TokenConstraint {
  public:
   TriggeredGbnfConstraint(std::shared_ptr<const Gbnf> trigger, std::shared_ptr<const Gbnf> grammar,
-                          std::shared_ptr<const VocabBytes> vocab);
+                          std::shared_ptr<const VocabBytes> vocab, std::shared_ptr<GbnfMaskCache> masks = nullptr);
   void allowed(std::span<uint32_t> bits) const override;
   uint32_t draft_masks(std::span<const uint32_t> drafts,
                        const std::function<std::span<uint32_t>(uint32_t row)>& mask) const override;

@@ -412,6 +412,43 @@ TEST(JsonSchema, GrammarAcceptsWhatTheSchemaDoes) {
   }
 }
 
+// The fast paths of a grammar's mask against its reference, the stacks walked directly (max_states 0): the
+// walk over interned states, and the cache of masks by state (with what it is for: inside a string the state
+// repeats, whatever character came last).
+TEST(Gbnf, InternedWalkAndMaskCacheGiveTheStacksMasks) {
+  GgufFile f(shared_path("tokenizer-tests/ggml-vocab-llama-bpe.gguf"));
+  auto tok = Tokenizer::from_gguf(f);
+  const auto vocab = std::make_shared<const VocabBytes>(*tok);
+  const auto grammar = Gbnf::parse(kJsonGbnf);
+  auto cache = std::make_shared<GbnfMaskCache>();
+  GbnfConstraint cached(grammar, vocab, cache);
+  const GbnfConstraint plain(grammar, vocab);
+  std::vector<uint32_t> fast(TOKEN_MASK_WORDS(tok->n_vocab())), slow(fast.size()), again(fast.size());
+  const std::vector<uint32_t> ids = tok->encode("{\"name\": \"Zoë Ångström\", \"n\": [1, 22.5, -3e4], \"s\": \"a b c d\"}", false);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    cached.allowed(fast);
+    plain.allowed(cached.state(), slow, 0);
+    ASSERT_EQ(fast, slow) << "after " << i << " tokens";
+    cached.allowed(again);   // from the cache now
+    ASSERT_EQ(again, slow);
+    cached.accept(ids[i]);
+  }
+  EXPECT_LT(cache->size(), ids.size() - 4) << "states inside strings repeat";
+  GbnfState a = plain.state(), b = plain.state();
+  ASSERT_TRUE(plain.feed_bytes(a, "{\"k\": \"x\xC3\xA9"));
+  ASSERT_TRUE(plain.feed_bytes(b, "{\"k\": \"xy"));
+  EXPECT_EQ(GbnfConstraint::key(a), GbnfConstraint::key(b));
+  ASSERT_TRUE(plain.feed_bytes(b, "\""));
+  EXPECT_NE(GbnfConstraint::key(a), GbnfConstraint::key(b));
+  GbnfMaskCache small(2);   // bounded: the oldest goes
+  small.put("a", fast);
+  small.put("b", fast);
+  small.put("c", fast);
+  EXPECT_EQ(small.size(), 2u);
+  EXPECT_FALSE(small.find("a", again));
+  EXPECT_TRUE(small.find("c", again));
+}
+
 // ---- lazy grammars (a trigger, then the grammar) ----
 
 TEST(Gbnf, TriggeredGrammarHoldsFromItsTrigger) {
