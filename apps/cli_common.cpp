@@ -141,7 +141,7 @@ std::string drafter_name(const RunOptions& o) {
 }
 
 vkspec_sampling_params sampling_params(const RunOptions& o, uint64_t seed) {
-  vkspec_sampling_params s;
+  vkspec_sampling_params s = vkspec_context_default_params().sampling;   // (fields the CLI does not set: defaults)
   s.temperature = o.temp;
   s.top_k = o.top_k;
   s.top_p = o.top_p;
@@ -161,7 +161,7 @@ vkspec_sampling_params sampling_params(const RunOptions& o, uint64_t seed) {
 }
 
 vkspec_context_params context_params(const RunOptions& o, uint64_t seed) {
-  vkspec_context_params p;
+  vkspec_context_params p = vkspec_context_default_params();
   p.draft = draft_params(o);
   p.sampling = sampling_params(o, seed);
   return p;
