@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 
 #include "cli_common.h"
+#include "ollama_api.h"
 #include "server_api.h"
 
 namespace vkspec::cli {
@@ -44,7 +45,7 @@ struct Job {
   };
   api::Batch* batch = nullptr;         // outlives every handler (freed after the HTTP server stopped)
   CompletionSpec spec;
-  std::string id, model;
+  std::string id, model, drafter;
   int64_t created = 0;
   std::mutex mu;
   std::condition_variable cv;
@@ -156,6 +157,9 @@ class Server {
  private:
   void routes();
   void completion(const httplib::Request& req, httplib::Response& res, bool chat);
+  void ollama(const httplib::Request& req, httplib::Response& res, OllamaEndpoint ep);
+  // The job's answer: one JSON body, or its stream as it is made (OpenAI's SSE, or Ollama's NDJSON lines).
+  void respond(httplib::Response& res, std::shared_ptr<Job> job, std::optional<OllamaEndpoint> ollama);
   std::shared_ptr<Job> start_job(CompletionSpec spec);
   std::string metrics_text() const;
 
@@ -183,6 +187,7 @@ std::shared_ptr<Job> Server::start_job(CompletionSpec spec) {
            (unsigned long long)ids_.fetch_add(1), unsigned(std::random_device{}()));
   job->id = id;
   job->model = model_id_;
+  job->drafter = drafter_;
   job->created = std::time(nullptr);
   job->batch = batch_.get();
   job->choices.resize(job->spec.n);
@@ -284,7 +289,8 @@ std::shared_ptr<Job> Server::start_job(CompletionSpec spec) {
           job->events.push_back(dump(ApiError(500, "generation failed: " + job->error, {}, {}, "server_error").body()));
         if (job->spec.include_usage) {
           json u = {{"id", job->id}, {"object", job->spec.chat ? "chat.completion.chunk" : "text_completion"},
-                    {"created", job->created}, {"model", job->model}, {"choices", json::array()}, {"usage", usage(*job)}};
+                    {"created", job->created}, {"model", job->model}, {"choices", json::array()}, {"usage", usage(*job)},
+                    {"vkspec", vkspec_fields(*job, job->drafter)}};
           job->events.push_back(dump(u));
         }
         job->events.push_back("[DONE]");
@@ -306,8 +312,30 @@ std::shared_ptr<Job> Server::start_job(CompletionSpec spec) {
 
 void Server::completion(const httplib::Request& req, httplib::Response& res, bool chat) {
   const nlohmann::ordered_json body = parse_body(req.body, lim_);
-  std::shared_ptr<Job> job = start_job(parse_completion(body, chat, lim_, enc_, model_id_));
+  respond(res, start_job(parse_completion(body, chat, lim_, enc_, model_id_)), std::nullopt);
+}
+
+void Server::ollama(const httplib::Request& req, httplib::Response& res, OllamaEndpoint ep) {
+  try {
+    if (!ready_) throw ApiError(503, "the model is still loading", {}, {}, "server_error");
+    const OllamaRequest o = ollama_request(parse_body(req.body, lim_), ep, bool(enc_.render_chat), model_id_);
+    if (o.load_only) return send_json(res, 200, ollama_loaded(ep, model_id_));
+    respond(res, start_job(parse_completion(o.openai, o.chat, lim_, enc_, model_id_)), ep);
+  } catch (const ApiError& e) {
+    send_json(res, e.status, ollama_error(e));
+  }
+}
+
+void Server::respond(httplib::Response& res, std::shared_ptr<Job> job, std::optional<OllamaEndpoint> ollama) {
   const std::string drafter = drafter_;
+  // the whole response, in the request's dialect
+  auto answer = [ollama](const Job& j, const std::string& drafter) {
+    if (!j.error.empty()) {
+      const ApiError e(500, "generation failed: " + j.error, {}, {}, "server_error");
+      return ollama ? ollama_error(e) : e.body();
+    }
+    return ollama ? ollama_response(full_response(j, drafter), *ollama, j.model) : full_response(j, drafter);
+  };
   if (!job->spec.stream) {
     // Wait a little for the answer; a longer one is sent by a content provider that writes a space (JSON
     // allows leading whitespace) every two seconds meanwhile, so that a client that left is noticed and its
@@ -315,14 +343,13 @@ void Server::completion(const httplib::Request& req, httplib::Response& res, boo
     {
       std::unique_lock<std::mutex> lock(job->mu);
       if (job->cv.wait_for(lock, std::chrono::seconds(1), [&] { return job->all_done(); })) {
-        if (!job->error.empty()) throw ApiError(500, "generation failed: " + job->error, {}, {}, "server_error");
-        send_json(res, 200, full_response(*job, drafter));
+        send_json(res, job->error.empty() ? 200 : 500, answer(*job, drafter));
         return;
       }
     }
     res.set_chunked_content_provider(
         "application/json",
-        [job, drafter](size_t, httplib::DataSink& sink) {
+        [job, drafter, answer](size_t, httplib::DataSink& sink) {
           std::unique_lock<std::mutex> lock(job->mu);
           while (!job->cv.wait_for(lock, std::chrono::seconds(2), [&] { return job->all_done(); })) {
             lock.unlock();
@@ -333,9 +360,7 @@ void Server::completion(const httplib::Request& req, httplib::Response& res, boo
               return false;
             }
           }
-          const std::string body = job->error.empty()
-                                       ? dump(full_response(*job, drafter))
-                                       : dump(ApiError(500, "generation failed: " + job->error, {}, {}, "server_error").body());
+          const std::string body = dump(answer(*job, drafter));
           lock.unlock();
           if (!sink.write(body.data(), body.size())) return false;
           sink.done();
@@ -347,9 +372,10 @@ void Server::completion(const httplib::Request& req, httplib::Response& res, boo
     return;
   }
   res.set_header("Cache-Control", "no-cache");
+  auto ndjson = ollama ? std::make_shared<OllamaStream>(*ollama, job->model) : nullptr;
   res.set_chunked_content_provider(
-      "text/event-stream",
-      [job](size_t, httplib::DataSink& sink) {
+      ollama ? "application/x-ndjson" : "text/event-stream",
+      [job, ndjson](size_t, httplib::DataSink& sink) {
         // Sends what is ready; a write that fails (the client left) cancels every choice of the job.
         auto last_write = Clock::now();
         for (;;) {
@@ -360,8 +386,8 @@ void Server::completion(const httplib::Request& req, httplib::Response& res, boo
             ready.swap(job->events);
           }
           for (const std::string& e : ready) {
-            const std::string line = "data: " + e + "\n\n";
-            if (!sink.write(line.data(), line.size())) {
+            const std::string frame = ndjson ? ndjson->translate(e) : "data: " + e + "\n\n";
+            if (!frame.empty() && !sink.write(frame.data(), frame.size())) {
               job->cancel();
               return false;
             }
@@ -371,7 +397,9 @@ void Server::completion(const httplib::Request& req, httplib::Response& res, boo
               return true;
             }
           }
-          if (Clock::now() - last_write > std::chrono::seconds(2)) {   // also notices a client that left
+          // An SSE comment every two seconds also notices a client that left (NDJSON has no comments: its
+          // client is noticed at the next line).
+          if (!ndjson && Clock::now() - last_write > std::chrono::seconds(2)) {
             static const char ping[] = ": keep-alive\n\n";
             if (!sink.write(ping, sizeof ping - 1)) {
               job->cancel();
@@ -437,6 +465,46 @@ void Server::routes() {
   };
   http_.Post("/v1/completions", guarded(false));
   http_.Post("/v1/chat/completions", guarded(true));
+  // Ollama's API (apps/ollama_api.h): generation, and the model as its listings describe one
+  http_.Post("/api/generate", [this](const httplib::Request& req, httplib::Response& res) { ollama(req, res, OllamaEndpoint::Generate); });
+  http_.Post("/api/chat", [this](const httplib::Request& req, httplib::Response& res) { ollama(req, res, OllamaEndpoint::Chat); });
+  auto ollama_model = [this] {
+    std::error_code ec;
+    const uintmax_t size = std::filesystem::file_size(o_.model, ec);
+    return json{{"name", model_id_}, {"model", model_id_}, {"size", ec ? 0 : size}, {"digest", ""},
+                {"modified_at", "1970-01-01T00:00:00Z"},
+                {"details", {{"parent_model", ""}, {"format", "gguf"}, {"family", "llama"}, {"families", {"llama"}},
+                             {"parameter_size", ""}, {"quantization_level", ""}}}};
+  };
+  http_.Get("/api/tags", [ollama_model](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200, {{"models", json::array({ollama_model()})}});
+  });
+  http_.Get("/api/ps", [this, ollama_model](const httplib::Request&, httplib::Response& res) {
+    json m = ollama_model();
+    m["expires_at"] = "2999-01-01T00:00:00Z";   // loaded for the server's life
+    m["size_vram"] = m["size"];
+    send_json(res, 200, {{"models", ready_ ? json::array({m}) : json::array()}});
+  });
+  http_.Post("/api/show", [this, ollama_model](const httplib::Request& req, httplib::Response& res) {
+    try {
+      const nlohmann::ordered_json body = parse_body(req.body, lim_);
+      const auto name = body.find(body.contains("model") ? "model" : "name");
+      if (name == body.end() || !name->is_string()) throw ApiError(400, "'model' must be a string", "model");
+      if (*name != model_id_ && *name != model_id_ + ":latest")
+        throw ApiError(404, "model '" + name->get<std::string>() + "' not found");
+      const json m = ollama_model();
+      json caps = json::array({"completion"});
+      if (enc_.render_chat) caps.push_back("tools");   // (chat needs a template)
+      send_json(res, 200, {{"modelfile", ""}, {"parameters", ""}, {"template", template_ ? *template_ : ""},
+                           {"details", m["details"]}, {"model_info", {{"general.architecture", "llama"},
+                                                                      {"llama.context_length", lim_.n_ctx}}},
+                           {"capabilities", caps}});
+    } catch (const ApiError& e) {
+      send_json(res, e.status, ollama_error(e));
+    }
+  });
+  // the Ollama API version whose endpoints these are (clients check it for features such as tools)
+  http_.Get("/api/version", [](const httplib::Request&, httplib::Response& res) { send_json(res, 200, {{"version", "0.6.0"}}); });
   http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     send_json(res, 200, {{"object", "list"},
                          {"data", json::array({{{"id", model_id_}, {"object", "model"}, {"created", started_},

@@ -18,6 +18,7 @@
 
 #include <httplib.h>
 
+#include "apps/ollama_api.h"
 #include "apps/server_api.h"
 #include "engine/prompt.h"
 #include "loader/gbnf.h"
@@ -276,6 +277,135 @@ TEST_F(ServerApiParse, ToolsReachTheTemplateAndTheGrammar) {
   EXPECT_EQ(status_of(R"({"prompt": "x", "tool_choice": "auto"})", false, &got), 400);   // chat only
   EXPECT_EQ(got, "tool_choice");
   EXPECT_EQ(status_of(R"({"messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": "auto"})", true), 200);
+}
+
+// Ollama's requests as the OpenAI bodies they mean: its option names and defaults, format, raw and system,
+// the template applied by generate, load-only requests, and refusals of what would change the output.
+TEST(ServerApi, OllamaRequestsBecomeTheOpenAiBodiesTheyMean) {
+  using cli::OllamaEndpoint;
+  auto req = [](const char* body, OllamaEndpoint ep = OllamaEndpoint::Generate, bool tmpl = true) {
+    return cli::ollama_request(nlohmann::ordered_json::parse(body), ep, tmpl, "m");
+  };
+  cli::OllamaRequest r = req(R"({"model": "m:latest", "prompt": "hi", "raw": true})");
+  EXPECT_FALSE(r.chat);
+  EXPECT_TRUE(r.stream);   // Ollama's default
+  EXPECT_EQ(r.openai["model"], "m");
+  EXPECT_EQ(r.openai["prompt"], "hi");
+  EXPECT_EQ(r.openai["stream_options"]["include_usage"], true);   // the last line's counts
+  EXPECT_EQ(r.openai["temperature"], 0.8);   // Ollama's defaults, not OpenAI's
+  EXPECT_EQ(r.openai["top_k"], 40);
+  EXPECT_EQ(r.openai["top_p"], 0.9);
+  EXPECT_EQ(r.openai["repeat_penalty"], 1.1);
+  r = req(R"({"model": "m", "prompt": "hi", "system": "Be brief.", "stream": false, "format": "json",
+              "options": {"temperature": 0, "num_predict": 7, "stop": ["\n"], "seed": 3, "num_ctx": 8192, "num_thread": 2,
+                          "top_k": 5, "min_p": 0.1, "repeat_last_n": 16, "presence_penalty": 0.5, "mirostat": 0}})");
+  EXPECT_TRUE(r.chat);   // generate applies the model's template
+  EXPECT_FALSE(r.stream);
+  EXPECT_FALSE(r.openai.contains("stream_options"));
+  EXPECT_EQ(r.openai["messages"], nlohmann::ordered_json::parse(R"([{"role": "system", "content": "Be brief."},
+                                                                   {"role": "user", "content": "hi"}])"));
+  EXPECT_EQ(r.openai["max_tokens"], 7);
+  EXPECT_EQ(r.openai["stop"], nlohmann::ordered_json::array({"\n"}));
+  EXPECT_EQ(r.openai["temperature"], 0);
+  EXPECT_EQ(r.openai["top_k"], 5);
+  EXPECT_FALSE(r.openai.contains("num_ctx"));   // the runner's options: no effect
+  EXPECT_EQ(r.openai["response_format"]["type"], "json_object");
+  r = req(R"({"model": "m", "prompt": "hi", "system": "S"})", OllamaEndpoint::Generate, false);   // no template
+  EXPECT_EQ(r.openai["prompt"], "S\n\nhi");
+  EXPECT_TRUE(req(R"({"model": "m"})").load_only);
+  EXPECT_TRUE(req(R"({"model": "m", "messages": []})", OllamaEndpoint::Chat).load_only);
+  r = req(R"({"model": "m", "format": {"type": "object"}, "options": {"num_predict": -1},
+              "messages": [{"role": "user", "content": "x"},
+                           {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}}]},
+                           {"role": "tool", "content": "2", "tool_name": "f"}],
+              "tools": [{"type": "function", "function": {"name": "f"}}]})", OllamaEndpoint::Chat);
+  EXPECT_TRUE(r.chat);
+  EXPECT_FALSE(r.openai.contains("max_tokens"));   // -1: up to the context
+  EXPECT_EQ(r.openai["response_format"]["json_schema"]["schema"]["type"], "object");
+  EXPECT_EQ(r.openai["messages"][1]["tool_calls"][0]["function"]["arguments"]["a"], 1);
+  EXPECT_EQ(r.openai["messages"][2]["name"], "f");
+  EXPECT_EQ(r.openai["tools"][0]["function"]["name"], "f");
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"model": "m", "prompt": "x", "options": {"mirostat": 2}})", "options.mirostat"},
+      {R"({"model": "m", "prompt": "x", "options": {"typical_p": 0.5}})", "options.typical_p"},
+      {R"({"model": "m", "prompt": "x", "options": {"warp": 1}})", "options.warp"},
+      {R"({"model": "m", "prompt": "x", "options": {"num_predict": 0}})", "options.num_predict"},
+      {R"({"model": "m", "prompt": "x", "options": 5})", "options"},
+      {R"({"model": "m", "prompt": "x", "format": "yaml"})", "format"},
+      {R"({"model": "m", "prompt": "x", "template": "{{ .Prompt }}"})", "template"},
+      {R"({"model": "m", "prompt": "x", "context": [1, 2]})", "context"},
+      {R"({"model": "m", "prompt": "x", "images": ["AAAA"]})", "images"},
+      {R"({"model": "m", "prompt": "x", "think": true})", "think"},
+      {R"({"model": "m", "prompt": 5})", "prompt"},
+      {R"({"model": "m", "prompt": "x", "stream": "yes"})", "stream"},
+      {R"({"model": 5, "prompt": "x"})", "model"},
+  };
+  for (const auto& [body, param] : bad) {
+    try {
+      req(body);
+      ADD_FAILURE() << "accepted " << body;
+    } catch (const cli::ApiError& e) {
+      EXPECT_EQ(e.status, 400) << body;
+      EXPECT_EQ(e.param, param) << body;
+      EXPECT_EQ(cli::ollama_error(e), json({{"error", e.message}}));
+    }
+  }
+  try {
+    req(R"({"model": "m", "messages": [{"role": "user", "content": "x", "images": ["AAAA"]}]})", OllamaEndpoint::Chat);
+    ADD_FAILURE() << "images accepted";
+  } catch (const cli::ApiError& e) {
+    EXPECT_EQ(e.param, "messages[0].images");
+  }
+}
+
+// OpenAI stream payloads as Ollama's NDJSON lines: text, a tool call (arguments as an object), the last line
+// with done_reason, counts and durations in ns from the usage chunk; an error.
+TEST(ServerApi, OllamaStreamsAreNdjsonLines) {
+  auto lines = [](const std::string& text) {
+    std::vector<json> out;
+    for (size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) out.push_back(json::parse(text.substr(at, nl - at)));
+    return out;
+  };
+  cli::OllamaStream chat(cli::OllamaEndpoint::Chat, "m");
+  EXPECT_TRUE(chat.translate(R"({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]})").empty());
+  auto l = lines(chat.translate(R"({"choices": [{"index": 0, "delta": {"content": "Hel"}, "finish_reason": null}]})"));
+  ASSERT_EQ(l.size(), 1u);
+  EXPECT_EQ(l[0]["message"], json({{"role", "assistant"}, {"content", "Hel"}}));
+  EXPECT_EQ(l[0]["done"], false);
+  EXPECT_EQ(l[0]["model"], "m");
+  l = lines(chat.translate(R"({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+      "function": {"name": "f", "arguments": "{\"a\":1}"}}]}, "finish_reason": null}]})"));
+  ASSERT_EQ(l.size(), 1u);
+  EXPECT_EQ(l[0]["message"]["tool_calls"], json::parse(R"([{"function": {"name": "f", "arguments": {"a": 1}}}])"));
+  EXPECT_TRUE(chat.translate(R"({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})").empty());
+  l = lines(chat.translate(R"({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 4},
+      "vkspec": {"choices": [{"queued_s": 0.5, "prefill_s": 0.25, "decode_s": 1.0}]}})"));
+  ASSERT_EQ(l.size(), 1u);
+  EXPECT_EQ(l[0]["done"], true);
+  EXPECT_EQ(l[0]["done_reason"], "stop");
+  EXPECT_EQ(l[0]["prompt_eval_count"], 9);
+  EXPECT_EQ(l[0]["eval_count"], 4);
+  EXPECT_EQ(l[0]["prompt_eval_duration"], 250000000);
+  EXPECT_EQ(l[0]["eval_duration"], 1000000000);
+  EXPECT_EQ(l[0]["total_duration"], 1750000000);
+  EXPECT_TRUE(chat.translate("[DONE]").empty());
+  cli::OllamaStream gen(cli::OllamaEndpoint::Generate, "m");
+  l = lines(gen.translate(R"({"choices": [{"index": 0, "text": "x = 1", "finish_reason": "length"}]})"));
+  ASSERT_EQ(l.size(), 1u);
+  EXPECT_EQ(l[0]["response"], "x = 1");
+  l = lines(gen.translate(R"({"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}})"));
+  EXPECT_EQ(l[0]["done_reason"], "length");
+  EXPECT_EQ(l[0]["response"], "");
+  l = lines(gen.translate(R"({"error": {"message": "generation failed: x", "type": "server_error"}})"));
+  EXPECT_EQ(l[0], json({{"error", "generation failed: x"}}));
+  // a whole response
+  const json full = cli::ollama_response(json::parse(R"({"choices": [{"index": 0, "message": {"role": "assistant",
+      "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+      "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 3, "completion_tokens": 2}})"), cli::OllamaEndpoint::Chat, "m");
+  EXPECT_EQ(full["message"]["content"], "");
+  EXPECT_EQ(full["message"]["tool_calls"][0]["function"]["arguments"], json::object());
+  EXPECT_EQ(full["done"], true);
+  EXPECT_EQ(full["eval_count"], 2);
 }
 
 TEST(ServerApi, TokenLogprobsAreTheLogSoftmax) {
@@ -906,6 +1036,50 @@ TEST(Server, OfficialOpenAiClient) {
   EXPECT_TRUE(j["tool_turn"]["content"].is_string()) << j.dump();
   EXPECT_EQ(j["models"], json::array({"pycode-target-f16.gguf"}));
   EXPECT_EQ(j["unknown_model"]["status"], 404);
+  EXPECT_EQ(s.stop(), 0);
+}
+
+// The official `ollama` npm client: version, list, show, generate (raw: the completions endpoint's greedy text)
+// and chat, streamed or not (the same text), JSON format, a conversation with a tool call, an unknown model.
+TEST(Server, OfficialOllamaClient) {
+  if (run_command("command -v npm && command -v node").code != 0) GTEST_SKIP() << "npm or node is missing: the ollama client test is skipped";
+  const std::string dir = VKSPEC_NPM_OLLAMA_DIR;
+  if (run_command("test -d " + dir + "/node_modules/ollama").code != 0) {
+    const Result inst = run_command("npm install --prefix " + dir + " ollama@0.6 --no-audit --no-fund --loglevel=error");
+    if (inst.code != 0) GTEST_SKIP() << "npm could not install the ollama package (offline?): " << inst.err;
+  }
+  ServerProcess s("-m " + shared_path("models/pycode-target-f16.gguf") + " --ctx 640 --parallel 2 --chat-template " +
+                  shared_path("chat-templates/meta-llama-Llama-3.2-3B-Instruct.jinja"));
+  ASSERT_TRUE(s.up()) << s.log();
+  const Result r = run_command("node " + std::string(VKSPEC_SOURCE_DIR) + "/tests/ollama_client.mjs " + dir +
+                               " http://127.0.0.1:" + std::to_string(s.port()) + " pycode-target-f16.gguf");
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["version"], "0.6.0");
+  EXPECT_EQ(j["tags"], json::array({"pycode-target-f16.gguf"}));
+  EXPECT_EQ(j["show"]["has_template"], true);
+  EXPECT_EQ(j["show"]["capabilities"], json::array({"completion", "tools"}));
+  const json direct = s.post("/v1/completions", {{"prompt", "def fibonacci(n):\n"}, {"max_tokens", 12}, {"temperature", 0}});
+  EXPECT_EQ(j["generate_raw"]["response"], direct["choices"][0]["text"]);   // greedy, no penalty: the same ids
+  EXPECT_EQ(j["generate_raw"]["done"], true);
+  EXPECT_EQ(j["generate_raw"]["done_reason"], "length");
+  EXPECT_EQ(j["generate_raw"]["eval_count"], 12);
+  EXPECT_EQ(j["generate_raw"]["prompt_eval_count"], direct["usage"]["prompt_tokens"]);
+  EXPECT_EQ(j["generate_stream"]["response"], j["generate_raw"]["response"]);
+  EXPECT_GT(j["generate_stream"]["parts"].get<int>(), 2);
+  EXPECT_EQ(j["generate_stream"]["done"], true);
+  const json chat = s.post("/v1/chat/completions", {{"messages", {{{"role", "system"}, {"content", "You write Python."}},
+                                                                  {{"role", "user"}, {"content", "Sort a list."}}}},
+                                                    {"max_tokens", 12}, {"temperature", 0}});
+  EXPECT_EQ(j["chat"]["content"], chat["choices"][0]["message"]["content"]);
+  EXPECT_EQ(j["chat"]["role"], "assistant");
+  EXPECT_EQ(j["chat_stream"]["content"], j["chat"]["content"]);
+  if (j["json"]["done_reason"] == "stop") {
+    EXPECT_TRUE(json::parse(j["json"]["content"].get<std::string>()).is_object()) << j["json"];
+  }
+  EXPECT_EQ(j["json"]["content"].get<std::string>().substr(0, 1), "{");
+  EXPECT_EQ(j["tool_turn"]["done"], true);
+  EXPECT_EQ(j["unknown_model"]["status"], 404) << j["unknown_model"];
   EXPECT_EQ(s.stop(), 0);
 }
 
