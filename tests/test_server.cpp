@@ -2,7 +2,8 @@
 // validation, logprobs) against direct references; the running server with 32 concurrent streams whose
 // tokens must equal each prompt's run alone (plain, n-gram and draft-model speculation); a burst of
 // malformed requests and abrupt disconnects after which the server is healthy, correct and holds no KV
-// block; n = 4 prefilling its prompt once; the API key; the official `openai` npm client.
+// block; n = 4 prefilling its prompt once; the API key; tool calls (their schemas, the lazy trigger, the
+// conversation); Ollama's API (its requests, NDJSON lines); the official `openai` and `ollama` npm clients.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
