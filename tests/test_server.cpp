@@ -994,19 +994,31 @@ TEST(Server, ToolCallsFollowTheirSchemas) {
   EXPECT_EQ(s.stop(), 0);
 }
 
+// For the official npm clients: installs `package` (name@version) into `dir` unless it is there; empty, or why
+// the test is skipped (no npm, or npm could not install it).
+std::string npm_package(const std::string& dir, const std::string& package) {
+  if (run_command("command -v npm && command -v node").code != 0) return "npm or node is missing: the client test is skipped";
+  if (run_command("test -d " + dir + "/node_modules/" + package.substr(0, package.find('@'))).code == 0) return {};
+  const Result inst = run_command("npm install --prefix " + dir + " " + package + " --no-audit --no-fund --loglevel=error");
+  return inst.code == 0 ? std::string() : "npm could not install " + package + " (offline?): " + inst.err;
+}
+// The server they talk to: the pycode target with Llama 3.2's template (a context of 640: its tool prompt is
+// ~310 tokens of this vocabulary).
+std::string client_server_args(int parallel) {
+  return "-m " + shared_path("models/pycode-target-f16.gguf") + " --ctx 640 --parallel " + std::to_string(parallel) +
+         " --chat-template " + shared_path("chat-templates/meta-llama-Llama-3.2-3B-Instruct.jinja");
+}
+// `node tests/SCRIPT DIR URL pycode-target-f16.gguf`
+Result run_client(const std::string& script, const std::string& dir, const std::string& url) {
+  return run_command("node " + std::string(VKSPEC_SOURCE_DIR) + "/tests/" + script + " " + dir + " " + url +
+                     " pycode-target-f16.gguf");
+}
+
 TEST(Server, OfficialOpenAiClient) {
-  if (run_command("command -v npm && command -v node").code != 0) GTEST_SKIP() << "npm or node is missing: the openai client test is skipped";
-  const std::string dir = VKSPEC_NPM_DIR;
-  if (run_command("test -d " + dir + "/node_modules/openai").code != 0) {
-    const Result inst = run_command("npm install --prefix " + dir + " openai@5 --no-audit --no-fund --loglevel=error");
-    if (inst.code != 0) GTEST_SKIP() << "npm could not install the openai package (offline?): " << inst.err;
-  }
-  // (a context of 640: Llama 3.2's tool prompt is ~310 tokens of this vocabulary)
-  ServerProcess s("-m " + shared_path("models/pycode-target-f16.gguf") + " --ctx 640 --parallel 4 --chat-template " +
-                  shared_path("chat-templates/meta-llama-Llama-3.2-3B-Instruct.jinja"));
+  if (const std::string skip = npm_package(VKSPEC_NPM_DIR, "openai@5"); !skip.empty()) GTEST_SKIP() << skip;
+  ServerProcess s(client_server_args(4));
   ASSERT_TRUE(s.up()) << s.log();
-  const Result r = run_command("node " + std::string(VKSPEC_SOURCE_DIR) + "/tests/openai_client.mjs " + dir +
-                               " http://127.0.0.1:" + std::to_string(s.port()) + "/v1 pycode-target-f16.gguf");
+  const Result r = run_client("openai_client.mjs", VKSPEC_NPM_DIR, "http://127.0.0.1:" + std::to_string(s.port()) + "/v1");
   ASSERT_EQ(r.code, 0) << r.err << r.out;
   const json j = json::parse(r.out);
   const json direct = s.post("/v1/completions", {{"prompt", "def fibonacci(n):\n"}, {"max_tokens", 12}, {"temperature", 0}});
@@ -1043,17 +1055,10 @@ TEST(Server, OfficialOpenAiClient) {
 // The official `ollama` npm client: version, list, show, generate (raw: the completions endpoint's greedy text)
 // and chat, streamed or not (the same text), JSON format, a conversation with a tool call, an unknown model.
 TEST(Server, OfficialOllamaClient) {
-  if (run_command("command -v npm && command -v node").code != 0) GTEST_SKIP() << "npm or node is missing: the ollama client test is skipped";
-  const std::string dir = VKSPEC_NPM_OLLAMA_DIR;
-  if (run_command("test -d " + dir + "/node_modules/ollama").code != 0) {
-    const Result inst = run_command("npm install --prefix " + dir + " ollama@0.6 --no-audit --no-fund --loglevel=error");
-    if (inst.code != 0) GTEST_SKIP() << "npm could not install the ollama package (offline?): " << inst.err;
-  }
-  ServerProcess s("-m " + shared_path("models/pycode-target-f16.gguf") + " --ctx 640 --parallel 2 --chat-template " +
-                  shared_path("chat-templates/meta-llama-Llama-3.2-3B-Instruct.jinja"));
+  if (const std::string skip = npm_package(VKSPEC_NPM_OLLAMA_DIR, "ollama@0.6"); !skip.empty()) GTEST_SKIP() << skip;
+  ServerProcess s(client_server_args(2));
   ASSERT_TRUE(s.up()) << s.log();
-  const Result r = run_command("node " + std::string(VKSPEC_SOURCE_DIR) + "/tests/ollama_client.mjs " + dir +
-                               " http://127.0.0.1:" + std::to_string(s.port()) + " pycode-target-f16.gguf");
+  const Result r = run_client("ollama_client.mjs", VKSPEC_NPM_OLLAMA_DIR, "http://127.0.0.1:" + std::to_string(s.port()));
   ASSERT_EQ(r.code, 0) << r.err << r.out;
   const json j = json::parse(r.out);
   EXPECT_EQ(j["version"], "0.6.0");
