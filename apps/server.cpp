@@ -317,7 +317,6 @@ void Server::completion(const httplib::Request& req, httplib::Response& res, boo
 
 void Server::ollama(const httplib::Request& req, httplib::Response& res, OllamaEndpoint ep) {
   try {
-    if (!ready_) throw ApiError(503, "the model is still loading", {}, {}, "server_error");
     const OllamaRequest o = ollama_request(parse_body(req.body, lim_), ep, bool(enc_.render_chat), model_id_);
     if (o.load_only) return send_json(res, 200, ollama_loaded(ep, model_id_));
     respond(res, start_job(parse_completion(o.openai, o.chat, lim_, enc_, model_id_)), ep);
@@ -457,14 +456,9 @@ std::string Server::metrics_text() const {
 }
 
 void Server::routes() {
-  auto guarded = [this](bool chat) {
-    return [this, chat](const httplib::Request& req, httplib::Response& res) {
-      if (!ready_) throw ApiError(503, "the model is still loading", {}, {}, "server_error");
-      completion(req, res, chat);
-    };
-  };
-  http_.Post("/v1/completions", guarded(false));
-  http_.Post("/v1/chat/completions", guarded(true));
+  // (every route but /health and /metrics needs the model: the pre-routing handler answers 503 while it loads)
+  http_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completion(req, res, false); });
+  http_.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { completion(req, res, true); });
   // Ollama's API (apps/ollama_api.h): generation, and the model as its listings describe one
   http_.Post("/api/generate", [this](const httplib::Request& req, httplib::Response& res) { ollama(req, res, OllamaEndpoint::Generate); });
   http_.Post("/api/chat", [this](const httplib::Request& req, httplib::Response& res) { ollama(req, res, OllamaEndpoint::Chat); });
@@ -479,11 +473,11 @@ void Server::routes() {
   http_.Get("/api/tags", [ollama_model](const httplib::Request&, httplib::Response& res) {
     send_json(res, 200, {{"models", json::array({ollama_model()})}});
   });
-  http_.Get("/api/ps", [this, ollama_model](const httplib::Request&, httplib::Response& res) {
+  http_.Get("/api/ps", [ollama_model](const httplib::Request&, httplib::Response& res) {
     json m = ollama_model();
     m["expires_at"] = "2999-01-01T00:00:00Z";   // loaded for the server's life
     m["size_vram"] = m["size"];
-    send_json(res, 200, {{"models", ready_ ? json::array({m}) : json::array()}});
+    send_json(res, 200, {{"models", json::array({m})}});
   });
   http_.Post("/api/show", [this, ollama_model](const httplib::Request& req, httplib::Response& res) {
     try {
@@ -503,6 +497,22 @@ void Server::routes() {
       send_json(res, e.status, ollama_error(e));
     }
   });
+  // llama.cpp's server utilities
+  http_.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    const TokenizeSpec t = parse_tokenize(parse_body(req.body, lim_));
+    const std::vector<int32_t> ids = model_->tokenize(t.content, t.add_special ? VKSPEC_ADD_BOS : 0, t.parse_special);
+    json tokens = json::array();
+    for (const int32_t id : ids)
+      if (t.with_pieces) tokens.push_back({{"id", id}, {"piece", token_piece(model_->detokenize(std::span<const int32_t>(&id, 1)))}});
+      else tokens.push_back(id);
+    send_json(res, 200, {{"tokens", tokens}});
+  });
+  http_.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    send_json(res, 200, {{"content", model_->detokenize(parse_detokenize(parse_body(req.body, lim_), lim_))}});
+  });
+  http_.Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
+    send_json(res, 200, {{"prompt", apply_template(parse_body(req.body, lim_), enc_)}});
+  });
   // the Ollama API version whose endpoints these are (clients check it for features such as tools)
   http_.Get("/api/version", [](const httplib::Request&, httplib::Response& res) { send_json(res, 200, {{"version", "0.6.0"}}); });
   http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
@@ -518,13 +528,21 @@ void Server::routes() {
     res.set_content(metrics_text(), "text/plain; version=0.0.4");
   });
   http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (so_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    const std::string auth = req.get_header_value("Authorization");
-    const std::string prefix = "Bearer ";
-    const std::string given = auth.rfind(prefix, 0) == 0 ? auth.substr(prefix.size()) : std::string();
-    if (equal_constant_time(given, so_.api_key)) return httplib::Server::HandlerResponse::Unhandled;
-    send_json(res, 401, ApiError(401, "invalid or missing API key (Authorization: Bearer KEY)", {}, "invalid_api_key").body());
-    return httplib::Server::HandlerResponse::Handled;
+    // errors in the shape of the request's API: Ollama's under /api/, OpenAI's elsewhere
+    auto refuse = [&](const ApiError& e) {
+      send_json(res, e.status, req.path.rfind("/api/", 0) == 0 ? ollama_error(e) : e.body());
+      return httplib::Server::HandlerResponse::Handled;
+    };
+    if (!so_.api_key.empty() && req.path != "/health") {
+      const std::string auth = req.get_header_value("Authorization");
+      const std::string prefix = "Bearer ";
+      const std::string given = auth.rfind(prefix, 0) == 0 ? auth.substr(prefix.size()) : std::string();
+      if (!equal_constant_time(given, so_.api_key))
+        return refuse(ApiError(401, "invalid or missing API key (Authorization: Bearer KEY)", {}, "invalid_api_key"));
+    }
+    if (!ready_ && req.path != "/health" && req.path != "/metrics")   // (the model and its name are being made)
+      return refuse(ApiError(503, "the model is still loading", {}, {}, "server_error"));
+    return httplib::Server::HandlerResponse::Unhandled;
   });
   http_.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     try {

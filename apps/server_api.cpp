@@ -366,6 +366,52 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
   return s;
 }
 
+TokenizeSpec parse_tokenize(const ojson& body) {
+  TokenizeSpec t;
+  const ojson* c = field(body, "content");
+  if (!c || !c->is_string()) bad("content", "'content' must be a string");
+  t.content = c->get<std::string>();
+  t.add_special = boolean(body, "add_special", false);
+  t.parse_special = boolean(body, "parse_special", true);
+  t.with_pieces = boolean(body, "with_pieces", false);
+  return t;
+}
+
+std::vector<int32_t> parse_detokenize(const ojson& body, const ServerLimits& lim) {
+  const ojson* t = field(body, "tokens");
+  if (!t || !t->is_array()) bad("tokens", "'tokens' must be an array of token ids");
+  std::vector<int32_t> ids;
+  for (const ojson& v : *t) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= int64_t(lim.n_vocab))
+      bad("tokens", "'tokens' must hold token ids of this model (0.." + std::to_string(lim.n_vocab - 1) + ")");
+    ids.push_back(int32_t(v.get<int64_t>()));
+  }
+  return ids;
+}
+
+std::string apply_template(const ojson& body, const PromptEncoder& enc) {
+  CompletionSpec unused;
+  const ojson tools = chat_tools(body, true, unused);
+  const ojson messages = chat_messages(body);
+  if (!enc.render_chat) throw ApiError(400, "the model has no chat template: start the server with --chat-template FILE");
+  try {
+    return enc.render_chat(messages, tools);
+  } catch (const std::exception& e) {
+    throw ApiError(400, std::string("the chat template refused the messages: ") + e.what(), "messages");
+  }
+}
+
+nlohmann::json token_piece(const std::string& piece) {
+  try {
+    (void)nlohmann::json(piece).dump();   // (strict: throws on invalid UTF-8)
+    return piece;
+  } catch (const nlohmann::json::type_error&) {
+  }
+  nlohmann::json bytes = nlohmann::json::array();
+  for (const unsigned char b : piece) bytes.push_back(int(b));
+  return bytes;
+}
+
 std::string TextStream::push(const std::string& piece) {
   if (stopped_) return {};
   held_ += piece;

@@ -72,6 +72,19 @@ struct PromptEncoder {
 CompletionSpec parse_completion(const nlohmann::ordered_json& body, bool chat, const ServerLimits& lim,
                                 const PromptEncoder& enc, const std::string& model_id);
 
+// llama.cpp's server utilities. /tokenize: {"content", "add_special" (false), "parse_special" (true),
+// "with_pieces" (false)}; /detokenize: {"tokens": ids of the vocabulary}; /apply-template: a chat request's
+// messages (and tools), rendered by the chat template as /v1/chat/completions renders them.
+struct TokenizeSpec {
+  std::string content;
+  bool add_special = false, parse_special = true, with_pieces = false;
+};
+TokenizeSpec parse_tokenize(const nlohmann::ordered_json& body);
+std::vector<int32_t> parse_detokenize(const nlohmann::ordered_json& body, const ServerLimits& lim);
+std::string apply_template(const nlohmann::ordered_json& body, const PromptEncoder& enc);
+// A token's piece for with_pieces: its text when it is valid UTF-8, else its bytes (llama.cpp's rule).
+nlohmann::json token_piece(const std::string& piece);
+
 // Generated text (valid UTF-8 pieces, as the library delivers them) -> text to send: the first stop string
 // ends the text (it and what follows are dropped); a tail that could still begin a stop string is held back
 // until it cannot.

@@ -409,6 +409,13 @@ TEST(ServerApi, OllamaStreamsAreNdjsonLines) {
   EXPECT_EQ(full["eval_count"], 2);
 }
 
+// /tokenize's pieces: text when valid UTF-8, else the bytes (a token that is part of a character).
+TEST(ServerApi, TokenPiecesAreTextOrBytes) {
+  EXPECT_EQ(cli::token_piece(" d\xC3\xA9" "f"), json(" d\xC3\xA9" "f"));
+  EXPECT_EQ(cli::token_piece("\xE2\x80"), json::array({0xE2, 0x80}));
+  EXPECT_EQ(cli::token_piece(""), json(""));
+}
+
 TEST(ServerApi, TokenLogprobsAreTheLogSoftmax) {
   GgufFile f(shared_path("models/pycode-target-f16.gguf"));
   auto tok = Tokenizer::from_gguf(f);
@@ -991,6 +998,52 @@ TEST(Server, ToolCallsFollowTheirSchemas) {
   s.post("/v1/completions", {{"prompt", "x"}, {"tools", tools}}, &status);
   EXPECT_EQ(status, 400);
   EXPECT_TRUE(wait_idle(s)) << "blocks leaked";
+  EXPECT_EQ(s.stop(), 0);
+}
+
+// llama.cpp's server utilities against the CLI: /tokenize gives `vkspec tokenize`'s ids (with BOS when
+// add_special), pieces that join into the text; /detokenize gives the pieces' text; /apply-template gives
+// `vkspec apply-template`'s prompt; bad ids and types are 400s.
+TEST(Server, TokenizeDetokenizeAndApplyTemplateAgreeWithTheCli) {
+  const std::string tmpl = shared_path("chat-templates/meta-llama-Llama-3.2-3B-Instruct.jinja");
+  ServerProcess s(model_arg() + " --parallel 1 --chat-template " + tmpl);
+  ASSERT_TRUE(s.up()) << s.log();
+  const std::string text = "def f(x):\n    return x + 'é' # 42";
+  const std::string m = shared_path("models/pycode-target-f16.gguf");
+  std::ofstream(testing::TempDir() + "/utext.txt") << text;
+  const Result plain = run_vkspec(VKSPEC_BIN, "tokenize -m " + m + " -f " + testing::TempDir() + "/utext.txt --json --no-bos");
+  const Result bos = run_vkspec(VKSPEC_BIN, "tokenize -m " + m + " -f " + testing::TempDir() + "/utext.txt --json");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  int status = 0;
+  json r = s.post("/tokenize", {{"content", text}}, &status);
+  ASSERT_EQ(status, 200) << r.dump();
+  EXPECT_EQ(r["tokens"], json::parse(plain.out));
+  EXPECT_EQ(s.post("/tokenize", {{"content", text}, {"add_special", true}})["tokens"], json::parse(bos.out));
+  r = s.post("/tokenize", {{"content", text}, {"with_pieces", true}});
+  std::string joined;
+  std::vector<int32_t> ids;
+  for (const json& t : r["tokens"]) {
+    ids.push_back(t["id"].get<int32_t>());
+    if (t["piece"].is_string()) joined += t["piece"].get<std::string>();
+    else for (const json& b : t["piece"]) joined += char(b.get<int>());
+  }
+  EXPECT_EQ(json(ids), json::parse(plain.out));
+  // (SentencePiece's space prefix stays on the first piece, as llama-server's pieces and /detokenize keep it)
+  EXPECT_EQ(joined, " " + text);
+  EXPECT_EQ(s.post("/detokenize", {{"tokens", ids}})["content"], " " + text);
+  const json messages = {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}};
+  std::ofstream(testing::TempDir() + "/umsgs.json") << messages.dump();
+  const Result applied = run_vkspec(VKSPEC_BIN, "apply-template -m " + m + " --chat-template " + tmpl + " --messages " +
+                                                    testing::TempDir() + "/umsgs.json --json");
+  ASSERT_EQ(applied.code, 0) << applied.err;
+  EXPECT_EQ(s.post("/apply-template", {{"messages", messages}})["prompt"], json::parse(applied.out)["prompt"]);
+  for (const auto& [path, body] : std::vector<std::pair<std::string, json>>{
+           {"/tokenize", {{"content", 5}}}, {"/tokenize", {{"content", "x"}, {"with_pieces", "yes"}}},
+           {"/detokenize", {{"tokens", {1, 99999}}}}, {"/detokenize", {{"tokens", "1 2"}}},
+           {"/apply-template", {{"messages", 3}}}}) {
+    s.post(path, body, &status);
+    EXPECT_EQ(status, 400) << path << " " << body.dump();
+  }
   EXPECT_EQ(s.stop(), 0);
 }
 
