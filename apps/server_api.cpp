@@ -176,6 +176,19 @@ ojson chat_tools(const ojson& body, bool chat, CompletionSpec& s) {
   return *tools;
 }
 
+// The chat template's prompt of the body's messages and `tools` (400s: a message that is not one, no template,
+// a template that refuses them).
+std::string rendered_chat(const ojson& body, const ojson& tools, const PromptEncoder& enc) {
+  const ojson messages = chat_messages(body);
+  if (!enc.render_chat)
+    throw ApiError(400, "the model has no chat template: use /v1/completions, or start the server with --chat-template FILE");
+  try {
+    return enc.render_chat(messages, tools);
+  } catch (const std::exception& e) {
+    throw ApiError(400, std::string("the chat template refused the messages: ") + e.what(), "messages");
+  }
+}
+
 std::vector<int32_t> completion_prompt(const ojson& body, const ServerLimits& lim, const PromptEncoder& enc) {
   const ojson* p = field(body, "prompt");
   if (!p) bad("prompt", "'prompt' is required");
@@ -268,15 +281,7 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
 
   const ojson tools = chat_tools(body, chat, s);
   if (chat) {
-    const ojson messages = chat_messages(body);
-    if (!enc.render_chat)
-      throw ApiError(400, "the model has no chat template: use /v1/completions, or start the server with --chat-template FILE");
-    std::string text;
-    try {
-      text = enc.render_chat(messages, tools);
-    } catch (const std::exception& e) {
-      throw ApiError(400, std::string("the chat template refused the messages: ") + e.what(), "messages");
-    }
+    const std::string text = rendered_chat(body, tools, enc);
     try {
       s.prompt = enc.chat(text);
     } catch (const std::exception& e) {
@@ -390,15 +395,8 @@ std::vector<int32_t> parse_detokenize(const ojson& body, const ServerLimits& lim
 }
 
 std::string apply_template(const ojson& body, const PromptEncoder& enc) {
-  CompletionSpec unused;
-  const ojson tools = chat_tools(body, true, unused);
-  const ojson messages = chat_messages(body);
-  if (!enc.render_chat) throw ApiError(400, "the model has no chat template: start the server with --chat-template FILE");
-  try {
-    return enc.render_chat(messages, tools);
-  } catch (const std::exception& e) {
-    throw ApiError(400, std::string("the chat template refused the messages: ") + e.what(), "messages");
-  }
+  CompletionSpec unused;   // (the tools' grammar is not needed here)
+  return rendered_chat(body, chat_tools(body, true, unused), enc);
 }
 
 nlohmann::json token_piece(const std::string& piece) {
