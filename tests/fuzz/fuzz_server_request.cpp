@@ -1,15 +1,18 @@
 // libFuzzer target for the server's request parsing (apps/server_api.h): arbitrary bytes as the body of a
-// completion (first byte even) or chat completion (odd) request, with a real vocabulary and the Llama 3.2 chat
+// completion (first byte even) or chat completion (odd) request (with bit 3 set: Ollama's generate or chat; bit
+// 2: llama-server's /tokenize or /detokenize), with a real vocabulary and the Llama 3.2 chat
 // template. Every outcome must be a CompletionSpec within the limits (its JSON schema, a tool call's included,
 // converted to a grammar or refused with an Error) or an ApiError with a 4xx status; any
 // other exception, a crash, an ASan/UBSan finding or a hang is a bug. Seeds: tests/fuzz/server-seeds (text:
-// first byte 'P', even, or 'C', odd, then the body).
+// first byte 'P', even, or 'C', odd; 'H' / 'K' Ollama's generate / chat; 'D' / 'E' /tokenize / /detokenize;
+// then the body).
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
 
+#include "apps/ollama_api.h"
 #include "apps/server_api.h"
 #include "engine/prompt.h"
 #include "loader/gbnf.h"
@@ -52,10 +55,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return e;
   }();
   if (size == 0) return 0;
-  const bool chat = data[0] & 1;
+  bool chat = data[0] & 1;
   const std::string body(reinterpret_cast<const char*>(data) + 1, size - 1);
   try {
-    const cli::CompletionSpec s = cli::parse_completion(cli::parse_body(body, lim), chat, lim, enc, "m");
+    nlohmann::ordered_json request = cli::parse_body(body, lim);
+    if (data[0] & 4) {   // llama-server's utilities: what they accept is in range
+      if (chat) {
+        for (int32_t id : cli::parse_detokenize(request, lim))
+          if (id < 0 || uint32_t(id) >= tok->n_vocab()) abort();
+      } else {
+        (void)cli::parse_tokenize(request);
+      }
+      return 0;
+    }
+    if (data[0] & 8) {   // Ollama's API: the OpenAI body it means goes on through the same checks
+      const cli::OllamaRequest o = cli::ollama_request(request, chat ? cli::OllamaEndpoint::Chat : cli::OllamaEndpoint::Generate,
+                                                       true, "m");
+      if (o.load_only) return 0;
+      request = o.openai;
+      chat = o.chat;
+    }
+    const cli::CompletionSpec s = cli::parse_completion(request, chat, lim, enc, "m");
     if (s.prompt.empty() || s.prompt.size() >= lim.n_ctx || s.max_tokens == 0 || s.max_tokens > lim.n_ctx ||
         s.n == 0 || s.n > lim.max_n || s.stop.size() > lim.max_stop || s.top_logprobs > lim.max_top_logprobs)
       abort();
