@@ -74,6 +74,24 @@ int collect(int32_t token, const char* piece, size_t len, int32_t from_draft, vo
   s->drafts += from_draft;
   return s->stop_after >= 0 && int(s->ids.size()) >= s->stop_after;
 }
+// Up to n tokens after `prompt` on a new context with `p`: what was streamed and why it stopped.
+struct Generated {
+  Streamed s;
+  std::string stop;
+};
+Generated generate_on_new_context(vkspec_model* m, const std::vector<int32_t>& prompt, const vkspec_context_params& p, int n) {
+  Ctx ctx(m, p);
+  Generated o;
+  vkspec_generate_params g = vkspec_generate_default_params();
+  g.n_predict = n;
+  g.on_token = collect;
+  g.user = &o.s;
+  EXPECT_EQ(vkspec_generate(ctx.c, prompt.data(), prompt.size(), &g), VKSPEC_OK) << vkspec_last_error();
+  vkspec_metrics metrics;
+  EXPECT_EQ(vkspec_get_metrics(ctx.c, &metrics), VKSPEC_OK);
+  o.stop = metrics.stop_reason;
+  return o;
+}
 
 vkspec_status generate(vkspec_context* c, const std::vector<int32_t>& prompt, int n, Streamed& out, int speculative = 1) {
   vkspec_generate_params g = vkspec_generate_default_params();
@@ -278,19 +296,12 @@ TEST(CApi, ConstrainedGenerationThroughTheApi) {
   EXPECT_NE(std::string(vkspec_last_error()).find("line 1: an unterminated character class"), std::string::npos)
       << vkspec_last_error();
   // a grammar: the text is a sentence of it, and generation ends where it does
-  vkspec_generate_params g = vkspec_generate_default_params();
-  g.n_predict = 64;
-  g.on_token = collect;
-  vkspec_metrics m;
   {
     p = Ctx::greedy();
     p.sampling.grammar = "root ::= \"Once \" [a-z]+ (\" \" [a-z]+){2} \".\"\n";
-    Ctx ctx(model.m, p);
-    Streamed s;
-    g.user = &s;
-    ASSERT_EQ(vkspec_generate(ctx.c, prompt.data(), prompt.size(), &g), VKSPEC_OK) << vkspec_last_error();
-    ASSERT_EQ(vkspec_get_metrics(ctx.c, &m), VKSPEC_OK);
-    EXPECT_STREQ(m.stop_reason, "eos") << s.text;
+    const Generated out = generate_on_new_context(model.m, prompt, p, 64);
+    const Streamed& s = out.s;
+    EXPECT_EQ(out.stop, "eos") << s.text;
     // "Once " [a-z]+ (" " [a-z]+){2} ".", checked by hand
     std::vector<std::string> words;
     bool shape = s.text.rfind("Once ", 0) == 0 && s.text.size() > 5 && s.text.back() == '.';
@@ -306,14 +317,10 @@ TEST(CApi, ConstrainedGenerationThroughTheApi) {
   // a JSON schema: converted to a grammar; not JSON, or a keyword it cannot honour, is refused by name
   p = Ctx::greedy();
   p.sampling.json_schema = "{\"type\": \"array\", \"items\": {\"type\": \"integer\"}, \"minItems\": 1, \"maxItems\": 3}";
-  Ctx arr(model.m, p);
-  Streamed a;
-  g.user = &a;
-  ASSERT_EQ(vkspec_generate(arr.c, prompt.data(), prompt.size(), &g), VKSPEC_OK) << vkspec_last_error();
-  ASSERT_EQ(vkspec_get_metrics(arr.c, &m), VKSPEC_OK);
-  if (std::string(m.stop_reason) == "eos") {
-    const auto v = nlohmann::json::parse(a.text);
-    EXPECT_TRUE(v.is_array() && !v.empty() && v.size() <= 3 && v[0].is_number_integer()) << a.text;
+  const Generated arr = generate_on_new_context(model.m, prompt, p, 64);
+  if (arr.stop == "eos") {
+    const auto v = nlohmann::json::parse(arr.s.text);
+    EXPECT_TRUE(v.is_array() && !v.empty() && v.size() <= 3 && v[0].is_number_integer()) << arr.s.text;
   }
   vkspec_context* c2 = nullptr;
   p.sampling.json_schema = "{\"type\": \"string\", \"format\": \"date\"}";
@@ -331,28 +338,12 @@ TEST(CApi, ConstrainedGenerationThroughTheApi) {
 TEST(CApi, LazyGrammarHoldsFromItsTrigger) {
   Model model(kStories);
   const std::vector<int32_t> prompt = tokenize(model.m, "Once upon a time");
-  struct Out {
-    Streamed s;
-    std::string stop;
-  };
-  auto generate = [&](const vkspec_context_params& p) {
-    Ctx ctx(model.m, p);
-    Out o;
-    vkspec_generate_params g = vkspec_generate_default_params();
-    g.n_predict = 32;
-    g.on_token = collect;
-    g.user = &o.s;
-    EXPECT_EQ(vkspec_generate(ctx.c, prompt.data(), prompt.size(), &g), VKSPEC_OK) << vkspec_last_error();
-    vkspec_metrics m;
-    EXPECT_EQ(vkspec_get_metrics(ctx.c, &m), VKSPEC_OK);
-    o.stop = m.stop_reason;
-    return o;
-  };
+  auto generate = [&](const vkspec_context_params& p) { return generate_on_new_context(model.m, prompt, p, 32); };
   for (const float temp : {0.0f, 0.8f}) {   // never triggered: the same tokens, greedy and sampled
     vkspec_context_params p = Ctx::greedy();
     p.sampling.temperature = temp;
     p.sampling.seed = 11;
-    const Out plain = generate(p);
+    const Generated plain = generate(p);
     p.sampling.grammar = "root ::= \"x\"\n";
     p.sampling.grammar_trigger = "root ::= \"@@\"\n";
     EXPECT_EQ(generate(p).s.ids, plain.s.ids) << temp;
@@ -360,7 +351,7 @@ TEST(CApi, LazyGrammarHoldsFromItsTrigger) {
   // triggered by the text of plain greedy's first two tokens (leading space aside): those two tokens, then the
   // grammar's digits and full stop, then the end; a grammar holding from the first token gives the same ids
   vkspec_context_params p = Ctx::greedy();
-  const Out plain = generate(p);
+  const Generated plain = generate(p);
   ASSERT_GE(plain.s.ids.size(), 2u);
   size_t len = 0;
   std::string two(64, '\0');
@@ -378,7 +369,7 @@ TEST(CApi, LazyGrammarHoldsFromItsTrigger) {
                     strict_grammar = "root ::= \" \"* " + lit + " [0-9]{1,3} \".\"\n";
   p.sampling.grammar = lazy_grammar.c_str();
   p.sampling.grammar_trigger = trigger.c_str();
-  const Out lazy = generate(p);
+  const Generated lazy = generate(p);
   ASSERT_GE(lazy.s.ids.size(), 4u) << lazy.s.text;
   EXPECT_EQ(std::vector<int32_t>(lazy.s.ids.begin(), lazy.s.ids.begin() + 2),
             std::vector<int32_t>(plain.s.ids.begin(), plain.s.ids.begin() + 2));
