@@ -1,6 +1,8 @@
 #include "loader/json_schema.h"
 
+#include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -28,7 +30,10 @@ array ::= "[" ws ( value ("," ws value)* )? "]" ws
 const std::set<std::string> kAnnotations = {"title", "description", "default", "examples", "$schema", "$id",
                                             "$comment", "additionalProperties", "strict", "name", "readOnly",
                                             "writeOnly", "deprecated", "$defs", "definitions"};
-const std::set<std::string> kKeywords = {"type", "properties", "required", "items", "minItems", "maxItems",
+// (minimum, maximum and their exclusive forms: for integers)
+const std::set<std::string> kBounds = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+const std::set<std::string> kKeywords = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                         "type", "properties", "required", "items", "minItems", "maxItems",
                                          "minLength", "maxLength", "enum", "const", "anyOf", "$ref"};
 
 // A GBNF literal matching exactly `text`.
@@ -47,6 +52,39 @@ std::string literal(const std::string& text) {
     }
   }
   return out + "\"";
+}
+
+// Integers as decimal text (no leading zero, at most 16 digits as json.gbnf's numbers), range by range: the
+// alternatives whose sentences are exactly the integers in [a, b] of one digit count, first digit first.
+void same_length(const std::string& a, const std::string& b, const std::string& prefix, std::vector<std::string>& out) {
+  const size_t n = a.size();
+  const auto digits = [](size_t k) { return k ? " [0-9]{" + std::to_string(k) + "}" : std::string(); };
+  const auto cls = [](char x, char y) { return x == y ? std::string("\"") + x + "\"" : std::string("[") + x + "-" + y + "]"; };
+  if (a == b) {
+    out.push_back(prefix + (prefix.empty() ? "" : " ") + literal(a));
+    return;
+  }
+  const std::string head = prefix + (prefix.empty() ? "" : " ");
+  if (a[0] == b[0]) return same_length(a.substr(1), b.substr(1), head + cls(a[0], a[0]), out);
+  const bool a_low = a.find_first_not_of('0', 1) == std::string::npos, b_high = b.find_first_not_of('9', 1) == std::string::npos;
+  if (!a_low) same_length(a.substr(1), std::string(n - 1, '9'), head + cls(a[0], a[0]), out);
+  const char lo = a_low ? a[0] : char(a[0] + 1), hi = b_high ? b[0] : char(b[0] - 1);
+  if (lo <= hi) out.push_back(head + cls(lo, hi) + digits(n - 1));
+  if (!b_high) same_length(std::string(n - 1, '0'), b.substr(1), head + cls(b[0], b[0]), out);
+}
+constexpr uint64_t kMaxInteger = 9999999999999999ull;   // 16 digits
+std::string integers(uint64_t a, std::optional<uint64_t> b) {   // [a, b]; no b: [a, 16 digits]
+  std::vector<std::string> alts;
+  const std::string A = std::to_string(a), B = std::to_string(b.value_or(kMaxInteger));
+  uint64_t low = a;
+  for (size_t n = A.size(); n <= B.size(); ++n) {
+    const uint64_t top = n == B.size() ? b.value_or(kMaxInteger) : std::stoull(std::string(n, '9'));
+    same_length(std::to_string(low), std::to_string(top), "", alts);
+    low = top + 1;
+  }
+  std::string out;
+  for (const std::string& alt : alts) out += (out.empty() ? "" : " | ") + alt;
+  return "(" + out + ")";
 }
 
 class Converter {
@@ -153,10 +191,53 @@ class Converter {
     if (max >= 0 && max < std::max<int64_t>(0, min)) fail("'maxLength' is below 'minLength'");
     return add(hint, "\"\\\"\" char" + bounds(std::max<int64_t>(0, min), max) + " \"\\\"\" ws");
   }
+  // An integer bound (minimum, maximum, their exclusive forms: numbers in draft 6 and later, booleans beside
+  // minimum/maximum in draft 4) as the inclusive integer one.
+  static std::optional<int64_t> bound(const json& s, bool lower) {
+    std::optional<int64_t> b;
+    const char* key = lower ? "minimum" : "maximum";
+    const char* exclusive = lower ? "exclusiveMinimum" : "exclusiveMaximum";
+    auto number = [](const json& v, const char* k) {
+      if (!v.is_number() || !(std::fabs(v.get<double>()) <= double(kMaxInteger))) fail(std::string("'") + k + "' must be a number within 16 digits");
+      return v.get<double>();
+    };
+    if (s.contains(key)) {
+      const double v = number(s[key], key);
+      const bool excl = s.contains(exclusive) && s[exclusive].is_boolean() && s[exclusive].get<bool>();
+      b = lower ? int64_t(excl ? std::floor(v) + 1 : std::ceil(v)) : int64_t(excl ? std::ceil(v) - 1 : std::floor(v));
+    }
+    if (s.contains(exclusive) && !s[exclusive].is_boolean()) {
+      const double v = number(s[exclusive], exclusive);
+      const int64_t e = lower ? int64_t(std::floor(v)) + 1 : int64_t(std::ceil(v)) - 1;
+      b = !b ? e : lower ? std::max(*b, e) : std::min(*b, e);
+    } else if (s.contains(exclusive) && !s.contains(key)) {
+      fail(std::string("'") + exclusive + "' as a boolean needs '" + key + "'");
+    }
+    return b;
+  }
+  // Integers within their bounds, digit by digit: exactly the integers of the range are sentences.
+  std::string integer(const json& s, const std::string& hint) {
+    const std::optional<int64_t> lo = bound(s, true), hi = bound(s, false);
+    if (!lo && !hi) return "integer";
+    if (lo && hi && *lo > *hi) fail("no integer is within 'minimum' and 'maximum'");
+    std::string alts;
+    if (!hi || *hi >= 0)
+      alts = integers(uint64_t(std::max<int64_t>(lo.value_or(0), 0)), hi ? std::optional<uint64_t>(uint64_t(*hi)) : std::nullopt);
+    if (!lo || *lo < 0) {
+      const uint64_t nearest = hi && *hi < 0 ? uint64_t(-*hi) : 1;   // -x for x in [nearest, -lo]
+      alts += (alts.empty() ? "" : " | ") + std::string("\"-\" ") +
+              integers(nearest, lo ? std::optional<uint64_t>(uint64_t(-*lo)) : std::nullopt);
+    }
+    return add(hint, "(" + alts + ") ws");
+  }
   std::string typed(const json& s, const std::string& type, const std::string& hint, int depth) {
+    if (type == "number")   // (bounds constrain numbers only: beside other types they change nothing)
+      for (const std::string& k : kBounds)
+        if (s.contains(k)) fail("'" + k + "' is supported for integers only (\"type\": \"integer\")");
     if (type == "object") return object(s, hint, depth);
     if (type == "array") return array(s, hint, depth);
     if (type == "string") return string(s, hint);
+    if (type == "integer") return integer(s, hint);
     if (type == "number" || type == "integer" || type == "boolean" || type == "null") return type;
     fail("unknown type '" + type + "'");
   }
@@ -204,6 +285,8 @@ class Converter {
     if (s.contains("properties") || s.contains("required")) return object(s, hint, depth);
     if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) return array(s, hint, depth);
     if (s.contains("minLength") || s.contains("maxLength")) return string(s, hint);
+    for (const std::string& k : kBounds)   // (any value, whose numbers the bound would constrain)
+      if (s.contains(k)) fail("'" + k + "' needs \"type\": \"integer\"");
     return "value";
   }
 

@@ -220,17 +220,18 @@ TEST(Cli, BadInputGetsOneLineErrorAndNonZeroExit) {
 // and what is not that syntax (or out of range) is refused with a non-zero exit.
 // Structured output (-j, -jf): every completed output is valid under its schema for python3-jsonschema (an
 // independent validator), greedy and sampled, over schemas with required and optional properties, bounded
-// strings and arrays, enums, anyOf, nullable types and a recursive $ref; unsupported keywords are refused.
+// strings and arrays, bounded integers, enums, anyOf, nullable types and a recursive $ref; unsupported keywords
+// are refused.
 TEST(Cli, JsonSchemaOutputsAreValidForJsonschema) {
   const std::string m = "-m " + shared_path("models/pycode-target-f16.gguf");
   const char* schemas[] = {
-      R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "version": {"type": "integer"},
+      R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "version": {"type": "integer", "minimum": 1, "maximum": 40},
           "tags": {"type": "array", "items": {"type": "string", "maxLength": 8}, "maxItems": 3}, "stable": {"type": "boolean"}},
           "required": ["name", "version"]})",
       R"({"type": "array", "items": {"enum": ["red", "green", 3, null]}, "minItems": 2, "maxItems": 4})",
       R"({"type": "object", "properties": {"kind": {"const": "leaf"}, "value": {"anyOf": [{"type": "number"}, {"type": ["string", "null"], "maxLength": 6}]}},
           "required": ["kind", "value"], "additionalProperties": false})",
-      R"({"$defs": {"node": {"type": "object", "properties": {"id": {"type": "integer"}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}},
+      R"({"$defs": {"node": {"type": "object", "properties": {"id": {"type": "integer", "minimum": -3, "exclusiveMaximum": 100}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}},
           "required": ["id"]}}, "$ref": "#/$defs/node"})",
   };
   json cases = json::array();

@@ -449,6 +449,52 @@ TEST(Gbnf, InternedWalkAndMaskCacheGiveTheStacksMasks) {
   EXPECT_TRUE(small.find("c", again));
 }
 
+// Integer bounds, digit by digit: against the obvious reference (lo <= v <= hi) for every integer in a window
+// around the bounds, and for the largest numbers; no leading zeros, no "-0"; the exclusive forms of both drafts.
+TEST(JsonSchema, IntegerBoundsAcceptExactlyTheirRange) {
+  using Bound = std::optional<int64_t>;
+  const std::pair<const char*, std::pair<Bound, Bound>> cases[] = {
+      {R"({"type": "integer", "minimum": 0})", {0, {}}}, {R"({"type": "integer", "minimum": 1})", {1, {}}},
+      {R"({"type": "integer", "maximum": 0})", {{}, 0}}, {R"({"type": "integer", "maximum": -1})", {{}, -1}},
+      {R"({"type": "integer", "minimum": -5, "maximum": 5})", {-5, 5}},
+      {R"({"type": "integer", "minimum": -120, "maximum": 37})", {-120, 37}},
+      {R"({"type": "integer", "minimum": 7, "maximum": 7})", {7, 7}}, {R"({"type": "integer", "minimum": 10, "maximum": 99})", {10, 99}},
+      {R"({"type": "integer", "minimum": 95, "maximum": 1005})", {95, 1005}},
+      {R"({"type": "integer", "minimum": -1005, "maximum": -95})", {-1005, -95}},
+      {R"({"type": "integer", "minimum": 13, "maximum": 4000})", {13, 4000}}, {R"({"type": "integer", "minimum": -7})", {-7, {}}},
+      {R"({"type": "integer", "maximum": 250})", {{}, 250}}, {R"({"type": "integer", "minimum": 109})", {109, {}}},
+      {R"({"type": "integer", "maximum": -109})", {{}, -109}}, {R"({"type": "integer", "minimum": 1.5, "maximum": 9.5})", {2, 9}},
+      {R"({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10})", {1, 9}},
+      {R"({"type": "integer", "minimum": 0, "exclusiveMinimum": true, "maximum": 10, "exclusiveMaximum": true})", {1, 9}},
+      {R"({"type": ["integer", "null"], "minimum": 3, "maximum": 30})", {3, 30}},
+  };
+  for (const auto& [schema, range] : cases) {
+    SCOPED_TRACE(schema);
+    const auto [lo, hi] = range;
+    const vkspec::test::SchemaCheck check(schema);
+    for (int64_t v = -1300; v <= 4100; ++v) {
+      const bool in = (!lo || v >= *lo) && (!hi || v <= *hi);
+      ASSERT_EQ(check.accepts(std::to_string(v)) == 1, in) << v;   // (outside, it may be a prefix: 10 of 100)
+    }
+    for (const int64_t v : {int64_t(9999999999999999), int64_t(1000000000000000), int64_t(-9999999999999999), int64_t(123456789)}) {
+      const bool in = (!lo || v >= *lo) && (!hi || v <= *hi);
+      EXPECT_EQ(check.accepts(std::to_string(v)) == 1, in) << v;
+    }
+    for (const char* bad : {"007", "-0", "00", "1.0", "+5", "--3"}) EXPECT_NE(check.accepts(bad), 1) << bad;
+  }
+  EXPECT_EQ(schema_accepts(R"({"type": ["integer", "null"], "minimum": 3})", "null"), 1);
+  for (const char* bad : {R"({"type": "number", "minimum": 1})", R"({"minimum": 1})", R"({"type": "integer", "minimum": 5, "maximum": 4})",
+                          R"({"type": "integer", "minimum": "1"})", R"({"type": "integer", "minimum": 1e20})",
+                          R"({"type": "integer", "exclusiveMinimum": true})"}) {
+    try {
+      json_schema_to_gbnf(nlohmann::ordered_json::parse(bad));
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("JSON schema"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // ---- lazy grammars (a trigger, then the grammar) ----
 
 TEST(Gbnf, TriggeredGrammarHoldsFromItsTrigger) {
