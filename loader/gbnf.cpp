@@ -407,6 +407,7 @@ void GbnfMaskCache::put(const std::string& key, std::span<const uint32_t> bits) 
   }
   masks_.emplace(key, std::vector<uint32_t>(bits.begin(), bits.end()));
   order_.push_back(key);
+  if (masks_.size() != order_.size() || masks_.size() > max_) throw Error("internal: the grammar mask cache lost count");
 }
 
 size_t GbnfMaskCache::size() const {

@@ -63,7 +63,8 @@ struct GbnfState {
 // Masks of one grammar over one vocabulary by state, shared by the requests that run that grammar (a mask
 // depends on nothing but the state). A state repeats at every token inside a string or free text (a `char*`
 // loop), and a server's requests repeat their grammars, where a vocabulary walk costs ~100 ms at 128k tokens
-// and most tokens allowed. At most `max_entries` masks (then the oldest goes); thread-safe.
+// and most tokens allowed. Invariant (checked at each put): at most `max_entries` masks, `order_` holding each
+// key once, oldest first (the oldest goes when full). Thread-safe.
 class GbnfMaskCache {
  public:
   explicit GbnfMaskCache(size_t max_entries = 128) : max_(max_entries) {}
@@ -117,7 +118,7 @@ class GbnfConstraint : public TokenConstraint {
 // byte on, `grammar` holds the whole text to its language. Leading whitespace (space, tab, CR, LF) is no part
 // of the text for either (a model may start its reply with a space token). Text that leaves the trigger's
 // language before matching it, or that the grammar does not accept up to the match, stays unconstrained.
-// (Tool calls with tool_choice "auto": loader/tool_calls.h.)
+// (Tool calls with tool_choice "auto": apps/tool_calls.h.)
 class TriggeredGbnfConstraint : public TokenConstraint {
  public:
   TriggeredGbnfConstraint(std::shared_ptr<const Gbnf> trigger, std::shared_ptr<const Gbnf> grammar,
