@@ -1,0 +1,418 @@
+// `vkspec serve`'s protocol layers without HTTP, against direct references: stop strings across token
+// boundaries, request validation, logprobs; tool calls (their schemas, replies read as calls, the tools and
+// messages the template receives); Ollama's requests and NDJSON lines; /tokenize's pieces.
+#include <cmath>
+
+#include "apps/ollama_api.h"
+#include "apps/server_api.h"
+#include "engine/prompt.h"
+#include "loader/gbnf.h"
+#include "loader/gguf.h"
+#include "tests/schema_check.h"
+#include "tests/vk_test_env.h"
+
+namespace vkspec::test {
+namespace {
+using json = nlohmann::json;
+// ---- the protocol layer ----
+
+// TextStream against the obvious reference: the whole text cut at the first stop string, for every way of
+// splitting it into tokens.
+TEST(ServerApi, StopStringsAreFoundAcrossTokenBoundaries) {
+  const std::string text = "def f(x):\n    return x + 1\n\nprint(f(2))\n";
+  const std::vector<std::vector<std::string>> stop_sets = {{"\n\n"}, {"return"}, {"x + 1", "zzz"}, {"nothing"}, {"(2)", "f("}};
+  for (const auto& stops : stop_sets) {
+    size_t cut = std::string::npos;
+    for (const auto& s : stops) cut = std::min(cut, text.find(s));
+    const std::string want = text.substr(0, cut);
+    for (size_t piece = 1; piece <= 5; ++piece) {
+      cli::TextStream ts(stops);
+      std::string got;
+      for (size_t i = 0; i < text.size() && !ts.stopped(); i += piece) got += ts.push(text.substr(i, piece));
+      got += ts.finish();
+      EXPECT_EQ(got, want) << stops[0] << " piece " << piece;
+      EXPECT_EQ(ts.stopped(), cut != std::string::npos);
+    }
+  }
+  // A stop string made of a multi-byte character (pieces are whole characters: the library holds back an
+  // incomplete one).
+  cli::TextStream ts({"é!"});
+  EXPECT_EQ(ts.push("a\xC3\xA9"), "a");   // "é" could start the stop string
+  EXPECT_EQ(ts.push("?"), "\xC3\xA9?");
+  EXPECT_EQ(ts.push("\xC3\xA9!"), "");
+  EXPECT_TRUE(ts.stopped());
+}
+
+class ServerApiParse : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    file_ = std::make_unique<GgufFile>(shared_path("models/pycode-target-f16.gguf"));
+    tok_ = Tokenizer::from_gguf(*file_);
+    lim_.n_ctx = 512;
+    lim_.n_vocab = tok_->n_vocab();
+    // the server's encodings, on the tokenizer directly (no template: chat requests are refused)
+    enc_.prompt = [this](const std::string& text) { return ids(tokenize(*tok_, text, AddBos::IfWanted, true)); };
+    enc_.chat = [this](const std::string& text) { return ids(tokenize(*tok_, text, AddBos::IfWantedUnlessPresent, true)); };
+  }
+  static std::vector<int32_t> ids(const std::vector<uint32_t>& v) { return std::vector<int32_t>(v.begin(), v.end()); }
+  int status_of(const std::string& body, bool chat = false, std::string* param = nullptr) {
+    try {
+      cli::parse_completion(cli::parse_body(body, lim_), chat, lim_, enc_, "m");
+      return 200;
+    } catch (const cli::ApiError& e) {
+      if (param) *param = e.param;
+      EXPECT_FALSE(e.message.empty());
+      EXPECT_EQ(e.body()["error"]["message"], e.message);
+      return e.status;
+    }
+  }
+  std::unique_ptr<GgufFile> file_;
+  std::unique_ptr<Tokenizer> tok_;
+  cli::ServerLimits lim_;
+  cli::PromptEncoder enc_;
+};
+
+TEST_F(ServerApiParse, EveryFieldIsTypeAndRangeChecked) {
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"prompt": 5})", "prompt"}, {R"({"prompt": []})", "prompt"}, {R"({"prompt": ["a", "b"]})", "prompt"},
+      {R"({"prompt": [1, 99999]})", "prompt"}, {R"({"prompt": [-1]})", "prompt"},
+      {R"({"prompt": "x", "max_tokens": "9"})", "max_tokens"}, {R"({"prompt": "x", "max_tokens": 0})", "max_tokens"},
+      {R"({"prompt": "x", "max_tokens": 1e12})", "max_tokens"}, {R"({"prompt": "x", "max_tokens": 2.5})", "max_tokens"},
+      {R"({"prompt": "x", "temperature": "hot"})", "temperature"}, {R"({"prompt": "x", "temperature": -1})", "temperature"},
+      {R"({"prompt": "x", "top_p": 1.5})", "top_p"}, {R"({"prompt": "x", "top_k": -3})", "top_k"},
+      {R"({"prompt": "x", "min_p": 2})", "min_p"}, {R"({"prompt": "x", "n": 0})", "n"}, {R"({"prompt": "x", "n": 1000})", "n"},
+      {R"({"prompt": "x", "seed": "a"})", "seed"}, {R"({"prompt": "x", "seed": 1.5})", "seed"},
+      {R"({"prompt": "x", "stream": 1})", "stream"}, {R"({"prompt": "x", "stop": 3})", "stop"},
+      {R"({"prompt": "x", "stop": [1]})", "stop"}, {R"({"prompt": "x", "stop": ["a","b","c","d","e"]})", "stop"},
+      {R"({"prompt": "x", "stop": [""]})", "stop"}, {R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options"},
+      {R"({"prompt": "x", "tools": [{"type": "function"}]})", "tools"}, {R"({"prompt": "x", "presence_penalty": 3})", "presence_penalty"},
+      {R"({"prompt": "x", "frequency_penalty": -2.5})", "frequency_penalty"}, {R"({"prompt": "x", "frequency_penalty": "1"})", "frequency_penalty"},
+      {R"({"prompt": "x", "logit_bias": [1]})", "logit_bias"}, {R"({"prompt": "x", "logit_bias": {"x": 1}})", "logit_bias"},
+      {R"({"prompt": "x", "logit_bias": {"-1": 1}})", "logit_bias"}, {R"({"prompt": "x", "logit_bias": {"99999999": 1}})", "logit_bias"},
+      {R"({"prompt": "x", "logit_bias": {"5": 101}})", "logit_bias"}, {R"({"prompt": "x", "logit_bias": {"5": "1"}})", "logit_bias"},
+      {R"({"prompt": "x", "logit_bias": {"7 ": 1}})", "logit_bias"},
+      {R"({"prompt": "x", "logprobs": "2"})", "logprobs"}, {R"({"prompt": "x", "logprobs": 21})", "logprobs"}, {R"({"prompt": "x", "model": 3})", "model"},
+      {R"({"prompt": "x", "repeat_penalty": 0})", "repeat_penalty"}, {R"({"max_tokens": 3})", "prompt"},
+      {R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}})", "response_format"},
+      {R"({"prompt": "x", "json_schema": {}, "response_format": {"type": "json_object"}})", "json_schema"},
+      {R"({"prompt": "x", "response_format": {"type": 5}})", "response_format"},
+      {R"({"prompt": "x", "response_format": "json_object"})", "response_format"},
+      {R"({"prompt": "x", "grammar": 5})", "grammar"}, {R"({"prompt": "x", "grammar": "root ::= \"a\"\n\u0000 junk"})", "grammar"},
+      {R"({"prompt": "x", "grammar": "root ::= \"a\"", "response_format": {"type": "json_object"}})", "grammar"},
+  };
+  for (const auto& [body, param] : bad) {
+    std::string got;
+    EXPECT_EQ(status_of(body, false, &got), 400) << body;
+    EXPECT_EQ(got, param) << body;
+  }
+  EXPECT_EQ(status_of(R"({"prompt": "x", "model": "gpt-4"})"), 404);
+  EXPECT_EQ(status_of("{bad json"), 400);
+  EXPECT_EQ(status_of("[1, 2]"), 400);
+  EXPECT_EQ(status_of(std::string(200, '[') + std::string(200, ']')), 400);   // nesting limit
+  EXPECT_EQ(status_of("{\"prompt\": [" + [] { std::string s = "1"; for (int i = 0; i < 600; ++i) s += ",1"; return s; }() + "]}"), 400);
+  EXPECT_EQ(status_of(R"({"messages": [{"role": "user", "content": "hi"}]})", true), 400);   // no template
+  // Accepted: every field at its bounds, nulls as absent, OpenAI's top_p 0.
+  EXPECT_EQ(status_of(R"({"prompt": [1, 5, 7], "max_tokens": 511, "temperature": 2, "top_p": 0, "top_k": 0, "min_p": 1,
+                         "n": 8, "seed": 18446744073709551615, "stop": ["a", "b", "c", "d"], "stream": true,
+                         "stream_options": {"include_usage": true}, "user": "u", "logprobs": null, "model": "m",
+                         "presence_penalty": -2, "frequency_penalty": 2})"), 200);
+  const cli::CompletionSpec s = cli::parse_completion(cli::parse_body(R"({"prompt": "def f():", "seed": 3})", lim_), false,
+                                                      lim_, enc_, "m");
+  EXPECT_EQ(s.sp.presence_penalty, 0.0f);   // OpenAI's defaults: no penalty
+  EXPECT_EQ(s.sp.frequency_penalty, 0.0f);
+  const cli::CompletionSpec pen = cli::parse_completion(
+      cli::parse_body(R"({"prompt": "def f():", "presence_penalty": 0.5, "frequency_penalty": -1.25})", lim_), false, lim_,
+      enc_, "m");
+  EXPECT_EQ(pen.sp.presence_penalty, 0.5f);
+  EXPECT_EQ(pen.sp.frequency_penalty, -1.25f);
+  const cli::CompletionSpec lb = cli::parse_completion(
+      cli::parse_body(R"({"prompt": "def f():", "logit_bias": {"7": -100, "5": 2.5}})", lim_), false, lim_, enc_, "m");
+  EXPECT_EQ(lb.bias_tokens, (std::vector<int32_t>{7, 5}));   // the request's order
+  EXPECT_EQ(lb.bias_values, (std::vector<float>{-100.0f, 2.5f}));
+  EXPECT_EQ(s.sp.json_object, 0);
+  for (const char* rf : {R"({"type": "text"})", "{}", "null"})
+    EXPECT_EQ(cli::parse_completion(cli::parse_body(std::string(R"({"prompt": "x", "response_format": )") + rf + "}", lim_),
+                                    false, lim_, enc_, "m").sp.json_object, 0) << rf;
+  EXPECT_EQ(cli::parse_completion(cli::parse_body(R"({"prompt": "x", "response_format": {"type": "json_object"}})", lim_),
+                                  false, lim_, enc_, "m").sp.json_object, 1);
+  EXPECT_EQ(s.prompt, ids(tok_->encode("def f():", true, true)));
+  EXPECT_EQ(s.max_tokens, 512 - s.prompt.size());   // default: up to the context
+  EXPECT_EQ(s.sp.seed, 3u);
+  EXPECT_EQ(s.sp.temperature, 1.0f);
+}
+
+bool schema_takes(const std::string& schema, const std::string& text) { return schema_accepts(schema, text) == 1; }
+
+TEST(ServerApi, ToolCallsAreReadFromRepliesAndTheirSchemaHoldsThem) {
+  using cli::parse_tool_call;
+  const auto tools = cli::parse_tools(nlohmann::ordered_json::parse(R"([
+      {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+          "properties": {"where": {"$ref": "#/$defs/loc"}}, "required": ["where"],
+          "$defs": {"loc": {"type": "string", "maxLength": 5}}}}},
+      {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object",
+          "properties": {"where": {"$ref": "#/definitions/loc"}}, "required": ["where"],
+          "definitions": {"loc": {"enum": ["UTC", "CET"]}}}}},
+      {"type": "function", "function": {"name": "ping"}}])"));
+  ASSERT_EQ(tools.size(), 3u);
+  // a reply is a call when it is one JSON object naming a tool, with object parameters (or arguments)
+  auto call = parse_tool_call(" {\"name\": \"get_weather\", \"parameters\": {\"where\": \"Paris\"}}\n", tools);
+  ASSERT_TRUE(call);
+  EXPECT_EQ(call->name, "get_weather");
+  EXPECT_EQ(call->arguments, "{\"where\":\"Paris\"}");
+  call = parse_tool_call(R"({"arguments": {}, "name": "ping"})", tools);
+  ASSERT_TRUE(call);
+  EXPECT_EQ(call->arguments, "{}");
+  for (const char* text : {"Paris is sunny.", "", R"({"name": "get_weather", "parameters": {"where": "Paris"}} and more)",
+                           R"({"name": "get_weather", "parameters": {"where": "Par)", R"({"name": "nope", "parameters": {}})",
+                           R"({"name": "ping", "parameters": "x"})", R"({"name": 3, "parameters": {}})", "[1]", "{}"})
+    EXPECT_FALSE(parse_tool_call(text, tools)) << text;
+  // the schema of a call: each tool's name with its own arguments (its $defs kept apart from the other's)
+  const std::string all = cli::tool_call_schema(tools).dump();
+  EXPECT_TRUE(schema_takes(all, R"({"name": "get_weather", "parameters": {"where": "Paris"}})"));
+  EXPECT_TRUE(schema_takes(all, R"({"name": "get_time", "parameters": {"where": "CET"}})"));
+  EXPECT_TRUE(schema_takes(all, R"({"name": "ping", "parameters": {}})"));
+  EXPECT_FALSE(schema_takes(all, R"({"name": "get_time", "parameters": {"where": "Paris"}})"));   // the enum
+  EXPECT_FALSE(schema_takes(all, R"({"name": "get_weather", "parameters": {"where": "Londres"}})"));   // maxLength
+  EXPECT_FALSE(schema_takes(all, R"({"name": "nope", "parameters": {}})"));
+  EXPECT_FALSE(schema_takes(all, R"({"parameters": {}, "name": "ping"})"));   // the name first, as the templates show
+  const std::string one = cli::tool_call_schema({tools[1]}).dump();
+  EXPECT_TRUE(schema_takes(one, R"({"name": "get_time", "parameters": {"where": "UTC"}})"));
+  EXPECT_FALSE(schema_takes(one, R"({"name": "ping", "parameters": {}})"));
+  // the lazy trigger matches the beginning of every call the schema takes, and of nothing else
+  const auto trigger = Gbnf::parse(cli::kToolCallTrigger);
+  for (const auto& [text, matches] : std::vector<std::pair<std::string, bool>>{
+           {"{\"name\": \"", true}, {"{\"name\":\"", true}, {"{\n  \"name\" : \"", true}, {"{\"nam", false}, {"[", false}}) {
+    const GbnfConstraint g(trigger, std::make_shared<const VocabBytes>(std::vector<std::string>{""}, std::vector<uint32_t>{0}));
+    GbnfState st = g.state();
+    EXPECT_EQ(g.feed_bytes(st, text) && GbnfConstraint::may_end(st), matches) << text;
+  }
+  EXPECT_TRUE(cli::may_become_tool_call(""));
+  EXPECT_TRUE(cli::may_become_tool_call(" \n{\"na"));
+  EXPECT_FALSE(cli::may_become_tool_call("  The"));
+}
+
+TEST_F(ServerApiParse, ToolsReachTheTemplateAndTheGrammar) {
+  nlohmann::ordered_json seen_messages, seen_tools;
+  enc_.render_chat = [&](const nlohmann::ordered_json& m, const nlohmann::ordered_json& t) {
+    seen_messages = m;
+    seen_tools = t;
+    return std::string("<s>hi");
+  };
+  const std::string tools = R"([{"type": "function", "function": {"name": "get_weather", "description": "Weather",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+      {"type": "function", "function": {"name": "get_time"}}])";
+  const std::string convo = R"([{"role": "developer", "content": "Use tools."}, {"role": "user", "content": "Weather?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+          "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "21 C"}]}])";
+  auto parse = [&](const std::string& extra) {
+    return cli::parse_completion(cli::parse_body(R"({"messages": )" + convo + R"(, "tools": )" + tools + extra + "}", lim_),
+                                 true, lim_, enc_, "m");
+  };
+  cli::CompletionSpec s = parse("");   // tool_choice auto by default
+  ASSERT_EQ(s.tools.size(), 2u);
+  EXPECT_EQ(seen_tools, nlohmann::ordered_json::parse(tools));   // as given, for the template to list
+  EXPECT_EQ(s.grammar_trigger, cli::kToolCallTrigger);
+  EXPECT_TRUE(schema_takes(s.json_schema, R"({"name": "get_time", "parameters": {}})"));
+  EXPECT_TRUE(schema_takes(s.json_schema, R"({"name": "get_weather", "parameters": {"city": "Rome"}})"));
+  // the conversation as the templates read it: arguments as an object, the tool message's id kept
+  const auto want = nlohmann::ordered_json::parse(R"([{"role": "system", "content": "Use tools."},
+      {"role": "user", "content": "Weather?"},
+      {"role": "assistant", "content": "", "tool_calls": [{"type": "function",
+          "function": {"name": "get_weather", "arguments": {"city": "Paris"}}, "id": "call_1"}]},
+      {"role": "tool", "content": "21 C", "tool_call_id": "call_1"}])");
+  EXPECT_EQ(seen_messages, want) << seen_messages.dump();
+  s = parse(R"(, "tool_choice": "required", "parallel_tool_calls": false)");
+  EXPECT_TRUE(s.grammar_trigger.empty());
+  EXPECT_FALSE(s.json_schema.empty());
+  s = parse(R"(, "tool_choice": {"type": "function", "function": {"name": "get_time"}})");
+  EXPECT_TRUE(s.grammar_trigger.empty());
+  EXPECT_TRUE(schema_takes(s.json_schema, R"({"name": "get_time", "parameters": {}})"));
+  EXPECT_FALSE(schema_takes(s.json_schema, R"({"name": "get_weather", "parameters": {"city": "Rome"}})"));
+  s = parse(R"(, "tool_choice": "none")");
+  EXPECT_TRUE(s.tools.empty() && s.json_schema.empty() && s.grammar_trigger.empty());
+  EXPECT_TRUE(seen_tools.is_null());   // not listed: the model is not to call them
+  const std::pair<std::string, const char*> bad[] = {
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": 5})", "tools"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "a b"}}]})", "tools"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "retrieval", "function": {"name": "a"}}]})", "tools"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"function": {"name": "a"}}, {"function": {"name": "a"}}]})", "tools"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"function": {"name": "a", "parameters": 5}}]})", "tools"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"function": {"name": "a"}}], "tool_choice": "sometimes"})", "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"function": {"name": "a"}}], "tool_choice": {"type": "function", "function": {"name": "b"}}})", "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})", "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"function": {"name": "a"}}], "response_format": {"type": "json_object"}})", "tools"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "parallel_tool_calls": "yes"})", "parallel_tool_calls"},
+      {R"({"messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "y", "tool_calls": []}]})", "messages[1].tool_calls"},
+      {R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": 5}]})", "messages[1].tool_calls"},
+      {R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [{"function": {"name": "a", "arguments": "{bad"}}]}]})", "messages[1].tool_calls[0]"},
+      {R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]}]})", "messages[1].tool_calls[0]"},
+      {R"({"messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "y", "tool_call_id": 7}]})", "messages[1].tool_call_id"},
+      {R"({"messages": [{"role": "function", "content": "x"}]})", "messages[0].role"},
+      {R"({"messages": [{"role": "assistant", "content": "x", "function_call": {}}]})", "messages[0]"},
+  };
+  for (const auto& [body, param] : bad) {
+    std::string got;
+    EXPECT_EQ(status_of(body, true, &got), 400) << body;
+    EXPECT_EQ(got, param) << body;
+  }
+  std::string got;
+  EXPECT_EQ(status_of(R"({"prompt": "x", "tool_choice": "auto"})", false, &got), 400);   // chat only
+  EXPECT_EQ(got, "tool_choice");
+  EXPECT_EQ(status_of(R"({"messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": "auto"})", true), 200);
+}
+
+// Ollama's requests as the OpenAI bodies they mean: its option names and defaults, format, raw and system,
+// the template applied by generate, load-only requests, and refusals of what would change the output.
+TEST(ServerApi, OllamaRequestsBecomeTheOpenAiBodiesTheyMean) {
+  using cli::OllamaEndpoint;
+  auto req = [](const char* body, OllamaEndpoint ep = OllamaEndpoint::Generate, bool tmpl = true) {
+    return cli::ollama_request(nlohmann::ordered_json::parse(body), ep, tmpl, "m");
+  };
+  cli::OllamaRequest r = req(R"({"model": "m:latest", "prompt": "hi", "raw": true})");
+  EXPECT_FALSE(r.chat);
+  EXPECT_TRUE(r.stream);   // Ollama's default
+  EXPECT_EQ(r.openai["model"], "m");
+  EXPECT_EQ(r.openai["prompt"], "hi");
+  EXPECT_EQ(r.openai["stream_options"]["include_usage"], true);   // the last line's counts
+  EXPECT_EQ(r.openai["temperature"], 0.8);   // Ollama's defaults, not OpenAI's
+  EXPECT_EQ(r.openai["top_k"], 40);
+  EXPECT_EQ(r.openai["top_p"], 0.9);
+  EXPECT_EQ(r.openai["repeat_penalty"], 1.1);
+  r = req(R"({"model": "m", "prompt": "hi", "system": "Be brief.", "stream": false, "format": "json",
+              "options": {"temperature": 0, "num_predict": 7, "stop": ["\n"], "seed": 3, "num_ctx": 8192, "num_thread": 2,
+                          "top_k": 5, "min_p": 0.1, "repeat_last_n": 16, "presence_penalty": 0.5, "mirostat": 0}})");
+  EXPECT_TRUE(r.chat);   // generate applies the model's template
+  EXPECT_FALSE(r.stream);
+  EXPECT_FALSE(r.openai.contains("stream_options"));
+  EXPECT_EQ(r.openai["messages"], nlohmann::ordered_json::parse(R"([{"role": "system", "content": "Be brief."},
+                                                                   {"role": "user", "content": "hi"}])"));
+  EXPECT_EQ(r.openai["max_tokens"], 7);
+  EXPECT_EQ(r.openai["stop"], nlohmann::ordered_json::array({"\n"}));
+  EXPECT_EQ(r.openai["temperature"], 0);
+  EXPECT_EQ(r.openai["top_k"], 5);
+  EXPECT_FALSE(r.openai.contains("num_ctx"));   // the runner's options: no effect
+  EXPECT_EQ(r.openai["response_format"]["type"], "json_object");
+  r = req(R"({"model": "m", "prompt": "hi", "system": "S"})", OllamaEndpoint::Generate, false);   // no template
+  EXPECT_EQ(r.openai["prompt"], "S\n\nhi");
+  EXPECT_TRUE(req(R"({"model": "m"})").load_only);
+  EXPECT_TRUE(req(R"({"model": "m", "messages": []})", OllamaEndpoint::Chat).load_only);
+  r = req(R"({"model": "m", "format": {"type": "object"}, "options": {"num_predict": -1},
+              "messages": [{"role": "user", "content": "x"},
+                           {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}}]},
+                           {"role": "tool", "content": "2", "tool_name": "f"}],
+              "tools": [{"type": "function", "function": {"name": "f"}}]})", OllamaEndpoint::Chat);
+  EXPECT_TRUE(r.chat);
+  EXPECT_FALSE(r.openai.contains("max_tokens"));   // -1: up to the context
+  EXPECT_EQ(r.openai["response_format"]["json_schema"]["schema"]["type"], "object");
+  EXPECT_EQ(r.openai["messages"][1]["tool_calls"][0]["function"]["arguments"]["a"], 1);
+  EXPECT_EQ(r.openai["messages"][2]["name"], "f");
+  EXPECT_EQ(r.openai["tools"][0]["function"]["name"], "f");
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"model": "m", "prompt": "x", "options": {"mirostat": 2}})", "options.mirostat"},
+      {R"({"model": "m", "prompt": "x", "options": {"typical_p": 0.5}})", "options.typical_p"},
+      {R"({"model": "m", "prompt": "x", "options": {"warp": 1}})", "options.warp"},
+      {R"({"model": "m", "prompt": "x", "options": {"num_predict": 0}})", "options.num_predict"},
+      {R"({"model": "m", "prompt": "x", "options": 5})", "options"},
+      {R"({"model": "m", "prompt": "x", "format": "yaml"})", "format"},
+      {R"({"model": "m", "prompt": "x", "template": "{{ .Prompt }}"})", "template"},
+      {R"({"model": "m", "prompt": "x", "context": [1, 2]})", "context"},
+      {R"({"model": "m", "prompt": "x", "images": ["AAAA"]})", "images"},
+      {R"({"model": "m", "prompt": "x", "think": true})", "think"},
+      {R"({"model": "m", "prompt": 5})", "prompt"},
+      {R"({"model": "m", "prompt": "x", "stream": "yes"})", "stream"},
+      {R"({"model": 5, "prompt": "x"})", "model"},
+  };
+  for (const auto& [body, param] : bad) {
+    try {
+      req(body);
+      ADD_FAILURE() << "accepted " << body;
+    } catch (const cli::ApiError& e) {
+      EXPECT_EQ(e.status, 400) << body;
+      EXPECT_EQ(e.param, param) << body;
+      EXPECT_EQ(cli::ollama_error(e), json({{"error", e.message}}));
+    }
+  }
+  try {
+    req(R"({"model": "m", "messages": [{"role": "user", "content": "x", "images": ["AAAA"]}]})", OllamaEndpoint::Chat);
+    ADD_FAILURE() << "images accepted";
+  } catch (const cli::ApiError& e) {
+    EXPECT_EQ(e.param, "messages[0].images");
+  }
+}
+
+// OpenAI stream payloads as Ollama's NDJSON lines: text, a tool call (arguments as an object), the last line
+// with done_reason, counts and durations in ns from the usage chunk; an error.
+TEST(ServerApi, OllamaStreamsAreNdjsonLines) {
+  auto lines = [](const std::string& text) {
+    std::vector<json> out;
+    for (size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) out.push_back(json::parse(text.substr(at, nl - at)));
+    return out;
+  };
+  cli::OllamaStream chat(cli::OllamaEndpoint::Chat, "m");
+  EXPECT_TRUE(chat.translate(R"({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]})").empty());
+  auto l = lines(chat.translate(R"({"choices": [{"index": 0, "delta": {"content": "Hel"}, "finish_reason": null}]})"));
+  ASSERT_EQ(l.size(), 1u);
+  EXPECT_EQ(l[0]["message"], json({{"role", "assistant"}, {"content", "Hel"}}));
+  EXPECT_EQ(l[0]["done"], false);
+  EXPECT_EQ(l[0]["model"], "m");
+  l = lines(chat.translate(R"({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+      "function": {"name": "f", "arguments": "{\"a\":1}"}}]}, "finish_reason": null}]})"));
+  ASSERT_EQ(l.size(), 1u);
+  EXPECT_EQ(l[0]["message"]["tool_calls"], json::parse(R"([{"function": {"name": "f", "arguments": {"a": 1}}}])"));
+  EXPECT_TRUE(chat.translate(R"({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})").empty());
+  l = lines(chat.translate(R"({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 4},
+      "vkspec": {"choices": [{"queued_s": 0.5, "prefill_s": 0.25, "decode_s": 1.0}]}})"));
+  ASSERT_EQ(l.size(), 1u);
+  EXPECT_EQ(l[0]["done"], true);
+  EXPECT_EQ(l[0]["done_reason"], "stop");
+  EXPECT_EQ(l[0]["prompt_eval_count"], 9);
+  EXPECT_EQ(l[0]["eval_count"], 4);
+  EXPECT_EQ(l[0]["prompt_eval_duration"], 250000000);
+  EXPECT_EQ(l[0]["eval_duration"], 1000000000);
+  EXPECT_EQ(l[0]["total_duration"], 1750000000);
+  EXPECT_TRUE(chat.translate("[DONE]").empty());
+  cli::OllamaStream gen(cli::OllamaEndpoint::Generate, "m");
+  l = lines(gen.translate(R"({"choices": [{"index": 0, "text": "x = 1", "finish_reason": "length"}]})"));
+  ASSERT_EQ(l.size(), 1u);
+  EXPECT_EQ(l[0]["response"], "x = 1");
+  l = lines(gen.translate(R"({"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}})"));
+  EXPECT_EQ(l[0]["done_reason"], "length");
+  EXPECT_EQ(l[0]["response"], "");
+  l = lines(gen.translate(R"({"error": {"message": "generation failed: x", "type": "server_error"}})"));
+  EXPECT_EQ(l[0], json({{"error", "generation failed: x"}}));
+  // a whole response
+  const json full = cli::ollama_response(json::parse(R"({"choices": [{"index": 0, "message": {"role": "assistant",
+      "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+      "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 3, "completion_tokens": 2}})"), cli::OllamaEndpoint::Chat, "m");
+  EXPECT_EQ(full["message"]["content"], "");
+  EXPECT_EQ(full["message"]["tool_calls"][0]["function"]["arguments"], json::object());
+  EXPECT_EQ(full["done"], true);
+  EXPECT_EQ(full["eval_count"], 2);
+}
+
+// /tokenize's pieces: text when valid UTF-8, else the bytes (a token that is part of a character).
+TEST(ServerApi, TokenPiecesAreTextOrBytes) {
+  EXPECT_EQ(cli::token_piece(" d\xC3\xA9" "f"), json(" d\xC3\xA9" "f"));
+  EXPECT_EQ(cli::token_piece("\xE2\x80"), json::array({0xE2, 0x80}));
+  EXPECT_EQ(cli::token_piece(""), json(""));
+}
+
+TEST(ServerApi, TokenLogprobsAreTheLogSoftmax) {
+  GgufFile f(shared_path("models/pycode-target-f16.gguf"));
+  auto tok = Tokenizer::from_gguf(f);
+  std::vector<float> logits(tok->n_vocab());
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = float(std::sin(double(i) * 0.37) * 6.0);
+  double z = 0;
+  for (float l : logits) z += std::exp(double(l));
+  const json e = cli::token_logprob([&](int32_t id) { return tok->piece(uint32_t(id)); }, 100, logits.data(),
+                                    tok->n_vocab(), 5);
+  EXPECT_NEAR(e["logprob"].get<double>(), double(logits[100]) - std::log(z), 1e-9);
+  ASSERT_EQ(e["top_logprobs"].size(), 5u);
+  const uint32_t best = uint32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  EXPECT_EQ(e["top_logprobs"][0]["token"], tok->piece(best));
+  for (size_t i = 1; i < 5; ++i) EXPECT_LE(e["top_logprobs"][i]["logprob"].get<double>(), e["top_logprobs"][i - 1]["logprob"].get<double>());
+}
+
+}  // namespace
+}  // namespace vkspec::test
