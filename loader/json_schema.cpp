@@ -6,6 +6,7 @@
 #include <set>
 #include <vector>
 
+#include "loader/json_pattern.h"
 #include "runtime/core.h"
 
 namespace vkspec {
@@ -29,12 +30,14 @@ array ::= "[" ws ( value ("," ws value)* )? "]" ws
 // Keywords that only describe (or that the grammar satisfies by generating less: additionalProperties).
 const std::set<std::string> kAnnotations = {"title", "description", "default", "examples", "$schema", "$id",
                                             "$comment", "additionalProperties", "strict", "name", "readOnly",
-                                            "writeOnly", "deprecated", "$defs", "definitions"};
+                                            "writeOnly", "deprecated", "$defs", "definitions", "discriminator",
+                                            "contentEncoding", "contentMediaType"};
 // (minimum, maximum and their exclusive forms: for integers)
 const std::set<std::string> kBounds = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 const std::set<std::string> kKeywords = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                                          "type", "properties", "required", "items", "minItems", "maxItems",
-                                         "minLength", "maxLength", "enum", "const", "anyOf", "$ref"};
+                                         "minLength", "maxLength", "pattern", "format", "enum", "const", "anyOf",
+                                         "oneOf", "allOf", "$ref", "prefixItems"};
 
 // A GBNF literal matching exactly `text`.
 std::string literal(const std::string& text) {
@@ -176,19 +179,55 @@ class Converter {
     if (max >= 0) b += std::to_string(max);
     return b + '}';
   }
+  // An array: prefixItems' schemas first (a tuple), then `items` (false: nothing more), within minItems and
+  // maxItems. A shorter array ends after any prefix item at or past minItems.
   std::string array(const json& s, const std::string& hint, int depth) {
-    const std::string item = s.contains("items") ? visit(s["items"], hint + "-item", depth + 1) : "value";
-    const int64_t min = std::max<int64_t>(0, count(s, "minItems")), max = count(s, "maxItems");
-    if (max >= 0 && max < min) fail("'maxItems' is below 'minItems'");
+    const json prefix = s.value("prefixItems", json::array());
+    if (!prefix.is_array()) fail("'prefixItems' must be an array");
+    const bool closed = s.contains("items") && s["items"] == false;
+    const std::string item = closed ? "" : s.contains("items") ? visit(s["items"], hint + "-item", depth + 1) : "value";
+    int64_t min = std::max<int64_t>(0, count(s, "minItems")), max = count(s, "maxItems");
+    const int64_t n = int64_t(prefix.size());
+    if (closed) max = max < 0 ? n : std::min(max, n);
+    if (max >= 0 && max < min) fail(closed && min > n ? "'minItems' beyond prefixItems with items false" : "'maxItems' is below 'minItems'");
     if (max == 0) return "\"[\" ws \"]\" ws";
-    std::string list = item + " (\",\" ws " + item + ")" + bounds(min > 0 ? min - 1 : 0, max < 0 ? -1 : max - 1);
-    if (min == 0) list = "(" + list + ")?";
-    return add(hint, "\"[\" ws " + list + " \"]\" ws");
+    if (n == 0) {
+      std::string list = item + " (\",\" ws " + item + ")" + bounds(min > 0 ? min - 1 : 0, max < 0 ? -1 : max - 1);
+      if (min == 0) list = "(" + list + ")?";
+      return add(hint, "\"[\" ws " + list + " \"]\" ws");
+    }
+    const int64_t used = max < 0 ? n : std::min(max, n);   // prefix items that may be present
+    std::string rest;                                      // after the last prefix item: the tail of `items`
+    if (used == n && !closed && (max < 0 || max > n))
+      rest = "(\",\" ws " + item + ")" + bounds(std::max<int64_t>(0, min - n), max < 0 ? -1 : max - n);
+    for (int64_t i = used - 1; i >= 0; --i) {
+      const std::string element = visit(prefix[size_t(i)], hint + "-" + std::to_string(i), depth + 1);
+      rest = std::string(i ? "\",\" ws " : "") + element + (rest.empty() ? "" : " " + rest);
+      if (i >= min) rest = "(" + rest + ")?";   // the array may end before item i
+    }
+    return add(hint, "\"[\" ws " + rest + " \"]\" ws");
   }
+  // A string: any, of bounded length, or matching a pattern or format (loader/json_pattern.h), whose own
+  // lengths the bounds must then not cut into (the grammar cannot intersect the two).
   std::string string(const json& s, const std::string& hint) {
     const int64_t min = count(s, "minLength"), max = count(s, "maxLength");
-    if (min < 0 && max < 0) return "string";
     if (max >= 0 && max < std::max<int64_t>(0, min)) fail("'maxLength' is below 'minLength'");
+    const bool pattern = s.contains("pattern"), format = s.contains("format");
+    if (pattern && format) fail("'pattern' with 'format' beside it is not supported");
+    if (pattern || format) {
+      const json& v = s[pattern ? "pattern" : "format"];
+      if (!v.is_string()) fail(std::string("'") + (pattern ? "pattern" : "format") + "' must be a string");
+      const JsonStringPattern p = pattern ? json_string_pattern(v.get<std::string>()) : json_string_format(v.get<std::string>());
+      if (int64_t(p.min_chars) < min || (max >= 0 && (!p.max_chars || *p.max_chars > uint64_t(max)))) {
+        std::string lengths = std::to_string(p.min_chars);
+        lengths += " to ";
+        lengths += p.max_chars ? std::to_string(*p.max_chars) : std::string("any");
+        fail(std::string("'minLength' or 'maxLength' that cut into a ") + (pattern ? "pattern" : "format") + "'s own lengths (" +
+             lengths + " characters) are not supported");
+      }
+      return add(hint, "\"\\\"\" " + p.gbnf + " \"\\\"\" ws");
+    }
+    if (min < 0 && max < 0) return "string";
     return add(hint, "\"\\\"\" char" + bounds(std::max<int64_t>(0, min), max) + " \"\\\"\" ws");
   }
   // An integer bound (minimum, maximum, their exclusive forms: numbers in draft 6 and later, booleans beside
@@ -241,6 +280,102 @@ class Converter {
     if (type == "number" || type == "integer" || type == "boolean" || type == "null") return type;
     fail("unknown type '" + type + "'");
   }
+  // A schema with its $ref followed (to the definition, through chains of $refs).
+  const json& resolved(const json& s) const {
+    const json* at = &s;
+    for (int hops = 0; at->is_object() && at->contains("$ref") && (*at)["$ref"].is_string(); ++hops) {
+      if (hops > 64) fail("$ref chains longer than 64");
+      const std::string path = (*at)["$ref"].get<std::string>();
+      const json* next = nullptr;
+      for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
+        const std::string p = prefix, where = p.substr(2, p.size() - 3);
+        if (path.rfind(p, 0) == 0 && root_.contains(where) && root_[where].is_object() && root_[where].contains(path.substr(p.size())))
+          next = &root_[where][path.substr(p.size())];
+      }
+      if (!next) fail("$ref '" + path + "' names no local definition");
+      at = next;
+    }
+    return *at;
+  }
+  // The JSON types a schema admits as far as its type, const or enum say (empty: unknown). "integer" counts as
+  // "number" too.
+  static std::set<std::string> types(const json& s) {
+    std::set<std::string> out;
+    const auto of = [&](const json& v) {
+      out.insert(v.is_object() ? "object" : v.is_array() ? "array" : v.is_string() ? "string" : v.is_boolean() ? "boolean"
+                 : v.is_null() ? "null" : v.is_number_integer() || v.is_number_unsigned() ? "integer" : "number");
+    };
+    if (!s.is_object()) return out;
+    if (s.contains("const")) of(s["const"]);
+    else if (s.contains("enum") && s["enum"].is_array()) for (const json& v : s["enum"]) of(v);
+    else if (s.contains("type") && s["type"].is_string()) out.insert(s["type"].get<std::string>());
+    else if (s.contains("type") && s["type"].is_array()) for (const json& t : s["type"]) out.insert(t.is_string() ? t.get<std::string>() : "");
+    if (out.count("integer")) out.insert("number");
+    return out;
+  }
+  static std::optional<std::set<std::string>> values(const json& s) {   // a const's or an enum's values, as text
+    if (!s.is_object()) return std::nullopt;
+    std::set<std::string> out;
+    if (s.contains("const")) out.insert(s["const"].dump());
+    else if (s.contains("enum") && s["enum"].is_array()) for (const json& v : s["enum"]) out.insert(v.dump());
+    else return std::nullopt;
+    return out;
+  }
+  static bool disjoint(const std::set<std::string>& a, const std::set<std::string>& b) {
+    return std::none_of(a.begin(), a.end(), [&](const std::string& x) { return b.count(x) > 0; });
+  }
+  // Whether no value matches both schemas: different values, different types, or objects that both require a
+  // property whose values differ (a discriminated union, as Pydantic writes them).
+  bool disjoint(const json& a, const json& b) const {
+    const auto va = values(a), vb = values(b);
+    if (va && vb && disjoint(*va, *vb)) return true;
+    const auto ta = types(a), tb = types(b);
+    if (!ta.empty() && !tb.empty() && disjoint(ta, tb)) return true;
+    if (!a.is_object() || !b.is_object() || !a.contains("properties") || !b.contains("properties")) return false;
+    const json ra = a.value("required", json::array()), rb = b.value("required", json::array());
+    for (const json& key : ra) {
+      if (!key.is_string() || std::find(rb.begin(), rb.end(), key) == rb.end()) continue;
+      const std::string k = key.get<std::string>();
+      if (!a["properties"].is_object() || !b["properties"].is_object() || !a["properties"].contains(k) || !b["properties"].contains(k)) continue;
+      const auto pa = values(resolved(a["properties"][k])), pb = values(resolved(b["properties"][k]));
+      if (pa && pb && disjoint(*pa, *pb)) return true;
+    }
+    return false;
+  }
+  // allOf over object schemas (properties and required, $refs followed): one object schema with their
+  // properties and required merged; a property two of them define must be the same schema in both.
+  std::string all_of(const json& s, const std::string& hint, int depth) {
+    const json& all = s["allOf"];
+    if (!all.is_array() || all.empty()) fail("'allOf' must be a non-empty array");
+    std::vector<const json*> members;
+    for (const json& m : all) members.push_back(&resolved(m));
+    json rest = s;   // the schema beside allOf is one more member
+    rest.erase("allOf");
+    bool rest_constrains = false;
+    for (const auto& [key, v] : rest.items()) rest_constrains |= kKeywords.count(key) > 0;
+    if (!rest_constrains && members.size() == 1) return visit(*members[0], hint, depth + 1);
+    if (rest_constrains) members.push_back(&rest);
+    json merged = {{"type", "object"}, {"properties", json::object()}, {"required", json::array()}};
+    for (const json* m : members) {
+      if (!m->is_object()) fail("'allOf' is supported over object schemas (properties, required)");
+      for (const auto& [key, v] : m->items()) {
+        if (!kKeywords.count(key)) continue;
+        if (key == "type" && v == "object") continue;
+        if (key != "properties" && key != "required") fail("'allOf' is supported over object schemas (properties, required), not '" + key + "'");
+        if (!v.is_object() && !v.is_array()) fail("'" + key + "' must be an object or an array");
+        for (const auto& [k, sub] : v.items()) {
+          if (key == "required") {
+            if (std::find(merged["required"].begin(), merged["required"].end(), sub) == merged["required"].end()) merged["required"].push_back(sub);
+          } else if (merged["properties"].contains(k) && merged["properties"][k] != sub) {
+            fail("'allOf' members define the property '" + k + "' differently");
+          } else {
+            merged["properties"][k] = sub;
+          }
+        }
+      }
+    }
+    return object(merged, hint, depth);
+  }
   std::string visit(const json& s, const std::string& hint, int depth) {
     if (depth > 64) fail("nested deeper than 64");
     if (s.is_boolean()) {
@@ -263,14 +398,23 @@ class Converter {
       for (const json& v : s["enum"]) alts += (alts.empty() ? "" : " | ") + literal(v.dump());
       return "((" + alts + ") ws)";
     }
-    if (s.contains("anyOf")) {
-      if (!s["anyOf"].is_array() || s["anyOf"].empty()) fail("'anyOf' must be a non-empty array");
+    for (const char* any : {"anyOf", "oneOf"}) {
+      if (!s.contains(any)) continue;
+      const json& branches = s[any];
+      if (!branches.is_array() || branches.empty()) fail(std::string("'") + any + "' must be a non-empty array");
       for (const auto& [key, v] : s.items())
-        if (key != "anyOf" && kKeywords.count(key)) fail("'anyOf' with '" + key + "' beside it is not supported");
+        if (key != any && kKeywords.count(key)) fail(std::string("'") + any + "' with '" + key + "' beside it is not supported");
+      if (any == std::string("oneOf"))   // exactly one branch: as anyOf when no value can match two
+        for (size_t i = 0; i < branches.size(); ++i)
+          for (size_t j = i + 1; j < branches.size(); ++j)
+            if (!disjoint(resolved(branches[i]), resolved(branches[j])))
+              fail("'oneOf' whose branches may match one value is not supported (branches of different types, consts "
+                   "or enums are, and objects with a required property whose const differs; or use anyOf)");
       std::string alts;
-      for (const json& sub : s["anyOf"]) alts += (alts.empty() ? "" : " | ") + visit(sub, hint, depth + 1);
+      for (const json& sub : branches) alts += (alts.empty() ? "" : " | ") + visit(sub, hint, depth + 1);
       return "(" + alts + ")";
     }
+    if (s.contains("allOf")) return all_of(s, hint, depth);
     if (s.contains("type")) {
       const json& t = s["type"];
       if (t.is_string()) return typed(s, t.get<std::string>(), hint, depth);
@@ -283,8 +427,8 @@ class Converter {
       return "(" + alts + ")";
     }
     if (s.contains("properties") || s.contains("required")) return object(s, hint, depth);
-    if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) return array(s, hint, depth);
-    if (s.contains("minLength") || s.contains("maxLength")) return string(s, hint);
+    if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems")) return array(s, hint, depth);
+    if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern") || s.contains("format")) return string(s, hint);
     for (const std::string& k : kBounds)   // (any value, whose numbers the bound would constrain)
       if (s.contains(k)) fail("'" + k + "' needs \"type\": \"integer\"");
     return "value";

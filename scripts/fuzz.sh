@@ -14,7 +14,7 @@ shared_src=(loader/gguf.cpp loader/model_file.cpp runtime/quant.cpp loader/token
             loader/tokenizer_spm.cpp loader/chat_template.cpp loader/jinja_value.cpp loader/jinja_lex.cpp
             loader/jinja_parse.cpp loader/jinja_render.cpp loader/jinja_builtins.cpp loader/jinja_filters.cpp
             apps/server_api.cpp apps/tool_calls.cpp apps/ollama_api.cpp engine/prompt.cpp loader/gbnf.cpp loader/json_grammar.cpp loader/token_constraint.cpp
-            loader/json_schema.cpp)
+            loader/json_schema.cpp loader/json_pattern.cpp)
 mkdir -p "$out/obj"
 printf '%s\n' "${shared_src[@]}" | xargs -P "$(nproc)" -I{} sh -c \
   'o="$1/obj/$(echo "$2" | tr / _).o"; shift 2; "$@" -c "$0" -o "$o"' {} "$out" {} "${fuzz_cxx[@]}"
@@ -65,7 +65,7 @@ done
 
 # server requests: arbitrary bodies through the OpenAI protocol layer (half the time)
 "${fuzz_cxx[@]}" tests/fuzz/fuzz_server_request.cpp $(obj apps/server_api.cpp apps/tool_calls.cpp apps/ollama_api.cpp engine/prompt.cpp "${jinja[@]}" \
-  loader/json_schema.cpp loader/gbnf.cpp loader/token_constraint.cpp loader/gguf.cpp loader/tokenizer.cpp loader/tokenizer_bpe.cpp loader/tokenizer_spm.cpp runtime/quant.cpp) $libs \
+  loader/json_schema.cpp loader/json_pattern.cpp loader/gbnf.cpp loader/token_constraint.cpp loader/gguf.cpp loader/tokenizer.cpp loader/tokenizer_bpe.cpp loader/tokenizer_spm.cpp runtime/quant.cpp) $libs \
   -o "$out/fuzz_server_request"
 mkdir -p "$out/corpus-server"
 cp tests/fuzz/server-seeds/* "$out/corpus-server/"
@@ -74,7 +74,7 @@ VKSPEC_SHARED="$PWD/../shared" "$out/fuzz_server_request" "$out/corpus-server" -
 
 # grammars: arbitrary GBNF text (or a JSON schema) and a text fed through it, JSON mode's recognizer over the
 # same bytes (half the time)
-"${fuzz_cxx[@]}" tests/fuzz/fuzz_grammar.cpp $(obj loader/gbnf.cpp loader/json_grammar.cpp loader/token_constraint.cpp loader/json_schema.cpp \
+"${fuzz_cxx[@]}" tests/fuzz/fuzz_grammar.cpp $(obj loader/gbnf.cpp loader/json_grammar.cpp loader/token_constraint.cpp loader/json_schema.cpp loader/json_pattern.cpp \
   loader/tokenizer.cpp loader/tokenizer_bpe.cpp loader/tokenizer_spm.cpp loader/gguf.cpp runtime/quant.cpp) $libs \
   -o "$out/fuzz_grammar"
 mkdir -p "$out/corpus-grammar"

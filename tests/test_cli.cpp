@@ -220,8 +220,8 @@ TEST(Cli, BadInputGetsOneLineErrorAndNonZeroExit) {
 // and what is not that syntax (or out of range) is refused with a non-zero exit.
 // Structured output (-j, -jf): every completed output is valid under its schema for python3-jsonschema (an
 // independent validator), greedy and sampled, over schemas with required and optional properties, bounded
-// strings and arrays, bounded integers, enums, anyOf, nullable types and a recursive $ref; unsupported keywords
-// are refused.
+// strings and arrays, bounded integers, enums, anyOf, nullable types, a recursive $ref, and a Pydantic model
+// (a oneOf discriminated union, date and uuid formats, a pattern, a tuple); unsupported keywords are refused.
 TEST(Cli, JsonSchemaOutputsAreValidForJsonschema) {
   const std::string m = "-m " + shared_path("models/pycode-target-f16.gguf");
   const char* schemas[] = {
@@ -233,6 +233,15 @@ TEST(Cli, JsonSchemaOutputsAreValidForJsonschema) {
           "required": ["kind", "value"], "additionalProperties": false})",
       R"({"$defs": {"node": {"type": "object", "properties": {"id": {"type": "integer", "minimum": -3, "exclusiveMaximum": 100}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}},
           "required": ["id"]}}, "$ref": "#/$defs/node"})",
+      // as Pydantic writes a model with a discriminated union, a date, a uuid, a constrained string and a tuple
+      R"j({"$defs": {"Cat": {"properties": {"kind": {"const": "cat", "title": "Kind"}, "lives": {"maximum": 9, "minimum": 0, "type": "integer"}},
+                             "required": ["kind", "lives"], "title": "Cat", "type": "object"},
+                     "Dog": {"properties": {"kind": {"const": "dog"}, "tag": {"format": "uuid", "type": "string"}}, "required": ["kind", "tag"], "type": "object"}},
+          "properties": {"pet": {"discriminator": {"mapping": {"cat": "#/$defs/Cat", "dog": "#/$defs/Dog"}, "propertyName": "kind"},
+                                 "oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}], "title": "Pet"},
+                         "born": {"format": "date", "type": "string"}, "code": {"pattern": "^[A-Z]{2}-\\d{3}$", "type": "string"},
+                         "size": {"maxItems": 2, "minItems": 2, "prefixItems": [{"type": "integer"}, {"type": "number"}], "type": "array"}},
+          "required": ["pet", "born", "code", "size"], "title": "Record", "type": "object"})j",
   };
   json cases = json::array();
   for (const char* schema : schemas) {
@@ -245,8 +254,8 @@ TEST(Cli, JsonSchemaOutputsAreValidForJsonschema) {
         if (j["stop_reason"] == "eos") cases.push_back({{"schema", json::parse(schema)}, {"text", j["text"]}});
       }
   }
-  EXPECT_GE(cases.size(), 8u) << "too few outputs completed";
-  printf("%zu of 16 outputs completed; validating them\n", cases.size());
+  EXPECT_GE(cases.size(), 10u) << "too few outputs completed";
+  printf("%zu of %zu outputs completed; validating them\n", cases.size(), 4 * std::size(schemas));
   write(tmp("schema-cases.json"), cases.dump());
   Result ref;
   for (const char* py : {"/usr/bin/python3", "python3"}) {
@@ -258,8 +267,8 @@ TEST(Cli, JsonSchemaOutputsAreValidForJsonschema) {
   ASSERT_EQ(verdicts.size(), cases.size());
   for (size_t i = 0; i < cases.size(); ++i)
     EXPECT_TRUE(verdicts[i]["valid"].get<bool>()) << cases[i]["text"] << "\n" << verdicts[i]["error"];
-  for (const char* bad : {R"({"type": "string", "pattern": "a+"})", R"({"type": "number", "minimum": 3})",
-                          R"({"oneOf": [{"type": "string"}]})", R"({"$ref": "https://example.com/s.json"})", "{\"type\": "}) {
+  for (const char* bad : {R"j({"type": "string", "pattern": "(?!a)"})j", R"({"type": "number", "minimum": 3})",
+                          R"({"oneOf": [{"type": "string"}, {"type": "string"}]})", R"({"$ref": "https://example.com/s.json"})", "{\"type\": "}) {
     auto r = run_cli("run " + m + " -p x -n 2 -j '" + std::string(bad) + "'");
     EXPECT_EQ(r.code, 1) << bad;
     EXPECT_NE(r.err.find("JSON schema"), std::string::npos) << r.err;

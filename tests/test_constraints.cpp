@@ -14,13 +14,10 @@
 #include "loader/gbnf.h"
 #include "loader/gguf.h"
 #include "loader/json_grammar.h"
-#include "loader/json_schema.h"
 #include "loader/tokenizer.h"
-#include "tests/schema_check.h"
 #include "tests/vk_test_env.h"
 
 using namespace vkspec;
-using vkspec::test::schema_accepts;
 using vkspec::test::shared_path;
 
 namespace {
@@ -375,50 +372,6 @@ TEST(Gbnf, MaskEqualsEachTokenFedAlone) {
   }
 }
 
-// ---- JSON schemas ----
-
-namespace {
-// Each schema is refused by the converter with an Error that says it is about the schema.
-void expect_refused(std::initializer_list<const char*> schemas) {
-  for (const char* bad : schemas) {
-    try {
-      json_schema_to_gbnf(nlohmann::ordered_json::parse(bad));
-      ADD_FAILURE() << "accepted " << bad;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("JSON schema"), std::string::npos) << e.what();
-    }
-  }
-}
-}  // namespace
-
-TEST(JsonSchema, GrammarAcceptsWhatTheSchemaDoes) {
-  const char* obj = R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 3},
-      "n": {"type": "integer"}, "tags": {"type": "array", "items": {"enum": ["a", 2, null]}, "minItems": 1, "maxItems": 2}},
-      "required": ["name"]})";
-  EXPECT_EQ(schema_accepts(obj, R"({"name": "bob"})"), 1);
-  EXPECT_EQ(schema_accepts(obj, R"({"name": "bob", "n": -12, "tags": ["a", null]})"), 1);
-  EXPECT_EQ(schema_accepts(obj, R"({"name": "bob", "tags": [2]})"), 1);        // optional ones in order, any subset
-  EXPECT_EQ(schema_accepts(obj, R"({"name": "bobby"})"), -1);                  // maxLength
-  EXPECT_EQ(schema_accepts(obj, R"({"n": 1})"), -1);                           // required first
-  EXPECT_EQ(schema_accepts(obj, R"({"name": "b", "n": 1.5})"), -1);            // an integer
-  EXPECT_EQ(schema_accepts(obj, R"({"name": "b", "tags": []})"), -1);          // minItems
-  EXPECT_EQ(schema_accepts(obj, R"({"name": "b", "tags": [2, 2, 2]})"), -1);   // maxItems
-  EXPECT_EQ(schema_accepts(obj, R"({"name": "b", "tags": ["b"]})"), -1);       // enum
-  EXPECT_EQ(schema_accepts(obj, R"({"name": "b", "other": 1})"), -1);          // no other properties
-  EXPECT_EQ(schema_accepts(obj, R"({"name": "b")"), 0);
-  const char* opt = R"({"properties": {"a": {"type": "boolean"}, "b": {"type": "null"}}})";   // nothing required
-  for (const char* ok : {"{}", R"({"a": true})", R"({"b": null})", R"({"a": false, "b": null})"}) EXPECT_EQ(schema_accepts(opt, ok), 1) << ok;
-  EXPECT_EQ(schema_accepts(opt, R"({, "b": null})"), -1);
-  const char* tree = R"({"$defs": {"t": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/t"}}}}},
-                          "anyOf": [{"$ref": "#/$defs/t"}, {"type": ["string", "null"]}]})";
-  for (const char* ok : {R"({"kids": [{}, {"kids": [{"kids": []}]}]})", R"("x")", "null"}) EXPECT_EQ(schema_accepts(tree, ok), 1) << ok;
-  EXPECT_EQ(schema_accepts(tree, "3"), -1);
-  EXPECT_EQ(schema_accepts(R"({"const": {"k": [1, "\"q\""]}})", R"({"k":[1,"\"q\""]})"), 1);   // const as written by dump()
-  EXPECT_EQ(schema_accepts("{}", R"([1, {"a": "b"}, false])"), 1);                          // any value
-  expect_refused({R"({"type": "string", "pattern": "x"})", R"({"minimum": 1})", R"({"oneOf": [{}]})", R"(false)",
-                  R"({"$ref": "#/$defs/missing"})", R"({"type": "widget"})", R"({"maxItems": 2000})"});
-}
-
 // The fast paths of a grammar's mask against its reference, the stacks walked directly (max_states 0): the
 // walk over interned states, and the cache of masks by state (with what it is for: inside a string the state
 // repeats, whatever character came last).
@@ -455,46 +408,6 @@ TEST(Gbnf, InternedWalkAndMaskCacheGiveTheStacksMasks) {
   EXPECT_FALSE(small.find("a", again));
   EXPECT_TRUE(small.find("c", again));
 }
-
-// Integer bounds, digit by digit: against the obvious reference (lo <= v <= hi) for every integer in a window
-// around the bounds, and for the largest numbers; no leading zeros, no "-0"; the exclusive forms of both drafts.
-TEST(JsonSchema, IntegerBoundsAcceptExactlyTheirRange) {
-  using Bound = std::optional<int64_t>;
-  const std::pair<const char*, std::pair<Bound, Bound>> cases[] = {
-      {R"({"type": "integer", "minimum": 0})", {0, {}}}, {R"({"type": "integer", "minimum": 1})", {1, {}}},
-      {R"({"type": "integer", "maximum": 0})", {{}, 0}}, {R"({"type": "integer", "maximum": -1})", {{}, -1}},
-      {R"({"type": "integer", "minimum": -5, "maximum": 5})", {-5, 5}},
-      {R"({"type": "integer", "minimum": -120, "maximum": 37})", {-120, 37}},
-      {R"({"type": "integer", "minimum": 7, "maximum": 7})", {7, 7}}, {R"({"type": "integer", "minimum": 10, "maximum": 99})", {10, 99}},
-      {R"({"type": "integer", "minimum": 95, "maximum": 1005})", {95, 1005}},
-      {R"({"type": "integer", "minimum": -1005, "maximum": -95})", {-1005, -95}},
-      {R"({"type": "integer", "minimum": 13, "maximum": 4000})", {13, 4000}}, {R"({"type": "integer", "minimum": -7})", {-7, {}}},
-      {R"({"type": "integer", "maximum": 250})", {{}, 250}}, {R"({"type": "integer", "minimum": 109})", {109, {}}},
-      {R"({"type": "integer", "maximum": -109})", {{}, -109}}, {R"({"type": "integer", "minimum": 1.5, "maximum": 9.5})", {2, 9}},
-      {R"({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10})", {1, 9}},
-      {R"({"type": "integer", "minimum": 0, "exclusiveMinimum": true, "maximum": 10, "exclusiveMaximum": true})", {1, 9}},
-      {R"({"type": ["integer", "null"], "minimum": 3, "maximum": 30})", {3, 30}},
-  };
-  for (const auto& [schema, range] : cases) {
-    SCOPED_TRACE(schema);
-    const auto [lo, hi] = range;
-    const vkspec::test::SchemaCheck check(schema);
-    for (int64_t v = -1300; v <= 4100; ++v) {
-      const bool in = (!lo || v >= *lo) && (!hi || v <= *hi);
-      ASSERT_EQ(check.accepts(std::to_string(v)) == 1, in) << v;   // (outside, it may be a prefix: 10 of 100)
-    }
-    for (const int64_t v : {int64_t(9999999999999999), int64_t(1000000000000000), int64_t(-9999999999999999), int64_t(123456789)}) {
-      const bool in = (!lo || v >= *lo) && (!hi || v <= *hi);
-      EXPECT_EQ(check.accepts(std::to_string(v)) == 1, in) << v;
-    }
-    for (const char* bad : {"007", "-0", "00", "1.0", "+5", "--3"}) EXPECT_NE(check.accepts(bad), 1) << bad;
-  }
-  EXPECT_EQ(schema_accepts(R"({"type": ["integer", "null"], "minimum": 3})", "null"), 1);
-  expect_refused({R"({"type": "number", "minimum": 1})", R"({"minimum": 1})", R"({"type": "integer", "minimum": 5, "maximum": 4})",
-                  R"({"type": "integer", "minimum": "1"})", R"({"type": "integer", "minimum": 1e20})",
-                  R"({"type": "integer", "exclusiveMinimum": true})"});
-}
-
 // ---- lazy grammars (a trigger, then the grammar) ----
 
 TEST(Gbnf, TriggeredGrammarHoldsFromItsTrigger) {

@@ -2,9 +2,10 @@
 // text. The grammar is parsed (an Error is fine); when it parses, the text is fed byte by byte and a mask is
 // computed over a small vocabulary after every accepted byte (single bytes, UTF-8 characters and their halves,
 // words); the text also goes through JSON mode's recognizer with the same masks. When the grammar part is JSON,
-// it is also taken as a JSON schema: a schema the converter accepts must become a grammar that parses (only
-// the rule limit may refuse it). Any exception other than vkspec::Error, a crash, ASan/UBSan finding or a hang
-// (libFuzzer's -timeout) is a bug. Seeds: tests/fuzz/grammar-seeds.
+// it is also taken as a JSON schema, and the grammar part as a schema's `pattern`: a schema or pattern the
+// converter accepts must become a grammar that parses (only the rule limit may refuse it). Any exception
+// other than vkspec::Error, a crash, ASan/UBSan finding or a hang (libFuzzer's -timeout) is a bug. Seeds:
+// tests/fuzz/grammar-seeds.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "loader/gbnf.h"
 #include "loader/json_grammar.h"
+#include "loader/json_pattern.h"
 #include "loader/json_schema.h"
 #include "runtime/core.h"
 
@@ -48,6 +50,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (std::string(e.what()).find("more than") == std::string::npos) abort();   // the converter wrote a bad grammar
       }
     }
+  }
+  try {   // the grammar part as a JSON Schema pattern: one the converter accepts must become a grammar that parses
+    const vkspec::JsonStringPattern p = vkspec::json_string_pattern(grammar.substr(0, 512));
+    try {
+      vkspec::Gbnf::parse("root ::= \"\\\"\" " + p.gbnf + " \"\\\"\"\nchar ::= [^\"\\\\]\n");
+    } catch (const vkspec::Error& e) {
+      if (std::string(e.what()).find("more than") == std::string::npos) abort();
+    }
+  } catch (const vkspec::Error&) {
   }
   try {
     const vkspec::GbnfConstraint g(vkspec::Gbnf::parse(grammar), vocab());
