@@ -137,6 +137,12 @@ class Context {
     check(vkspec_score(c_, tokens.data(), tokens.size(), first, out.data()));
     return out;
   }
+  // The embedding of tokens (vkspec_embed): n_embd floats
+  std::vector<float> embed(std::span<const int32_t> tokens, vkspec_pooling pooling, bool normalize, uint32_t n_embd) {
+    std::vector<float> out(n_embd);
+    check(vkspec_embed(c_, tokens.data(), tokens.size(), pooling, normalize ? 1 : 0, out.data(), out.size()));
+    return out;
+  }
 
  private:
   vkspec_context* c_ = nullptr;

@@ -78,6 +78,11 @@ struct ServeOptions {
   uint32_t http_threads = 64;       // connections served at once
 };
 
+struct EmbedOptions {
+  std::string pooling = "last";   // --pooling: last | mean
+  bool normalize = false;         // --normalize: unit length
+};
+
 struct PerplexityOptions {
   int ctx = 512;      // --ctx: tokens per chunk (llama-perplexity's -c)
   int chunks = -1;    // --chunks: at most this many (-1: all)
@@ -116,6 +121,7 @@ std::string cli_stop_reason(const char* library_reason);
 
 int cmd_devices(bool json);
 int cmd_perplexity(const RunOptions& o, const PerplexityOptions& p);
+int cmd_embed(const RunOptions& o, const EmbedOptions& e);
 int cmd_run(const RunOptions& o, const ChatOptions& chat = {});
 int cmd_chat(const RunOptions& o, const ChatOptions& chat);
 int cmd_apply_template(const RunOptions& o, const ChatOptions& chat);

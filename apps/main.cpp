@@ -1,4 +1,4 @@
-// vkspec command line: devices | run | chat | apply-template | bench | tokenize | perplexity | serve.
+// vkspec command line: devices | run | chat | apply-template | bench | tokenize | perplexity | embed | serve.
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -158,6 +158,17 @@ static int run_main(int argc, char** argv) {
   add_device_options(perplexity, o);
   perplexity->add_flag("--json", o.json, "Print JSON");
 
+  vkspec::cli::EmbedOptions eo;
+  auto* embed = app.add_subcommand("embed", "Print a text's embedding (the final hidden state, as llama.cpp's llama-embedding)");
+  embed->add_option("-m,--model", o.model, "GGUF model file")->required();
+  add_prompt_options(embed, o);
+  embed->add_option("--pooling", eo.pooling, "last (llama.cpp's and Ollama's for a decoder model) or mean over the tokens")
+      ->check(CLI::IsMember({"last", "mean"}));
+  embed->add_flag("--normalize", eo.normalize, "Scale to unit length (what OpenAI's and Ollama's endpoints return)");
+  embed->add_flag("--no-bos", o.no_bos, "Do not add BOS");
+  embed->add_option("-c,--ctx", o.ctx, "Context size (the most tokens a text may have)");
+  add_device_options(embed, o);
+
   vkspec::cli::ServeOptions so;
   auto* serve = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
   serve->add_option("-m,--model", o.model, "GGUF model file")->required();
@@ -201,9 +212,9 @@ static int run_main(int argc, char** argv) {
       o.model = default_model(argv[0]);
       fprintf(stderr, "vkspec: no -m given, using %s\n", o.model.c_str());
     }
-    if ((*run || *tokenize) && run->count("-p") + run->count("-f") + tokenize->count("-p") + tokenize->count("-f") == 0)
-      throw vkspec::cli::Error("give a prompt with -p TEXT or -f FILE");
-    for (auto* c : {run, tokenize})   // (bench's -p is a prompt length)
+    for (auto* c : {run, tokenize, embed})
+      if (*c && c->count("-p") + c->count("-f") == 0) throw vkspec::cli::Error("give a prompt with -p TEXT or -f FILE");
+    for (auto* c : {run, tokenize, embed})   // (bench's -p is a prompt length)
       if (c->count("-p") && c->count("-f")) throw vkspec::cli::Error("give either -p TEXT or -f FILE, not both");
     for (auto* c : {run, bench, chat_cmd, serve})
       if (c->count("--model-draft") && o.draft_model.empty()) throw vkspec::cli::Error("-md needs a draft model file");
@@ -236,6 +247,7 @@ static int run_main(int argc, char** argv) {
     }
     if (*tokenize) return vkspec::cli::cmd_tokenize(o);
     if (*perplexity) return vkspec::cli::cmd_perplexity(o, po);
+    if (*embed) return vkspec::cli::cmd_embed(o, eo);
     if (*serve) return vkspec::cli::cmd_serve(o, so);
   } catch (const std::exception& e) {
     // the library escapes control characters in its messages; other exceptions (options, JSON) may quote raw input

@@ -222,6 +222,15 @@ uint32_t vkspec_model_n_vocab(const vkspec_model* model) {
   return n;
 }
 
+uint32_t vkspec_model_n_embd(const vkspec_model* model) {
+  uint32_t n = 0;
+  api_call([&] {
+    ModelUse use(model);
+    n = model->target->model ? model->target->model->hparams().dim : 0;
+  });
+  return n;
+}
+
 vkspec_status vkspec_model_get_info(const vkspec_model* model, vkspec_model_info* out) {
   return api_call([&] {
     ModelUse use(model);
@@ -479,6 +488,29 @@ vkspec_status vkspec_score(vkspec_context* ctx, const int32_t* tokens, size_t n_
     ctx->cancel.store(false);
     if (!lp) throw Failure{VKSPEC_ERROR_CANCELLED, "cancelled by vkspec_cancel()"};
     std::copy(lp->begin(), lp->end(), logprobs);
+  });
+}
+
+vkspec_status vkspec_embed(vkspec_context* ctx, const int32_t* tokens, size_t n_tokens, vkspec_pooling pooling,
+                           int32_t normalize, float* out, size_t capacity) {
+  return api_call([&] {
+    Claim claim(ctx);
+    require(tokens && out, "a null argument");
+    Engine& e = *ctx->engine;
+    if (e.running()) throw Failure{VKSPEC_ERROR_BUSY, "a generation is in progress on this context"};
+    require(pooling == VKSPEC_POOLING_LAST || pooling == VKSPEC_POOLING_MEAN, "pooling must be VKSPEC_POOLING_LAST or _MEAN");
+    require(normalize == 0 || normalize == 1, "normalize must be 0 or 1");
+    const uint32_t n_vocab = e.tokenizer().n_vocab(), n_embd = e.model().hparams().dim;
+    require(capacity >= n_embd, "out holds fewer floats than vkspec_model_n_embd()");
+    require(n_tokens >= 1 && n_tokens <= e.model().n_ctx(), "an embedding needs 1 <= n_tokens <= the context");
+    std::vector<uint32_t> ids(n_tokens);
+    for (size_t i = 0; i < n_tokens; ++i) {
+      require(tokens[i] >= 0 && uint32_t(tokens[i]) < n_vocab, "a token id is outside the vocabulary");
+      ids[i] = uint32_t(tokens[i]);
+    }
+    const auto v = e.embed(ctx->session, ids, pooling == VKSPEC_POOLING_MEAN ? LlamaModel::Pooling::Mean : LlamaModel::Pooling::Last,
+                           normalize == 1);
+    std::copy(v.begin(), v.end(), out);
   });
 }
 

@@ -155,6 +155,23 @@ std::optional<std::vector<double>> Engine::score(Session& session, std::span<con
   return out;
 }
 
+std::vector<float> Engine::embed(Session& session, std::span<const uint32_t> tokens, LlamaModel::Pooling pooling, bool normalize) {
+  LlamaModel& m = *t_->model;
+  if (tokens.empty() || tokens.size() > m.n_ctx())
+    throw Error("an embedding needs 1 to n_ctx (" + std::to_string(m.n_ctx()) + ") tokens, not " + std::to_string(tokens.size()));
+  clear_session(session);
+  std::lock_guard<std::mutex> lock(t_->busy);
+  std::vector<float> out = m.embed(session.seq, tokens, pooling);
+  session.tokens.assign(tokens.begin(), tokens.end());
+  if (normalize) {
+    double ss = 0;
+    for (const float v : out) ss += double(v) * v;
+    if (ss > 0)
+      for (float& v : out) v = float(v / std::sqrt(ss));
+  }
+  return out;
+}
+
 std::unique_ptr<TokenConstraint> TargetModel::constraint(const SamplingParams& sp) {
   if (!sp.constrained()) return nullptr;
   if (sp.json_object && !sp.grammar.empty()) throw Error("JSON mode and a grammar exclude each other");

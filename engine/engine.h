@@ -155,6 +155,9 @@ class Engine {
   // (afterwards it holds tokens[0..n-2]); 1 <= first < tokens.size() <= n_ctx. Perplexity's core. Returns
   // nullopt when the cancel flag stopped it between passes.
   std::optional<std::vector<double>> score(Session& session, std::span<const uint32_t> tokens, size_t first);
+  // The embedding of `tokens` (LlamaModel::embed), from an empty cache on `session` (afterwards it holds
+  // them); 1 <= tokens.size() <= n_ctx. `normalize`: scaled to unit Euclidean length.
+  std::vector<float> embed(Session& session, std::span<const uint32_t> tokens, LlamaModel::Pooling pooling, bool normalize);
 
  private:
   void load_drafter();

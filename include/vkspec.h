@@ -48,7 +48,7 @@
 extern "C" {
 #endif
 
-#define VKSPEC_API_VERSION 6
+#define VKSPEC_API_VERSION 7
 #define VKSPEC_MAX_LOGIT_BIAS 1024   /* vkspec_sampling_params.n_logit_bias's bound */
 #define VKSPEC_LOGIT_BIAS_BOUND 100  /* each logit bias lies in [-VKSPEC_LOGIT_BIAS_BOUND, VKSPEC_LOGIT_BIAS_BOUND] */
 
@@ -151,6 +151,7 @@ VKSPEC_API vkspec_status vkspec_model_load(const char* path, const vkspec_model_
 VKSPEC_API vkspec_status vkspec_model_free(vkspec_model* model);
 VKSPEC_API uint32_t vkspec_model_n_ctx(const vkspec_model* model);
 VKSPEC_API uint32_t vkspec_model_n_vocab(const vkspec_model* model);
+VKSPEC_API uint32_t vkspec_model_n_embd(const vkspec_model* model); /* hidden size, an embedding's length (0: vocab_only) */
 
 typedef struct vkspec_model_info {
   char device[256];          /* the device's name ("" for a vocab_only model) */
@@ -408,6 +409,18 @@ VKSPEC_API vkspec_status vkspec_batch_free(vkspec_batch* batch);
  * vkspec_cancel() stops it between forward passes (VKSPEC_ERROR_CANCELLED). */
 VKSPEC_API vkspec_status vkspec_score(vkspec_context* ctx, const int32_t* tokens, size_t n_tokens, size_t first,
                                       double* logprobs);
+
+/* ---- embeddings (since version 7) ---- */
+typedef enum vkspec_pooling {
+  VKSPEC_POOLING_LAST = 0,   /* the last token's (llama.cpp's and Ollama's for a decoder model: it has seen the text) */
+  VKSPEC_POOLING_MEAN = 1    /* the mean over the tokens */
+} vkspec_pooling;
+/* The embedding of tokens[0..n_tokens-1]: the final hidden state after the output norm (what llama.cpp calls
+ * embeddings), pooled; normalize 1 scales it to unit Euclidean length (what OpenAI's and Ollama's embeddings
+ * endpoints return). out holds capacity floats, at least vkspec_model_n_embd(). 1 <= n_tokens <= n_ctx;
+ * evaluated from an empty cache (what the context held is dropped; afterwards it holds the tokens). */
+VKSPEC_API vkspec_status vkspec_embed(vkspec_context* ctx, const int32_t* tokens, size_t n_tokens, vkspec_pooling pooling,
+                                      int32_t normalize, float* out, size_t capacity);
 
 #ifdef __cplusplus
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <unistd.h>
 
 namespace vkspec {
@@ -63,6 +64,8 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
   };
   token_embd_ = matrix(t.token_embd);
   output_norm_ = vec(t.output_norm);
+  output_norm_host_.resize(hp_.dim);
+  std::memcpy(output_norm_host_.data(), read(t.output_norm), sizeof(float) * hp_.dim);   // (f32, checked by model_file)
   output_ = hp_.tied_embeddings ? token_embd_ : matrix(t.output);
   // Several matrices with the same row length stacked into one (fused QKV, read by one matmul), and gate/up
   // read by one SwiGLU matmul: same-typed parts keep their format; quantized parts of different types
@@ -219,6 +222,39 @@ void LlamaModel::forward(int seq, std::span<const uint32_t> tokens, Logits want)
     record_logits_readback(*rec_, rows);
   }
   rec_->submit_and_wait();
+}
+
+std::vector<float> LlamaModel::embed(int seq, std::span<const uint32_t> tokens, Pooling pooling) {
+  if (tokens.empty()) throw Error("an embedding needs at least one token");
+  const uint32_t dim = hp_.dim;
+  const VkDeviceSize x_row = VkDeviceSize(dim) * 4;
+  // x rows go to the host through the logits' readback buffer, which holds more of them than a chunk has
+  const uint32_t per_pass = std::min<uint32_t>(ubatch_, uint32_t(logits_host_.size / x_row));
+  std::vector<double> sum(dim, 0.0);
+  for (size_t at = 0; at < tokens.size(); at += per_pass) {
+    const uint32_t n = uint32_t(std::min<size_t>(per_pass, tokens.size() - at));
+    const bool final_pass = at + n == tokens.size();
+    const uint32_t first = pooling == Pooling::Mean ? 0 : n - 1, rows = pooling == Pooling::Mean ? n : final_pass ? 1 : 0;
+    const TokenInput in = write_tokens(tokens.subspan(at, n));
+    rec_->begin();
+    record_forward(*rec_, seq, in, n, Logits::None);
+    if (rows > 0) {
+      rec_->barrier();
+      rec_->copy(x_.sub(first * x_row, rows * x_row), logits_host_.sub(0, rows * x_row));
+    }
+    rec_->submit_and_wait();
+    for (uint32_t r = 0; r < rows; ++r) {   // xn = rmsnorm(x) * output_norm, as the logits' matmul reads it
+      const float* x = logits_host_.host<float>() + size_t(r) * dim;
+      double ss = 0;
+      for (uint32_t i = 0; i < dim; ++i) ss += double(x[i]) * x[i];
+      const double scale = 1.0 / std::sqrt(ss / dim + hp_.rms_eps);
+      for (uint32_t i = 0; i < dim; ++i) sum[i] += double(x[i]) * scale * output_norm_host_[i];
+    }
+  }
+  const double count = pooling == Pooling::Mean ? double(tokens.size()) : 1.0;
+  std::vector<float> out(dim);
+  for (uint32_t i = 0; i < dim; ++i) out[i] = float(sum[i] / count);
+  return out;
 }
 
 void LlamaModel::warm_up() {

@@ -100,6 +100,12 @@ class LlamaModel {
   // Self-contained: record_forward of `tokens`, then argmax of the logits rows and their readback; one
   // submission and wait. argmax_id(i) is the argmax of row i whenever logits were computed.
   void forward(int seq, std::span<const uint32_t> tokens, Logits want);
+  // Embeddings: the final hidden state (x after the output norm, what llama.cpp calls embeddings) of
+  // `tokens` run at positions kv().length(seq) .. +n, appended to seq's KV: the last token's (llama.cpp's and
+  // Ollama's for a decoder model, whose last token has seen the whole text) or their mean. Passes of up to
+  // ubatch() tokens, each one submission and wait; the host reads their x rows and applies the norm.
+  enum class Pooling { Last, Mean };
+  std::vector<float> embed(int seq, std::span<const uint32_t> tokens, Pooling pooling);
   // Creates the pipelines a pass of any width uses, by running passes of 1..Kernels::kBatchTile tokens
   // (wider ones are tiles of those widths) with all their logits rows over a scratch sequence, which it
   // then frees (needs a free sequence). Lavapipe and GPU drivers create a pipeline at its first dispatch
@@ -129,6 +135,7 @@ class LlamaModel {
 
   DeviceMatrix token_embd_;   // [n_vocab][dim]
   Slice output_norm_;         // [dim]
+  std::vector<float> output_norm_host_;   // [dim], the same weights for embed()'s norm on the host
   DeviceMatrix output_;       // [n_vocab][dim] (token_embd_ when tied)
   std::vector<LayerWeights> layers_;
 

@@ -1,7 +1,7 @@
-// The C API's continuous batching (vkspec_batch_*), scoring (vkspec_score), vocab-only models, the BOS
-// rules of vkspec_tokenize and vkspec_context_clear, through libvkspec.so only. References: a context's own
-// generation of the same request (batch invariance), and the exact distribution (the log-probabilities of
-// every possible next token sum to one; the greedy token is the most likely).
+// The C API's continuous batching (vkspec_batch_*), scoring (vkspec_score), embeddings (vkspec_embed),
+// vocab-only models, the BOS rules of vkspec_tokenize and vkspec_context_clear, through libvkspec.so only.
+// References: a context's own generation of the same request (batch invariance), and the exact distribution
+// (the log-probabilities of every possible next token sum to one; the greedy token is the most likely).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -246,6 +246,55 @@ TEST(CApiBatch, SubmittersOnManyThreadsWhileOneRuns) {
   EXPECT_EQ(vkspec_batch_stop(b), VKSPEC_OK);
   runner.join();
   EXPECT_EQ(vkspec_batch_free(b), VKSPEC_OK);
+  EXPECT_EQ(vkspec_model_free(m), VKSPEC_OK);
+}
+
+// vkspec_embed over passes of 3 tokens (n_ubatch): the mean over a text's tokens equals the mean of the
+// last-token embeddings of its prefixes, each from one pass (the model is causal and every kernel
+// batch-invariant, so row i of a long pass is the last row of a pass over the first i + 1 tokens); the
+// normalized vector is the unit vector of the plain one; bad arguments are refused and the context still
+// generates what it generated before.
+TEST(CApiEmbed, MeanIsTheMeanOfItsPrefixesAndBadArgumentsAreRefused) {
+  vkspec_model_params mp = vkspec_model_default_params();
+  mp.n_ctx = 64;
+  mp.n_ubatch = 3;
+  vkspec_model* m = nullptr;
+  ASSERT_EQ(vkspec_model_load(kStories.c_str(), &mp, &m), VKSPEC_OK) << vkspec_last_error();
+  vkspec_context_params cp = vkspec_context_default_params();
+  cp.sampling.temperature = 0.0f;
+  vkspec_context* c = nullptr;
+  ASSERT_EQ(vkspec_context_create(m, &cp, &c), VKSPEC_OK) << vkspec_last_error();
+  const std::vector<int32_t> tokens = tokenize(m, "Once upon a time there was a little dog");
+  ASSERT_GT(tokens.size(), 7u);
+  const std::vector<int32_t> before = solo(c, tokens, 6);
+  const uint32_t n_embd = vkspec_model_n_embd(m);
+  ASSERT_GT(n_embd, 0u);
+  std::vector<float> mean(n_embd), last(n_embd), unit(n_embd), prefix(n_embd);
+  ASSERT_EQ(vkspec_embed(c, tokens.data(), tokens.size(), VKSPEC_POOLING_MEAN, 0, mean.data(), mean.size()), VKSPEC_OK)
+      << vkspec_last_error();
+  std::vector<double> sum(n_embd, 0.0);
+  for (size_t n = 1; n <= tokens.size(); ++n) {
+    ASSERT_EQ(vkspec_embed(c, tokens.data(), n, VKSPEC_POOLING_LAST, 0, prefix.data(), prefix.size()), VKSPEC_OK);
+    for (uint32_t i = 0; i < n_embd; ++i) sum[i] += prefix[i];
+  }
+  last = prefix;
+  for (uint32_t i = 0; i < n_embd; ++i) EXPECT_NEAR(mean[i], sum[i] / double(tokens.size()), 1e-5 * (1 + std::fabs(mean[i]))) << i;
+  ASSERT_EQ(vkspec_embed(c, tokens.data(), tokens.size(), VKSPEC_POOLING_LAST, 1, unit.data(), unit.size()), VKSPEC_OK);
+  double norm = 0;
+  for (const float v : last) norm += double(v) * v;
+  for (uint32_t i = 0; i < n_embd; ++i) EXPECT_NEAR(unit[i], last[i] / std::sqrt(norm), 1e-6) << i;
+
+  const int32_t bad_id[] = {1, int32_t(vkspec_model_n_vocab(m))};
+  EXPECT_EQ(vkspec_embed(c, tokens.data(), tokens.size(), VKSPEC_POOLING_LAST, 0, prefix.data(), n_embd - 1), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(vkspec_embed(c, tokens.data(), tokens.size(), vkspec_pooling(7), 0, prefix.data(), n_embd), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(vkspec_embed(c, tokens.data(), tokens.size(), VKSPEC_POOLING_LAST, 2, prefix.data(), n_embd), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(vkspec_embed(c, tokens.data(), 0, VKSPEC_POOLING_LAST, 0, prefix.data(), n_embd), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(vkspec_embed(c, bad_id, 2, VKSPEC_POOLING_LAST, 0, prefix.data(), n_embd), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(vkspec_embed(c, nullptr, 2, VKSPEC_POOLING_LAST, 0, prefix.data(), n_embd), VKSPEC_ERROR_INVALID_ARGUMENT);
+  std::vector<int32_t> too_long(65, tokens[0]);
+  EXPECT_EQ(vkspec_embed(c, too_long.data(), too_long.size(), VKSPEC_POOLING_LAST, 0, prefix.data(), n_embd), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(solo(c, tokens, 6), before);
+  EXPECT_EQ(vkspec_context_free(c), VKSPEC_OK);
   EXPECT_EQ(vkspec_model_free(m), VKSPEC_OK);
 }
 

@@ -207,7 +207,9 @@ TEST(Cli, BadInputGetsOneLineErrorAndNonZeroExit) {
                     "run " + kStories + " -p hi --repeat-penalty 0", "run " + kStories + " -p hi --top-p nan",
                     "run " + kStories + " -p hi --presence-penalty nan", "run " + kStories + " -p hi --frequency-penalty 1e9",
                     "bench " + kStories + " -p 8 -n 4 --temp nan",
-                    "tokenize -m " + shared_path("models/README.md") + " -p hi"}) {
+                    "tokenize -m " + shared_path("models/README.md") + " -p hi",
+                    "embed " + kStories + " -p '' --no-bos", "embed " + kStories + " -p '" + long_prompt + "' --ctx 64",
+                    "embed " + kStories, "embed " + kStories + " -p hi -f x.txt"}) {
     auto r = run_cli(args);
     EXPECT_NE(r.code, 0) << args;
     EXPECT_NE(r.code, 128) << "crashed: " << args;

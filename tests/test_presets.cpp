@@ -5,7 +5,9 @@
 // 0.5%. Skipped, with a message, where node or the peer is missing.
 #include <sys/stat.h>
 
+#include <cmath>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -302,6 +304,58 @@ TEST(Presets, PerplexityMatchesLlamaCppWithinHalfAPercent) {
     EXPECT_NEAR(ppl, theirs, 0.005 * theirs) << name;
   }
   if (missing_peer) GTEST_SKIP() << "quantized presets not checked: llama.cpp peer not installed (scripts/install-peer.sh)";
+}
+
+// Embeddings (`vkspec embed`, vkspec_embed) against llama.cpp's (tests/peer_embed.mjs): the last token's final
+// hidden state after the output norm; the mean over the tokens against the mean of llama.cpp's last-token
+// embeddings of every prefix (the model is causal: token i's state depends on tokens 0..i alone); normalized,
+// unit length in the same direction. On the f16 target and its Q8_0 preset (llama.cpp's CPU backend rounds
+// activations to 8 bits there, so its vectors differ a little more).
+TEST(Presets, EmbeddingsAgreeWithLlamaCpp) {
+  const std::string peer = usable_peer();
+  REQUIRE_PEER(peer);
+  const auto cosine = [](const std::vector<double>& a, const std::vector<double>& b) {
+    double ab = 0, aa = 0, bb = 0;
+    for (size_t i = 0; i < a.size(); ++i) ab += a[i] * b[i], aa += a[i] * a[i], bb += b[i] * b[i];
+    return ab / std::sqrt(aa * bb);
+  };
+  const std::string text = "def add(a, b): return a + b";
+  for (const auto& [model, min_cos] : {std::pair{shared_path("models/pycode-target-f16.gguf"), 0.99999}, std::pair{preset("Q8_0"), 0.9999}}) {
+    SCOPED_TRACE(model);
+    ASSERT_FALSE(model.empty());
+    Result r = run_vkspec(VKSPEC_BIN, "tokenize -m " + model + " -p '" + text + "' --json");
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto ids = nlohmann::json::parse(r.out).get<std::vector<int>>();
+    std::string prefixes;
+    for (size_t n = 1; n <= ids.size(); ++n)
+      prefixes += (n > 1 ? ";" : "") + comma_list(std::vector<int>(ids.begin(), ids.begin() + long(n)));
+    Result p = run_command("VKSPEC_PEER=" + peer + " node " + std::string(VKSPEC_SOURCE_DIR) + "/tests/peer_embed.mjs " + model +
+                           " '" + prefixes + "'");
+    ASSERT_EQ(p.code, 0) << p.err;
+    const auto theirs = nlohmann::json::parse(p.out)["embeddings"].get<std::vector<std::vector<double>>>();
+    ASSERT_EQ(theirs.size(), ids.size());
+    std::vector<double> mean(theirs[0].size(), 0.0);
+    for (const auto& v : theirs)
+      for (size_t i = 0; i < v.size(); ++i) mean[i] += v[i] / double(theirs.size());
+    std::map<std::string, std::vector<double>> ours;
+    for (const char* flags : {"", "--pooling mean", "--normalize"}) {
+      Result e = run_vkspec(VKSPEC_BIN, "embed -m " + model + " -p '" + text + "' --json " + flags);
+      ASSERT_EQ(e.code, 0) << e.err;
+      const auto j = nlohmann::json::parse(e.out);
+      EXPECT_EQ(j["n_tokens"].get<size_t>(), ids.size());
+      ours[flags] = j["embedding"].get<std::vector<double>>();
+      ASSERT_EQ(ours[flags].size(), mean.size());
+    }
+    const double last = cosine(ours[""], theirs.back()), pooled = cosine(ours["--pooling mean"], mean);
+    printf("cosine with llama.cpp: last %.7f, mean %.7f\n", last, pooled);
+    EXPECT_GE(last, min_cos);
+    EXPECT_GE(pooled, min_cos);
+    EXPECT_LT(cosine(ours[""], ours["--pooling mean"]), 0.999) << "mean pooling should differ from the last token";
+    double norm = 0;
+    for (const double v : ours["--normalize"]) norm += v * v;
+    EXPECT_NEAR(norm, 1.0, 1e-5);
+    EXPECT_GT(cosine(ours["--normalize"], ours[""]), 0.999999);
+  }
 }
 
 }  // namespace
