@@ -162,6 +162,12 @@ class Batch {
     check(vkspec_batch_submit(b_, prompt.data(), prompt.size(), &p, &id));
     return id;
   }
+  uint64_t embed(std::span<const int32_t> tokens, vkspec_pooling pooling, bool normalize, vkspec_embedding_fn on_embedding,
+                 vkspec_request_done_fn on_done, void* user) {
+    uint64_t id = 0;
+    check(vkspec_batch_embed(b_, tokens.data(), tokens.size(), pooling, normalize ? 1 : 0, on_embedding, on_done, user, &id));
+    return id;
+  }
   void warm_up() { check(vkspec_batch_warm_up(b_)); }
   bool step() {
     int32_t worked = 0;

@@ -76,6 +76,7 @@ struct ServeOptions {
   size_t max_body = 4u << 20;       // request body bytes
   int timeout_s = 30;               // socket read/write timeout: a stalled client is dropped
   uint32_t http_threads = 64;       // connections served at once
+  std::string pooling = "last";     // embeddings: last | mean (--pooling)
 };
 
 struct EmbedOptions {

@@ -174,6 +174,8 @@ static int run_main(int argc, char** argv) {
   serve->add_option("-m,--model", o.model, "GGUF model file")->required();
   serve->add_option("--host", so.host, "Address to listen on (default 127.0.0.1: this machine only)");
   serve->add_option("--port", so.port, "Port (0: any free port, printed)");
+  serve->add_option("--pooling", so.pooling, "Embeddings: last (llama.cpp's and Ollama's for a decoder model) or mean")
+      ->check(CLI::IsMember({"last", "mean"}));
   serve->add_option("--parallel", so.parallel, "Sequences decoded together (further requests queue)");
   serve->add_option("--prompt-cache", so.prompt_cache,
                     "Finished sequences whose KV is kept for later prompts that start the same way (a chat's next "

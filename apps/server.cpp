@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 
 #include "cli_common.h"
+#include "embeddings_api.h"
 #include "ollama_api.h"
 #include "server_api.h"
 
@@ -158,6 +159,8 @@ class Server {
   void routes();
   void completion(const httplib::Request& req, httplib::Response& res, bool chat);
   void ollama(const httplib::Request& req, httplib::Response& res, OllamaEndpoint ep);
+  void embeddings(const httplib::Request& req, httplib::Response& res, EmbedEndpoint ep);
+  std::vector<std::vector<float>> embed(const EmbedSpec& spec);   // the inputs' vectors, in order
   // The job's answer: one JSON body, or its stream as it is made (OpenAI's SSE, or Ollama's NDJSON lines).
   void respond(httplib::Response& res, std::shared_ptr<Job> job, std::optional<OllamaEndpoint> ollama);
   std::shared_ptr<Job> start_job(CompletionSpec spec);
@@ -175,6 +178,7 @@ class Server {
   PromptEncoder enc_;
   std::unique_ptr<api::Batch> batch_;
   ServerLimits lim_;
+  uint32_t n_embd_ = 0;
   std::atomic<uint64_t> ids_{0}, http_4xx_{0}, http_5xx_{0};
   int64_t started_ = std::time(nullptr);
 };
@@ -325,6 +329,65 @@ void Server::ollama(const httplib::Request& req, httplib::Response& res, OllamaE
   }
 }
 
+void Server::embeddings(const httplib::Request& req, httplib::Response& res, EmbedEndpoint ep) {
+  try {
+    const EmbedSpec spec = parse_embeddings(parse_body(req.body, lim_), ep, lim_, enc_, model_id_, n_embd_);
+    const auto t0 = Clock::now();
+    const std::vector<std::vector<float>> vectors = embed(spec);
+    send_json(res, 200, embeddings_response(spec, vectors, model_id_, std::chrono::duration<double>(Clock::now() - t0).count()));
+  } catch (const ApiError& e) {
+    if (ep == EmbedEndpoint::OpenAi) throw;
+    send_json(res, e.status, ollama_error(e));
+  }
+}
+
+// Each input an embedding request on the batch (run between steps, beside the generations); the handler
+// waits for all of them. The callbacks hold the shared state, so a failed submission can leave at once.
+std::vector<std::vector<float>> Server::embed(const EmbedSpec& spec) {
+  struct Pending {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::vector<float>> vectors;
+    size_t done = 0;
+    std::string error;
+  };
+  struct Ref {
+    std::shared_ptr<Pending> p;
+    size_t index;
+  };
+  auto p = std::make_shared<Pending>();
+  p->vectors.resize(spec.inputs.size());
+  const vkspec_pooling pooling = so_.pooling == "mean" ? VKSPEC_POOLING_MEAN : VKSPEC_POOLING_LAST;
+  const auto on_embedding = [](uint64_t, const float* v, uint32_t n, void* user) {
+    const Ref& r = *static_cast<Ref*>(user);
+    std::lock_guard<std::mutex> lock(r.p->mu);
+    r.p->vectors[r.index].assign(v, v + n);
+  };
+  const auto on_done = [](uint64_t, const vkspec_request_result* res, void* user) {
+    std::unique_ptr<Ref> r(static_cast<Ref*>(user));
+    std::lock_guard<std::mutex> lock(r->p->mu);
+    if (std::string(res->stop_reason) != "embedded" && r->p->error.empty())
+      r->p->error = res->error[0] ? res->error : res->stop_reason;
+    r->p->done++;
+    r->p->cv.notify_all();
+  };
+  std::vector<uint64_t> ids;
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
+    auto ref = std::make_unique<Ref>(Ref{p, i});
+    try {
+      ids.push_back(batch_->embed(spec.inputs[i], pooling, spec.normalize, on_embedding, on_done, ref.get()));
+      ref.release();   // its on_done deletes it
+    } catch (const std::exception& e) {
+      for (const uint64_t id : ids) batch_->cancel(id);
+      throw ApiError(400, e.what());
+    }
+  }
+  std::unique_lock<std::mutex> lock(p->mu);
+  p->cv.wait(lock, [&] { return p->done == ids.size(); });
+  if (!p->error.empty()) throw ApiError(500, "embedding failed: " + p->error, {}, {}, "server_error");
+  return std::move(p->vectors);
+}
+
 void Server::respond(httplib::Response& res, std::shared_ptr<Job> job, std::optional<OllamaEndpoint> ollama) {
   const std::string drafter = drafter_;
   // the whole response, in the request's dialect
@@ -462,6 +525,13 @@ void Server::routes() {
   // Ollama's API (apps/ollama_api.h): generation, and the model as its listings describe one
   http_.Post("/api/generate", [this](const httplib::Request& req, httplib::Response& res) { ollama(req, res, OllamaEndpoint::Generate); });
   http_.Post("/api/chat", [this](const httplib::Request& req, httplib::Response& res) { ollama(req, res, OllamaEndpoint::Chat); });
+  // Embeddings (apps/embeddings_api.h): OpenAI's (also under llama-server's /embeddings), Ollama's two
+  for (const char* path : {"/v1/embeddings", "/embeddings"})
+    http_.Post(path, [this](const httplib::Request& req, httplib::Response& res) { embeddings(req, res, EmbedEndpoint::OpenAi); });
+  http_.Post("/api/embed", [this](const httplib::Request& req, httplib::Response& res) { embeddings(req, res, EmbedEndpoint::OllamaEmbed); });
+  http_.Post("/api/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
+    embeddings(req, res, EmbedEndpoint::OllamaEmbeddings);
+  });
   auto ollama_model = [this] {
     std::error_code ec;
     const uintmax_t size = std::filesystem::file_size(o_.model, ec);
@@ -619,6 +689,7 @@ int Server::run() {
       const vkspec_model_info& mi = model_->info();
       lim_.n_ctx = mi.n_ctx;
       lim_.n_vocab = mi.n_vocab;
+      n_embd_ = vkspec_model_n_embd(model_->get());
       model_id_ = so_.alias.empty() ? std::filesystem::path(o_.model).filename().string() : so_.alias;
       const api::Model& model = *model_;
       enc_.prompt = [&model](const std::string& text) { return encode_prompt(model, text); };

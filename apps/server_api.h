@@ -36,6 +36,7 @@ struct ServerLimits {
   uint32_t max_stop_bytes = 256;  // per stop string
   uint32_t max_top_logprobs = 20;
   uint32_t max_json_depth = 64;
+  uint32_t max_embed_inputs = 256;  // inputs of one embeddings request
 };
 
 // A validated request.

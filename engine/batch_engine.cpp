@@ -129,15 +129,23 @@ void BatchEngine::shutdown() {
 
 // The blocks a request may hold at most: its prompt, max_tokens and a round's drafts, within the context.
 uint32_t BatchEngine::reservation(const BatchRequest& r, uint32_t block_size) const {
-  const uint64_t longest = std::min<uint64_t>(uint64_t(r.prompt.size()) + r.max_tokens + LlamaModel::kMaxBatch,
-                                              t_->model->n_ctx());
+  const uint64_t longest = r.embed ? r.prompt.size()
+                                   : std::min<uint64_t>(uint64_t(r.prompt.size()) + r.max_tokens + LlamaModel::kMaxBatch,
+                                                        t_->model->n_ctx());
   return uint32_t((longest + block_size - 1) / block_size);
 }
 
 void BatchEngine::submit(std::shared_ptr<BatchRequest> r) {
   LlamaModel& m = *t_->model;
   if (r->prompt.empty()) throw Error("the prompt is empty");
-  if (r->prompt.size() >= m.n_ctx())
+  if (r->embed && r->prompt.size() > m.n_ctx())
+    throw Error("the text is " + std::to_string(r->prompt.size()) + " tokens, more than the context of " + std::to_string(m.n_ctx()));
+  if (r->embed) {   // (no generation: nothing to sample, speculate or bound)
+    r->speculate = false;
+    r->sp = SamplingParams{};
+    r->max_tokens = 1;
+  }
+  if (!r->embed && r->prompt.size() >= m.n_ctx())
     throw Error("the prompt is " + std::to_string(r->prompt.size()) + " tokens, which does not fit the context of " +
                 std::to_string(m.n_ctx()));
   for (uint32_t id : r->prompt)
@@ -285,13 +293,14 @@ bool BatchEngine::admit_one(const std::shared_ptr<BatchRequest>& r) {
   int source = -1, cached_source = -1;   // sequences; cached_source: the source when it is a cached one
   uint32_t shared = 0;
   for (const auto& s : slots_) {
-    if (!s->req) continue;
+    if (!s->req || r->embed) continue;
     const uint32_t useful = useful_prefix(s->decoding ? s->context : s->req->prompt);
     const uint32_t held = std::min(useful, kv.length(s->seq));
     if (!s->decoding && held < useful && useful >= kv.block_size()) return false;
     if (held > shared) shared = held, source = s->seq;
   }
   for (const CachedSequence& c : cache_) {
+    if (r->embed) break;
     const uint32_t held = std::min(useful_prefix(c.tokens), kv.length(c.seq));
     if (held > shared) shared = held, source = cached_source = c.seq;
   }
@@ -424,6 +433,24 @@ void BatchEngine::end(Slot& s, const std::string& reason, const std::string& err
   if (r->on_done) r->on_done(res);
 }
 
+void BatchEngine::run_embedding(Slot& s) {
+  std::vector<float> v;
+  try {
+    v = t_->model->embed(s.seq, s.req->prompt, *s.req->embed);
+  } catch (const std::exception& e) {
+    return end(s, "error", e.what());
+  }
+  if (s.req->normalize) Engine::normalize_embedding(v);
+  s.prefilled = uint32_t(s.req->prompt.size());
+  s.result.prefilled = s.prefilled;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    metrics_.prefilled_tokens += s.prefilled;
+  }
+  if (s.req->on_embedding) s.req->on_embedding(std::move(v));
+  end(s, "embedded");
+}
+
 // A step: one pass over rows from every running sequence. Decoding sequences first (a step's latency is
 // every running stream's): speculative ones draft (a draft model's steps batched across sequences) and then
 // verify, plain ones decode one row; prefill fills the rest of the row budget (at least one chunk, so that a
@@ -434,14 +461,17 @@ bool BatchEngine::step() {
     if (s->req && s->req->cancelled.load()) end(*s, "cancelled");
 
   Recorder& rec = *rec_;
-  rec.begin();
+  rec.begin();   // (waits for what a failed recording left running: embeddings share the activations)
+  uint32_t embedded = 0;
+  for (auto& s : slots_)
+    if (s->req && s->req->embed) run_embedding(*s), ++embedded;
   StepRows plan;
   uint32_t pass_begin = 0, pass_end = 0;   // marks around the target pass
   try {
     plan_speculative_rows(plan);
     plan_decode_rows(plan);
     plan_prefill_rows(plan);
-    if (plan.rows.empty()) return false;
+    if (plan.rows.empty()) return embedded > 0;
     pass_begin = rec.mark();
     t_->model->record_batch(rec, plan.rows, logits_);
     record_choices(plan);

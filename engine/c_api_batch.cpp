@@ -46,6 +46,36 @@ void fill_result(vkspec_request_result& out, const BatchResult& r) {
   out.decode_seconds = r.decode_s;
 }
 
+// The request's prompt, checked against the vocabulary.
+std::vector<uint32_t> prompt_ids(const vkspec_batch* b, const int32_t* prompt, size_t n_prompt) {
+  require(n_prompt > 0, "the prompt is empty");
+  const uint32_t n_vocab = b->model->target->tok->n_vocab();
+  std::vector<uint32_t> ids(n_prompt);
+  for (size_t i = 0; i < n_prompt; ++i) {
+    require(prompt[i] >= 0 && uint32_t(prompt[i]) < n_vocab, "a prompt token is outside the vocabulary");
+    ids[i] = uint32_t(prompt[i]);
+  }
+  return ids;
+}
+uint64_t new_id(vkspec_batch* b) {
+  std::lock_guard<std::mutex> lock(b->ids_mutex);
+  return b->next_id++;
+}
+// Queues r as request `rid` (cancellable by id while it runs); the engine's refusal is an invalid argument.
+void enqueue(vkspec_batch* b, uint64_t rid, const std::shared_ptr<BatchRequest>& r) {
+  {
+    std::lock_guard<std::mutex> lock(b->ids_mutex);
+    b->running[rid] = r;
+  }
+  try {
+    b->engine->submit(r);
+  } catch (const Error& e) {
+    std::lock_guard<std::mutex> lock(b->ids_mutex);
+    b->running.erase(rid);
+    throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, e.what()};
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -101,24 +131,15 @@ vkspec_status vkspec_batch_submit(vkspec_batch* batch, const int32_t* prompt, si
   return api_call([&] {
     vkspec_batch* b = live_batch(batch);
     require(prompt && params && id, "a null argument");
-    require(n_prompt > 0, "the prompt is empty");
     const Tokenizer& tok = *b->model->target->tok;
     auto r = std::make_shared<BatchRequest>();
-    r->prompt.resize(n_prompt);
-    for (size_t i = 0; i < n_prompt; ++i) {
-      require(prompt[i] >= 0 && uint32_t(prompt[i]) < tok.n_vocab(), "a prompt token is outside the vocabulary");
-      r->prompt[i] = uint32_t(prompt[i]);
-    }
+    r->prompt = prompt_ids(b, prompt, n_prompt);
     r->sp = sampling_params(params->sampling, tok.n_vocab());
     r->max_tokens = params->max_tokens;
     r->ignore_eos = params->ignore_eos != 0;
     r->speculate = params->speculative != 0;
     r->logits = params->logits != 0;
-    {
-      std::lock_guard<std::mutex> lock(b->ids_mutex);
-      *id = b->next_id++;
-    }
-    const uint64_t rid = *id;
+    const uint64_t rid = *id = new_id(b);
     const vkspec_request_params p = *params;
     const uint32_t n_vocab = tok.n_vocab();
     auto utf8 = std::make_shared<Utf8Stream>();
@@ -139,17 +160,36 @@ vkspec_status vkspec_batch_submit(vkspec_batch* batch, const int32_t* prompt, si
       fill_result(out, res);
       if (p.on_done) p.on_done(rid, &out, p.user);
     };
-    {
-      std::lock_guard<std::mutex> lock(b->ids_mutex);
-      b->running[rid] = r;
-    }
-    try {
-      b->engine->submit(r);
-    } catch (const Error& e) {
-      std::lock_guard<std::mutex> lock(b->ids_mutex);
-      b->running.erase(rid);
-      throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, e.what()};
-    }
+    enqueue(b, rid, r);
+  });
+}
+
+vkspec_status vkspec_batch_embed(vkspec_batch* batch, const int32_t* tokens, size_t n_tokens, vkspec_pooling pooling,
+                                 int32_t normalize, vkspec_embedding_fn on_embedding, vkspec_request_done_fn on_done,
+                                 void* user, uint64_t* id) {
+  return api_call([&] {
+    vkspec_batch* b = live_batch(batch);
+    require(tokens && id, "a null argument");
+    require(pooling == VKSPEC_POOLING_LAST || pooling == VKSPEC_POOLING_MEAN, "pooling must be VKSPEC_POOLING_LAST or _MEAN");
+    require(normalize == 0 || normalize == 1, "normalize must be 0 or 1");
+    auto r = std::make_shared<BatchRequest>();
+    r->prompt = prompt_ids(b, tokens, n_tokens);
+    r->embed = pooling == VKSPEC_POOLING_MEAN ? LlamaModel::Pooling::Mean : LlamaModel::Pooling::Last;
+    r->normalize = normalize == 1;
+    const uint64_t rid = *id = new_id(b);
+    r->on_embedding = [rid, on_embedding, user](std::vector<float> v) {
+      if (on_embedding) on_embedding(rid, v.data(), uint32_t(v.size()), user);
+    };
+    r->on_done = [rid, on_done, user, b](const BatchResult& res) {
+      {
+        std::lock_guard<std::mutex> lock(b->ids_mutex);
+        b->running.erase(rid);
+      }
+      vkspec_request_result out;
+      fill_result(out, res);
+      if (on_done) on_done(rid, &out, user);
+    };
+    enqueue(b, rid, r);
   });
 }
 

@@ -163,13 +163,15 @@ std::vector<float> Engine::embed(Session& session, std::span<const uint32_t> tok
   std::lock_guard<std::mutex> lock(t_->busy);
   std::vector<float> out = m.embed(session.seq, tokens, pooling);
   session.tokens.assign(tokens.begin(), tokens.end());
-  if (normalize) {
-    double ss = 0;
-    for (const float v : out) ss += double(v) * v;
-    if (ss > 0)
-      for (float& v : out) v = float(v / std::sqrt(ss));
-  }
+  if (normalize) normalize_embedding(out);
   return out;
+}
+
+void Engine::normalize_embedding(std::span<float> v) {
+  double ss = 0;
+  for (const float x : v) ss += double(x) * x;
+  if (ss > 0)
+    for (float& x : v) x = float(x / std::sqrt(ss));
 }
 
 std::unique_ptr<TokenConstraint> TargetModel::constraint(const SamplingParams& sp) {

@@ -158,6 +158,7 @@ class Engine {
   // The embedding of `tokens` (LlamaModel::embed), from an empty cache on `session` (afterwards it holds
   // them); 1 <= tokens.size() <= n_ctx. `normalize`: scaled to unit Euclidean length.
   std::vector<float> embed(Session& session, std::span<const uint32_t> tokens, LlamaModel::Pooling pooling, bool normalize);
+  static void normalize_embedding(std::span<float> v);   // to unit Euclidean length (a zero vector stays)
 
  private:
   void load_drafter();

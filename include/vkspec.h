@@ -339,7 +339,7 @@ typedef struct vkspec_batch_params {
 VKSPEC_API vkspec_batch_params vkspec_batch_default_params(void);
 
 typedef struct vkspec_request_result {
-  char stop_reason[16];        /* "eos", "length", "context", "stopped", "cancelled", "error" */
+  char stop_reason[16];        /* "eos", "length", "context", "stopped", "cancelled", "error" (an embedding: "embedded") */
   char error[256];             /* with "error": what failed */
   uint32_t prompt_tokens, prefilled_tokens, shared_tokens, completion_tokens;
   int32_t speculative;
@@ -421,6 +421,14 @@ typedef enum vkspec_pooling {
  * evaluated from an empty cache (what the context held is dropped; afterwards it holds the tokens). */
 VKSPEC_API vkspec_status vkspec_embed(vkspec_context* ctx, const int32_t* tokens, size_t n_tokens, vkspec_pooling pooling,
                                       int32_t normalize, float* out, size_t capacity);
+/* The same in a batch: queued and admitted as a request (a sequence and its tokens' KV blocks), run whole
+ * on the stepping thread before the next step's pass. on_embedding gets the vector (n_embd floats, valid
+ * during the call), then on_done ("embedded"; "cancelled", "error"); both on the stepping thread. 1 <= n_tokens
+ * <= n_ctx; *id as vkspec_batch_submit's (vkspec_batch_cancel works on it). */
+typedef void (*vkspec_embedding_fn)(uint64_t id, const float* embedding, uint32_t n_embd, void* user);
+VKSPEC_API vkspec_status vkspec_batch_embed(vkspec_batch* batch, const int32_t* tokens, size_t n_tokens, vkspec_pooling pooling,
+                                            int32_t normalize, vkspec_embedding_fn on_embedding, vkspec_request_done_fn on_done,
+                                            void* user, uint64_t* id);
 
 #ifdef __cplusplus
 }

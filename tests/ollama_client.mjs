@@ -48,6 +48,10 @@ const turn = await ollama.chat({ model, tools, options: { ...greedy, num_predict
   { role: "tool", content: "21 C", tool_name: "get_weather" }] });
 out.tool_turn = { content: turn.message.content, done: turn.done };
 
+const embed = await ollama.embed({ model, input: ["def add(a, b): return a + b", "hello"] });
+out.embed = { count: embed.embeddings.length, first: embed.embeddings[0], prompt_eval_count: embed.prompt_eval_count };
+out.embeddings = { first: (await ollama.embeddings({ model, prompt: "def add(a, b): return a + b" })).embedding };
+
 try {
   await ollama.generate({ model: "no-such-model", prompt: "x" , stream: false});
   out.unknown_model = "accepted";

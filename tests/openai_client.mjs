@@ -60,4 +60,8 @@ try {
 } catch (e) {
   out.unknown_model = { status: e.status, code: e.code ?? e.error?.code ?? null };
 }
+// Embeddings: the SDK asks for base64 unless told otherwise, and decodes it
+const emb = await client.embeddings.create({ model, input: ["def add(a, b): return a + b", "hello"] });
+out.embeddings = { count: emb.data.length, indexes: emb.data.map((d) => d.index), first: Array.from(emb.data[0].embedding),
+                   usage: emb.usage };
 console.log(JSON.stringify(out));

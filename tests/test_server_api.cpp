@@ -3,6 +3,7 @@
 // messages the template receives); Ollama's requests and NDJSON lines; /tokenize's pieces.
 #include <cmath>
 
+#include "apps/embeddings_api.h"
 #include "apps/ollama_api.h"
 #include "apps/server_api.h"
 #include "engine/prompt.h"
@@ -264,6 +265,84 @@ TEST_F(ServerApiParse, ToolsReachTheTemplateAndTheGrammar) {
 
 // Ollama's requests as the OpenAI bodies they mean: its option names and defaults, format, raw and system,
 // the template applied by generate, load-only requests, and refusals of what would change the output.
+// Embeddings requests in both dialects: every input form becomes the token ids the completion prompt
+// encoding gives (BOS first), in order; what is not a valid input is a 400 naming the field (a wrong model a
+// 404); Ollama's truncate cuts a long input to the context, OpenAI's refuses it. Responses: OpenAI's list
+// (base64: the float32 bytes, checked on a value whose bytes are known), Ollama's two shapes.
+TEST_F(ServerApiParse, EmbeddingsInputsBecomeTokenLists) {
+  using cli::EmbedEndpoint;
+  const auto parse = [&](const std::string& body, EmbedEndpoint ep) {
+    return cli::parse_embeddings(cli::parse_body(body, lim_), ep, lim_, enc_, "m", 384);
+  };
+  const std::vector<int32_t> def = enc_.prompt("def f():"), hi = enc_.prompt("hi");
+  ASSERT_EQ(def[0], int32_t(tok_->bos()));
+  auto s = parse(R"({"input": "def f():", "model": "m"})", EmbedEndpoint::OpenAi);
+  EXPECT_EQ(s.inputs, std::vector<std::vector<int32_t>>({def}));
+  EXPECT_TRUE(s.normalize);
+  EXPECT_FALSE(s.base64);
+  s = parse(R"({"input": ["def f():", "hi"], "encoding_format": "base64", "dimensions": 384})", EmbedEndpoint::OpenAi);
+  EXPECT_EQ(s.inputs, std::vector<std::vector<int32_t>>({def, hi}));
+  EXPECT_TRUE(s.base64);
+  EXPECT_EQ(parse(R"({"input": [1, 5, 9]})", EmbedEndpoint::OpenAi).inputs, std::vector<std::vector<int32_t>>({{1, 5, 9}}));
+  EXPECT_EQ(parse(R"({"input": [[1, 5], "hi"]})", EmbedEndpoint::OpenAi).inputs, std::vector<std::vector<int32_t>>({{1, 5}, hi}));
+  s = parse(R"({"input": ["hi", ""], "model": "m:latest"})", EmbedEndpoint::OllamaEmbed);
+  EXPECT_EQ(s.inputs, std::vector<std::vector<int32_t>>({hi}));   // Ollama leaves empty inputs out
+  s = parse(R"({"prompt": "hi"})", EmbedEndpoint::OllamaEmbeddings);
+  EXPECT_EQ(s.inputs, std::vector<std::vector<int32_t>>({hi}));
+  EXPECT_FALSE(s.normalize);
+  std::string long_text;
+  for (int i = 0; i < 600; ++i) long_text += std::string(" w") + std::to_string(i);
+  const size_t long_tokens = enc_.prompt(long_text).size();
+  ASSERT_GT(long_tokens, lim_.n_ctx);
+  EXPECT_EQ(parse(json{{"input", long_text}}.dump(), EmbedEndpoint::OllamaEmbed).inputs[0].size(), lim_.n_ctx);
+  const std::pair<std::string, EmbedEndpoint> bad[] = {
+      {R"({})", EmbedEndpoint::OpenAi}, {R"({"input": ""})", EmbedEndpoint::OpenAi}, {R"({"input": []})", EmbedEndpoint::OpenAi},
+      {R"({"input": 5})", EmbedEndpoint::OpenAi}, {R"({"input": [1, "a"]})", EmbedEndpoint::OpenAi},
+      {R"({"input": [1, 999999]})", EmbedEndpoint::OpenAi}, {R"({"input": [-1]})", EmbedEndpoint::OpenAi},
+      {R"({"input": [[]]})", EmbedEndpoint::OpenAi}, {R"({"input": [{"a": 1}]})", EmbedEndpoint::OpenAi},
+      {R"({"input": "a", "encoding_format": "int8"})", EmbedEndpoint::OpenAi}, {R"({"input": "a", "dimensions": 16})", EmbedEndpoint::OpenAi},
+      {R"({"input": "a", "model": 3})", EmbedEndpoint::OpenAi}, {json{{"input", long_text}}.dump(), EmbedEndpoint::OpenAi},
+      {json{{"input", long_text}, {"truncate", false}}.dump(), EmbedEndpoint::OllamaEmbed},
+      {R"({"input": "a", "truncate": "yes"})", EmbedEndpoint::OllamaEmbed}, {R"({"input": [[1, 2]]})", EmbedEndpoint::OllamaEmbed},
+      {R"({"input": "a", "encoding_format": "float"})", EmbedEndpoint::OllamaEmbed}, {R"({"prompt": ["a"]})", EmbedEndpoint::OllamaEmbeddings},
+      {R"([1])", EmbedEndpoint::OpenAi}, {json{{"input", json::array()}}.dump(), EmbedEndpoint::OpenAi}};
+  for (const auto& [body, ep] : bad) {
+    SCOPED_TRACE(body.substr(0, 80));
+    try {
+      parse(body, ep);
+      ADD_FAILURE() << "accepted";
+    } catch (const cli::ApiError& e) {
+      EXPECT_EQ(e.status, 400) << e.message;
+    }
+  }
+  std::string many = "[";
+  for (uint32_t i = 0; i <= lim_.max_embed_inputs; ++i) many += i ? ",\"a\"" : "\"a\"";
+  EXPECT_THROW(parse(R"({"input": )" + many + "]}", EmbedEndpoint::OpenAi), cli::ApiError);
+  try {
+    parse(R"({"input": "a", "model": "other"})", EmbedEndpoint::OllamaEmbed);
+    ADD_FAILURE() << "accepted another model";
+  } catch (const cli::ApiError& e) {
+    EXPECT_EQ(e.status, 404);
+  }
+
+  cli::EmbedSpec spec = parse(R"({"input": ["a", "b"], "encoding_format": "base64"})", EmbedEndpoint::OpenAi);
+  const std::vector<std::vector<float>> vectors = {{1.0f, -2.0f}, {0.5f, 0.0f}};   // 1.0f: 00 00 80 3F, -2.0f: 00 00 00 C0
+  json r = cli::embeddings_response(spec, vectors, "m", 0.25);
+  EXPECT_EQ(r["object"], "list");
+  EXPECT_EQ(r["data"][0]["embedding"], "AACAPwAAAMA=");
+  EXPECT_EQ(r["data"][1]["index"], 1);
+  EXPECT_EQ(r["usage"]["prompt_tokens"], spec.inputs[0].size() + spec.inputs[1].size());
+  spec.base64 = false;
+  EXPECT_EQ(cli::embeddings_response(spec, vectors, "m", 0.25)["data"][1]["embedding"], json({0.5, 0.0}));
+  spec.endpoint = EmbedEndpoint::OllamaEmbed;
+  r = cli::embeddings_response(spec, vectors, "m", 0.25);
+  EXPECT_EQ(r["embeddings"], json(vectors));
+  EXPECT_EQ(r["total_duration"], 250000000);
+  EXPECT_EQ(r["prompt_eval_count"], spec.inputs[0].size() + spec.inputs[1].size());
+  spec.endpoint = EmbedEndpoint::OllamaEmbeddings;
+  EXPECT_EQ(cli::embeddings_response(spec, vectors, "m", 0.25), json({{"embedding", {1.0, -2.0}}}));
+}
+
 TEST(ServerApi, OllamaRequestsBecomeTheOpenAiBodiesTheyMean) {
   using cli::OllamaEndpoint;
   auto req = [](const char* body, OllamaEndpoint ep = OllamaEndpoint::Generate, bool tmpl = true) {

@@ -1,17 +1,19 @@
 // libFuzzer target for the server's request parsing (apps/server_api.h): arbitrary bytes as the body of a
 // completion (first byte even) or chat completion (odd) request (with bit 3 set: Ollama's generate or chat; bit
-// 2: llama-server's /tokenize or /detokenize), with a real vocabulary and the Llama 3.2 chat
-// template. Every outcome must be a CompletionSpec within the limits (its JSON schema, a tool call's included,
-// converted to a grammar or refused with an Error) or an ApiError with a 4xx status; any
-// other exception, a crash, an ASan/UBSan finding or a hang is a bug. Seeds: tests/fuzz/server-seeds (text:
-// first byte 'P', even, or 'C', odd; 'H' / 'K' Ollama's generate / chat; 'D' / 'E' /tokenize / /detokenize;
-// then the body).
+// 2: llama-server's /tokenize or /detokenize; bit 5: embeddings, OpenAI's, or with bit 3 Ollama's /api/embed
+// (even) or /api/embeddings (odd)), with a real vocabulary and the Llama 3.2 chat template. Every outcome
+// must be a CompletionSpec (or embedding inputs) within the limits (its JSON schema, a tool call's included,
+// converted to a grammar or refused with an Error) or an ApiError with a 4xx status; any other exception, a
+// crash, an ASan/UBSan finding or a hang is a bug. Seeds: tests/fuzz/server-seeds (text: first byte 'P',
+// even, or 'C', odd; 'H' / 'K' Ollama's generate / chat; 'D' / 'E' /tokenize / /detokenize; 'a' / 'h' / 'i'
+// OpenAI's embeddings, Ollama's embed / embeddings; then the body).
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
 
+#include "apps/embeddings_api.h"
 #include "apps/ollama_api.h"
 #include "apps/server_api.h"
 #include "engine/prompt.h"
@@ -59,6 +61,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string body(reinterpret_cast<const char*>(data) + 1, size - 1);
   try {
     nlohmann::ordered_json request = cli::parse_body(body, lim);
+    if (data[0] & 32) {   // embeddings: every input accepted is 1..n_ctx ids of the vocabulary
+      const cli::EmbedEndpoint ep = !(data[0] & 8) ? cli::EmbedEndpoint::OpenAi
+                                    : chat        ? cli::EmbedEndpoint::OllamaEmbeddings
+                                                  : cli::EmbedEndpoint::OllamaEmbed;
+      const cli::EmbedSpec e = cli::parse_embeddings(request, ep, lim, enc, "m", 64);
+      if (e.inputs.size() > lim.max_embed_inputs) abort();
+      for (const auto& ids : e.inputs) {
+        if (ids.empty() || ids.size() > lim.n_ctx) abort();
+        for (int32_t id : ids)
+          if (id < 0 || uint32_t(id) >= tok->n_vocab()) abort();
+      }
+      (void)cli::dump(cli::embeddings_response(e, std::vector<std::vector<float>>(e.inputs.size(), std::vector<float>(3, 0.5f)), "m", 0.1));
+      return 0;
+    }
     if (data[0] & 4) {   // llama-server's utilities: what they accept is in range
       if (chat) {
         for (int32_t id : cli::parse_detokenize(request, lim))
