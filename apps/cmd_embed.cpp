@@ -1,6 +1,7 @@
 // `vkspec embed`: a text's embedding, as llama.cpp's llama-embedding computes it for a decoder model (the
 // final hidden state after the output norm; the last token's, or the mean over the tokens) and optionally
 // normalized to unit length, as OpenAI's and Ollama's endpoints return it.
+#include <chrono>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -20,10 +21,12 @@ int cmd_embed(const RunOptions& run_opts, const EmbedOptions& e) {
                 "; --ctx sets it)");
   api::Context ctx(model, context_params(run_opts, 0));
   const uint32_t n_embd = vkspec_model_n_embd(model.get());
+  const auto t0 = std::chrono::steady_clock::now();
   const std::vector<float> v = ctx.embed(ids, e.pooling == "mean" ? VKSPEC_POOLING_MEAN : VKSPEC_POOLING_LAST, e.normalize, n_embd);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (run_opts.json) {
     write_stdout(nlohmann::json{{"embedding", v}, {"n_embd", n_embd}, {"n_tokens", ids.size()}, {"pooling", e.pooling},
-                                {"normalized", e.normalize}, {"model", run_opts.model}}.dump() + "\n");
+                                {"normalized", e.normalize}, {"seconds", seconds}, {"model", run_opts.model}}.dump() + "\n");
   } else {
     std::string out;
     char num[32];

@@ -228,7 +228,7 @@ class PatternParser {
     if (c == '(') {
       ++at_;
       if (peek() == '?') {
-        if (peek(1) != ':') fail("lookaround and named groups are not supported");
+        if (peek(1) != ':') fail("lookaround, named groups and inline flags ((?=, (?!, (?<, (?i) ...) are not supported");
         at_ += 2;
       }
       if (depth + 1 > int(kMaxDepth)) fail("groups nested more than 64 deep");
