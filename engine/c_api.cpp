@@ -491,7 +491,7 @@ vkspec_status vkspec_score(vkspec_context* ctx, const int32_t* tokens, size_t n_
   });
 }
 
-vkspec_status vkspec_embed(vkspec_context* ctx, const int32_t* tokens, size_t n_tokens, vkspec_pooling pooling,
+vkspec_status vkspec_embed(vkspec_context* ctx, const int32_t* tokens, size_t n_tokens, int32_t pooling,
                            int32_t normalize, float* out, size_t capacity) {
   return api_call([&] {
     Claim claim(ctx);

@@ -164,7 +164,7 @@ vkspec_status vkspec_batch_submit(vkspec_batch* batch, const int32_t* prompt, si
   });
 }
 
-vkspec_status vkspec_batch_embed(vkspec_batch* batch, const int32_t* tokens, size_t n_tokens, vkspec_pooling pooling,
+vkspec_status vkspec_batch_embed(vkspec_batch* batch, const int32_t* tokens, size_t n_tokens, int32_t pooling,
                                  int32_t normalize, vkspec_embedding_fn on_embedding, vkspec_request_done_fn on_done,
                                  void* user, uint64_t* id) {
   return api_call([&] {

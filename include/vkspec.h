@@ -411,6 +411,7 @@ VKSPEC_API vkspec_status vkspec_score(vkspec_context* ctx, const int32_t* tokens
                                       double* logprobs);
 
 /* ---- embeddings (since version 7) ---- */
+/* pooling: one of these (an int32_t in the calls, so that any value a caller passes is defined) */
 typedef enum vkspec_pooling {
   VKSPEC_POOLING_LAST = 0,   /* the last token's (llama.cpp's and Ollama's for a decoder model: it has seen the text) */
   VKSPEC_POOLING_MEAN = 1    /* the mean over the tokens */
@@ -419,14 +420,14 @@ typedef enum vkspec_pooling {
  * embeddings), pooled; normalize 1 scales it to unit Euclidean length (what OpenAI's and Ollama's embeddings
  * endpoints return). out holds capacity floats, at least vkspec_model_n_embd(). 1 <= n_tokens <= n_ctx;
  * evaluated from an empty cache (what the context held is dropped; afterwards it holds the tokens). */
-VKSPEC_API vkspec_status vkspec_embed(vkspec_context* ctx, const int32_t* tokens, size_t n_tokens, vkspec_pooling pooling,
+VKSPEC_API vkspec_status vkspec_embed(vkspec_context* ctx, const int32_t* tokens, size_t n_tokens, int32_t pooling,
                                       int32_t normalize, float* out, size_t capacity);
 /* The same in a batch: queued and admitted as a request (a sequence and its tokens' KV blocks), run whole
  * on the stepping thread before the next step's pass. on_embedding gets the vector (n_embd floats, valid
  * during the call), then on_done ("embedded"; "cancelled", "error"); both on the stepping thread. 1 <= n_tokens
  * <= n_ctx; *id as vkspec_batch_submit's (vkspec_batch_cancel works on it). */
 typedef void (*vkspec_embedding_fn)(uint64_t id, const float* embedding, uint32_t n_embd, void* user);
-VKSPEC_API vkspec_status vkspec_batch_embed(vkspec_batch* batch, const int32_t* tokens, size_t n_tokens, vkspec_pooling pooling,
+VKSPEC_API vkspec_status vkspec_batch_embed(vkspec_batch* batch, const int32_t* tokens, size_t n_tokens, int32_t pooling,
                                             int32_t normalize, vkspec_embedding_fn on_embedding, vkspec_request_done_fn on_done,
                                             void* user, uint64_t* id);
 

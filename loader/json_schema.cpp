@@ -313,11 +313,21 @@ class Converter {
     if (out.count("integer")) out.insert("number");
     return out;
   }
+  // A value as text that is equal for equal JSON values (JSON Schema's equality: keys in any order, 1 == 1.0).
+  static nlohmann::json canonical(const json& v) {
+    if (v.is_number()) return v.get<double>();
+    nlohmann::json out = v.is_array() ? nlohmann::json::array() : v.is_object() ? nlohmann::json::object() : nlohmann::json::parse(v.dump());
+    if (v.is_array())
+      for (const json& x : v) out.push_back(canonical(x));
+    if (v.is_object())
+      for (const auto& [k, x] : v.items()) out[k] = canonical(x);   // (nlohmann::json sorts its keys)
+    return out;
+  }
   static std::optional<std::set<std::string>> values(const json& s) {   // a const's or an enum's values, as text
     if (!s.is_object()) return std::nullopt;
     std::set<std::string> out;
-    if (s.contains("const")) out.insert(s["const"].dump());
-    else if (s.contains("enum") && s["enum"].is_array()) for (const json& v : s["enum"]) out.insert(v.dump());
+    if (s.contains("const")) out.insert(canonical(s["const"]).dump());
+    else if (s.contains("enum") && s["enum"].is_array()) for (const json& v : s["enum"]) out.insert(canonical(v).dump());
     else return std::nullopt;
     return out;
   }

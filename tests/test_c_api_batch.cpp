@@ -286,7 +286,7 @@ TEST(CApiEmbed, MeanIsTheMeanOfItsPrefixesAndBadArgumentsAreRefused) {
 
   const int32_t bad_id[] = {1, int32_t(vkspec_model_n_vocab(m))};
   EXPECT_EQ(vkspec_embed(c, tokens.data(), tokens.size(), VKSPEC_POOLING_LAST, 0, prefix.data(), n_embd - 1), VKSPEC_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(vkspec_embed(c, tokens.data(), tokens.size(), vkspec_pooling(7), 0, prefix.data(), n_embd), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(vkspec_embed(c, tokens.data(), tokens.size(), 7, 0, prefix.data(), n_embd), VKSPEC_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(vkspec_embed(c, tokens.data(), tokens.size(), VKSPEC_POOLING_LAST, 2, prefix.data(), n_embd), VKSPEC_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(vkspec_embed(c, tokens.data(), 0, VKSPEC_POOLING_LAST, 0, prefix.data(), n_embd), VKSPEC_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(vkspec_embed(c, bad_id, 2, VKSPEC_POOLING_LAST, 0, prefix.data(), n_embd), VKSPEC_ERROR_INVALID_ARGUMENT);

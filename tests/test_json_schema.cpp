@@ -287,7 +287,8 @@ TEST(JsonSchema, OneOfAllOfAndTuples) {
   EXPECT_EQ(schema_accepts(tail, "[1, null, null]"), 1);
   for (const char* bad : {"[1, null]", "[1, null, null, null]", "[1, 2, null]"}) EXPECT_EQ(schema_accepts(tail, bad), -1) << bad;
   expect_refused({R"({"oneOf": [{"type": "integer"}, {"type": "number"}]})", R"({"oneOf": [{"type": "object"}, {"type": "object"}]})",
-                  R"({"oneOf": [{"enum": [1, 2]}, {"enum": [2, 3]}]})", R"({"allOf": [{"type": "string"}, {"maxLength": 3}]})",
+                  R"({"oneOf": [{"enum": [1, 2]}, {"enum": [2, 3]}]})", R"({"oneOf": [{"const": 1}, {"const": 1.0}]})",
+                  R"({"oneOf": [{"const": {"a": 1, "b": 2}}, {"const": {"b": 2, "a": 1}}]})", R"({"allOf": [{"type": "string"}, {"maxLength": 3}]})",
                   R"({"allOf": [{"properties": {"a": {"type": "integer"}}}, {"properties": {"a": {"type": "string"}}}]})",
                   R"({"prefixItems": [{}], "items": false, "minItems": 2})", R"({"oneOf": []})", R"({"allOf": {}})"});
 }
