@@ -226,32 +226,42 @@ void LlamaModel::forward(int seq, std::span<const uint32_t> tokens, Logits want)
 
 std::vector<float> LlamaModel::embed(int seq, std::span<const uint32_t> tokens, Pooling pooling) {
   if (tokens.empty()) throw Error("an embedding needs at least one token");
-  const uint32_t dim = hp_.dim;
+  const uint32_t dim = hp_.dim, n = uint32_t(tokens.size());
   const VkDeviceSize x_row = VkDeviceSize(dim) * 4;
-  // x rows go to the host through the logits' readback buffer, which holds more of them than a chunk has
-  const uint32_t per_pass = std::min<uint32_t>(ubatch_, uint32_t(logits_host_.size / x_row));
+  // x rows reach the host through the logits' readback buffer, as many per submission as it holds (every
+  // chunk's in one submission for the last token's, or a mean over a short text)
+  const uint32_t capacity = uint32_t(logits_host_.size / x_row), per_pass = std::min(ubatch_, capacity);
   std::vector<double> sum(dim, 0.0);
-  for (size_t at = 0; at < tokens.size(); at += per_pass) {
-    const uint32_t n = uint32_t(std::min<size_t>(per_pass, tokens.size() - at));
-    const bool final_pass = at + n == tokens.size();
-    const uint32_t first = pooling == Pooling::Mean ? 0 : n - 1, rows = pooling == Pooling::Mean ? n : final_pass ? 1 : 0;
-    const TokenInput in = write_tokens(tokens.subspan(at, n));
-    rec_->begin();
-    record_forward(*rec_, seq, in, n, Logits::None);
-    if (rows > 0) {
-      rec_->barrier();
-      rec_->copy(x_.sub(first * x_row, rows * x_row), logits_host_.sub(0, rows * x_row));
-    }
+  uint32_t kept = 0;   // rows copied into the readback buffer and not yet read
+  const auto read_kept = [&] {
     rec_->submit_and_wait();
-    for (uint32_t r = 0; r < rows; ++r) {   // xn = rmsnorm(x) * output_norm, as the logits' matmul reads it
+    for (uint32_t r = 0; r < kept; ++r) {   // xn = rmsnorm(x) * output_norm, as the logits' matmul reads it
       const float* x = logits_host_.host<float>() + size_t(r) * dim;
       double ss = 0;
       for (uint32_t i = 0; i < dim; ++i) ss += double(x[i]) * x[i];
       const double scale = 1.0 / std::sqrt(ss / dim + hp_.rms_eps);
       for (uint32_t i = 0; i < dim; ++i) sum[i] += double(x[i]) * scale * output_norm_host_[i];
     }
+    kept = 0;
+  };
+  const TokenInput all = write_tokens(tokens);
+  rec_->begin();
+  for (uint32_t at = 0; at < n; at += per_pass) {
+    const uint32_t c = std::min(per_pass, n - at);
+    record_forward(*rec_, seq, TokenInput{all.ids.sub(VkDeviceSize(at) * 4, VkDeviceSize(c) * 4), 1}, c, Logits::None);
+    const uint32_t first = pooling == Pooling::Mean ? 0 : c - 1;
+    const uint32_t rows = pooling == Pooling::Mean ? c : at + c == n ? 1 : 0;
+    if (rows == 0) continue;
+    if (kept + rows > capacity) {   // (x keeps this chunk's rows across the submission)
+      read_kept();
+      rec_->begin();
+    }
+    rec_->barrier();
+    rec_->copy(x_.sub(first * x_row, rows * x_row), logits_host_.sub(kept * x_row, rows * x_row));
+    kept += rows;
   }
-  const double count = pooling == Pooling::Mean ? double(tokens.size()) : 1.0;
+  read_kept();
+  const double count = pooling == Pooling::Mean ? double(n) : 1.0;
   std::vector<float> out(dim);
   for (uint32_t i = 0; i < dim; ++i) out[i] = float(sum[i] / count);
   return out;

@@ -103,7 +103,8 @@ class LlamaModel {
   // Embeddings: the final hidden state (x after the output norm, what llama.cpp calls embeddings) of
   // `tokens` run at positions kv().length(seq) .. +n, appended to seq's KV: the last token's (llama.cpp's and
   // Ollama's for a decoder model, whose last token has seen the whole text) or their mean. Passes of up to
-  // ubatch() tokens, each one submission and wait; the host reads their x rows and applies the norm.
+  // ubatch() tokens in one submission (more where a mean's rows outgrow the readback buffer); the host reads
+  // their x rows and applies the norm.
   enum class Pooling { Last, Mean };
   std::vector<float> embed(int seq, std::span<const uint32_t> tokens, Pooling pooling);
   // Creates the pipelines a pass of any width uses, by running passes of 1..Kernels::kBatchTile tokens

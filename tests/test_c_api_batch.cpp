@@ -249,23 +249,27 @@ TEST(CApiBatch, SubmittersOnManyThreadsWhileOneRuns) {
   EXPECT_EQ(vkspec_model_free(m), VKSPEC_OK);
 }
 
-// vkspec_embed over passes of 3 tokens (n_ubatch): the mean over a text's tokens equals the mean of the
-// last-token embeddings of its prefixes, each from one pass (the model is causal and every kernel
-// batch-invariant, so row i of a long pass is the last row of a pass over the first i + 1 tokens); the
-// normalized vector is the unit vector of the plain one; bad arguments are refused and the context still
-// generates what it generated before.
+// vkspec_embed over passes of 13 tokens (n_ubatch): the mean over a text's tokens equals the mean of the
+// last-token embeddings of its prefixes (the model is causal and every kernel batch-invariant, so row i of a
+// long pass is the last row of a pass over the first i + 1 tokens); the text has more tokens than the
+// readback buffer holds rows of this model (16 x 512 logits = 128 rows of 64), so the mean is read in two
+// submissions. The normalized vector is the unit vector of the plain one; bad arguments are refused and the
+// context still generates what it generated before.
 TEST(CApiEmbed, MeanIsTheMeanOfItsPrefixesAndBadArgumentsAreRefused) {
   vkspec_model_params mp = vkspec_model_default_params();
-  mp.n_ctx = 64;
-  mp.n_ubatch = 3;
+  mp.n_ctx = 256;
+  mp.n_ubatch = 13;
   vkspec_model* m = nullptr;
   ASSERT_EQ(vkspec_model_load(kStories.c_str(), &mp, &m), VKSPEC_OK) << vkspec_last_error();
   vkspec_context_params cp = vkspec_context_default_params();
   cp.sampling.temperature = 0.0f;
   vkspec_context* c = nullptr;
   ASSERT_EQ(vkspec_context_create(m, &cp, &c), VKSPEC_OK) << vkspec_last_error();
-  const std::vector<int32_t> tokens = tokenize(m, "Once upon a time there was a little dog");
-  ASSERT_GT(tokens.size(), 7u);
+  const std::string story = "Once upon a time there was a little dog. The dog liked to run in the park with his friend the "
+                            "cat. One day they found a big red ball under a tree and played with it all day until the sun "
+                            "went down and they went home to sleep. ";
+  const std::vector<int32_t> tokens = tokenize(m, story + story);
+  ASSERT_GT(tokens.size(), 128u);
   const std::vector<int32_t> before = solo(c, tokens, 6);
   const uint32_t n_embd = vkspec_model_n_embd(m);
   ASSERT_GT(n_embd, 0u);
@@ -291,7 +295,7 @@ TEST(CApiEmbed, MeanIsTheMeanOfItsPrefixesAndBadArgumentsAreRefused) {
   EXPECT_EQ(vkspec_embed(c, tokens.data(), 0, VKSPEC_POOLING_LAST, 0, prefix.data(), n_embd), VKSPEC_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(vkspec_embed(c, bad_id, 2, VKSPEC_POOLING_LAST, 0, prefix.data(), n_embd), VKSPEC_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(vkspec_embed(c, nullptr, 2, VKSPEC_POOLING_LAST, 0, prefix.data(), n_embd), VKSPEC_ERROR_INVALID_ARGUMENT);
-  std::vector<int32_t> too_long(65, tokens[0]);
+  std::vector<int32_t> too_long(257, tokens[0]);
   EXPECT_EQ(vkspec_embed(c, too_long.data(), too_long.size(), VKSPEC_POOLING_LAST, 0, prefix.data(), n_embd), VKSPEC_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(solo(c, tokens, 6), before);
   EXPECT_EQ(vkspec_context_free(c), VKSPEC_OK);
