@@ -381,11 +381,7 @@ void begin_generation(vkspec_context* ctx, const int32_t* prompt, size_t n_promp
   Engine& e = *ctx->engine;
   if (e.running()) throw Failure{VKSPEC_ERROR_BUSY, "a generation is in progress on this context: step it to the end"};
   const uint32_t n_vocab = e.tokenizer().n_vocab(), n_ctx = e.model().n_ctx();
-  std::vector<uint32_t> ids(n_prompt);
-  for (size_t i = 0; i < n_prompt; ++i) {
-    require(prompt[i] >= 0 && uint32_t(prompt[i]) < n_vocab, "a prompt token is outside the vocabulary");
-    ids[i] = uint32_t(prompt[i]);
-  }
+  const std::vector<uint32_t> ids = checked_ids(prompt, n_prompt, n_vocab, "a prompt token");
   if (n_prompt >= n_ctx)
     throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, "the prompt is " + std::to_string(n_prompt) +
                                                      " tokens and the context holds " + std::to_string(n_ctx)};
@@ -479,12 +475,7 @@ vkspec_status vkspec_score(vkspec_context* ctx, const int32_t* tokens, size_t n_
     if (e.running()) throw Failure{VKSPEC_ERROR_BUSY, "a generation is in progress on this context"};
     const uint32_t n_vocab = e.tokenizer().n_vocab(), n_ctx = e.model().n_ctx();
     require(first >= 1 && first < n_tokens && n_tokens <= n_ctx, "score needs 1 <= first < n_tokens <= the context");
-    std::vector<uint32_t> ids(n_tokens);
-    for (size_t i = 0; i < n_tokens; ++i) {
-      require(tokens[i] >= 0 && uint32_t(tokens[i]) < n_vocab, "a token id is outside the vocabulary");
-      ids[i] = uint32_t(tokens[i]);
-    }
-    const auto lp = e.score(ctx->session, ids, first);
+    const auto lp = e.score(ctx->session, checked_ids(tokens, n_tokens, n_vocab), first);
     ctx->cancel.store(false);
     if (!lp) throw Failure{VKSPEC_ERROR_CANCELLED, "cancelled by vkspec_cancel()"};
     std::copy(lp->begin(), lp->end(), logprobs);
@@ -503,12 +494,7 @@ vkspec_status vkspec_embed(vkspec_context* ctx, const int32_t* tokens, size_t n_
     const uint32_t n_vocab = e.tokenizer().n_vocab(), n_embd = e.model().hparams().dim;
     require(capacity >= n_embd, "out holds fewer floats than vkspec_model_n_embd()");
     require(n_tokens >= 1 && n_tokens <= e.model().n_ctx(), "an embedding needs 1 <= n_tokens <= the context");
-    std::vector<uint32_t> ids(n_tokens);
-    for (size_t i = 0; i < n_tokens; ++i) {
-      require(tokens[i] >= 0 && uint32_t(tokens[i]) < n_vocab, "a token id is outside the vocabulary");
-      ids[i] = uint32_t(tokens[i]);
-    }
-    const auto v = e.embed(ctx->session, ids, pooling == VKSPEC_POOLING_MEAN ? LlamaModel::Pooling::Mean : LlamaModel::Pooling::Last,
+    const auto v = e.embed(ctx->session, checked_ids(tokens, n_tokens, n_vocab), pooling == VKSPEC_POOLING_MEAN ? LlamaModel::Pooling::Mean : LlamaModel::Pooling::Last,
                            normalize == 1);
     std::copy(v.begin(), v.end(), out);
   });

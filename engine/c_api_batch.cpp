@@ -49,13 +49,7 @@ void fill_result(vkspec_request_result& out, const BatchResult& r) {
 // The request's prompt, checked against the vocabulary.
 std::vector<uint32_t> prompt_ids(const vkspec_batch* b, const int32_t* prompt, size_t n_prompt) {
   require(n_prompt > 0, "the prompt is empty");
-  const uint32_t n_vocab = b->model->target->tok->n_vocab();
-  std::vector<uint32_t> ids(n_prompt);
-  for (size_t i = 0; i < n_prompt; ++i) {
-    require(prompt[i] >= 0 && uint32_t(prompt[i]) < n_vocab, "a prompt token is outside the vocabulary");
-    ids[i] = uint32_t(prompt[i]);
-  }
-  return ids;
+  return checked_ids(prompt, n_prompt, b->model->target->tok->n_vocab(), "a prompt token");
 }
 uint64_t new_id(vkspec_batch* b) {
   std::lock_guard<std::mutex> lock(b->ids_mutex);

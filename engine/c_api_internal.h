@@ -9,6 +9,7 @@
 #include <new>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 #include "engine/engine.h"
 #include "loader/json_schema.h"
@@ -53,6 +54,17 @@ vkspec_status api_call(F&& f, vkspec_status on_error = VKSPEC_ERROR_FAILED) {
 
 inline void require(bool ok, const char* what) {
   if (!ok) throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, what};
+}
+
+// A caller's token ids, each checked against the vocabulary (`what`: "a prompt token", "a token id").
+inline std::vector<uint32_t> checked_ids(const int32_t* tokens, size_t n, uint32_t n_vocab, const char* what = "a token id") {
+  std::vector<uint32_t> ids(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || uint32_t(tokens[i]) >= n_vocab)
+      throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, std::string(what) + " is outside the vocabulary"};
+    ids[i] = uint32_t(tokens[i]);
+  }
+  return ids;
 }
 
 inline void copy_text(const std::string& s, char* out, size_t capacity, size_t* len) {
