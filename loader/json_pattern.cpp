@@ -131,7 +131,8 @@ class PatternParser {
 
  private:
   [[noreturn]] void fail(const std::string& what) const {
-    throw Error("JSON schema: pattern '" + std::string(src_) + "': " + what);
+    const std::string shown = src_.size() > 120 ? std::string(src_.substr(0, 120)) + "..." : std::string(src_);
+    throw Error("JSON schema: pattern '" + shown + "': " + what);
   }
   bool done() const { return at_ >= src_.size(); }
   char peek(size_t ahead = 0) const { return at_ + ahead < src_.size() ? src_[at_ + ahead] : '\0'; }
