@@ -8,13 +8,6 @@ namespace {
 using ojson = nlohmann::ordered_json;
 using json = nlohmann::json;
 
-[[noreturn]] void bad(const std::string& param, const std::string& message) { throw ApiError(400, message, param); }
-
-const ojson* field(const ojson& body, const char* name) {
-  const auto it = body.find(name);
-  return it == body.end() || it->is_null() ? nullptr : &*it;
-}
-
 // The little-endian float32 bytes of v in base64 (RFC 4648, padded).
 std::string base64(const std::vector<float>& v) {
   static const char* digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -39,17 +32,11 @@ int64_t nanoseconds(double s) { return int64_t(s * 1e9); }
 
 EmbedSpec parse_embeddings(const ojson& body, EmbedEndpoint ep, const ServerLimits& lim, const PromptEncoder& enc,
                            const std::string& model_id, uint32_t n_embd) {
-  if (!body.is_object()) bad("", "the request body must be a JSON object");
   EmbedSpec spec;
   spec.endpoint = ep;
   spec.normalize = ep != EmbedEndpoint::OllamaEmbeddings;
   const bool ollama = ep != EmbedEndpoint::OpenAi;
-  if (const ojson* m = field(body, "model")) {
-    if (!m->is_string()) bad("model", "'model' must be a string");
-    const std::string name = m->get<std::string>();
-    if (name != model_id && !(ollama && name == model_id + ":latest"))
-      throw ApiError(404, "the model '" + name + "' does not exist (this server has '" + model_id + "')", "model", "model_not_found");
-  }
+  check_model(body, model_id, ollama);
   if (const ojson* d = field(body, "dimensions"))
     if (!d->is_number_integer() || d->get<int64_t>() != int64_t(n_embd))
       bad("dimensions", "'dimensions' can only be this model's own, " + std::to_string(n_embd));
@@ -58,22 +45,13 @@ EmbedSpec parse_embeddings(const ojson& body, EmbedEndpoint ep, const ServerLimi
       bad("encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
     spec.base64 = *f == "base64";
   }
-  bool truncate = false;
-  if (ep == EmbedEndpoint::OllamaEmbed) {
-    truncate = true;
-    if (const ojson* t = field(body, "truncate")) {
-      if (!t->is_boolean()) bad("truncate", "'truncate' must be a boolean");
-      truncate = t->get<bool>();
-    }
-  }
+  const bool truncate = ep == EmbedEndpoint::OllamaEmbed && boolean(body, "truncate", true);
   const char* key = ep == EmbedEndpoint::OllamaEmbeddings ? "prompt" : "input";
   const ojson* in = field(body, key);
   if (!in && ep == EmbedEndpoint::OpenAi) bad(key, "'input' is required");
   // Texts and token lists, as given.
-  const auto add_tokens = [&](std::vector<int32_t> ids, const std::string& where) {
+  const auto add_tokens = [&](std::vector<int32_t> ids, const std::string& where) {   // (ids of the vocabulary)
     if (ids.empty()) bad(key, where + " is empty");
-    for (const int32_t id : ids)
-      if (id < 0 || uint32_t(id) >= lim.n_vocab) bad(key, where + " has the token id " + std::to_string(id) + ", outside the vocabulary");
     if (ids.size() > lim.n_ctx) {
       if (!truncate)
         bad(key, where + " is " + std::to_string(ids.size()) + " tokens, more than the context (" + std::to_string(lim.n_ctx) + ")");
@@ -95,15 +73,7 @@ EmbedSpec parse_embeddings(const ojson& body, EmbedEndpoint ep, const ServerLimi
     }
     add_tokens(std::move(ids), where);
   };
-  const auto token_list = [&](const ojson& a, const std::string& where) {
-    std::vector<int32_t> ids;
-    for (const ojson& t : a) {
-      if (!t.is_number_integer()) bad(key, where + " must hold token ids (integers)");
-      const int64_t v = t.get<int64_t>();
-      ids.push_back(v < 0 || v > INT32_MAX ? -1 : int32_t(v));
-    }
-    add_tokens(std::move(ids), where);
-  };
+  const auto token_list = [&](const ojson& a, const std::string& where) { add_tokens(token_ids(a, lim, key, where), where); };
   const std::string what = std::string("'") + key + "'";
   if (!in) {
     // Ollama without an input: no vectors (its load request)

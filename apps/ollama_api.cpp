@@ -10,8 +10,6 @@ namespace {
 using ojson = nlohmann::ordered_json;
 using json = nlohmann::json;
 
-[[noreturn]] void bad(const std::string& param, const std::string& message) { throw ApiError(400, message, param); }
-
 // Options that only tune Ollama's runner (context size, threads, GPU layers, batching, memory mapping):
 // accepted, no effect here (the server's --ctx and device settings hold).
 const std::set<std::string> kRunnerOptions = {"num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "use_mmap",

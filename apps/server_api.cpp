@@ -6,9 +6,9 @@
 #include <stdexcept>
 
 namespace vkspec::cli {
-namespace {
 using ojson = nlohmann::ordered_json;
 
+namespace {
 std::string type_name(const ojson& v) {
   if (v.is_null()) return "null";
   if (v.is_boolean()) return "a boolean";
@@ -17,6 +17,7 @@ std::string type_name(const ojson& v) {
   if (v.is_array()) return "an array";
   return "an object";
 }
+}  // namespace
 
 [[noreturn]] void bad(const std::string& param, const std::string& message) { throw ApiError(400, message, param); }
 
@@ -26,6 +27,33 @@ const ojson* field(const ojson& body, const char* name) {
   return it == body.end() || it->is_null() ? nullptr : &*it;
 }
 
+bool boolean(const ojson& body, const char* name, bool def) {
+  const ojson* v = field(body, name);
+  if (!v) return def;
+  if (!v->is_boolean()) bad(name, std::string("'") + name + "' must be a boolean, not " + type_name(*v));
+  return v->get<bool>();
+}
+
+std::vector<int32_t> token_ids(const ojson& a, const ServerLimits& lim, const std::string& param, const std::string& what) {
+  std::vector<int32_t> ids;
+  for (const ojson& v : a) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= int64_t(lim.n_vocab))
+      bad(param, what + " must hold token ids of this model (0.." + std::to_string(lim.n_vocab - 1) + "), not " + v.dump());
+    ids.push_back(int32_t(v.get<int64_t>()));
+  }
+  return ids;
+}
+
+void check_model(const ojson& body, const std::string& model_id, bool ollama) {
+  const ojson* m = field(body, "model");
+  if (!m) return;
+  if (!m->is_string()) bad("model", "'model' must be a string");
+  const std::string name = m->get<std::string>();
+  if (name != model_id && !(ollama && name == model_id + ":latest"))
+    throw ApiError(404, "the model '" + name + "' does not exist (this server has '" + model_id + "')", "model", "model_not_found");
+}
+
+namespace {
 double number(const ojson& body, const char* name, double def, double lo, double hi) {
   const ojson* v = field(body, name);
   if (!v) return def;
@@ -47,13 +75,6 @@ int64_t integer(const ojson& body, const char* name, int64_t def, int64_t lo, in
   if (d < double(lo) || d > double(hi))
     bad(name, std::string("'") + name + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi));
   return v->is_number_float() ? int64_t(d) : v->get<int64_t>();
-}
-
-bool boolean(const ojson& body, const char* name, bool def) {
-  const ojson* v = field(body, name);
-  if (!v) return def;
-  if (!v->is_boolean()) bad(name, std::string("'") + name + "' must be a boolean, not " + type_name(*v));
-  return v->get<bool>();
 }
 
 // Message content: a string, or an array of {"type": "text", "text": ...} parts (joined).
@@ -194,15 +215,8 @@ std::vector<int32_t> completion_prompt(const ojson& body, const ServerLimits& li
   if (!p) bad("prompt", "'prompt' is required");
   if (p->is_string()) return enc.prompt(p->get<std::string>());
   if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) return enc.prompt((*p)[0].get<std::string>());
-  if (p->is_array() && !p->empty() && std::all_of(p->begin(), p->end(), [](const ojson& v) { return v.is_number_integer(); })) {
-    std::vector<int32_t> ids;
-    for (const ojson& v : *p) {
-      const int64_t id = v.get<int64_t>();
-      if (id < 0 || id >= int64_t(lim.n_vocab)) bad("prompt", "token id " + std::to_string(id) + " is outside the vocabulary");
-      ids.push_back(int32_t(id));
-    }
-    return ids;
-  }
+  if (p->is_array() && !p->empty() && std::all_of(p->begin(), p->end(), [](const ojson& v) { return v.is_number_integer(); }))
+    return token_ids(*p, lim, "prompt", "'prompt'");
   bad("prompt", "'prompt' must be a string or an array of token ids (one prompt per request)");
 }
 
@@ -235,12 +249,7 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
                                 const std::string& model_id) {
   CompletionSpec s;
   s.chat = chat;
-  if (const ojson* m = field(body, "model")) {
-    if (!m->is_string()) bad("model", "'model' must be a string");
-    if (m->get<std::string>() != model_id)
-      throw ApiError(404, "the model '" + m->get<std::string>() + "' does not exist (this server has '" + model_id + "')",
-                     "model", "model_not_found");
-  }
+  check_model(body, model_id);
   // Fields that would change the output and that vkspec does not implement are refused, not ignored.
   for (const char* f : {"functions", "function_call", "suffix", "audio", "prediction"}) {
     const ojson* v = field(body, f);
@@ -385,13 +394,7 @@ TokenizeSpec parse_tokenize(const ojson& body) {
 std::vector<int32_t> parse_detokenize(const ojson& body, const ServerLimits& lim) {
   const ojson* t = field(body, "tokens");
   if (!t || !t->is_array()) bad("tokens", "'tokens' must be an array of token ids");
-  std::vector<int32_t> ids;
-  for (const ojson& v : *t) {
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= int64_t(lim.n_vocab))
-      bad("tokens", "'tokens' must hold token ids of this model (0.." + std::to_string(lim.n_vocab - 1) + ")");
-    ids.push_back(int32_t(v.get<int64_t>()));
-  }
-  return ids;
+  return token_ids(*t, lim, "tokens", "'tokens'");
 }
 
 std::string apply_template(const ojson& body, const PromptEncoder& enc) {

@@ -59,6 +59,17 @@ struct CompletionSpec {
   uint32_t top_logprobs = 0;       // chat: top_logprobs; completions: the logprobs number
 };
 
+// Field readers the protocol layers share (this one, ollama_api, embeddings_api): an optional field (absent or
+// null: nullptr), a boolean one, a 400 naming the field, an array of token ids of the vocabulary (`what` names
+// it in the 400), and the request's "model" against the server's (a 404; `ollama`: with Ollama's ":latest"
+// tag accepted).
+const nlohmann::ordered_json* field(const nlohmann::ordered_json& body, const char* name);
+bool boolean(const nlohmann::ordered_json& body, const char* name, bool def);
+[[noreturn]] void bad(const std::string& param, const std::string& message);
+std::vector<int32_t> token_ids(const nlohmann::ordered_json& a, const ServerLimits& lim, const std::string& param,
+                               const std::string& what);
+void check_model(const nlohmann::ordered_json& body, const std::string& model_id, bool ollama = false);
+
 // JSON text -> object, with a depth limit; malformed or deep JSON is a 400.
 nlohmann::ordered_json parse_body(const std::string& text, const ServerLimits& lim);
 // What parsing needs of the model: its prompt encodings (the server's go through the C API; the fuzzer's

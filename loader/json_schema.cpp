@@ -117,20 +117,27 @@ class Converter {
     rules_[name] = body;
     return name;
   }
-  std::string ref(const std::string& path, int depth) {
-    if (auto it = refs_.find(path); it != refs_.end()) return it->second;
+  // The definition a local $ref names (#/$defs/KEY or #/definitions/KEY), and its KEY.
+  const json& definition(const std::string& path, std::string* key = nullptr) const {
     for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
       const std::string p = prefix;
       if (path.rfind(p, 0) != 0) continue;
-      const std::string key = path.substr(p.size()), where = p.substr(2, p.size() - 3);
-      if (!root_.contains(where) || !root_[where].is_object() || !root_[where].contains(key))
+      const std::string k = path.substr(p.size()), where = p.substr(2, p.size() - 3);
+      if (!root_.contains(where) || !root_[where].is_object() || !root_[where].contains(k))
         fail("$ref '" + path + "' names no definition");
-      const std::string name = fresh(key);
-      refs_[path] = name;   // before visiting: a definition may refer to itself
-      rules_[name] = visit(root_[where][key], key, depth + 1);
-      return name;
+      if (key) *key = k;
+      return root_[where][k];
     }
     fail("$ref '" + path + "' is not a local #/$defs/ or #/definitions/ reference");
+  }
+  std::string ref(const std::string& path, int depth) {
+    if (auto it = refs_.find(path); it != refs_.end()) return it->second;
+    std::string key;
+    const json& def = definition(path, &key);
+    const std::string name = fresh(key);
+    refs_[path] = name;   // before visiting: a definition may refer to itself
+    rules_[name] = visit(def, key, depth + 1);
+    return name;
   }
   std::string object(const json& s, const std::string& hint, int depth) {
     const json props = s.value("properties", json::object());
@@ -285,15 +292,7 @@ class Converter {
     const json* at = &s;
     for (int hops = 0; at->is_object() && at->contains("$ref") && (*at)["$ref"].is_string(); ++hops) {
       if (hops > 64) fail("$ref chains longer than 64");
-      const std::string path = (*at)["$ref"].get<std::string>();
-      const json* next = nullptr;
-      for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
-        const std::string p = prefix, where = p.substr(2, p.size() - 3);
-        if (path.rfind(p, 0) == 0 && root_.contains(where) && root_[where].is_object() && root_[where].contains(path.substr(p.size())))
-          next = &root_[where][path.substr(p.size())];
-      }
-      if (!next) fail("$ref '" + path + "' names no local definition");
-      at = next;
+      at = &definition((*at)["$ref"].get<std::string>());
     }
     return *at;
   }

@@ -231,6 +231,9 @@ std::vector<float> LlamaModel::embed(int seq, std::span<const uint32_t> tokens, 
   // x rows reach the host through the logits' readback buffer, as many per submission as it holds (every
   // chunk's in one submission for the last token's, or a mean over a short text)
   const uint32_t capacity = uint32_t(logits_host_.size / x_row), per_pass = std::min(ubatch_, capacity);
+  if (capacity == 0)   // (kMaxBatch rows of logits hold less than one row of x: a vocabulary smaller than dim / 16)
+    throw Error("embeddings need a vocabulary of at least " + std::to_string((hp_.dim + kMaxBatch - 1) / kMaxBatch) +
+                " tokens for this model's width");
   std::vector<double> sum(dim, 0.0);
   uint32_t kept = 0;   // rows copied into the readback buffer and not yet read
   const auto read_kept = [&] {
