@@ -1,5 +1,7 @@
 #include "chat.h"
 
+#include "message_window.h"
+
 namespace vkspec::cli {
 
 Conversation::Conversation(const api::Model& model, api::Context& ctx, std::optional<std::string> template_source,
@@ -30,9 +32,24 @@ Conversation::Turn Conversation::reply(const std::string& user_text, int n,
   } else {
     context = encode_chat(model_, t.prompt);
   }
+  // A conversation that leaves less than the reply's reserve loses its oldest exchanges (message_window.h);
+  // the cache still reuses the system message's tokens.
+  const size_t budget = n_ctx_ - reply_reserve(n_ctx_, n);
+  if (context.size() > budget) {
+    MessageWindow w = fit_messages(messages, budget, [&](const nlohmann::ordered_json& m) {
+      return encode_chat(model_, model_.apply_chat_template(template_, m.dump(), true)).size();
+    });
+    if (w.dropped > 0) {
+      messages = std::move(w.messages);
+      t.prompt = model_.apply_chat_template(template_, messages.dump(), true);
+      context = encode_chat(model_, t.prompt);
+      t.dropped_messages = w.dropped;
+    }
+  }
   if (context.size() >= n_ctx_)
-    throw Error("the conversation is " + std::to_string(context.size()) + " tokens and the context holds " +
-                std::to_string(n_ctx_) + ": /clear starts a new one (or use a larger --ctx)");
+    throw Error("the new message" + std::string(system_.empty() ? "" : " with the system message") + " is " +
+                std::to_string(context.size()) + " tokens and the context holds " + std::to_string(n_ctx_) +
+                ": use a larger --ctx");
 
   vkspec_generate_params gp = vkspec_generate_default_params();
   gp.n_predict = n;

@@ -27,11 +27,13 @@ class Conversation {
     std::vector<int32_t> prompt_ids;    // its tokens: earlier turns as generated, then the new text
     std::vector<int32_t> ids;           // the reply's tokens
     std::string reply;                  // the reply text (also added to the conversation)
+    size_t dropped_messages = 0;        // the oldest messages left out to fit the context (message_window.h)
     vkspec_metrics m{};
   };
   // Adds the user message and generates the reply; `on_text` receives it as it comes (valid UTF-8 pieces)
-  // and returns false to stop it (the reply so far stays in the conversation). Throws Error when the
-  // conversation no longer fits the context (then nothing was added).
+  // and returns false to stop it (the reply so far stays in the conversation). A conversation that would
+  // leave less than reply_reserve(n_ctx, n) tokens for the reply first loses its oldest exchanges, for good
+  // (the system message stays). Throws Error when even the new message does not fit (then nothing was added).
   Turn reply(const std::string& user_text, int n, const std::function<bool(const std::string&)>& on_text);
   void clear();   // a new conversation (same system message); the cache is reused where it matches
   uint32_t cached_tokens() const { return ctx_.info().cached_tokens; }

@@ -122,11 +122,13 @@ int cmd_chat(const RunOptions& o, const ChatOptions& chat) {
       fprintf(stderr, "vkspec: %s\n", e.what());
       continue;
     }
+    if (t.dropped_messages > 0)
+      fprintf(stderr, "(the %zu oldest messages were left out to fit the context of %u tokens)\n", t.dropped_messages, mi.n_ctx);
     if (o.json) {
       const double decode_tok_s = t.ids.size() > 1 && t.m.decode_seconds > 0 ? double(t.ids.size() - 1) / t.m.decode_seconds : 0.0;
       nlohmann::json j = {{"turn", turn}, {"prompt", t.prompt}, {"reply", t.reply}, {"prompt_ids", t.prompt_ids}, {"ids", t.ids},
                           {"stop_reason", cli_stop_reason(t.m.stop_reason)}, {"reused", t.m.reused_tokens}, {"prefilled", t.m.prefilled_tokens},
-                          {"cached_tokens", conv.cached_tokens()},
+                          {"cached_tokens", conv.cached_tokens()}, {"dropped_messages", t.dropped_messages},
                           {"timings", {{"prefill_s", t.m.prefill_seconds}, {"decode_s", t.m.decode_seconds}, {"decode_tok_s", decode_tok_s}}}};
       if (!info.drafter.empty()) {
         SpecTotals spec;
@@ -139,7 +141,8 @@ int cmd_chat(const RunOptions& o, const ChatOptions& chat) {
     }
     if (cli_stop_reason(t.m.stop_reason) == "interrupted") fprintf(stderr, "(reply stopped)\n");
     if (cli_stop_reason(t.m.stop_reason) == "context")
-      fprintf(stderr, "vkspec: the context of %u tokens is full: /clear starts a new conversation\n", mi.n_ctx);
+      fprintf(stderr, "vkspec: the context of %u tokens is full: the reply was cut short (the next turn leaves out the "
+                      "oldest messages; /clear starts a new conversation)\n", mi.n_ctx);
     ++turn;
   }
   return 0;

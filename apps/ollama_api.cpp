@@ -153,6 +153,7 @@ OllamaRequest ollama_request(const ojson& body, OllamaEndpoint ep, bool has_temp
     o["messages"] = messages(*m);
     if (const auto t = body.find("tools"); t != body.end()) o["tools"] = *t;
     r.chat = true;
+    r.fit_messages = true;
     return r;
   }
   const auto p = body.find("prompt");

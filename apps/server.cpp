@@ -323,7 +323,7 @@ void Server::ollama(const httplib::Request& req, httplib::Response& res, OllamaE
   try {
     const OllamaRequest o = ollama_request(parse_body(req.body, lim_), ep, bool(enc_.render_chat), model_id_);
     if (o.load_only) return send_json(res, 200, ollama_loaded(ep, model_id_));
-    respond(res, start_job(parse_completion(o.openai, o.chat, lim_, enc_, model_id_)), ep);
+    respond(res, start_job(parse_completion(o.openai, o.chat, lim_, enc_, model_id_, o.fit_messages)), ep);
   } catch (const ApiError& e) {
     send_json(res, e.status, ollama_error(e));
   }

@@ -1,5 +1,7 @@
 #include "server_api.h"
 
+#include "message_window.h"
+
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -197,10 +199,9 @@ ojson chat_tools(const ojson& body, bool chat, CompletionSpec& s) {
   return *tools;
 }
 
-// The chat template's prompt of the body's messages and `tools` (400s: a message that is not one, no template,
-// a template that refuses them).
-std::string rendered_chat(const ojson& body, const ojson& tools, const PromptEncoder& enc) {
-  const ojson messages = chat_messages(body);
+// The chat template's prompt of the messages (chat_messages') and `tools` (400s: no template, a template that
+// refuses them).
+std::string rendered_chat(const ojson& messages, const ojson& tools, const PromptEncoder& enc) {
   if (!enc.render_chat)
     throw ApiError(400, "the model has no chat template: use /v1/completions, or start the server with --chat-template FILE");
   try {
@@ -208,6 +209,12 @@ std::string rendered_chat(const ojson& body, const ojson& tools, const PromptEnc
   } catch (const std::exception& e) {
     throw ApiError(400, std::string("the chat template refused the messages: ") + e.what(), "messages");
   }
+}
+
+// max_tokens (or max_completion_tokens) as asked; -1: up to the context.
+int64_t requested_max_tokens(const ojson& body, const ServerLimits& lim) {
+  const int64_t max_tokens = integer(body, "max_tokens", -1, 1, lim.n_ctx);
+  return integer(body, "max_completion_tokens", max_tokens, 1, lim.n_ctx);
 }
 
 std::vector<int32_t> completion_prompt(const ojson& body, const ServerLimits& lim, const PromptEncoder& enc) {
@@ -246,7 +253,7 @@ ojson parse_body(const std::string& text, const ServerLimits& lim) {
 }
 
 CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits& lim, const PromptEncoder& enc,
-                                const std::string& model_id) {
+                                const std::string& model_id, bool fit_messages) {
   CompletionSpec s;
   s.chat = chat;
   check_model(body, model_id);
@@ -290,11 +297,24 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
 
   const ojson tools = chat_tools(body, chat, s);
   if (chat) {
-    const std::string text = rendered_chat(body, tools, enc);
-    try {
-      s.prompt = enc.chat(text);
-    } catch (const std::exception& e) {
-      throw ApiError(400, e.what(), "messages");
+    const auto chat_prompt = [&](const ojson& messages) {
+      const std::string text = rendered_chat(messages, tools, enc);
+      try {
+        return enc.chat(text);
+      } catch (const std::exception& e) {
+        throw ApiError(400, e.what(), "messages");
+      }
+    };
+    const ojson messages = chat_messages(body);
+    s.prompt = chat_prompt(messages);
+    const uint32_t budget = lim.n_ctx - reply_reserve(lim.n_ctx, requested_max_tokens(body, lim));
+    if (fit_messages && s.prompt.size() > budget) {
+      const MessageWindow w =
+          cli::fit_messages(messages, budget, [&](const ojson& m) { return chat_prompt(m).size(); });
+      if (w.dropped > 0) {
+        s.prompt = chat_prompt(w.messages);
+        s.dropped_messages = w.dropped;
+      }
     }
   } else {
     try {
@@ -311,8 +331,7 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
                    chat ? "messages" : "prompt", "context_length_exceeded");
 
   const uint32_t room = lim.n_ctx - uint32_t(s.prompt.size());
-  int64_t max_tokens = integer(body, "max_tokens", -1, 1, lim.n_ctx);
-  max_tokens = integer(body, "max_completion_tokens", max_tokens, 1, lim.n_ctx);
+  const int64_t max_tokens = requested_max_tokens(body, lim);
   s.max_tokens = max_tokens < 0 ? room : uint32_t(max_tokens);
   s.sp.temperature = float(number(body, "temperature", 1.0, 0, 2));
   s.sp.top_p = float(number(body, "top_p", 1.0, 0, 1));
@@ -399,7 +418,7 @@ std::vector<int32_t> parse_detokenize(const ojson& body, const ServerLimits& lim
 
 std::string apply_template(const ojson& body, const PromptEncoder& enc) {
   CompletionSpec unused;   // (the tools' grammar is not needed here)
-  return rendered_chat(body, chat_tools(body, true, unused), enc);
+  return rendered_chat(chat_messages(body), chat_tools(body, true, unused), enc);
 }
 
 nlohmann::json token_piece(const std::string& piece) {

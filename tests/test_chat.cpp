@@ -167,6 +167,74 @@ TEST_F(Chat, SecondTurnReusesTheCache) {
   }
 }
 
+// A conversation that outgrows the context goes on: before a turn whose prompt would leave less than the
+// reply's reserve (min(-n, ctx / 2) tokens), the oldest exchanges are left out for good, the system message
+// stays. Each cut turn's prompt is python3-jinja2's rendering of exactly the messages kept; it fits the budget,
+// and keeping one more exchange would not have (counted with `vkspec tokenize`, which agrees with llama.cpp:
+// RenderedPromptTokenizesAsLlamaCpp).
+TEST_F(Chat, ConversationLongerThanTheContextLosesItsOldestExchanges) {
+  setenv("VKSPEC_TODAY", "2026-01-31", 1);
+  const std::string input = tmp("window.txt");
+  std::string lines;
+  for (int i = 1; i <= 8; ++i) lines += "Tell me about item number " + std::to_string(i) + " in the list, with detail\n";
+  write(input, lines);
+  const int n_ctx = 256, n_predict = 40, budget = n_ctx - n_predict;
+  Result r = run_command(std::string(VKSPEC_BIN) + " chat -m " + model_ + " -sys 'Be brief.' --ctx " +
+                         std::to_string(n_ctx) + " -n " + std::to_string(n_predict) + " --temp 0 --json < " + input);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::vector<json> turns = json_lines(r.out);
+  ASSERT_EQ(turns.size(), 8u) << r.out;
+  EXPECT_NE(r.err.find("oldest messages were left out to fit the context of 256 tokens"), std::string::npos) << r.err;
+
+  std::ifstream in(shared(kTemplate), std::ios::binary);
+  const std::string tmpl(std::istreambuf_iterator<char>(in), {});
+  GgufFile vocab(model_);
+  const auto& tokens = vocab.metadata().at("tokenizer.ggml.tokens").strings;
+  const json system = {{"role", "system"}, {"content", "Be brief."}};
+  auto rendered = [&](const json& conv) {
+    json messages = json::array({system});
+    for (const json& m : conv) messages.push_back(m);
+    return reference(tmpl, {{"messages", messages}, {"add_generation_prompt", true},
+                            {"bos_token", tokens.at(size_t(vocab.find("tokenizer.ggml.bos_token_id")->number))},
+                            {"eos_token", tokens.at(size_t(vocab.find("tokenizer.ggml.eos_token_id")->number))}});
+  };
+  auto token_count = [&](const std::string& text) {
+    write(tmp("window-prompt.txt"), text);
+    Result t = vkspec("tokenize -m " + model_ + " -f " + tmp("window-prompt.txt") + " --no-bos --json");
+    EXPECT_EQ(t.code, 0) << t.err;
+    return json::parse(t.out).size();
+  };
+  json conv = json::array();   // what the chat keeps, after the system message
+  size_t cut_turns = 0;
+  std::istringstream user_lines(lines);
+  for (const json& t : turns) {
+    std::string user;
+    std::getline(user_lines, user);
+    json before = conv;
+    before.push_back({{"role", "user"}, {"content", user}});
+    const size_t dropped = t["dropped_messages"].get<size_t>();
+    json kept = json::array();
+    for (size_t i = dropped; i < before.size(); ++i) kept.push_back(before[i]);
+    const json ref = rendered(kept);
+    if (ref.is_null()) GTEST_SKIP() << "python3-jinja2 is not installed";
+    ASSERT_TRUE(ref["ok"].get<bool>()) << ref.dump();
+    EXPECT_EQ(t["prompt"], ref["text"]) << t["turn"];
+    if (dropped > 0) {
+      ++cut_turns;
+      EXPECT_EQ(dropped % 2, 0u);   // whole exchanges: the window begins at a user message
+      EXPECT_LE(t["prompt_ids"].size(), size_t(budget)) << t["turn"];
+      json one_more = json::array();
+      for (size_t i = dropped - 2; i < before.size(); ++i) one_more.push_back(before[i]);
+      EXPECT_GT(token_count(rendered(one_more)["text"]), size_t(budget)) << t["turn"];
+      EXPECT_GT(t["reused"].get<size_t>(), 10u);   // the system message's tokens, from the cache
+    }
+    conv = kept;
+    conv.push_back({{"role", "assistant"}, {"content", t["reply"]}});
+  }
+  EXPECT_GE(cut_turns, 3u);
+  unsetenv("VKSPEC_TODAY");
+}
+
 // Ctrl-C (SIGINT) during a reply stops that reply; the session goes on with the next line. The signal is
 // sent once the reply is streaming (a background job of a script starts with SIGINT ignored, so a signal
 // during loading would be lost, not caught), and the next line only after it.
@@ -228,11 +296,11 @@ TEST_F(Chat, BadInputGetsOneLineErrors) {
   r = vkspec("run -m " + model_ + " -p hi --system x");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("--chat"), std::string::npos) << r.err;
-  // A conversation that no longer fits the context: a clear error (exit 1 when scripted)
+  // A message that alone does not fit the context: a clear error (exit 1 when scripted)
   write(tmp("long.txt"), std::string(3000, 'a') + "\n");
   r = run_command(std::string(VKSPEC_BIN) + " chat -m " + model_ + " --ctx 256 -n 4 < " + tmp("long.txt"));
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("/clear"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("use a larger --ctx"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -639,6 +639,38 @@ TEST(Server, TokenizeDetokenizeAndApplyTemplateAgreeWithTheCli) {
     s.post(path, body, &status);
     EXPECT_EQ(status, 400) << path << " " << body.dump();
   }
+
+  // A conversation longer than the context (256): OpenAI's endpoint refuses it (context_length_exceeded);
+  // Ollama's /api/chat keeps the system message and the newest whole exchanges whose prompt leaves the
+  // reply's reserve (num_predict 8: at most 248 tokens; counted here with /apply-template and /tokenize), and
+  // answers what the OpenAI endpoint answers for exactly those messages.
+  json convo = json::array({{{"role", "system"}, {"content", "You write short Python."}}});
+  for (int i = 0; i < 12; ++i) {
+    convo.push_back({{"role", "user"}, {"content", "Write a function that returns " + std::to_string(i) + " squared."}});
+    convo.push_back({{"role", "assistant"}, {"content", "def f():\n    return " + std::to_string(i) + " ** 2"}});
+  }
+  convo.push_back({{"role", "user"}, {"content", "And the cube of 5?"}});
+  r = s.post("/v1/chat/completions", {{"messages", convo}, {"max_tokens", 8}}, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(r["error"]["code"], "context_length_exceeded") << r.dump();
+  json kept;
+  size_t kept_tokens = 0;
+  for (size_t cut = 1; cut < convo.size(); cut += 2) {   // the first window, from a user message, that fits
+    kept = json::array({convo[0]});
+    for (size_t i = cut; i < convo.size(); ++i) kept.push_back(convo[i]);
+    const json prompt = s.post("/apply-template", {{"messages", kept}})["prompt"];
+    kept_tokens = s.post("/tokenize", {{"content", prompt}})["tokens"].size();
+    if (kept_tokens <= 248) break;
+  }
+  ASSERT_LT(kept.size(), convo.size());
+  const json ollama = s.post("/api/chat", {{"model", "pycode-target-f16.gguf"}, {"messages", convo}, {"stream", false},
+                                           {"options", {{"num_predict", 8}, {"temperature", 0}, {"repeat_penalty", 1}}}},
+                             &status);
+  ASSERT_EQ(status, 200) << ollama.dump();
+  EXPECT_EQ(ollama["prompt_eval_count"], kept_tokens);
+  const json same = s.post("/v1/chat/completions", {{"messages", kept}, {"max_tokens", 8}, {"temperature", 0}}, &status);
+  ASSERT_EQ(status, 200) << same.dump();
+  EXPECT_EQ(ollama["message"]["content"], same["choices"][0]["message"]["content"]);
   EXPECT_EQ(s.stop(), 0);
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "apps/embeddings_api.h"
+#include "apps/message_window.h"
 #include "apps/ollama_api.h"
 #include "apps/server_api.h"
 #include "engine/prompt.h"
@@ -341,6 +342,105 @@ TEST_F(ServerApiParse, EmbeddingsInputsBecomeTokenLists) {
   EXPECT_EQ(r["prompt_eval_count"], spec.inputs[0].size() + spec.inputs[1].size());
   spec.endpoint = EmbedEndpoint::OllamaEmbeddings;
   EXPECT_EQ(cli::embeddings_response(spec, vectors, "m", 0.25), json({{"embedding", {1.0, -2.0}}}));
+}
+
+// fit_messages against a linear scan over the cut points (Ollama's loop, restricted to user messages): for
+// every budget the same window; system messages before the cut stay, in order; a hostile conversation of
+// 10,001 messages costs about log2(n) countings.
+TEST(ServerApi, ConversationsAreCutAtUserMessagesToFitTheBudget) {
+  using ojson = nlohmann::ordered_json;
+  const ojson conv = ojson::parse(R"([{"role": "system", "content": "sys"}, {"role": "user", "content": "u1 long"},
+      {"role": "assistant", "content": "a1"}, {"role": "user", "content": "u2"},
+      {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": {}}}]},
+      {"role": "tool", "content": "result"}, {"role": "assistant", "content": "a2 longer"},
+      {"role": "system", "content": "mid"}, {"role": "user", "content": "u3"}, {"role": "assistant", "content": "a3"},
+      {"role": "user", "content": "u4 the latest"}])");
+  size_t calls = 0;
+  auto cost = [&](const ojson& m) {   // 3 per message plus its content's bytes
+    ++calls;
+    size_t n = 0;
+    for (const ojson& x : m) n += 3 + x["content"].get<std::string>().size();
+    return n;
+  };
+  const size_t total = cost(conv);
+  for (size_t budget = 0; budget <= total + 1; ++budget) {
+    // the reference: the first cut point (0 or a user message) whose window fits, else the last one
+    ojson want;
+    for (size_t cut = 0; cut < conv.size(); ++cut) {
+      if (cut > 0 && conv[cut]["role"] != "user") continue;
+      want = ojson::array();
+      for (size_t i = 0; i < conv.size(); ++i)
+        if (i >= cut || conv[i]["role"] == "system") want.push_back(conv[i]);
+      if (cost(want) <= budget) break;
+    }
+    const cli::MessageWindow w = cli::fit_messages(conv, budget, cost);
+    EXPECT_EQ(w.messages, want) << budget;
+    EXPECT_EQ(w.dropped, conv.size() - want.size());
+    EXPECT_EQ(w.messages.back()["content"], "u4 the latest");
+  }
+  ojson many = ojson::array({{{"role", "system"}, {"content", "s"}}});
+  for (int i = 0; i < 5000; ++i) {
+    many.push_back({{"role", "user"}, {"content", "question"}});
+    many.push_back({{"role", "assistant"}, {"content", "answer"}});
+  }
+  calls = 0;
+  const cli::MessageWindow w = cli::fit_messages(many, 1000, cost);
+  EXPECT_LE(calls, 16u);
+  EXPECT_LE(cost(w.messages), 1000u);
+  EXPECT_EQ(w.messages[0]["content"], "s");
+  EXPECT_EQ(w.messages[1]["role"], "user");
+  // the reply's reserve: its limit, else a quarter of the context, at most half
+  EXPECT_EQ(cli::reply_reserve(4096, -1), 1024u);
+  EXPECT_EQ(cli::reply_reserve(4096, 100), 100u);
+  EXPECT_EQ(cli::reply_reserve(4096, 4000), 2048u);
+  EXPECT_EQ(cli::reply_reserve(4096, 4096), 1024u);   // (chat's default -n, 2^30: no limit)
+  EXPECT_EQ(cli::reply_reserve(4096, int64_t(1) << 30), 1024u);
+}
+
+// Ollama's /api/chat cuts a conversation longer than the context (the kept window's prompt, as Ollama renders
+// it); OpenAI's chat endpoint answers context_length_exceeded for the same messages, as OpenAI does.
+TEST_F(ServerApiParse, OllamaChatIsCutToTheContextWhereOpenAiRefusesIt) {
+  using ojson = nlohmann::ordered_json;
+  enc_.render_chat = [](const ojson& messages, const ojson&) {
+    std::string text = "<s>";
+    for (const ojson& m : messages) text += m["role"].get<std::string>() + ": " + m["content"].get<std::string>() + "\n";
+    return text + "assistant:";
+  };
+  ojson messages = ojson::array({{{"role", "system"}, {"content", "You answer in one line."}}});
+  for (int i = 0; i < 40; ++i) {
+    messages.push_back({{"role", "user"}, {"content", "Question " + std::to_string(i) + ": what is the value of x * " + std::to_string(i) + " here?"}});
+    messages.push_back({{"role", "assistant"}, {"content", "It is " + std::to_string(7 * i) + ", as the text above says."}});
+  }
+  messages.push_back({{"role", "user"}, {"content", "And the last one?"}});
+  const ojson body = {{"model", "m"}, {"messages", messages}, {"stream", false}};
+  std::string param;
+  try {
+    cli::parse_completion(body, true, lim_, enc_, "m");
+    ADD_FAILURE() << "a prompt longer than the context was accepted";
+  } catch (const cli::ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.code, "context_length_exceeded");
+  }
+  const cli::OllamaRequest o = cli::ollama_request(body, cli::OllamaEndpoint::Chat, true, "m");
+  ASSERT_TRUE(o.fit_messages);
+  for (const int64_t num_predict : {int64_t(-1), int64_t(300)}) {
+    ojson ob = body;
+    if (num_predict > 0) ob["options"] = {{"num_predict", num_predict}};
+    const cli::OllamaRequest req = cli::ollama_request(ob, cli::OllamaEndpoint::Chat, true, "m");
+    const cli::CompletionSpec s = cli::parse_completion(req.openai, true, lim_, enc_, "m", req.fit_messages);
+    const size_t budget = lim_.n_ctx - (num_predict > 0 ? 256 : 128);   // min(num_predict, ctx / 2), else ctx / 4
+    EXPECT_LE(s.prompt.size(), budget);
+    ASSERT_GT(s.dropped_messages, 0u);
+    EXPECT_EQ(s.dropped_messages % 2, 0u);
+    // the prompt is the rendering of the system message and the newest messages
+    ojson kept = ojson::array({messages[0]});
+    for (size_t i = 1 + s.dropped_messages; i < messages.size(); ++i) kept.push_back(messages[i]);
+    EXPECT_EQ(s.prompt, enc_.chat(enc_.render_chat(kept, nullptr)));
+    ojson one_more = ojson::array({messages[0]});   // and one more exchange would not fit
+    for (size_t i = s.dropped_messages - 1; i < messages.size(); ++i) one_more.push_back(messages[i]);
+    EXPECT_GT(enc_.chat(enc_.render_chat(one_more, nullptr)).size(), budget);
+  }
+  EXPECT_FALSE(cli::ollama_request({{"prompt", "hi"}}, cli::OllamaEndpoint::Generate, true, "m").fit_messages);
 }
 
 TEST(ServerApi, OllamaRequestsBecomeTheOpenAiBodiesTheyMean) {

@@ -58,6 +58,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }();
   if (size == 0) return 0;
   bool chat = data[0] & 1;
+  bool fit = false;   // Ollama's chat: a long conversation cut to the context (n_ctx 512 here)
   const std::string body(reinterpret_cast<const char*>(data) + 1, size - 1);
   try {
     nlohmann::ordered_json request = cli::parse_body(body, lim);
@@ -90,8 +91,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (o.load_only) return 0;
       request = o.openai;
       chat = o.chat;
+      fit = o.fit_messages;
     }
-    const cli::CompletionSpec s = cli::parse_completion(request, chat, lim, enc, "m");
+    const cli::CompletionSpec s = cli::parse_completion(request, chat, lim, enc, "m", fit);
     if (s.prompt.empty() || s.prompt.size() >= lim.n_ctx || s.max_tokens == 0 || s.max_tokens > lim.n_ctx ||
         s.n == 0 || s.n > lim.max_n || s.stop.size() > lim.max_stop || s.top_logprobs > lim.max_top_logprobs)
       abort();
