@@ -32,6 +32,7 @@ struct BatchEngine::Slot {
   // in the verify slot
   enum class Part { None, Prefill, PrefillLast, Decode, Verify, PlainRound } part = Part::None;
   uint32_t rows = 0;   // in this step's pass
+  LlamaModel::EmbeddingPart embedding;   // an embedding request's progress (run_embedding)
 };
 
 BatchEngine::BatchEngine(std::shared_ptr<TargetModel> target, const EngineOptions& o, const Options& opts)
@@ -293,7 +294,7 @@ bool BatchEngine::admit_one(const std::shared_ptr<BatchRequest>& r) {
   int source = -1, cached_source = -1;   // sequences; cached_source: the source when it is a cached one
   uint32_t shared = 0;
   for (const auto& s : slots_) {
-    if (!s->req || r->embed) continue;
+    if (!s->req || r->embed || s->req->embed) continue;   // (an embedding's sequence is not a source)
     const uint32_t useful = useful_prefix(s->decoding ? s->context : s->req->prompt);
     const uint32_t held = std::min(useful, kv.length(s->seq));
     if (!s->decoding && held < useful && useful >= kv.block_size()) return false;
@@ -422,6 +423,7 @@ void BatchEngine::end(Slot& s, const std::string& reason, const std::string& err
   std::shared_ptr<BatchRequest> r = std::move(s.req);
   s.req.reset();
   s.part = Slot::Part::None;
+  s.embedding = {};
   {
     std::lock_guard<std::mutex> lock(mu_);
     update_kv_metrics();
@@ -433,15 +435,20 @@ void BatchEngine::end(Slot& s, const std::string& reason, const std::string& err
   if (r->on_done) r->on_done(res);
 }
 
-void BatchEngine::run_embedding(Slot& s) {
+uint32_t BatchEngine::run_embedding(Slot& s, uint32_t max_tokens) {
+  const BatchRequest& r = *s.req;
+  const uint32_t n = uint32_t(r.prompt.size()), before = s.embedding.done;
   std::vector<float> v;
   try {
-    v = t_->model->embed(s.seq, s.req->prompt, *s.req->embed);
+    t_->model->embed_part(s.seq, r.prompt, *r.embed, s.embedding, max_tokens);
+    if (s.embedding.done < n) return s.embedding.done - before;
+    v = t_->model->embedding_of(s.embedding, n, *r.embed);
   } catch (const std::exception& e) {
-    return end(s, "error", e.what());
+    end(s, "error", e.what());
+    return max_tokens;
   }
-  if (s.req->normalize) Engine::normalize_embedding(v);
-  s.prefilled = uint32_t(s.req->prompt.size());
+  if (r.normalize) Engine::normalize_embedding(v);
+  s.prefilled = n;
   s.result.prefilled = s.prefilled;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -449,6 +456,7 @@ void BatchEngine::run_embedding(Slot& s) {
   }
   if (s.req->on_embedding) s.req->on_embedding(std::move(v));
   end(s, "embedded");
+  return n - before;
 }
 
 // A step: one pass over rows from every running sequence. Decoding sequences first (a step's latency is
@@ -462,9 +470,11 @@ bool BatchEngine::step() {
 
   Recorder& rec = *rec_;
   rec.begin();   // (waits for what a failed recording left running: embeddings share the activations)
-  uint32_t embedded = 0;
+  // Embeddings first, in parts of at most a step's rows (a chunk at least), so that a long text delays the
+  // other sequences' steps by a part at a time, not by its whole prefill.
+  uint32_t embedded = 0, embed_budget = std::max(opts_.step_rows, t_->model->ubatch());
   for (auto& s : slots_)
-    if (s->req && s->req->embed) run_embedding(*s), ++embedded;
+    if (s->req && s->req->embed && embed_budget > 0) embed_budget -= std::min(embed_budget, run_embedding(*s, embed_budget)), ++embedded;
   StepRows plan;
   uint32_t pass_begin = 0, pass_end = 0;   // marks around the target pass
   try {
@@ -589,7 +599,7 @@ void BatchEngine::plan_prefill_rows(StepRows& plan) {
   const uint32_t budget = std::max(opts_.step_rows, plan.n_rows + LlamaModel::kMaxBatch);
   for (auto& sp : slots_) {
     Slot& s = *sp;
-    if (!s.req || s.decoding || plan.n_rows >= budget) continue;
+    if (!s.req || s.decoding || s.req->embed || plan.n_rows >= budget) continue;   // (embeddings: run_embedding)
     const uint32_t take = std::min<uint32_t>(budget - plan.n_rows, uint32_t(s.context.size()) - s.prefilled);
     const bool last = s.prefilled + take == s.context.size();
     plan.rows.push_back({s.seq, m.write_tokens(std::span(s.context).subspan(s.prefilled, take)), take,

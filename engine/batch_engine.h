@@ -26,7 +26,8 @@
 // no longer runs the whole conversation through the draft model).
 //
 // Embedding requests (BatchRequest::embed) are admitted as the others (a sequence, their prompt's blocks) and
-// run whole at the start of the next step, before its pass.
+// run at the start of each step, before its pass, in parts of at most a step's rows (LlamaModel::embed_part),
+// so that a long text does not stall the streams beside it.
 //
 // Threads: submit() and metrics() from any thread; step()/run() on one engine thread, which is where the
 // requests' callbacks run.
@@ -64,8 +65,8 @@ struct BatchRequest {
   std::function<void(const BatchResult&)> on_done;   // once, on the engine thread
   std::atomic<bool> cancelled{false};                // any thread: ends the request at the next step
   std::unique_ptr<TokenConstraint> constraint;       // made by submit() from sp (JSON mode, a grammar), then the engine's
-  // An embedding instead of a generation: LlamaModel::embed of the prompt (1..n_ctx tokens), run whole on the
-  // engine thread between two steps, on a sequence of its own (no prefix shared: every row is computed);
+  // An embedding instead of a generation: LlamaModel::embed of the prompt (1..n_ctx tokens), run in parts on
+  // the engine thread between steps, on a sequence of its own (no prefix shared: every row is computed);
   // on_embedding gets the vector, then on_done ("embedded"). sp, max_tokens and the generation fields are unused.
   std::optional<LlamaModel::Pooling> embed;
   bool normalize = false;                            // the embedding scaled to unit length
@@ -131,7 +132,9 @@ class BatchEngine {
   void plan_decode_rows(StepRows& plan);        // plain sequences and plain_rounds
   void plan_prefill_rows(StepRows& plan);       // the rest of the row budget
   void record_choices(const StepRows& plan);
-  void run_embedding(Slot& s);   // an admitted embedding request, whole, ended
+  // An admitted embedding request's next part (at most max_tokens), ended when it was the last; returns the
+  // tokens it ran.
+  uint32_t run_embedding(Slot& s, uint32_t max_tokens);
   void take_result(Slot& s);
   void admit();
   bool admit_one(const std::shared_ptr<BatchRequest>& r);

@@ -422,8 +422,9 @@ typedef enum vkspec_pooling {
  * evaluated from an empty cache (what the context held is dropped; afterwards it holds the tokens). */
 VKSPEC_API vkspec_status vkspec_embed(vkspec_context* ctx, const int32_t* tokens, size_t n_tokens, int32_t pooling,
                                       int32_t normalize, float* out, size_t capacity);
-/* The same in a batch: queued and admitted as a request (a sequence and its tokens' KV blocks), run whole
- * on the stepping thread before the next step's pass. on_embedding gets the vector (n_embd floats, valid
+/* The same in a batch: queued and admitted as a request (a sequence and its tokens' KV blocks), run on the
+ * stepping thread in parts of at most a step's rows, one before each step's pass (the generations beside it
+ * go on meanwhile; a cancel takes effect between parts). on_embedding gets the vector (n_embd floats, valid
  * during the call), then on_done ("embedded"; "cancelled", "error"); both on the stepping thread. 1 <= n_tokens
  * <= n_ctx; *id as vkspec_batch_submit's (vkspec_batch_cancel works on it). */
 typedef void (*vkspec_embedding_fn)(uint64_t id, const float* embedding, uint32_t n_embd, void* user);

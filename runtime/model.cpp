@@ -226,7 +226,15 @@ void LlamaModel::forward(int seq, std::span<const uint32_t> tokens, Logits want)
 
 std::vector<float> LlamaModel::embed(int seq, std::span<const uint32_t> tokens, Pooling pooling) {
   if (tokens.empty()) throw Error("an embedding needs at least one token");
+  EmbeddingPart part;
+  embed_part(seq, tokens, pooling, part, uint32_t(tokens.size()));
+  return embedding_of(part, uint32_t(tokens.size()), pooling);
+}
+
+void LlamaModel::embed_part(int seq, std::span<const uint32_t> tokens, Pooling pooling, EmbeddingPart& part,
+                            uint32_t max_tokens) {
   const uint32_t dim = hp_.dim, n = uint32_t(tokens.size());
+  if (part.done >= n || max_tokens == 0) throw Error("internal: embed_part has no tokens to run");
   const VkDeviceSize x_row = VkDeviceSize(dim) * 4;
   // x rows reach the host through the logits' readback buffer, as many per submission as it holds (every
   // chunk's in one submission for the last token's, or a mean over a short text)
@@ -234,7 +242,7 @@ std::vector<float> LlamaModel::embed(int seq, std::span<const uint32_t> tokens, 
   if (capacity == 0)   // (kMaxBatch rows of logits hold less than one row of x: a vocabulary smaller than dim / 16)
     throw Error("embeddings need a vocabulary of at least " + std::to_string((hp_.dim + kMaxBatch - 1) / kMaxBatch) +
                 " tokens for this model's width");
-  std::vector<double> sum(dim, 0.0);
+  part.sum.resize(dim, 0.0);
   uint32_t kept = 0;   // rows copied into the readback buffer and not yet read
   const auto read_kept = [&] {
     rec_->submit_and_wait();
@@ -243,15 +251,16 @@ std::vector<float> LlamaModel::embed(int seq, std::span<const uint32_t> tokens, 
       double ss = 0;
       for (uint32_t i = 0; i < dim; ++i) ss += double(x[i]) * x[i];
       const double scale = 1.0 / std::sqrt(ss / dim + hp_.rms_eps);
-      for (uint32_t i = 0; i < dim; ++i) sum[i] += double(x[i]) * scale * output_norm_host_[i];
+      for (uint32_t i = 0; i < dim; ++i) part.sum[i] += double(x[i]) * scale * output_norm_host_[i];
     }
     kept = 0;
   };
-  const TokenInput all = write_tokens(tokens);
+  const uint32_t begin = part.done, end = begin + std::min(max_tokens, n - begin);
+  const TokenInput ids = write_tokens(tokens.subspan(begin, end - begin));
   rec_->begin();
-  for (uint32_t at = 0; at < n; at += per_pass) {
-    const uint32_t c = std::min(per_pass, n - at);
-    record_forward(*rec_, seq, TokenInput{all.ids.sub(VkDeviceSize(at) * 4, VkDeviceSize(c) * 4), 1}, c, Logits::None);
+  for (uint32_t at = begin; at < end; at += per_pass) {
+    const uint32_t c = std::min(per_pass, end - at);
+    record_forward(*rec_, seq, TokenInput{ids.ids.sub(VkDeviceSize(at - begin) * 4, VkDeviceSize(c) * 4), 1}, c, Logits::None);
     const uint32_t first = pooling == Pooling::Mean ? 0 : c - 1;
     const uint32_t rows = pooling == Pooling::Mean ? c : at + c == n ? 1 : 0;
     if (rows == 0) continue;
@@ -264,9 +273,14 @@ std::vector<float> LlamaModel::embed(int seq, std::span<const uint32_t> tokens, 
     kept += rows;
   }
   read_kept();
-  const double count = pooling == Pooling::Mean ? double(n) : 1.0;
-  std::vector<float> out(dim);
-  for (uint32_t i = 0; i < dim; ++i) out[i] = float(sum[i] / count);
+  part.done = end;
+}
+
+std::vector<float> LlamaModel::embedding_of(const EmbeddingPart& part, uint32_t n_tokens, Pooling pooling) const {
+  if (part.done != n_tokens || part.sum.size() != hp_.dim) throw Error("internal: embedding_of before its last part");
+  const double count = pooling == Pooling::Mean ? double(n_tokens) : 1.0;
+  std::vector<float> out(hp_.dim);
+  for (uint32_t i = 0; i < hp_.dim; ++i) out[i] = float(part.sum[i] / count);
   return out;
 }
 

@@ -107,6 +107,16 @@ class LlamaModel {
   // their x rows and applies the norm.
   enum class Pooling { Last, Mean };
   std::vector<float> embed(int seq, std::span<const uint32_t> tokens, Pooling pooling);
+  // The same in parts, so that a server interleaves a long text with other sequences' steps: each call runs
+  // the next tokens of `tokens` (at most max_tokens, at least one) from `part.done` on seq, whose KV holds
+  // the ones before, and pools their rows; the vector is ready when part.done == tokens.size(). Equal to
+  // embed() whatever the parts (the rows are the same and are summed in the same order).
+  struct EmbeddingPart {
+    uint32_t done = 0;          // tokens run so far
+    std::vector<double> sum;    // their pooled rows' sum (dim), after the output norm
+  };
+  void embed_part(int seq, std::span<const uint32_t> tokens, Pooling pooling, EmbeddingPart& part, uint32_t max_tokens);
+  std::vector<float> embedding_of(const EmbeddingPart& part, uint32_t n_tokens, Pooling pooling) const;
   // Creates the pipelines a pass of any width uses, by running passes of 1..Kernels::kBatchTile tokens
   // (wider ones are tiles of those widths) with all their logits rows over a scratch sequence, which it
   // then frees (needs a free sequence). Lavapipe and GPU drivers create a pipeline at its first dispatch

@@ -133,6 +133,65 @@ TEST_F(BatchEngineTest, EveryRequestGetsTheTokensOfItsRunAlone) {
   }
 }
 
+// An embedding of a long text runs in parts of a step's rows between the steps of a streaming generation:
+// the stream keeps getting tokens while the text is embedded, the generation's tokens are its solo ones,
+// and the vectors (last token's and mean) equal a whole embedding on a context of its own, bit for bit.
+TEST_F(BatchEngineTest, EmbeddingsRunInPartsBesideTheStreams) {
+  auto t = target(3);
+  Engine solo(t, EngineOptions{});
+  std::string text;
+  for (int i = 0; text.size() < 420; ++i) text += "def f" + std::to_string(i) + "(x):\n    return x * " + std::to_string(i) + "\n";
+  const std::vector<uint32_t> long_text = encode(*t, text);
+  ASSERT_GT(long_text.size(), 160u);
+  ASSERT_LT(long_text.size(), 256u);
+  Session session = solo.open_session();
+  const std::vector<float> want_last = solo.embed(session, long_text, LlamaModel::Pooling::Last, false);
+  const std::vector<float> want_mean = solo.embed(session, long_text, LlamaModel::Pooling::Mean, false);
+  solo.close_session(session);
+  SamplingParams greedy;
+  const std::vector<uint32_t> prompt = encode(*t, kPrompts[0]);
+  const std::vector<uint32_t> want_ids = solo.generate(prompt, greedy, 60, true, false).ids;
+
+  BatchEngine batch(t, EngineOptions{}, {3, 24});   // embeddings: max(24 rows, a chunk) tokens per step
+  std::vector<char> events;   // 'g': a generated token, 'L' / 'M': an embedding delivered
+  Outcome gen;
+  auto g = request(prompt, greedy, 60, gen);
+  g->on_token = [&](uint32_t id, bool, const float*) {
+    gen.ids.push_back(id);
+    events.push_back('g');
+    return true;
+  };
+  batch.submit(g);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(batch.step());   // the generation is decoding
+  std::vector<float> got_last, got_mean;
+  std::vector<BatchResult> embed_results;
+  for (const auto pooling : {LlamaModel::Pooling::Last, LlamaModel::Pooling::Mean}) {
+    auto e = std::make_shared<BatchRequest>();
+    e->prompt = long_text;
+    e->embed = pooling;
+    e->on_embedding = [&, pooling](std::vector<float> v) {
+      (pooling == LlamaModel::Pooling::Last ? got_last : got_mean) = std::move(v);
+      events.push_back(pooling == LlamaModel::Pooling::Last ? 'L' : 'M');
+    };
+    e->on_done = [&](const BatchResult& r) { embed_results.push_back(r); };
+    batch.submit(e);
+  }
+  const size_t submitted_at = events.size();
+  drain(batch);
+  ASSERT_TRUE(gen.done);
+  EXPECT_EQ(gen.ids, want_ids);
+  ASSERT_EQ(embed_results.size(), 2u);
+  for (const BatchResult& r : embed_results) EXPECT_EQ(r.stop_reason, "embedded") << r.error;
+  EXPECT_EQ(got_last, want_last);
+  EXPECT_EQ(got_mean, want_mean);
+  // both texts (~2 x 200 tokens at 24 per step) took several steps, each of which decoded a token
+  const auto first_vector = std::find_if(events.begin() + long(submitted_at), events.end(), [](char c) { return c != 'g'; });
+  EXPECT_GE(first_vector - (events.begin() + long(submitted_at)), 5) << std::string(events.begin(), events.end());
+  const BatchMetrics m = batch.metrics();
+  EXPECT_EQ(m.kv_blocks_in_use, 0u);
+  t->model->kv().check_invariants();
+}
+
 TEST_F(BatchEngineTest, CompletionsOfOnePromptPrefillItOnceAndShareItsBlocks) {
   auto t = target(4);
   BatchEngine batch(t, {}, {4, 64});
