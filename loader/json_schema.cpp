@@ -296,17 +296,52 @@ class Converter {
     }
     return *at;
   }
+  // A value's JSON type ("integer" for a number without a fraction, as JSON Schema counts 1.0).
+  static std::string type_of(const json& v) {
+    return v.is_object() ? "object" : v.is_array() ? "array" : v.is_string() ? "string" : v.is_boolean() ? "boolean"
+           : v.is_null() ? "null" : v.is_number_integer() || v.is_number_unsigned() || std::floor(v.get<double>()) == v.get<double>()
+               ? "integer" : "number";
+  }
+  // The values a `const` or `enum` allows (nullopt: neither is there), as the other keywords beside them
+  // leave them: both together allow what they share, and a `type` keeps the values of its types. Any other
+  // keyword beside them is refused (no value is generated that the schema would reject).
+  static std::optional<std::vector<json>> listed(const json& s) {
+    if (!s.is_object() || (!s.contains("const") && !s.contains("enum"))) return std::nullopt;
+    for (const auto& [key, v] : s.items())
+      if (key != "const" && key != "enum" && key != "type" && kKeywords.count(key))
+        fail(std::string(s.contains("const") ? "'const'" : "'enum'") + " with '" + key + "' beside it is not supported");
+    std::vector<json> out;
+    if (s.contains("enum")) {
+      if (!s["enum"].is_array() || s["enum"].empty()) fail("'enum' must be a non-empty array");
+      out.assign(s["enum"].begin(), s["enum"].end());
+    }
+    if (s.contains("const")) {   // (beside an enum: the const, when the enum lists it)
+      const std::string c = canonical(s["const"]).dump();
+      const bool in_enum = !s.contains("enum") || std::any_of(out.begin(), out.end(), [&](const json& v) { return canonical(v).dump() == c; });
+      out.clear();
+      if (in_enum) out.push_back(s["const"]);
+    }
+    if (s.contains("type")) {
+      std::set<std::string> allowed;
+      const json& t = s["type"];
+      for (const json& one : t.is_array() ? t : json::array({t})) {
+        if (!one.is_string()) fail("'type' must be a string or a non-empty array of strings");
+        allowed.insert(one.get<std::string>());
+      }
+      std::erase_if(out, [&](const json& v) {
+        const std::string vt = type_of(v);
+        return !allowed.count(vt) && !(vt == "integer" && allowed.count("number"));
+      });
+    }
+    if (out.empty()) fail("no value of 'const'/'enum' is allowed by the keywords beside it");
+    return out;
+  }
   // The JSON types a schema admits as far as its type, const or enum say (empty: unknown). "integer" counts as
   // "number" too.
   static std::set<std::string> types(const json& s) {
     std::set<std::string> out;
-    const auto of = [&](const json& v) {
-      out.insert(v.is_object() ? "object" : v.is_array() ? "array" : v.is_string() ? "string" : v.is_boolean() ? "boolean"
-                 : v.is_null() ? "null" : v.is_number_integer() || v.is_number_unsigned() ? "integer" : "number");
-    };
     if (!s.is_object()) return out;
-    if (s.contains("const")) of(s["const"]);
-    else if (s.contains("enum") && s["enum"].is_array()) for (const json& v : s["enum"]) of(v);
+    if (const auto vs = listed(s)) for (const json& v : *vs) out.insert(type_of(v));
     else if (s.contains("type") && s["type"].is_string()) out.insert(s["type"].get<std::string>());
     else if (s.contains("type") && s["type"].is_array()) for (const json& t : s["type"]) out.insert(t.is_string() ? t.get<std::string>() : "");
     if (out.count("integer")) out.insert("number");
@@ -324,10 +359,10 @@ class Converter {
   }
   static std::optional<std::set<std::string>> values(const json& s) {   // a const's or an enum's values, as text
     if (!s.is_object()) return std::nullopt;
+    const auto vs = listed(s);
+    if (!vs) return std::nullopt;
     std::set<std::string> out;
-    if (s.contains("const")) out.insert(canonical(s["const"]).dump());
-    else if (s.contains("enum") && s["enum"].is_array()) for (const json& v : s["enum"]) out.insert(canonical(v).dump());
-    else return std::nullopt;
+    for (const json& v : *vs) out.insert(canonical(v).dump());
     return out;
   }
   static bool disjoint(const std::set<std::string>& a, const std::set<std::string>& b) {
@@ -400,11 +435,9 @@ class Converter {
       if (!s["$ref"].is_string()) fail("'$ref' must be a string");
       return ref(s["$ref"].get<std::string>(), depth);
     }
-    if (s.contains("const")) return "(" + literal(s["const"].dump()) + " ws)";
-    if (s.contains("enum")) {
-      if (!s["enum"].is_array() || s["enum"].empty()) fail("'enum' must be a non-empty array");
+    if (const auto vs = listed(s)) {
       std::string alts;
-      for (const json& v : s["enum"]) alts += (alts.empty() ? "" : " | ") + literal(v.dump());
+      for (const json& v : *vs) alts += (alts.empty() ? "" : " | ") + literal(v.dump());
       return "((" + alts + ") ws)";
     }
     for (const char* any : {"anyOf", "oneOf"}) {

@@ -292,3 +292,42 @@ TEST(JsonSchema, OneOfAllOfAndTuples) {
                   R"({"allOf": [{"properties": {"a": {"type": "integer"}}}, {"properties": {"a": {"type": "string"}}}]})",
                   R"({"prefixItems": [{}], "items": false, "minItems": 2})", R"({"oneOf": []})", R"({"allOf": {}})"});
 }
+
+// `const` and `enum` beside `type` (as Pydantic writes Literal fields and discriminators) or each other: the
+// grammar takes exactly the listed values python3-jsonschema finds valid under the whole schema; any other
+// keyword beside them is refused, as is a schema that leaves no listed value.
+TEST(JsonSchema, ConstAndEnumAreHeldToTheTypeBesideThem) {
+  const char* schemas[] = {R"({"type": "string", "enum": ["a", 1, null, "b c"]})",
+                           R"({"type": ["integer", "null"], "enum": [1, 1.5, "x", null, 2.0, true]})",
+                           R"({"type": "number", "enum": [1, 2.5, "2.5"]})",
+                           R"({"const": "a", "enum": ["a", "b"]})",
+                           R"({"const": 1, "enum": [1.0, 2, "1"]})",
+                           R"({"const": "cat", "type": "string", "title": "Pet Type"})",
+                           R"({"type": "boolean", "enum": [true, 0, false]})"};
+  const char* values[] = {"\"a\"", "\"b\"", "\"b c\"", "1", "1.0", "1.5", "2.0", "2", "2.5", "\"2.5\"", "\"x\"",
+                          "null", "true", "false", "0", "\"1\"", "\"cat\""};
+  json cases = json::array();
+  for (const char* schema : schemas)
+    for (const char* v : values) cases.push_back({{"schema", json::parse(schema)}, {"text", v}});
+  const auto valid = python_valid(cases);
+  if (!valid) GTEST_SKIP() << "python3-jsonschema is not installed";
+  size_t i = 0, taken = 0;
+  for (const char* schema : schemas) {
+    const SchemaCheck check(schema);
+    for (const char* v : values) {
+      const json sj = json::parse(schema);
+      const json list = sj.contains("const") ? json::array({sj["const"]}) : sj["enum"];
+      const bool listed_as_written =
+          std::any_of(list.begin(), list.end(), [&](const json& e) { return e.dump() == json::parse(v).dump(); });
+      const bool accepted = check.accepts(v) == 1;
+      if (accepted) ++taken;
+      // valid for Python and written as the const (or else in the enum): generated; anything else: not
+      EXPECT_EQ(accepted, (*valid)[i] && listed_as_written) << schema << " " << v;
+      ++i;
+    }
+  }
+  EXPECT_GE(taken, 12u);
+  expect_refused({R"({"type": "string", "enum": [1, null]})", R"({"enum": ["a"], "minLength": 3})",
+                  R"({"const": "a", "pattern": "b"})", R"({"const": "x", "enum": ["y"]})",
+                  R"({"type": "integer", "enum": [1.5]})", R"({"enum": ["a"], "properties": {}})"});
+}
