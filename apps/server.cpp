@@ -18,6 +18,7 @@
 
 #include "cli_common.h"
 #include "embeddings_api.h"
+#include "llamacpp_api.h"
 #include "ollama_api.h"
 #include "server_api.h"
 
@@ -105,7 +106,9 @@ json vkspec_fields(const Job& j, const std::string& drafter) {
   for (const auto& c : j.choices) {
     const vkspec_request_result& r = c.result;
     json x = {{"prefilled_tokens", r.prefilled_tokens}, {"shared_prompt_tokens", r.shared_tokens},
-              {"queued_s", r.queued_seconds}, {"prefill_s", r.prefill_seconds}, {"decode_s", r.decode_seconds}};
+              {"queued_s", r.queued_seconds}, {"prefill_s", r.prefill_seconds}, {"decode_s", r.decode_seconds},
+              {"stop_reason", std::string(r.stop_reason)}};
+    if (c.text && c.text->stopped()) x["stop_string"] = c.text->stop_string();
     if (r.speculative)
       x["speculative"] = {{"drafter", drafter}, {"drafted", r.drafted}, {"accepted", r.accepted},
                           {"acceptance_rate", r.drafted ? double(r.accepted) / double(r.drafted) : 0.0},
@@ -136,6 +139,16 @@ json full_response(const Job& j, const std::string& drafter) {
           {"model", j.model}, {"choices", choices}, {"usage", usage(j)}, {"vkspec", vkspec_fields(j, drafter)}};
 }
 
+// How a response is written: OpenAI's (the empty functions), or another API's shapes over the same job
+// events (Ollama's, llama-server's native ones).
+struct Dialect {
+  std::function<json(const json& openai)> whole;                  // a whole response
+  std::function<std::string(const std::string& payload)> frame;   // one stream event's bytes (stateful)
+  std::function<json(const ApiError&)> error;
+  const char* stream_type = "text/event-stream";
+  bool sse = true;   // SSE comments keep checking the connection while nothing is sent
+};
+
 bool equal_constant_time(const std::string& a, const std::string& b) {
   unsigned diff = unsigned(a.size() ^ b.size());
   const size_t n = std::max(a.size(), b.size());
@@ -159,10 +172,11 @@ class Server {
   void routes();
   void completion(const httplib::Request& req, httplib::Response& res, bool chat);
   void ollama(const httplib::Request& req, httplib::Response& res, OllamaEndpoint ep);
+  void llamacpp_completion(const httplib::Request& req, httplib::Response& res);   // llama-server's /completion
   void embeddings(const httplib::Request& req, httplib::Response& res, EmbedEndpoint ep);
   std::vector<std::vector<float>> embed(const EmbedSpec& spec);   // the inputs' vectors, in order
   // The job's answer: one JSON body, or its stream as it is made (OpenAI's SSE, or Ollama's NDJSON lines).
-  void respond(httplib::Response& res, std::shared_ptr<Job> job, std::optional<OllamaEndpoint> ollama);
+  void respond(httplib::Response& res, std::shared_ptr<Job> job, const Dialect& dialect);
   std::shared_ptr<Job> start_job(CompletionSpec spec);
   std::string metrics_text() const;
 
@@ -316,14 +330,35 @@ std::shared_ptr<Job> Server::start_job(CompletionSpec spec) {
 
 void Server::completion(const httplib::Request& req, httplib::Response& res, bool chat) {
   const nlohmann::ordered_json body = parse_body(req.body, lim_);
-  respond(res, start_job(parse_completion(body, chat, lim_, enc_, model_id_)), std::nullopt);
+  respond(res, start_job(parse_completion(body, chat, lim_, enc_, model_id_)), Dialect{});
+}
+
+void Server::llamacpp_completion(const httplib::Request& req, httplib::Response& res) {
+  try {
+    const LlamaCppRequest l = llamacpp_request(parse_body(req.body, lim_));
+    auto stream = std::make_shared<LlamaCppStream>(model_id_, l.settings);
+    Dialect d;
+    d.whole = [model = model_id_, settings = l.settings](const json& o) { return llamacpp_response(o, model, settings); };
+    d.frame = [stream](const std::string& payload) { return stream->translate(payload); };
+    d.error = llamacpp_error;
+    respond(res, start_job(parse_completion(l.openai, false, lim_, enc_, model_id_)), d);
+  } catch (const ApiError& e) {
+    send_json(res, e.status, llamacpp_error(e));
+  }
 }
 
 void Server::ollama(const httplib::Request& req, httplib::Response& res, OllamaEndpoint ep) {
   try {
     const OllamaRequest o = ollama_request(parse_body(req.body, lim_), ep, bool(enc_.render_chat), model_id_);
     if (o.load_only) return send_json(res, 200, ollama_loaded(ep, model_id_));
-    respond(res, start_job(parse_completion(o.openai, o.chat, lim_, enc_, model_id_, o.fit_messages)), ep);
+    auto stream = std::make_shared<OllamaStream>(ep, model_id_);
+    Dialect d;
+    d.whole = [ep, model = model_id_](const json& openai) { return ollama_response(openai, ep, model); };
+    d.frame = [stream](const std::string& payload) { return stream->translate(payload); };
+    d.error = ollama_error;
+    d.stream_type = "application/x-ndjson";
+    d.sse = false;
+    respond(res, start_job(parse_completion(o.openai, o.chat, lim_, enc_, model_id_, o.fit_messages)), d);
   } catch (const ApiError& e) {
     send_json(res, e.status, ollama_error(e));
   }
@@ -388,15 +423,15 @@ std::vector<std::vector<float>> Server::embed(const EmbedSpec& spec) {
   return std::move(p->vectors);
 }
 
-void Server::respond(httplib::Response& res, std::shared_ptr<Job> job, std::optional<OllamaEndpoint> ollama) {
+void Server::respond(httplib::Response& res, std::shared_ptr<Job> job, const Dialect& dialect) {
   const std::string drafter = drafter_;
   // the whole response, in the request's dialect
-  auto answer = [ollama](const Job& j, const std::string& drafter) {
+  auto answer = [dialect](const Job& j, const std::string& drafter) {
     if (!j.error.empty()) {
       const ApiError e(500, "generation failed: " + j.error, {}, {}, "server_error");
-      return ollama ? ollama_error(e) : e.body();
+      return dialect.error ? dialect.error(e) : e.body();
     }
-    return ollama ? ollama_response(full_response(j, drafter), *ollama, j.model) : full_response(j, drafter);
+    return dialect.whole ? dialect.whole(full_response(j, drafter)) : full_response(j, drafter);
   };
   if (!job->spec.stream) {
     // Wait a little for the answer; a longer one is sent by a content provider that writes a space (JSON
@@ -434,10 +469,9 @@ void Server::respond(httplib::Response& res, std::shared_ptr<Job> job, std::opti
     return;
   }
   res.set_header("Cache-Control", "no-cache");
-  auto ndjson = ollama ? std::make_shared<OllamaStream>(*ollama, job->model) : nullptr;
   res.set_chunked_content_provider(
-      ollama ? "application/x-ndjson" : "text/event-stream",
-      [job, ndjson](size_t, httplib::DataSink& sink) {
+      dialect.stream_type,
+      [job, dialect](size_t, httplib::DataSink& sink) {
         // Sends what is ready; a write that fails (the client left) cancels every choice of the job.
         auto last_write = Clock::now();
         for (;;) {
@@ -448,7 +482,7 @@ void Server::respond(httplib::Response& res, std::shared_ptr<Job> job, std::opti
             ready.swap(job->events);
           }
           for (const std::string& e : ready) {
-            const std::string frame = ndjson ? ndjson->translate(e) : "data: " + e + "\n\n";
+            const std::string frame = dialect.frame ? dialect.frame(e) : "data: " + e + "\n\n";
             if (!frame.empty() && !sink.write(frame.data(), frame.size())) {
               job->cancel();
               return false;
@@ -461,7 +495,7 @@ void Server::respond(httplib::Response& res, std::shared_ptr<Job> job, std::opti
           }
           // An SSE comment every two seconds also notices a client that left (NDJSON has no comments: its
           // client is noticed at the next line).
-          if (!ndjson && Clock::now() - last_write > std::chrono::seconds(2)) {
+          if (dialect.sse && Clock::now() - last_write > std::chrono::seconds(2)) {
             static const char ping[] = ": keep-alive\n\n";
             if (!sink.write(ping, sizeof ping - 1)) {
               job->cancel();
@@ -525,6 +559,8 @@ void Server::routes() {
   // Ollama's API (apps/ollama_api.h): generation, and the model as its listings describe one
   http_.Post("/api/generate", [this](const httplib::Request& req, httplib::Response& res) { ollama(req, res, OllamaEndpoint::Generate); });
   http_.Post("/api/chat", [this](const httplib::Request& req, httplib::Response& res) { ollama(req, res, OllamaEndpoint::Chat); });
+  for (const char* path : {"/completion", "/completions"})
+    http_.Post(path, [this](const httplib::Request& req, httplib::Response& res) { llamacpp_completion(req, res); });
   // Embeddings (apps/embeddings_api.h): OpenAI's (also under llama-server's /embeddings), Ollama's two
   for (const char* path : {"/v1/embeddings", "/embeddings"})
     http_.Post(path, [this](const httplib::Request& req, httplib::Response& res) { embeddings(req, res, EmbedEndpoint::OpenAi); });

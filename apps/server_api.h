@@ -109,11 +109,13 @@ class TextStream {
   std::string push(const std::string& piece);   // the text now safe to send
   std::string finish();                         // at the end: whatever was held back
   bool stopped() const { return stopped_; }
+  const std::string& stop_string() const { return matched_; }   // the stop string that ended the text
 
  private:
   std::string held_;
   std::vector<std::string> stops_;
   bool stopped_ = false;
+  std::string matched_;
 };
 
 // One generated token's log-probability entry for chat logprobs: {token, logprob, bytes, top_logprobs};

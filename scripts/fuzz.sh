@@ -14,6 +14,7 @@ shared_src=(loader/gguf.cpp loader/model_file.cpp runtime/quant.cpp loader/token
             loader/tokenizer_spm.cpp loader/chat_template.cpp loader/jinja_value.cpp loader/jinja_lex.cpp
             loader/jinja_parse.cpp loader/jinja_render.cpp loader/jinja_builtins.cpp loader/jinja_filters.cpp
             apps/server_api.cpp apps/message_window.cpp apps/tool_calls.cpp apps/ollama_api.cpp apps/embeddings_api.cpp
+            apps/llamacpp_api.cpp
             engine/prompt.cpp loader/gbnf.cpp loader/json_grammar.cpp loader/token_constraint.cpp
             loader/json_schema.cpp loader/json_pattern.cpp)
 mkdir -p "$out/obj"
@@ -65,7 +66,7 @@ done
 "$out/fuzz_chat_template" "$out/corpus-jinja" -max_total_time="$(( (secs + 1) / 2 ))" -max_len=8192 -rss_limit_mb=2048 -timeout=10
 
 # server requests: arbitrary bodies through the OpenAI protocol layer (half the time)
-"${fuzz_cxx[@]}" tests/fuzz/fuzz_server_request.cpp $(obj apps/server_api.cpp apps/message_window.cpp apps/tool_calls.cpp apps/ollama_api.cpp apps/embeddings_api.cpp engine/prompt.cpp "${jinja[@]}" \
+"${fuzz_cxx[@]}" tests/fuzz/fuzz_server_request.cpp $(obj apps/server_api.cpp apps/message_window.cpp apps/tool_calls.cpp apps/ollama_api.cpp apps/embeddings_api.cpp apps/llamacpp_api.cpp engine/prompt.cpp "${jinja[@]}" \
   loader/json_schema.cpp loader/json_pattern.cpp loader/gbnf.cpp loader/token_constraint.cpp loader/gguf.cpp loader/tokenizer.cpp loader/tokenizer_bpe.cpp loader/tokenizer_spm.cpp runtime/quant.cpp) $libs \
   -o "$out/fuzz_server_request"
 mkdir -p "$out/corpus-server"

@@ -674,6 +674,61 @@ TEST(Server, TokenizeDetokenizeAndApplyTemplateAgreeWithTheCli) {
   EXPECT_EQ(s.stop(), 0);
 }
 
+// llama-server's native /completion (its clients: llama.cpp's scripts, SillyTavern, Continue): greedy, it gives
+// /v1/completions' text; streamed, events whose contents join into it and a last event with stop, counts and
+// timings (no [DONE]); a stop string is reported as llama-server reports it; a sampler vkspec does not run is a
+// 400 in llama-server's error shape.
+TEST(Server, LlamaServerNativeCompletion) {
+  ServerProcess s(model_arg() + " --parallel 2");
+  ASSERT_TRUE(s.up()) << s.log();
+  const std::string prompt = "def fibonacci(n):\n";
+  int status = 0;
+  const json openai = s.post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}}, &status);
+  ASSERT_EQ(status, 200) << openai.dump();
+  const std::string text = openai["choices"][0]["text"];
+  const json native = s.post("/completion", {{"prompt", prompt}, {"n_predict", 12}, {"temperature", 0}}, &status);
+  ASSERT_EQ(status, 200) << native.dump();
+  EXPECT_EQ(native["content"], text);
+  EXPECT_EQ(native["stop"], true);
+  EXPECT_EQ(native["stop_type"], "limit");
+  EXPECT_EQ(native["tokens_predicted"], 12);
+  EXPECT_EQ(native["tokens_evaluated"], openai["usage"]["prompt_tokens"]);
+  EXPECT_EQ(native["timings"]["predicted_n"], 12);
+  EXPECT_EQ(native["generation_settings"]["n_predict"], 12);
+  auto r = s.client().Post("/completions", json{{"prompt", prompt}, {"n_predict", 12}, {"temperature", 0}, {"stream", true}}.dump(),
+                           "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  EXPECT_EQ(r->body.find("[DONE]"), std::string::npos);
+  std::string joined;
+  json last;
+  int events = 0;
+  std::istringstream lines(r->body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("data: ", 0) != 0) continue;
+    last = json::parse(line.substr(6));
+    joined += last["content"].get<std::string>();
+    ++events;
+  }
+  EXPECT_EQ(joined, text);
+  EXPECT_GT(events, 2);
+  EXPECT_EQ(last["stop"], true);
+  EXPECT_EQ(last["tokens_predicted"], 12);
+  // a stop string inside the greedy text: cut before it, reported as llama-server does
+  ASSERT_GT(text.size(), 6u);
+  const std::string stop = text.substr(text.size() / 2, 3);
+  const json cut = s.post("/completion", {{"prompt", prompt}, {"n_predict", 12}, {"temperature", 0}, {"stop", {stop}}}, &status);
+  ASSERT_EQ(status, 200) << cut.dump();
+  EXPECT_EQ(cut["content"], text.substr(0, text.find(stop)));
+  EXPECT_EQ(cut["stop_type"], "word");
+  EXPECT_EQ(cut["stopping_word"], stop);
+  const json refused = s.post("/completion", {{"prompt", prompt}, {"mirostat", 2}}, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(refused["error"]["code"], 400) << refused.dump();
+  EXPECT_NE(refused["error"]["message"].get<std::string>().find("mirostat"), std::string::npos);
+  EXPECT_EQ(s.stop(), 0);
+}
+
 // Embeddings on the batch: /v1/embeddings gives the CLI's normalized vector (`vkspec embed`, a context of its
 // own) for a text and for its token ids, also while a streamed generation runs beside them, whose text is its
 // solo one (an embedding runs between the generation's steps); --pooling mean gives the CLI's mean.

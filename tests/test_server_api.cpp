@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "apps/embeddings_api.h"
+#include "apps/llamacpp_api.h"
 #include "apps/message_window.h"
 #include "apps/ollama_api.h"
 #include "apps/server_api.h"
@@ -441,6 +442,107 @@ TEST_F(ServerApiParse, OllamaChatIsCutToTheContextWhereOpenAiRefusesIt) {
     EXPECT_GT(enc_.chat(enc_.render_chat(one_more, nullptr)).size(), budget);
   }
   EXPECT_FALSE(cli::ollama_request({{"prompt", "hi"}}, cli::OllamaEndpoint::Generate, true, "m").fit_messages);
+}
+
+// llama-server's /completion: its names and defaults become the OpenAI completion body, which parse_completion
+// checks as any other; samplers vkspec does not run are refused unless neutral; its logit_bias forms.
+TEST_F(ServerApiParse, LlamaCppCompletionsBecomeTheOpenAiBodiesTheyMean) {
+  using ojson = nlohmann::ordered_json;
+  auto req = [](const char* body) { return cli::llamacpp_request(ojson::parse(body)); };
+  cli::LlamaCppRequest r = req(R"({"prompt": "def f(x):"})");
+  EXPECT_FALSE(r.stream);   // llama-server's default
+  EXPECT_EQ(r.openai["temperature"], 0.8);   // its defaults, not OpenAI's
+  EXPECT_EQ(r.openai["top_k"], 40);
+  EXPECT_EQ(r.openai["top_p"], 0.95);
+  EXPECT_EQ(r.openai["min_p"], 0.05);
+  EXPECT_FALSE(r.openai.contains("max_tokens"));   // n_predict -1: up to the context
+  EXPECT_FALSE(r.openai.contains("seed"));         // random
+  EXPECT_EQ(r.settings["n_predict"], -1);
+  r = req(R"({"prompt": [1, 2, 3], "n_predict": 9, "temperature": 0, "seed": 7, "stop": ["\n"], "stream": true,
+              "cache_prompt": true, "id_slot": 1, "n_keep": 4, "mirostat": 0, "typical_p": 1.0, "samplers": [],
+              "logit_bias": [[5, false], [7, 1.5]], "ignore_eos": true, "grammar": "root ::= [a]"})");
+  EXPECT_TRUE(r.stream);
+  EXPECT_EQ(r.openai["stream_options"]["include_usage"], true);   // the last event's counts and timings
+  EXPECT_EQ(r.openai["max_tokens"], 9);
+  EXPECT_EQ(r.openai["seed"], 7);
+  EXPECT_EQ(r.openai["logit_bias"], ojson::parse(R"({"5": -100, "7": 1.5})"));
+  EXPECT_EQ(r.settings["n_predict"], 9);
+  EXPECT_EQ(r.settings["temperature"], 0);
+  const cli::CompletionSpec spec = cli::parse_completion(r.openai, false, lim_, enc_, "m");
+  EXPECT_EQ(spec.prompt, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(spec.max_tokens, 9u);
+  EXPECT_EQ(spec.sp.seed, 7u);
+  EXPECT_EQ(spec.bias_tokens, (std::vector<int32_t>{5, 7}));
+  EXPECT_TRUE(spec.ignore_eos);
+  EXPECT_FALSE(spec.grammar.empty());
+  EXPECT_EQ(req(R"({"prompt": "x", "logit_bias": {"3": 2}})").openai["logit_bias"], ojson::parse(R"({"3": 2})"));
+  EXPECT_FALSE(req(R"({"prompt": "x", "seed": 4294967295})").openai.contains("seed"));
+  for (const char* bad : {R"({})", R"({"prompt": "x", "n_predict": 0})", R"({"prompt": "x", "n_predict": "5"})",
+                          R"({"prompt": "x", "mirostat": 2})", R"({"prompt": "x", "typical_p": 0.5})",
+                          R"({"prompt": "x", "n_probs": 3})", R"({"prompt": "x", "samplers": ["top_k"]})",
+                          R"({"prompt": "x", "dry_multiplier": 0.8})", R"({"prompt": "x", "logit_bias": [["hello", 1]]})",
+                          R"({"prompt": "x", "logit_bias": [[1, "x"]]})", R"({"prompt": "x", "logit_bias": 5})",
+                          R"({"prompt": "x", "image_data": [{"data": "AA=="}]})", R"({"prompt": "x", "stream": 1})"}) {
+    try {
+      req(bad);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const cli::ApiError& e) {
+      EXPECT_EQ(e.status, 400) << bad;
+      const nlohmann::json err = cli::llamacpp_error(e);   // llama-server's error shape
+      EXPECT_EQ(err["error"]["code"], 400);
+      EXPECT_EQ(err["error"]["message"], e.message);
+    }
+  }
+}
+
+// OpenAI events and responses in llama-server's shapes: content events, the last with stop, counts, timings,
+// why it stopped (a stop string: "word" and the string; max tokens: "limit"; else "eos").
+TEST(ServerApi, LlamaCppStreamsAndResponses) {
+  const nlohmann::json settings = {{"n_predict", 4}};
+  cli::LlamaCppStream st("m", settings);
+  const auto chunk = [](const std::string& text, const nlohmann::json& finish) {
+    return nlohmann::json{{"choices", {{{"index", 0}, {"text", text}, {"finish_reason", finish}}}}}.dump();
+  };
+  const nlohmann::json vk = {{"choices", {{{"prefilled_tokens", 3}, {"shared_prompt_tokens", 2}, {"prefill_s", 0.5},
+                                           {"decode_s", 2.0}, {"stop_reason", "stopped"}, {"stop_string", "\n\n"}}}}};
+  std::string out = st.translate(chunk("def", nullptr)) + st.translate(chunk(" f():\n", nullptr)) + st.translate(chunk("", "stop"));
+  out += st.translate(nlohmann::json{{"choices", nlohmann::json::array()},
+                                     {"usage", {{"prompt_tokens", 5}, {"completion_tokens", 4}}}, {"vkspec", vk}}.dump());
+  EXPECT_EQ(st.translate("[DONE]"), "");
+  std::vector<nlohmann::json> events;
+  for (size_t at = 0; at < out.size();) {
+    ASSERT_EQ(out.compare(at, 6, "data: "), 0) << out;
+    const size_t end = out.find("\n\n", at);
+    events.push_back(nlohmann::json::parse(out.substr(at + 6, end - at - 6)));
+    at = end + 2;
+  }
+  ASSERT_EQ(events.size(), 3u) << out;
+  EXPECT_EQ(events[0]["content"], "def");
+  EXPECT_EQ(events[0]["stop"], false);
+  EXPECT_EQ(events[1]["content"], " f():\n");
+  const nlohmann::json& last = events[2];
+  EXPECT_EQ(last["content"], "");
+  EXPECT_EQ(last["stop"], true);
+  EXPECT_EQ(last["stop_type"], "word");
+  EXPECT_EQ(last["stopping_word"], "\n\n");
+  EXPECT_EQ(last["has_new_line"], true);
+  EXPECT_EQ(last["tokens_predicted"], 4);
+  EXPECT_EQ(last["tokens_evaluated"], 5);
+  EXPECT_EQ(last["tokens_cached"], 2);
+  EXPECT_EQ(last["generation_settings"], settings);
+  EXPECT_EQ(last["timings"]["prompt_n"], 3);
+  EXPECT_DOUBLE_EQ(last["timings"]["prompt_ms"].get<double>(), 500.0);
+  EXPECT_DOUBLE_EQ(last["timings"]["predicted_per_second"].get<double>(), 2.0);
+  // a whole response; max tokens reached
+  const nlohmann::json whole = cli::llamacpp_response(
+      {{"choices", {{{"index", 0}, {"text", "abc"}, {"finish_reason", "length"}}}}, {"usage", {{"prompt_tokens", 5}, {"completion_tokens", 4}}},
+       {"vkspec", {{"choices", {{{"stop_reason", "length"}}}}}}},
+      "m", settings);
+  EXPECT_EQ(whole["content"], "abc");
+  EXPECT_EQ(whole["stop"], true);
+  EXPECT_EQ(whole["stop_type"], "limit");
+  EXPECT_EQ(whole["has_new_line"], false);
+  EXPECT_EQ(whole["model"], "m");
 }
 
 TEST(ServerApi, OllamaRequestsBecomeTheOpenAiBodiesTheyMean) {

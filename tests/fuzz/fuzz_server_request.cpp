@@ -1,12 +1,12 @@
 // libFuzzer target for the server's request parsing (apps/server_api.h): arbitrary bytes as the body of a
 // completion (first byte even) or chat completion (odd) request (with bit 3 set: Ollama's generate or chat; bit
 // 2: llama-server's /tokenize or /detokenize; bit 5: embeddings, OpenAI's, or with bit 3 Ollama's /api/embed
-// (even) or /api/embeddings (odd)), with a real vocabulary and the Llama 3.2 chat template. Every outcome
+// (even) or /api/embeddings (odd); else bit 7: llama-server's /completion), with a real vocabulary and the Llama 3.2 chat template. Every outcome
 // must be a CompletionSpec (or embedding inputs) within the limits (its JSON schema, a tool call's included,
 // converted to a grammar or refused with an Error) or an ApiError with a 4xx status; any other exception, a
 // crash, an ASan/UBSan finding or a hang is a bug. Seeds: tests/fuzz/server-seeds (text: first byte 'P',
 // even, or 'C', odd; 'H' / 'K' Ollama's generate / chat; 'D' / 'E' /tokenize / /detokenize; 'a' / 'h' / 'i'
-// OpenAI's embeddings, Ollama's embed / embeddings; then the body).
+// OpenAI's embeddings, Ollama's embed / embeddings; 0xC0 llama-server's /completion; then the body).
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -14,6 +14,7 @@
 #include <string>
 
 #include "apps/embeddings_api.h"
+#include "apps/llamacpp_api.h"
 #include "apps/ollama_api.h"
 #include "apps/server_api.h"
 #include "engine/prompt.h"
@@ -92,6 +93,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       request = o.openai;
       chat = o.chat;
       fit = o.fit_messages;
+    } else if (data[0] & 128) {   // llama-server's /completion: the OpenAI completion body it means
+      request = cli::llamacpp_request(request).openai;
+      chat = false;
     }
     const cli::CompletionSpec s = cli::parse_completion(request, chat, lim, enc, "m", fit);
     if (s.prompt.empty() || s.prompt.size() >= lim.n_ctx || s.max_tokens == 0 || s.max_tokens > lim.n_ctx ||
