@@ -84,6 +84,15 @@ json event(const std::string& model, const std::string& content) {
 }
 }  // namespace
 
+json llamacpp_props(uint32_t n_ctx, uint32_t slots, const std::string& model_path, const std::string& chat_template,
+                    bool speculative) {
+  json params = {{"n_predict", -1}, {"seed", -1}, {"presence_penalty", 0.0}, {"frequency_penalty", 0.0}};
+  for (const auto& [key, value] : kDefaults) params[key] = value;
+  return {{"default_generation_settings", {{"n_ctx", n_ctx}, {"speculative", speculative}, {"params", params}}},
+          {"total_slots", slots}, {"model_path", model_path}, {"chat_template", chat_template},
+          {"modalities", {{"vision", false}, {"audio", false}}}, {"build_info", "vkspec"}};
+}
+
 LlamaCppRequest llamacpp_request(const ojson& body) {
   LlamaCppRequest r;
   ojson& o = r.openai;

@@ -39,6 +39,10 @@ class LlamaCppStream {
 
 // A whole OpenAI completion response (one choice) as llama-server's.
 nlohmann::json llamacpp_response(const nlohmann::json& openai, const std::string& model, const nlohmann::json& settings);
+// GET /props (what llama.cpp's web UI and other clients read first): the context, the slots, the sampling
+// defaults of /completion, the model's path and its chat template ("" without one).
+nlohmann::json llamacpp_props(uint32_t n_ctx, uint32_t slots, const std::string& model_path, const std::string& chat_template,
+                              bool speculative);
 inline nlohmann::json llamacpp_error(const ApiError& e) {
   return {{"error", {{"code", e.status}, {"message", e.message}, {"type", e.type}}}};
 }

@@ -561,6 +561,9 @@ void Server::routes() {
   http_.Post("/api/chat", [this](const httplib::Request& req, httplib::Response& res) { ollama(req, res, OllamaEndpoint::Chat); });
   for (const char* path : {"/completion", "/completions"})
     http_.Post(path, [this](const httplib::Request& req, httplib::Response& res) { llamacpp_completion(req, res); });
+  http_.Get("/props", [this](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200, llamacpp_props(lim_.n_ctx, so_.parallel, o_.model, template_ ? *template_ : "", !drafter_.empty()));
+  });
   // Embeddings (apps/embeddings_api.h): OpenAI's (also under llama-server's /embeddings), Ollama's two
   for (const char* path : {"/v1/embeddings", "/embeddings"})
     http_.Post(path, [this](const httplib::Request& req, httplib::Response& res) { embeddings(req, res, EmbedEndpoint::OpenAi); });

@@ -722,6 +722,14 @@ TEST(Server, LlamaServerNativeCompletion) {
   EXPECT_EQ(cut["content"], text.substr(0, text.find(stop)));
   EXPECT_EQ(cut["stop_type"], "word");
   EXPECT_EQ(cut["stopping_word"], stop);
+  auto props = s.client().Get("/props");   // what llama.cpp's web UI reads first
+  ASSERT_TRUE(props);
+  ASSERT_EQ(props->status, 200);
+  const json p = json::parse(props->body);
+  EXPECT_EQ(p["default_generation_settings"]["n_ctx"], 256);
+  EXPECT_EQ(p["default_generation_settings"]["params"]["temperature"], 0.8);
+  EXPECT_EQ(p["total_slots"], 2);
+  EXPECT_EQ(p["chat_template"], "");   // (the pycode model has none)
   const json refused = s.post("/completion", {{"prompt", prompt}, {"mirostat", 2}}, &status);
   EXPECT_EQ(status, 400);
   EXPECT_EQ(refused["error"]["code"], 400) << refused.dump();
