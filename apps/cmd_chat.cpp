@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <random>
 
 #include "chat.h"
@@ -65,6 +66,44 @@ std::string stats_text(const ChatInfo& info, const Conversation& conv) {
   return s;
 }
 
+void strip_cr(std::string& line) {
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+}
+bool ends_with_quotes(const std::string& s) { return s.size() >= 3 && s.compare(s.size() - 3, 3, "\"\"\"") == 0; }
+
+// One user message from stdin (nullopt at the end of the input): a line; a line that ends in '\' goes on
+// with the next (llama-cli's convention); a message that begins with """ goes on until a line that ends with
+// """ (Ollama's), the quotes left out. Either keeps the newlines, so that pasted code stays one message.
+std::optional<std::string> read_message(bool tty) {
+  std::string line, more;
+  if (!std::getline(std::cin, line)) return std::nullopt;
+  strip_cr(line);
+  const auto next = [&] {
+    if (tty) write_stdout("... ");
+    if (!std::getline(std::cin, more)) return false;
+    strip_cr(more);
+    return true;
+  };
+  if (line.rfind("\"\"\"", 0) == 0) {
+    std::string text = line.substr(3);
+    if (ends_with_quotes(text)) return text.substr(0, text.size() - 3);
+    bool first = text.empty();   // (nothing after the opening quotes: no leading newline)
+    while (next()) {
+      const bool last = ends_with_quotes(more);
+      if (!first) text += '\n';
+      text.append(more, 0, more.size() - (last ? 3 : 0));
+      first = false;
+      if (last) break;
+    }
+    return text;   // (the end of the input closes it too)
+  }
+  while (!line.empty() && line.back() == '\\' && next()) {
+    line.back() = '\n';
+    line += more;
+  }
+  return line;
+}
+
 }  // namespace
 
 int cmd_apply_template(const RunOptions& o, const ChatOptions& chat) {
@@ -88,16 +127,17 @@ int cmd_chat(const RunOptions& o, const ChatOptions& chat) {
   Conversation conv(model, ctx, std::move(source), chat.system);
   if (tty)
     fprintf(stderr, "vkspec chat on %s (context %u tokens). /exit ends, /clear starts a new conversation, /stats "
-                    "shows speed and acceptance; Ctrl-C stops a reply.\n",
+                    "shows speed and acceptance; Ctrl-C stops a reply; \"\"\" begins and ends a message of several "
+                    "lines (or end a line with \\).\n",
             mi.device, mi.n_ctx);
-  std::string line;
   for (uint64_t turn = 1;; ) {
     if (tty) write_stdout("\n> ");
-    if (!std::getline(std::cin, line)) {
+    const std::optional<std::string> message = read_message(tty);
+    if (!message) {
       if (tty) write_stdout("\n");
       break;
     }
-    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const std::string& line = *message;
     if (line == "/exit" || line == "/quit") break;
     if (line == "/clear") {
       conv.clear();

@@ -235,6 +235,24 @@ TEST_F(Chat, ConversationLongerThanTheContextLosesItsOldestExchanges) {
   unsetenv("VKSPEC_TODAY");
 }
 
+// Messages of several lines (pasted code): a """ block (Ollama's) and lines continued with a trailing
+// backslash (llama-cli's) are one message each, newlines kept; the end of the input closes an open block.
+TEST_F(Chat, MessagesOfSeveralLines) {
+  write(tmp("lines.txt"), "\"\"\"\ndef f(x):\n    return x\n\"\"\"\nfirst line \\\nsecond line\n\"\"\"one line\"\"\"\n"
+                          "\"\"\"unclosed\nlast");
+  Result r = run_command("VKSPEC_TODAY=2026-01-31 " + std::string(VKSPEC_BIN) + " chat -m " + model_ +
+                         " -n 1 --temp 0 --json < " + tmp("lines.txt"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::vector<json> turns = json_lines(r.out);
+  ASSERT_EQ(turns.size(), 4u) << r.out;
+  const char* users[] = {"def f(x):\n    return x", "first line \nsecond line", "one line", "unclosed\nlast"};
+  for (size_t i = 0; i < 4; ++i) {
+    const std::string prompt = turns[i]["prompt"];
+    const std::string want = std::string("<|start_header_id|>user<|end_header_id|>\n\n") + users[i] + "<|eot_id|>";
+    EXPECT_NE(prompt.find(want), std::string::npos) << i << ": " << prompt;
+  }
+}
+
 // Ctrl-C (SIGINT) during a reply stops that reply; the session goes on with the next line. The signal is
 // sent once the reply is streaming (a background job of a script starts with SIGINT ignored, so a signal
 // during loading would be lost, not caught), and the next line only after it.
