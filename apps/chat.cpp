@@ -32,11 +32,12 @@ Conversation::Turn Conversation::reply(const std::string& user_text, int n,
   } else {
     context = encode_chat(model_, t.prompt);
   }
-  // A conversation that leaves less than the reply's reserve loses its oldest exchanges (message_window.h);
-  // the cache still reuses the system message's tokens.
+  // A conversation that leaves less than the reply's reserve loses its oldest exchanges (message_window.h),
+  // down to half the context at most (as llama.cpp's context shift discards half): a cut prefills what is
+  // kept again (the cache keeps only the system message's tokens), so the next turns should not cut again.
   const size_t budget = n_ctx_ - reply_reserve(n_ctx_, n);
   if (context.size() > budget) {
-    MessageWindow w = fit_messages(messages, budget, [&](const nlohmann::ordered_json& m) {
+    MessageWindow w = fit_messages(messages, std::min<size_t>(budget, n_ctx_ / 2), [&](const nlohmann::ordered_json& m) {
       return encode_chat(model_, model_.apply_chat_template(template_, m.dump(), true)).size();
     });
     if (w.dropped > 0) {

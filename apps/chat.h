@@ -32,8 +32,8 @@ class Conversation {
   };
   // Adds the user message and generates the reply; `on_text` receives it as it comes (valid UTF-8 pieces)
   // and returns false to stop it (the reply so far stays in the conversation). A conversation that would
-  // leave less than reply_reserve(n_ctx, n) tokens for the reply first loses its oldest exchanges, for good
-  // (the system message stays). Throws Error when even the new message does not fit (then nothing was added).
+  // leave less than reply_reserve(n_ctx, n) tokens for the reply first loses its oldest exchanges, for good,
+  // until it is at most half the context (the system message stays). Throws Error when even the new message does not fit (then nothing was added).
   Turn reply(const std::string& user_text, int n, const std::function<bool(const std::string&)>& on_text);
   void clear();   // a new conversation (same system message); the cache is reused where it matches
   uint32_t cached_tokens() const { return ctx_.info().cached_tokens; }
