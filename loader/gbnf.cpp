@@ -450,11 +450,19 @@ GbnfConstraint::GbnfConstraint(std::shared_ptr<const Gbnf> grammar, std::shared_
 bool GbnfConstraint::feed_byte(GbnfState& s, uint8_t b) const {
   if (s.partial_remain > 0) {
     if ((b >> 6) != 2) return false;
+    // Only well-formed UTF-8 (Unicode's table 3-7), where llama.cpp would also take overlong forms,
+    // surrogates and code points past U+10FFFF (a JSON string of them is not valid UTF-8): the second byte
+    // after E0, ED, F0 and F4 has a narrower range. The state says which byte this is: a 3-byte lead leaves
+    // its 4 bits (below 0x10) with 2 bytes to come, where a 4-byte sequence's first two bytes leave 0x10 or
+    // more; a 4-byte lead leaves 3 to come.
+    const uint32_t lead = s.partial_value;
+    if (s.partial_remain == 2 && lead < 0x10 && ((lead == 0x0 && b < 0xA0) || (lead == 0xD && b > 0x9F))) return false;
+    if (s.partial_remain == 3 && ((lead == 0 && b < 0x90) || (lead == 4 && b > 0x8F))) return false;
     s.partial_value = (s.partial_value << 6) | (b & 0x3F);
     return --s.partial_remain > 0 || accept_char(*grammar_, s, s.partial_value);
   }
   const int n = b < 0x80 ? 1 : b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 0;   // llama.cpp's lead bytes
-  if (n == 0 || b == 0) return false;
+  if (n == 0 || b == 0 || b == 0xC0 || b == 0xC1 || b > 0xF4) return false;   // (C0, C1, F5..FF: never well formed)
   if (n == 1) return accept_char(*grammar_, s, b);
   s.partial_value = b & ((1u << (8 - n)) - 1);
   s.partial_remain = n - 1;

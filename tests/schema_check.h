@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "loader/gbnf.h"
@@ -34,12 +35,15 @@ class SchemaCheck {
     GbnfState s = g_.state();
     std::string text;
     std::vector<uint32_t> bits(8);
-    Utf8 utf8;   // (the grammar runs over code points and would take bytes that are not UTF-8)
+    Utf8 utf8;   // the grammar allows no byte that well-formed UTF-8 does not (checked at every step)
     while (text.size() < max_bytes) {
       g_.allowed(s, bits);
       std::vector<uint8_t> next;
-      for (int b = 1; b < 256; ++b)
-        if ((bits[size_t(b) / 32] >> (b % 32) & 1) && utf8.allows(uint8_t(b))) next.push_back(uint8_t(b));
+      for (int b = 1; b < 256; ++b) {
+        if (!(bits[size_t(b) / 32] >> (b % 32) & 1)) continue;
+        EXPECT_TRUE(utf8.allows(uint8_t(b))) << "byte " << b << " allowed after " << testing::PrintToString(text);
+        next.push_back(uint8_t(b));
+      }
       const bool lean = std::uniform_real_distribution<double>(0, 1)(rng) < p_end;
       if ((bits[0] & 1) && utf8.need == 0 && (next.empty() || lean)) return text;
       if (next.empty()) return std::nullopt;

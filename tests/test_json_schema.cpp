@@ -331,3 +331,18 @@ TEST(JsonSchema, ConstAndEnumAreHeldToTheTypeBesideThem) {
                   R"({"const": "a", "pattern": "b"})", R"({"const": "x", "enum": ["y"]})",
                   R"({"type": "integer", "enum": [1.5]})", R"({"enum": ["a"], "properties": {}})"});
 }
+
+// The grammars take well-formed UTF-8 only (Unicode's table 3-7), where llama.cpp's engine also takes
+// overlong forms, surrogates and code points past U+10FFFF inside a string: a JSON value's text stays valid
+// UTF-8. The edges of every range on both sides.
+TEST(JsonSchema, StringsAreWellFormedUtf8) {
+  const SchemaCheck check(R"({"type": "string"})");
+  const auto quoted = [](const std::string& s) { return "\"" + s + "\""; };
+  for (const std::string ok : {"\xC2\x80", "\xDF\xBF", "\xE0\xA0\x80", "\xED\x9F\xBF", "\xEE\x80\x80", "\xEF\xBF\xBF",
+                               "\xF0\x90\x80\x80", "\xF0\x9F\x98\x80", "\xF4\x8F\xBF\xBF", "caf\xC3\xA9"})
+    EXPECT_EQ(check.accepts(quoted(ok)), 1) << testing::PrintToString(ok);
+  for (const std::string bad : {"\xC0\x80", "\xC1\xBF", "\xE0\x80\x80", "\xE0\x9F\xBF", "\xED\xA0\x80", "\xED\xBF\xBF",
+                                "\xF0\x80\x80\x80", "\xF0\x8F\xBF\xBF", "\xF4\x90\x80\x80", "\xF5\x80\x80\x80", "\xFF",
+                                "\x80", "\xE2\x82"})
+    EXPECT_EQ(check.accepts(quoted(bad)), -1) << testing::PrintToString(bad);
+}
