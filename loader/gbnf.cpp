@@ -298,6 +298,14 @@ std::shared_ptr<const Gbnf> Gbnf::parse(std::string_view text) { return GbnfPars
 
 // ---- running ----
 
+std::string gbnf_escape(uint32_t c) {
+  static const char* digits = "0123456789ABCDEF";
+  const int n = c < 0x100 ? 2 : c < 0x10000 ? 4 : 8;
+  std::string out = n == 2 ? "\\x" : n == 4 ? "\\u" : "\\U";
+  for (int i = n - 1; i >= 0; --i) out += digits[(c >> (4 * i)) & 15];
+  return out;
+}
+
 namespace {
 bool is_end(const E* p) { return p->type == E::End || p->type == E::Alt; }
 

@@ -51,6 +51,10 @@ class Gbnf {
   friend class GbnfParser;
 };
 
+// Code point c as a GBNF escape (\xNN, \uNNNN or \UNNNNNNNN), for writers of grammar text (JSON schemas,
+// patterns).
+std::string gbnf_escape(uint32_t c);
+
 // Where a generation stands in a grammar: the stacks of element positions that the text so far can be
 // continued from, and an unfinished UTF-8 character.
 struct GbnfState {

@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "loader/gbnf.h"
 #include "runtime/core.h"
 
 namespace vkspec {
@@ -63,16 +64,9 @@ const CharSet kSpace = {kSpaceAscii, unite(kSpaceAscii, {{0x1C, 0x1F}, {0x85, 0x
 // `.`: not a line terminator (ECMA-262: \n \r U+2028 U+2029; Python: \n)
 const CharSet kDot = {complement({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}), complement({{'\n', '\n'}})};
 
-std::string hex_escape(uint32_t c) {
-  static const char* digits = "0123456789ABCDEF";
-  const int n = c < 0x100 ? 2 : c < 0x10000 ? 4 : 8;
-  std::string out = n == 2 ? "\\x" : n == 4 ? "\\u" : "\\U";
-  for (int i = n - 1; i >= 0; --i) out += digits[(c >> (4 * i)) & 15];
-  return out;
-}
 std::string gbnf_class(const Ranges& r, bool negate) {
   std::string out = negate ? "[^" : "[";
-  for (const auto& [lo, hi] : r) out += hi == lo ? hex_escape(lo) : hex_escape(lo) + "-" + hex_escape(hi);
+  for (const auto& [lo, hi] : r) out += hi == lo ? gbnf_escape(lo) : gbnf_escape(lo) + "-" + gbnf_escape(hi);
   return out + "]";
 }
 
@@ -84,7 +78,7 @@ std::string json_chars(const Ranges& set) {
   const Ranges raw = intersect(set, raw_ok);
   if (raw.size() == 1 && raw[0].first == raw[0].second) {   // one character: a literal
     const uint32_t c = raw[0].first;   // (never " or \: those are escaped below)
-    alts.push_back("\"" + (c >= 0x20 && c < 0x7F ? std::string(1, char(c)) : hex_escape(c)) + "\"");
+    alts.push_back("\"" + (c >= 0x20 && c < 0x7F ? std::string(1, char(c)) : gbnf_escape(c)) + "\"");
   } else if (!raw.empty()) {
     const Ranges rest = complement(raw);   // a negated class when that is the shorter one
     alts.push_back(rest.size() < raw.size() ? gbnf_class(rest, true) : gbnf_class(raw, false));

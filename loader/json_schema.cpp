@@ -6,6 +6,7 @@
 #include <set>
 #include <vector>
 
+#include "loader/gbnf.h"
 #include "loader/json_pattern.h"
 #include "runtime/core.h"
 
@@ -48,8 +49,7 @@ std::string literal(const std::string& text) {
     else if (c == '\r') out += "\\r";
     else if (c == '\t') out += "\\t";
     else if (c < 0x20 || c == 0x7F) {
-      static const char* hex = "0123456789ABCDEF";
-      out += "\\x", out += hex[c >> 4], out += hex[c & 15];
+      out += gbnf_escape(c);
     } else {
       out += char(c);
     }
