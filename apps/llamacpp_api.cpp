@@ -1,6 +1,6 @@
 #include "llamacpp_api.h"
 
-#include <set>
+#include <algorithm>
 
 namespace vkspec::cli {
 namespace {
@@ -93,7 +93,7 @@ json llamacpp_props(uint32_t n_ctx, uint32_t slots, const std::string& model_pat
           {"modalities", {{"vision", false}, {"audio", false}}}, {"build_info", "vkspec"}};
 }
 
-LlamaCppRequest llamacpp_request(const ojson& body) {
+LlamaCppRequest llamacpp_request(const ojson& body, uint32_t n_ctx) {
   LlamaCppRequest r;
   ojson& o = r.openai;
   for (const auto& [key, value] : kDefaults) o[key] = value;
@@ -113,7 +113,7 @@ LlamaCppRequest llamacpp_request(const ojson& body) {
     if (!n->is_number_integer()) bad("n_predict", "'n_predict' must be an integer");
     const int64_t v = n->get<int64_t>();
     if (v == 0 || v < -2) bad("n_predict", "'n_predict' must be positive, or -1 (up to the context)");
-    if (v > 0) o["max_tokens"] = v;
+    if (v > 0) o["max_tokens"] = std::min<int64_t>(v, n_ctx);
   }
   if (const ojson* seed = field(body, "seed")) {   // -1 (llama.cpp's LLAMA_DEFAULT_SEED as 32 bits too): random
     if (!seed->is_number_integer()) bad("seed", "'seed' must be an integer");

@@ -21,8 +21,9 @@ struct LlamaCppRequest {
   nlohmann::json settings;           // llama-server's generation_settings echo: the sampling fields as used
   bool stream = false;
 };
-// Throws ApiError.
-LlamaCppRequest llamacpp_request(const nlohmann::ordered_json& body);
+// `n_ctx`: an n_predict beyond the context is cut to it, as llama-server stops there (OpenAI's max_tokens
+// would be a 400). Throws ApiError.
+LlamaCppRequest llamacpp_request(const nlohmann::ordered_json& body, uint32_t n_ctx);
 
 // The OpenAI stream of one request (its SSE payloads: chunks, the usage chunk with its `vkspec` figures, an
 // error object, "[DONE]") as llama-server's events ("data: {...}\n\n" frames).

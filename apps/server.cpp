@@ -335,7 +335,7 @@ void Server::completion(const httplib::Request& req, httplib::Response& res, boo
 
 void Server::llamacpp_completion(const httplib::Request& req, httplib::Response& res) {
   try {
-    const LlamaCppRequest l = llamacpp_request(parse_body(req.body, lim_));
+    const LlamaCppRequest l = llamacpp_request(parse_body(req.body, lim_), lim_.n_ctx);
     auto stream = std::make_shared<LlamaCppStream>(model_id_, l.settings);
     Dialect d;
     d.whole = [model = model_id_, settings = l.settings](const json& o) { return llamacpp_response(o, model, settings); };

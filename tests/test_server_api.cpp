@@ -448,7 +448,7 @@ TEST_F(ServerApiParse, OllamaChatIsCutToTheContextWhereOpenAiRefusesIt) {
 // checks as any other; samplers vkspec does not run are refused unless neutral; its logit_bias forms.
 TEST_F(ServerApiParse, LlamaCppCompletionsBecomeTheOpenAiBodiesTheyMean) {
   using ojson = nlohmann::ordered_json;
-  auto req = [](const char* body) { return cli::llamacpp_request(ojson::parse(body)); };
+  auto req = [this](const char* body) { return cli::llamacpp_request(ojson::parse(body), lim_.n_ctx); };
   cli::LlamaCppRequest r = req(R"({"prompt": "def f(x):"})");
   EXPECT_FALSE(r.stream);   // llama-server's default
   EXPECT_EQ(r.openai["temperature"], 0.8);   // its defaults, not OpenAI's
@@ -477,6 +477,7 @@ TEST_F(ServerApiParse, LlamaCppCompletionsBecomeTheOpenAiBodiesTheyMean) {
   EXPECT_FALSE(spec.grammar.empty());
   EXPECT_EQ(req(R"({"prompt": "x", "logit_bias": {"3": 2}})").openai["logit_bias"], ojson::parse(R"({"3": 2})"));
   EXPECT_FALSE(req(R"({"prompt": "x", "seed": 4294967295})").openai.contains("seed"));
+  EXPECT_EQ(req(R"({"prompt": "x", "n_predict": 100000})").openai["max_tokens"], lim_.n_ctx);   // cut to the context
   for (const char* bad : {R"({})", R"({"prompt": "x", "n_predict": 0})", R"({"prompt": "x", "n_predict": "5"})",
                           R"({"prompt": "x", "mirostat": 2})", R"({"prompt": "x", "typical_p": 0.5})",
                           R"({"prompt": "x", "n_probs": 3})", R"({"prompt": "x", "samplers": ["top_k"]})",

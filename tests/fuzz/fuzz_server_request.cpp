@@ -94,7 +94,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       chat = o.chat;
       fit = o.fit_messages;
     } else if (data[0] & 128) {   // llama-server's /completion: the OpenAI completion body it means
-      request = cli::llamacpp_request(request).openai;
+      request = cli::llamacpp_request(request, lim.n_ctx).openai;
       chat = false;
     }
     const cli::CompletionSpec s = cli::parse_completion(request, chat, lim, enc, "m", fit);
