@@ -1,6 +1,7 @@
 #include "llamacpp_api.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace vkspec::cli {
 namespace {
@@ -19,12 +20,57 @@ const std::pair<const char*, double> kNeutral[] = {{"mirostat", 0},   {"typical_
                                                    {"top_n_sigma", -1},   {"n_indent", 0},        {"n_probs", 0},
                                                    {"t_max_predict_ms", 0}};
 // Fields that would change what comes back and have no counterpart here: refused unless empty or false.
-const char* const kRefused[] = {"samplers", "lora", "image_data", "multimodal_data", "return_tokens", "post_sampling_probs",
+const char* const kRefused[] = {"lora", "image_data", "multimodal_data", "return_tokens", "post_sampling_probs",
                                 "response_fields", "return_progress"};
 
 bool empty_or_off(const ojson& v) {
   return v.is_null() || v == false || (v.is_array() && v.empty()) || (v.is_object() && v.empty()) ||
          (v.is_string() && v.get<std::string>().empty());
+}
+
+// llama-server's `samplers` (names, or its one-letter string): the chain vkspec runs is llama.cpp's default
+// order (penalties, top_k, top_p, min_p, temperature; sampler.h), so a list is taken when the samplers vkspec
+// runs come in that order; one left out of the list is turned off (its neutral value, as llama.cpp would not
+// run it); samplers vkspec does not run may be listed (their parameters are held to neutral values above).
+void samplers(const ojson& v, ojson& o) {
+  static const std::pair<char, const char*> kLetters[] = {{'e', "penalties"}, {'d', "dry"},   {'s', "top_n_sigma"},
+                                                         {'k', "top_k"},     {'y', "typ_p"}, {'p', "top_p"},
+                                                         {'m', "min_p"},     {'x', "xtc"},   {'t', "temperature"},
+                                                         {'i', "infill"},    {'f', "tfs_z"}};
+  std::vector<std::string> names;
+  if (v.is_string()) {
+    for (const char c : v.get<std::string>()) {
+      const auto it = std::find_if(std::begin(kLetters), std::end(kLetters), [c](const auto& l) { return l.first == c; });
+      if (it == std::end(kLetters)) bad("samplers", std::string("unknown sampler letter '") + c + "'");
+      names.push_back(it->second);
+    }
+  } else if (v.is_array()) {
+    for (const ojson& n : v) {
+      if (!n.is_string()) bad("samplers", "'samplers' must be an array of sampler names or a string of their letters");
+      names.push_back(n.get<std::string>() == "typical_p" ? "typ_p" : n.get<std::string>());
+    }
+  } else {
+    bad("samplers", "'samplers' must be an array of sampler names or a string of their letters");
+  }
+  const char* const kOrder[] = {"penalties", "top_k", "top_p", "min_p", "temperature"};   // the ones vkspec runs
+  size_t at = 0;
+  for (const std::string& n : names) {
+    const auto known = std::find_if(std::begin(kLetters), std::end(kLetters), [&](const auto& l) { return n == l.second; });
+    if (known == std::end(kLetters)) bad("samplers", "unknown sampler '" + n + "'");
+    if (n == "infill") bad("samplers", "the 'infill' sampler is not supported by this server");
+    const auto ours = std::find(std::begin(kOrder), std::end(kOrder), n);
+    if (ours == std::end(kOrder)) continue;
+    if (size_t(ours - std::begin(kOrder)) < at)
+      bad("samplers", "this server runs penalties, top_k, top_p, min_p and temperature in that order (llama.cpp's default)");
+    at = size_t(ours - std::begin(kOrder)) + 1;
+  }
+  const auto listed = [&](const char* n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+  if (!listed("penalties")) o["repeat_penalty"] = 1.0, o["presence_penalty"] = 0.0, o["frequency_penalty"] = 0.0;
+  if (!listed("top_k")) o["top_k"] = 0;
+  if (!listed("top_p")) o["top_p"] = 1.0;
+  if (!listed("min_p")) o["min_p"] = 0.0;
+  if (!listed("temperature") && o["temperature"] != 1 && o["temperature"] != 1.0)
+    bad("samplers", "'samplers' without temperature needs \"temperature\": 1 here");
 }
 
 // llama-server's logit_bias: [[token, bias or false], ...] or {"token": bias}; false bans the token (-100 here,
@@ -120,6 +166,7 @@ LlamaCppRequest llamacpp_request(const ojson& body, uint32_t n_ctx) {
     if (*seed != -1 && *seed != 0xFFFFFFFFu) o["seed"] = *seed;
   }
   if (const ojson* lb = field(body, "logit_bias")) o["logit_bias"] = logit_bias(*lb);
+  if (const ojson* sm = field(body, "samplers")) samplers(*sm, o);
   if (const ojson* s = field(body, "stream")) {
     if (!s->is_boolean()) bad("stream", "'stream' must be a boolean");
     r.stream = s->get<bool>();

@@ -5,8 +5,8 @@
 // min_p 0.05), and OpenAI responses and stream chunks become llama-server's shapes (`content`, `stop`,
 // `stop_type`, `timings`; Server-Sent Events `data:` lines, the last with "stop": true, no [DONE]). Errors are
 // llama-server's {"error": {"code", "message", "type"}}. What would change the output and vkspec cannot do
-// (mirostat, typical_p, tfs_z, XTC, DRY, dynamic temperature, a sampler order, n_probs, images, LoRA,
-// time limits) is refused, never ignored; fields that only steer llama-server's slots and cache
+// (mirostat, typical_p, tfs_z, XTC, DRY, dynamic temperature, a sampler order other than llama.cpp's default,
+// n_probs, images, LoRA, time limits) is refused, never ignored; fields that only steer llama-server's slots and cache
 // (cache_prompt, id_slot, n_keep, ...) are accepted and change nothing.
 #include <string>
 

@@ -459,7 +459,8 @@ TEST_F(ServerApiParse, LlamaCppCompletionsBecomeTheOpenAiBodiesTheyMean) {
   EXPECT_FALSE(r.openai.contains("seed"));         // random
   EXPECT_EQ(r.settings["n_predict"], -1);
   r = req(R"({"prompt": [1, 2, 3], "n_predict": 9, "temperature": 0, "seed": 7, "stop": ["\n"], "stream": true,
-              "cache_prompt": true, "id_slot": 1, "n_keep": 4, "mirostat": 0, "typical_p": 1.0, "samplers": [],
+              "cache_prompt": true, "id_slot": 1, "n_keep": 4, "mirostat": 0, "typical_p": 1.0,
+              "samplers": ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "tfs_z", "top_p", "min_p", "xtc", "temperature"],
               "logit_bias": [[5, false], [7, 1.5]], "ignore_eos": true, "grammar": "root ::= [a]"})");
   EXPECT_TRUE(r.stream);
   EXPECT_EQ(r.openai["stream_options"]["include_usage"], true);   // the last event's counts and timings
@@ -478,9 +479,23 @@ TEST_F(ServerApiParse, LlamaCppCompletionsBecomeTheOpenAiBodiesTheyMean) {
   EXPECT_EQ(req(R"({"prompt": "x", "logit_bias": {"3": 2}})").openai["logit_bias"], ojson::parse(R"({"3": 2})"));
   EXPECT_FALSE(req(R"({"prompt": "x", "seed": 4294967295})").openai.contains("seed"));
   EXPECT_EQ(req(R"({"prompt": "x", "n_predict": 100000})").openai["max_tokens"], lim_.n_ctx);   // cut to the context
+  // samplers: SillyTavern's list above keeps the defaults; a sampler left out of the list is off; the letters
+  EXPECT_EQ(r.openai["top_k"], 40);
+  EXPECT_EQ(r.openai["min_p"], 0.05);
+  r = req(R"({"prompt": "x", "samplers": ["top_k", "temperature"], "top_p": 0.5, "repeat_penalty": 1.3})");
+  EXPECT_EQ(r.openai["top_k"], 40);
+  EXPECT_EQ(r.openai["top_p"], 1.0);
+  EXPECT_EQ(r.openai["min_p"], 0.0);
+  EXPECT_EQ(r.openai["repeat_penalty"], 1.0);
+  r = req(R"({"prompt": "x", "samplers": "kpmt"})");
+  EXPECT_EQ(r.openai["top_p"], 0.95);
+  EXPECT_EQ(r.openai["repeat_penalty"], 1.0);
   for (const char* bad : {R"({})", R"({"prompt": "x", "n_predict": 0})", R"({"prompt": "x", "n_predict": "5"})",
                           R"({"prompt": "x", "mirostat": 2})", R"({"prompt": "x", "typical_p": 0.5})",
-                          R"({"prompt": "x", "n_probs": 3})", R"({"prompt": "x", "samplers": ["top_k"]})",
+                          R"({"prompt": "x", "n_probs": 3})", R"({"prompt": "x", "samplers": ["temperature", "top_k"]})",
+                          R"({"prompt": "x", "samplers": ["top_k"]})", R"({"prompt": "x", "samplers": ["top_k", "magic"]})",
+                          R"({"prompt": "x", "samplers": "kpz"})", R"({"prompt": "x", "samplers": ["infill", "temperature"]})",
+                          R"({"prompt": "x", "samplers": 3})",
                           R"({"prompt": "x", "dry_multiplier": 0.8})", R"({"prompt": "x", "logit_bias": [["hello", 1]]})",
                           R"({"prompt": "x", "logit_bias": [[1, "x"]]})", R"({"prompt": "x", "logit_bias": 5})",
                           R"({"prompt": "x", "image_data": [{"data": "AA=="}]})", R"({"prompt": "x", "stream": 1})"}) {
