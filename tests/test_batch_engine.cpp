@@ -135,7 +135,8 @@ TEST_F(BatchEngineTest, EveryRequestGetsTheTokensOfItsRunAlone) {
 
 // An embedding of a long text runs in parts of a step's rows between the steps of a streaming generation:
 // the stream keeps getting tokens while the text is embedded, the generation's tokens are its solo ones,
-// and the vectors (last token's and mean) equal a whole embedding on a context of its own, bit for bit.
+// and the vectors (last token's and mean) equal a whole embedding on a context of its own, bit for bit; one
+// cancelled between its parts ends without a vector and gives its blocks back.
 TEST_F(BatchEngineTest, EmbeddingsRunInPartsBesideTheStreams) {
   auto t = target(3);
   Engine solo(t, EngineOptions{});
@@ -187,8 +188,26 @@ TEST_F(BatchEngineTest, EmbeddingsRunInPartsBesideTheStreams) {
   // both texts (~2 x 200 tokens at 24 per step) took several steps, each of which decoded a token
   const auto first_vector = std::find_if(events.begin() + long(submitted_at), events.end(), [](char c) { return c != 'g'; });
   EXPECT_GE(first_vector - (events.begin() + long(submitted_at)), 5) << std::string(events.begin(), events.end());
-  const BatchMetrics m = batch.metrics();
-  EXPECT_EQ(m.kv_blocks_in_use, 0u);
+  EXPECT_EQ(batch.metrics().kv_blocks_in_use, 0u);
+  t->model->kv().check_invariants();
+
+  // Cancelled between two parts: no vector, "cancelled", its blocks back in the pool.
+  auto e = std::make_shared<BatchRequest>();
+  e->prompt = long_text;
+  e->embed = LlamaModel::Pooling::Last;
+  bool delivered = false;
+  std::string reason;
+  e->on_embedding = [&](std::vector<float>) { delivered = true; };
+  e->on_done = [&](const BatchResult& r) { reason = r.stop_reason; };
+  batch.submit(e);
+  ASSERT_TRUE(batch.step());
+  ASSERT_TRUE(batch.step());
+  EXPECT_TRUE(reason.empty());   // (two parts of 24 tokens: still running)
+  e->cancelled = true;
+  drain(batch);
+  EXPECT_EQ(reason, "cancelled");
+  EXPECT_FALSE(delivered);
+  EXPECT_EQ(batch.metrics().kv_blocks_in_use, 0u);
   t->model->kv().check_invariants();
 }
 
