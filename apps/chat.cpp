@@ -18,6 +18,21 @@ void Conversation::clear() {
   last_tokens_.clear();
 }
 
+void Conversation::load(const nlohmann::ordered_json& messages) {
+  if (!messages.is_array()) throw Error("a saved conversation is a JSON array of {\"role\", \"content\"} messages");
+  for (const auto& m : messages) {
+    const bool ok = m.is_object() && m.contains("role") && m["role"].is_string() && m.contains("content") &&
+                    m["content"].is_string();
+    const std::string role = ok ? m["role"].get<std::string>() : "";
+    if (role != "system" && role != "user" && role != "assistant")
+      throw Error("a saved conversation's messages are {\"role\": system, user or assistant, \"content\": text}: " +
+                  m.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).substr(0, 120));
+  }
+  messages_ = messages;
+  last_text_.clear();   // (the next turn tokenizes the whole conversation; the cache keeps the common prefix)
+  last_tokens_.clear();
+}
+
 Conversation::Turn Conversation::reply(const std::string& user_text, int n,
                                        const std::function<bool(const std::string&)>& on_text) {
   nlohmann::ordered_json messages = messages_;

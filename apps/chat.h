@@ -36,6 +36,11 @@ class Conversation {
   // until it is at most half the context (the system message stays). Throws Error when even the new message does not fit (then nothing was added).
   Turn reply(const std::string& user_text, int n, const std::function<bool(const std::string&)>& on_text);
   void clear();   // a new conversation (same system message); the cache is reused where it matches
+  // The conversation as messages ({role, content}: apply-template's --messages format), and a saved one
+  // taken back (the next turn continues it; the cache is reused where it matches). load() throws Error for
+  // anything but an array of objects with a string role (system, user, assistant) and a string content.
+  const nlohmann::ordered_json& messages() const { return messages_; }
+  void load(const nlohmann::ordered_json& messages);
   uint32_t cached_tokens() const { return ctx_.info().cached_tokens; }
 
   // Totals over the conversation, for /stats.

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <random>
@@ -127,8 +128,8 @@ int cmd_chat(const RunOptions& o, const ChatOptions& chat) {
   Conversation conv(model, ctx, std::move(source), chat.system);
   if (tty)
     fprintf(stderr, "vkspec chat on %s (context %u tokens). /exit ends, /clear starts a new conversation, /stats "
-                    "shows speed and acceptance; Ctrl-C stops a reply; \"\"\" begins and ends a message of several "
-                    "lines (or end a line with \\).\n",
+                    "shows speed and acceptance, /save FILE and /load FILE keep a conversation; Ctrl-C stops a reply; "
+                    "\"\"\" begins and ends a message of several lines (or end a line with \\).\n",
             mi.device, mi.n_ctx);
   for (uint64_t turn = 1;; ) {
     if (tty) write_stdout("\n> ");
@@ -142,6 +143,26 @@ int cmd_chat(const RunOptions& o, const ChatOptions& chat) {
     if (line == "/clear") {
       conv.clear();
       if (tty) fprintf(stderr, "(a new conversation)\n");
+      continue;
+    }
+    if (line.rfind("/save ", 0) == 0 || line.rfind("/load ", 0) == 0) {   // the conversation as messages JSON
+      const std::string path = line.substr(6);
+      try {
+        if (line[1] == 's') {
+          std::ofstream out(path, std::ios::binary);
+          out << conv.messages().dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+          if (!out.flush()) throw Error("cannot write " + path);
+        } else {
+          const std::string text = read_text_file(path, 16u << 20, "conversation file");
+          const nlohmann::ordered_json m = nlohmann::ordered_json::parse(text, nullptr, false);
+          if (m.is_discarded()) throw Error(path + " is not JSON");
+          conv.load(m);
+        }
+        if (tty) fprintf(stderr, "(%s %s)\n", line[1] == 's' ? "saved to" : "loaded", path.c_str());
+      } catch (const std::exception& e) {
+        if (!tty) throw;
+        fprintf(stderr, "vkspec: %s\n", e.what());
+      }
       continue;
     }
     if (line == "/stats") {

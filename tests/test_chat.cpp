@@ -257,6 +257,36 @@ TEST_F(Chat, MessagesOfSeveralLines) {
   }
 }
 
+// /save writes the conversation as apply-template's messages; /load takes it back, and the next turn is the
+// turn the conversation would have had without the round trip (same prompt, same greedy reply). A file
+// that is not a conversation ends a scripted chat with exit 1 and the reason.
+TEST_F(Chat, SaveAndLoadContinueAConversation) {
+  const std::string saved = tmp("conv.json");
+  write(tmp("sl.txt"), "Hello there\n/save " + saved + "\n/clear\n/load " + saved + "\nAnd now?\n");
+  write(tmp("plain.txt"), "Hello there\nAnd now?\n");
+  const std::string chat = "VKSPEC_TODAY=2026-01-31 " + std::string(VKSPEC_BIN) + " chat -m " + model_ + " -sys 'Be brief.' -n 6 --temp 0 --json < ";
+  Result a = run_command(chat + tmp("sl.txt"));
+  Result b = run_command(chat + tmp("plain.txt"));
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  const std::vector<json> ta = json_lines(a.out), tb = json_lines(b.out);
+  ASSERT_EQ(ta.size(), 2u);
+  ASSERT_EQ(tb.size(), 2u);
+  EXPECT_EQ(ta[1]["prompt"], tb[1]["prompt"]);
+  EXPECT_EQ(ta[1]["ids"], tb[1]["ids"]);
+  std::ifstream in(saved);
+  const json file = json::parse(std::string(std::istreambuf_iterator<char>(in), {}));
+  json want = json::parse(R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}])");
+  want.push_back({{"role", "assistant"}, {"content", ta[0]["reply"]}});
+  EXPECT_EQ(file, want);
+  write(tmp("robot.json"), R"([{"role": "robot", "content": "beep"}])");
+  write(tmp("bad-load.txt"), "/load " + tmp("robot.json") + "\nHello\n");
+  Result bad = run_command(chat + tmp("bad-load.txt"));
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("system, user or assistant"), std::string::npos) << bad.err;
+  EXPECT_EQ(bad.out, "");
+}
+
 // Ctrl-C (SIGINT) during a reply stops that reply; the session goes on with the next line. The signal is
 // sent once the reply is streaming (a background job of a script starts with SIGINT ignored, so a signal
 // during loading would be lost, not caught), and the next line only after it.
