@@ -91,6 +91,7 @@ std::optional<std::string> read_message(bool tty) {
     bool first = text.empty();   // (nothing after the opening quotes: no leading newline)
     while (next()) {
       const bool last = ends_with_quotes(more);
+      if (last && more.size() == 3) break;   // (a closing line of its own adds no newline)
       if (!first) text += '\n';
       text.append(more, 0, more.size() - (last ? 3 : 0));
       first = false;

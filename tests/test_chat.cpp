@@ -250,6 +250,8 @@ TEST_F(Chat, MessagesOfSeveralLines) {
   const std::vector<json> turns = json_lines(r.out);
   ASSERT_EQ(turns.size(), 4u) << r.out;
   const char* users[] = {"def f(x):\n    return x", "first line \nsecond line", "one line", "unclosed\nlast"};
+  EXPECT_EQ(turns[0]["prompt_ids"], json::parse(run_command("VKSPEC_TODAY=2026-01-31 " + std::string(VKSPEC_BIN) + " run -m " +
+                                                              model_ + " --chat -p 'def f(x):\n    return x' --escape -n 1 --temp 0 --json").out)["prompt_ids"]);
   for (size_t i = 0; i < 4; ++i) {
     const std::string prompt = turns[i]["prompt"];
     const std::string want = std::string("<|start_header_id|>user<|end_header_id|>\n\n") + users[i] + "<|eot_id|>";
