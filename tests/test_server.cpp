@@ -1,144 +1,28 @@
-// `vkspec serve` over loopback (its protocol layers alone: tests/test_server_api.cpp): 32 concurrent streams
-// whose tokens must equal each prompt's run alone (plain, n-gram and draft-model speculation); a burst of
-// malformed requests and abrupt disconnects after which the server is healthy, correct and holds no KV
-// block; n = 4 prefilling its prompt once; the API key; tool calls; llama-server's utilities; the official
-// `openai` and `ollama` npm clients.
+// `vkspec serve` over loopback (its protocol layers alone: tests/test_server_api.cpp; the other dialects and the
+// official npm clients: tests/test_server_dialects.cpp): 32 concurrent streams whose tokens must equal each
+// prompt's run alone (plain, n-gram and draft-model speculation); a burst of malformed requests and abrupt
+// disconnects after which the server is healthy, correct and holds no KV block; n = 4 prefilling its prompt
+// once; JSON mode, grammars and schemas; logprobs; the API key; tool calls; embeddings beside a generation.
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
-#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "tests/run_command.h"
+#include "tests/server_process.h"
 #include "tests/vk_test_env.h"
 
 namespace vkspec::test {
 namespace {
 using json = nlohmann::json;
-
-// ---- the running server ----
-
-class ServerProcess {
- public:
-  explicit ServerProcess(const std::string& args) {
-    log_ = ::testing::TempDir() + "/vkspec-serve-" + std::to_string(getpid()) + "-" + std::to_string(counter_++) + ".log";
-    pid_ = fork();
-    if (pid_ == 0) {
-      // (under the sanitizer job: leak checking off in the child, as run_vkspec does)
-      const std::string cmd = std::string("ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" exec ") +
-                              VKSPEC_BIN + " serve --port 0 " + args + " 2>" + log_;
-      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    const std::string listening = "listening on http://127.0.0.1:";
-    for (int i = 0; i < 600 && port_ == 0; ++i) {   // up to 60 s
-      std::ifstream in(log_);
-      const std::string text((std::istreambuf_iterator<char>(in)), {});
-      const size_t at = text.find(listening);
-      if (at != std::string::npos && text.find('\n', at) != std::string::npos) port_ = std::atoi(text.c_str() + at + listening.size());
-      else std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    if (port_ == 0) return;
-    for (int i = 0; i < 600; ++i) {
-      auto r = client().Get("/health");
-      if (r && r->status == 200) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    port_ = 0;
-  }
-  ~ServerProcess() { stop(); }
-  int stop() {   // SIGTERM; the exit status
-    if (pid_ <= 0) return -1;
-    kill(pid_, SIGTERM);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  }
-  bool up() const { return port_ != 0; }
-  int port() const { return port_; }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(300, 0);
-    return c;
-  }
-  json post(const std::string& path, const json& body, int* status = nullptr) const {
-    auto r = client().Post(path.c_str(), body.dump(), "application/json");
-    if (!r) return json{{"transport_error", int(r.error())}};
-    if (status) *status = r->status;
-    return json::parse(r->body, nullptr, false);
-  }
-  // A streamed completion's text (a chat's: its content deltas), its finish reason and the number of data events.
-  struct Streamed {
-    std::string text, finish, error;
-    int events = 0;
-    bool done = false;
-    json logprobs = json::array();     // the chunks' logprobs objects (completions)
-    json tool_calls = json::array();   // the chunks' tool-call deltas (chat)
-  };
-  Streamed stream(const json& body, const char* path = "/v1/completions") const {
-    Streamed s;
-    std::string buf;
-    httplib::Request req;
-    req.method = "POST";
-    req.path = path;
-    req.body = body.dump();
-    req.set_header("Content-Type", "application/json");
-    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-                             buf.append(data, n);
-                             for (size_t at; (at = buf.find("\n\n")) != std::string::npos; buf.erase(0, at + 2)) {
-                               const std::string ev = buf.substr(0, at);
-                               if (ev.rfind("data: ", 0) != 0) continue;
-                               const std::string payload = ev.substr(6);
-                               s.events++;
-                               if (payload == "[DONE]") { s.done = true; continue; }
-                               const json j = json::parse(payload, nullptr, false);
-                               if (!j.contains("choices") || j["choices"].empty()) continue;
-                               const json& c = j["choices"][0];
-                               s.text += c.contains("delta") ? c["delta"].value("content", "") : c.value("text", "");
-                               if (c.contains("delta") && c["delta"].contains("tool_calls"))
-                                 for (const json& t : c["delta"]["tool_calls"]) s.tool_calls.push_back(t);
-                               if (j["choices"][0].contains("logprobs") && j["choices"][0]["logprobs"].is_object())
-                                 s.logprobs.push_back(j["choices"][0]["logprobs"]);
-                               if (!j["choices"][0]["finish_reason"].is_null()) s.finish = j["choices"][0]["finish_reason"];
-                             }
-                             return true;
-                           };
-    auto r = client().send(req);
-    if (!r) s.error = "transport error " + std::to_string(int(r.error()));
-    else if (r->status != 200) s.error = "HTTP " + std::to_string(r->status) + " " + buf;
-    return s;
-  }
-  double metric(const std::string& name) const {
-    auto r = client().Get("/metrics");
-    if (!r) return -1;
-    const std::string key = "\nvkspec_" + name + " ";
-    const size_t at = r->body.find(key);
-    return at == std::string::npos ? -1 : std::strtod(r->body.c_str() + at + key.size(), nullptr);
-  }
-  std::string log() const {
-    std::ifstream in(log_);
-    return std::string((std::istreambuf_iterator<char>(in)), {});
-  }
-
- private:
-  static inline int counter_ = 0;
-  pid_t pid_ = -1;
-  int port_ = 0;
-  std::string log_;
-};
-
-std::string model_arg() { return "-m " + shared_path("models/pycode-target-f16.gguf") + " --ctx 256"; }
 
 std::vector<std::string> load_prompts() {
   const char* stems[] = {"def ", "class ", "import ", "for ", "with ", "    return ", "if __name__", "# "};
@@ -596,146 +480,6 @@ TEST(Server, ToolCallsFollowTheirSchemas) {
   EXPECT_EQ(s.stop(), 0);
 }
 
-// llama.cpp's server utilities against the CLI: /tokenize gives `vkspec tokenize`'s ids (with BOS when
-// add_special), pieces that join into the text; /detokenize gives the pieces' text; /apply-template gives
-// `vkspec apply-template`'s prompt; bad ids and types are 400s.
-TEST(Server, TokenizeDetokenizeAndApplyTemplateAgreeWithTheCli) {
-  const std::string tmpl = shared_path("chat-templates/meta-llama-Llama-3.2-3B-Instruct.jinja");
-  ServerProcess s(model_arg() + " --parallel 1 --chat-template " + tmpl);
-  ASSERT_TRUE(s.up()) << s.log();
-  const std::string text = "def f(x):\n    return x + 'é' # 42";
-  const std::string m = shared_path("models/pycode-target-f16.gguf");
-  std::ofstream(testing::TempDir() + "/utext.txt") << text;
-  const Result plain = run_vkspec(VKSPEC_BIN, "tokenize -m " + m + " -f " + testing::TempDir() + "/utext.txt --json --no-bos");
-  const Result bos = run_vkspec(VKSPEC_BIN, "tokenize -m " + m + " -f " + testing::TempDir() + "/utext.txt --json");
-  ASSERT_EQ(plain.code, 0) << plain.err;
-  int status = 0;
-  json r = s.post("/tokenize", {{"content", text}}, &status);
-  ASSERT_EQ(status, 200) << r.dump();
-  EXPECT_EQ(r["tokens"], json::parse(plain.out));
-  EXPECT_EQ(s.post("/tokenize", {{"content", text}, {"add_special", true}})["tokens"], json::parse(bos.out));
-  r = s.post("/tokenize", {{"content", text}, {"with_pieces", true}});
-  std::string joined;
-  std::vector<int32_t> ids;
-  for (const json& t : r["tokens"]) {
-    ids.push_back(t["id"].get<int32_t>());
-    if (t["piece"].is_string()) joined += t["piece"].get<std::string>();
-    else for (const json& b : t["piece"]) joined += char(b.get<int>());
-  }
-  EXPECT_EQ(json(ids), json::parse(plain.out));
-  // (SentencePiece's space prefix stays on the first piece, as llama-server's pieces and /detokenize keep it)
-  EXPECT_EQ(joined, " " + text);
-  EXPECT_EQ(s.post("/detokenize", {{"tokens", ids}})["content"], " " + text);
-  const json messages = {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}};
-  std::ofstream(testing::TempDir() + "/umsgs.json") << messages.dump();
-  const Result applied = run_vkspec(VKSPEC_BIN, "apply-template -m " + m + " --chat-template " + tmpl + " --messages " +
-                                                    testing::TempDir() + "/umsgs.json --json");
-  ASSERT_EQ(applied.code, 0) << applied.err;
-  EXPECT_EQ(s.post("/apply-template", {{"messages", messages}})["prompt"], json::parse(applied.out)["prompt"]);
-  for (const auto& [path, body] : std::vector<std::pair<std::string, json>>{
-           {"/tokenize", {{"content", 5}}}, {"/tokenize", {{"content", "x"}, {"with_pieces", "yes"}}},
-           {"/detokenize", {{"tokens", {1, 99999}}}}, {"/detokenize", {{"tokens", "1 2"}}},
-           {"/apply-template", {{"messages", 3}}}}) {
-    s.post(path, body, &status);
-    EXPECT_EQ(status, 400) << path << " " << body.dump();
-  }
-
-  // A conversation longer than the context (256): OpenAI's endpoint refuses it (context_length_exceeded);
-  // Ollama's /api/chat keeps the system message and the newest whole exchanges whose prompt leaves the
-  // reply's reserve (num_predict 8: at most 248 tokens; counted here with /apply-template and /tokenize), and
-  // answers what the OpenAI endpoint answers for exactly those messages.
-  json convo = json::array({{{"role", "system"}, {"content", "You write short Python."}}});
-  for (int i = 0; i < 12; ++i) {
-    convo.push_back({{"role", "user"}, {"content", "Write a function that returns " + std::to_string(i) + " squared."}});
-    convo.push_back({{"role", "assistant"}, {"content", "def f():\n    return " + std::to_string(i) + " ** 2"}});
-  }
-  convo.push_back({{"role", "user"}, {"content", "And the cube of 5?"}});
-  r = s.post("/v1/chat/completions", {{"messages", convo}, {"max_tokens", 8}}, &status);
-  EXPECT_EQ(status, 400);
-  EXPECT_EQ(r["error"]["code"], "context_length_exceeded") << r.dump();
-  json kept;
-  size_t kept_tokens = 0;
-  for (size_t cut = 1; cut < convo.size(); cut += 2) {   // the first window, from a user message, that fits
-    kept = json::array({convo[0]});
-    for (size_t i = cut; i < convo.size(); ++i) kept.push_back(convo[i]);
-    const json prompt = s.post("/apply-template", {{"messages", kept}})["prompt"];
-    kept_tokens = s.post("/tokenize", {{"content", prompt}})["tokens"].size();
-    if (kept_tokens <= 248) break;
-  }
-  ASSERT_LT(kept.size(), convo.size());
-  const json ollama = s.post("/api/chat", {{"model", "pycode-target-f16.gguf"}, {"messages", convo}, {"stream", false},
-                                           {"options", {{"num_predict", 8}, {"temperature", 0}, {"repeat_penalty", 1}}}},
-                             &status);
-  ASSERT_EQ(status, 200) << ollama.dump();
-  EXPECT_EQ(ollama["prompt_eval_count"], kept_tokens);
-  const json same = s.post("/v1/chat/completions", {{"messages", kept}, {"max_tokens", 8}, {"temperature", 0}}, &status);
-  ASSERT_EQ(status, 200) << same.dump();
-  EXPECT_EQ(ollama["message"]["content"], same["choices"][0]["message"]["content"]);
-  EXPECT_EQ(s.stop(), 0);
-}
-
-// llama-server's native /completion (its clients: llama.cpp's scripts, SillyTavern, Continue): greedy, it gives
-// /v1/completions' text; streamed, events whose contents join into it and a last event with stop, counts and
-// timings (no [DONE]); a stop string is reported as llama-server reports it; a sampler vkspec does not run is a
-// 400 in llama-server's error shape.
-TEST(Server, LlamaServerNativeCompletion) {
-  ServerProcess s(model_arg() + " --parallel 2");
-  ASSERT_TRUE(s.up()) << s.log();
-  const std::string prompt = "def fibonacci(n):\n";
-  int status = 0;
-  const json openai = s.post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}}, &status);
-  ASSERT_EQ(status, 200) << openai.dump();
-  const std::string text = openai["choices"][0]["text"];
-  const json native = s.post("/completion", {{"prompt", prompt}, {"n_predict", 12}, {"temperature", 0}}, &status);
-  ASSERT_EQ(status, 200) << native.dump();
-  EXPECT_EQ(native["content"], text);
-  EXPECT_EQ(native["stop"], true);
-  EXPECT_EQ(native["stop_type"], "limit");
-  EXPECT_EQ(native["tokens_predicted"], 12);
-  EXPECT_EQ(native["tokens_evaluated"], openai["usage"]["prompt_tokens"]);
-  EXPECT_EQ(native["timings"]["predicted_n"], 12);
-  EXPECT_EQ(native["generation_settings"]["n_predict"], 12);
-  auto r = s.client().Post("/completions", json{{"prompt", prompt}, {"n_predict", 12}, {"temperature", 0}, {"stream", true}}.dump(),
-                           "application/json");
-  ASSERT_TRUE(r);
-  ASSERT_EQ(r->status, 200);
-  EXPECT_EQ(r->body.find("[DONE]"), std::string::npos);
-  std::string joined;
-  json last;
-  int events = 0;
-  std::istringstream lines(r->body);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("data: ", 0) != 0) continue;
-    last = json::parse(line.substr(6));
-    joined += last["content"].get<std::string>();
-    ++events;
-  }
-  EXPECT_EQ(joined, text);
-  EXPECT_GT(events, 2);
-  EXPECT_EQ(last["stop"], true);
-  EXPECT_EQ(last["tokens_predicted"], 12);
-  // a stop string inside the greedy text: cut before it, reported as llama-server does
-  ASSERT_GT(text.size(), 6u);
-  const std::string stop = text.substr(text.size() / 2, 3);
-  const json cut = s.post("/completion", {{"prompt", prompt}, {"n_predict", 12}, {"temperature", 0}, {"stop", {stop}}}, &status);
-  ASSERT_EQ(status, 200) << cut.dump();
-  EXPECT_EQ(cut["content"], text.substr(0, text.find(stop)));
-  EXPECT_EQ(cut["stop_type"], "word");
-  EXPECT_EQ(cut["stopping_word"], stop);
-  auto props = s.client().Get("/props");   // what llama.cpp's web UI reads first
-  ASSERT_TRUE(props);
-  ASSERT_EQ(props->status, 200);
-  const json p = json::parse(props->body);
-  EXPECT_EQ(p["default_generation_settings"]["n_ctx"], 256);
-  EXPECT_EQ(p["default_generation_settings"]["params"]["temperature"], 0.8);
-  EXPECT_EQ(p["total_slots"], 2);
-  EXPECT_EQ(p["chat_template"], "");   // (the pycode model has none)
-  const json refused = s.post("/completion", {{"prompt", prompt}, {"mirostat", 2}}, &status);
-  EXPECT_EQ(status, 400);
-  EXPECT_EQ(refused["error"]["code"], 400) << refused.dump();
-  EXPECT_NE(refused["error"]["message"].get<std::string>().find("mirostat"), std::string::npos);
-  EXPECT_EQ(s.stop(), 0);
-}
 
 // Embeddings on the batch: /v1/embeddings gives the CLI's normalized vector (`vkspec embed`, a context of its
 // own) for a text and for its token ids, also while a streamed generation runs beside them, whose text is its
@@ -768,116 +512,6 @@ TEST(Server, EmbeddingsEqualTheClisBesideAGeneration) {
   ServerProcess pooled(model_arg() + " --pooling mean");
   ASSERT_TRUE(pooled.up()) << pooled.log();
   EXPECT_EQ(pooled.post("/v1/embeddings", {{"input", text}})["data"][0]["embedding"], mean);
-}
-
-// For the official npm clients: installs `package` (name@version) into `dir` unless it is there; empty, or why
-// the test is skipped (no npm, or npm could not install it).
-std::string npm_package(const std::string& dir, const std::string& package) {
-  if (run_command("command -v npm && command -v node").code != 0) return "npm or node is missing: the client test is skipped";
-  if (run_command("test -d " + dir + "/node_modules/" + package.substr(0, package.find('@'))).code == 0) return {};
-  const Result inst = run_command("npm install --prefix " + dir + " " + package + " --no-audit --no-fund --loglevel=error");
-  return inst.code == 0 ? std::string() : "npm could not install " + package + " (offline?): " + inst.err;
-}
-// The server they talk to: the pycode target with Llama 3.2's template (a context of 640: its tool prompt is
-// ~310 tokens of this vocabulary).
-std::string client_server_args(int parallel) {
-  return "-m " + shared_path("models/pycode-target-f16.gguf") + " --ctx 640 --parallel " + std::to_string(parallel) +
-         " --chat-template " + shared_path("chat-templates/meta-llama-Llama-3.2-3B-Instruct.jinja");
-}
-// `node tests/SCRIPT DIR URL pycode-target-f16.gguf`
-Result run_client(const std::string& script, const std::string& dir, const std::string& url) {
-  return run_command("node " + std::string(VKSPEC_SOURCE_DIR) + "/tests/" + script + " " + dir + " " + url +
-                     " pycode-target-f16.gguf");
-}
-
-TEST(Server, OfficialOpenAiClient) {
-  if (const std::string skip = npm_package(VKSPEC_NPM_DIR, "openai@5"); !skip.empty()) GTEST_SKIP() << skip;
-  ServerProcess s(client_server_args(4));
-  ASSERT_TRUE(s.up()) << s.log();
-  const Result r = run_client("openai_client.mjs", VKSPEC_NPM_DIR, "http://127.0.0.1:" + std::to_string(s.port()) + "/v1");
-  ASSERT_EQ(r.code, 0) << r.err << r.out;
-  const json j = json::parse(r.out);
-  const json direct = s.post("/v1/completions", {{"prompt", "def fibonacci(n):\n"}, {"max_tokens", 12}, {"temperature", 0}});
-  EXPECT_EQ(j["completion"]["text"], direct["choices"][0]["text"]);
-  EXPECT_EQ(j["completion"]["usage"]["completion_tokens"], direct["usage"]["completion_tokens"]);
-  EXPECT_EQ(j["chat"]["role"], "assistant");
-  EXPECT_FALSE(j["chat"]["content"].get<std::string>().empty());
-  EXPECT_EQ(j["stream"]["content"], j["chat"]["content"]);   // greedy: streamed == not streamed
-  EXPECT_EQ(j["stream"]["finish_reason"], j["chat"]["finish_reason"]);
-  EXPECT_EQ(j["stream"]["usage"]["completion_tokens"].get<int>() > 0, true);
-  EXPECT_EQ(j["n3"]["count"], 3);
-  EXPECT_EQ(j["n3"]["indexes"], json::array({0, 1, 2}));
-  // tool calls: a forced call of the one tool, whose arguments its schema accepts; the SDK's stream helper
-  // assembles the same call from the deltas; the conversation goes on with the call and its result
-  EXPECT_EQ(j["tool"]["finish_reason"], "tool_calls") << j["tool"].dump();
-  EXPECT_TRUE(j["tool"]["message"]["content"].is_null());
-  ASSERT_EQ(j["tool"]["message"]["tool_calls"].size(), 1u) << j["tool"].dump();
-  const json& tc = j["tool"]["message"]["tool_calls"][0];
-  EXPECT_EQ(tc["type"], "function");
-  EXPECT_EQ(tc["function"]["name"], "get_weather");
-  EXPECT_EQ(tc["id"].get<std::string>().rfind("call_", 0), 0u);
-  const json args = json::parse(tc["function"]["arguments"].get<std::string>());
-  EXPECT_TRUE(args.is_object() && args.size() == 1 && args["city"].is_string() && args["city"].get<std::string>().size() <= 12)
-      << args.dump();
-  EXPECT_EQ(j["tool_stream"]["finish_reason"], "tool_calls");
-  ASSERT_EQ(j["tool_stream"]["tool_calls"].size(), 1u) << j["tool_stream"].dump();
-  EXPECT_EQ(j["tool_stream"]["tool_calls"][0]["function"], tc["function"]);   // greedy: streamed == not streamed
-  EXPECT_TRUE(j["tool_turn"]["content"].is_string()) << j.dump();
-  EXPECT_EQ(j["models"], json::array({"pycode-target-f16.gguf"}));
-  EXPECT_EQ(j["unknown_model"]["status"], 404);
-  // embeddings, base64 as the SDK asks for them: the floats the server gives when asked for floats
-  const json floats = s.post("/v1/embeddings", {{"input", "def add(a, b): return a + b"}});
-  EXPECT_EQ(j["embeddings"]["count"], 2);
-  EXPECT_EQ(j["embeddings"]["indexes"], json::array({0, 1}));
-  EXPECT_EQ(j["embeddings"]["first"], floats["data"][0]["embedding"]);
-  EXPECT_GT(j["embeddings"]["usage"]["prompt_tokens"].get<int>(), 10);
-  EXPECT_EQ(s.stop(), 0);
-}
-
-// The official `ollama` npm client: version, list, show, generate (raw: the completions endpoint's greedy text)
-// and chat, streamed or not (the same text), JSON format, a conversation with a tool call, an unknown model.
-TEST(Server, OfficialOllamaClient) {
-  if (const std::string skip = npm_package(VKSPEC_NPM_OLLAMA_DIR, "ollama@0.6"); !skip.empty()) GTEST_SKIP() << skip;
-  ServerProcess s(client_server_args(2));
-  ASSERT_TRUE(s.up()) << s.log();
-  const Result r = run_client("ollama_client.mjs", VKSPEC_NPM_OLLAMA_DIR, "http://127.0.0.1:" + std::to_string(s.port()));
-  ASSERT_EQ(r.code, 0) << r.err << r.out;
-  const json j = json::parse(r.out);
-  EXPECT_EQ(j["version"], "0.6.0");
-  EXPECT_EQ(j["tags"], json::array({"pycode-target-f16.gguf"}));
-  EXPECT_EQ(j["show"]["has_template"], true);
-  EXPECT_EQ(j["show"]["capabilities"], json::array({"completion", "tools"}));
-  const json direct = s.post("/v1/completions", {{"prompt", "def fibonacci(n):\n"}, {"max_tokens", 12}, {"temperature", 0}});
-  EXPECT_EQ(j["generate_raw"]["response"], direct["choices"][0]["text"]);   // greedy, no penalty: the same ids
-  EXPECT_EQ(j["generate_raw"]["done"], true);
-  EXPECT_EQ(j["generate_raw"]["done_reason"], "length");
-  EXPECT_EQ(j["generate_raw"]["eval_count"], 12);
-  EXPECT_EQ(j["generate_raw"]["prompt_eval_count"], direct["usage"]["prompt_tokens"]);
-  EXPECT_EQ(j["generate_stream"]["response"], j["generate_raw"]["response"]);
-  EXPECT_GT(j["generate_stream"]["parts"].get<int>(), 2);
-  EXPECT_EQ(j["generate_stream"]["done"], true);
-  const json chat = s.post("/v1/chat/completions", {{"messages", {{{"role", "system"}, {"content", "You write Python."}},
-                                                                  {{"role", "user"}, {"content", "Sort a list."}}}},
-                                                    {"max_tokens", 12}, {"temperature", 0}});
-  EXPECT_EQ(j["chat"]["content"], chat["choices"][0]["message"]["content"]);
-  EXPECT_EQ(j["chat"]["role"], "assistant");
-  EXPECT_EQ(j["chat_stream"]["content"], j["chat"]["content"]);
-  if (j["json"]["done_reason"] == "stop") {
-    EXPECT_TRUE(json::parse(j["json"]["content"].get<std::string>()).is_object()) << j["json"];
-  }
-  EXPECT_EQ(j["json"]["content"].get<std::string>().substr(0, 1), "{");
-  EXPECT_EQ(j["tool_turn"]["done"], true);
-  // /api/embed: unit vectors, OpenAI's; /api/embeddings: the same direction, not normalized
-  const json openai = s.post("/v1/embeddings", {{"input", "def add(a, b): return a + b"}});
-  EXPECT_EQ(j["embed"]["count"], 2);
-  EXPECT_EQ(j["embed"]["first"], openai["data"][0]["embedding"]);
-  const std::vector<double> unit = j["embed"]["first"], plain = j["embeddings"]["first"];
-  double norm = 0;
-  for (const double v : plain) norm += v * v;
-  ASSERT_EQ(plain.size(), unit.size());
-  EXPECT_GT(norm, 1.5) << "not normalized";
-  for (size_t i = 0; i < unit.size(); ++i) EXPECT_NEAR(plain[i] / std::sqrt(norm), unit[i], 1e-6) << i;
-  EXPECT_EQ(s.stop(), 0);
 }
 
 }  // namespace

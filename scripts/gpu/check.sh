@@ -25,7 +25,7 @@ TESTS="test_kernels test_model test_sampler test_speculative test_draft_policy t
 echo "== models"; date +%T; wait $models; echo "models rc=$?"
 scripts/gpu/bench.sh "$out" /tmp/1b-q4km.gguf; pack
 echo "== rest of the suite"; date +%T
-TESTS="test_cli test_c_api test_c_api_batch test_server test_chat test_gguf test_chat_template" \
+TESTS="test_cli test_c_api test_c_api_batch test_server test_server_dialects test_chat test_gguf test_chat_template" \
   scripts/gpu/run_suite.sh $logs subgroup; pack
 M=.gpu/shared/models
 echo "== pycode pair"; date +%T
