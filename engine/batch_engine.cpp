@@ -305,23 +305,34 @@ bool BatchEngine::admit_one(const std::shared_ptr<BatchRequest>& r) {
     const uint32_t held = std::min(useful_prefix(c.tokens), kv.length(c.seq));
     if (held > shared) shared = held, source = cached_source = c.seq;
   }
-  // Make room: cached sequences give way to the reservation, least recently used first, the source last (in
-  // both pools: they hold their drafters' draft sequences).
-  const auto over = [&] {
-    return reserved_ + need + cached_blocks() > kv.total_blocks() ||
-           (draft_model_ && draft_reserved_ + draft_need + cached_draft_blocks() > draft_model_->kv().total_blocks());
+  // Make room: cached sequences give way to the reservation, least recently used first (in both pools: they
+  // hold their drafters' draft sequences). The source goes last: when only it is in the way, the request takes
+  // it over (it shares the prefix, then the source is evicted: the shared blocks are the request's, within its
+  // reservation, and the rest is freed), so that a chat's next turn near the context still starts from the
+  // turn before instead of prefilling it all again.
+  bool take_over = false;
+  const auto source_blocks = [&](bool draft_pool) -> uint32_t {
+    if (!take_over) return 0;
+    for (const CachedSequence& c : cache_) {
+      if (c.seq != cached_source) continue;
+      if (!draft_pool) return kv.blocks_for(kv.length(c.seq));
+      ModelDrafter* d = c.drafter ? c.drafter->model_drafter() : nullptr;
+      return d ? d->model().kv().blocks_for(d->model().kv().length(d->sequence())) : 0;
+    }
+    return 0;
   };
-  while (over() && !cache_.empty()) {
+  const auto over = [&] {
+    return reserved_ + need + cached_blocks() - source_blocks(false) > kv.total_blocks() ||
+           (draft_model_ && draft_reserved_ + draft_need + cached_draft_blocks() - source_blocks(true) >
+                                draft_model_->kv().total_blocks());
+  };
+  while (over() && !cache_.empty() && !take_over) {
     size_t victim = cache_.size();
     for (size_t i = 0; i < cache_.size(); ++i)
       if (cache_[i].seq != cached_source && (victim == cache_.size() || cache_[i].last_used < cache_[victim].last_used))
         victim = i;
-    if (victim == cache_.size()) {   // only the source is left: it goes too, and nothing is shared
-      victim = 0;
-      source = cached_source = -1;
-      shared = 0;
-    }
-    evict(victim);
+    if (victim == cache_.size()) take_over = true;   // only the source is left
+    else evict(victim);
   }
   if (over()) return false;   // (unreachable: reserved + need fit, in both pools)
   std::unique_ptr<Drafter> kept_drafter;   // the cached source's, which the new request takes if it speculates
@@ -335,6 +346,9 @@ bool BatchEngine::admit_one(const std::shared_ptr<BatchRequest>& r) {
   s.req = r;
   s.seq = kv.new_sequence();
   if (source >= 0) kv.share_prefix(s.seq, source, shared);
+  if (take_over)
+    for (size_t i = 0; i < cache_.size(); ++i)
+      if (cache_[i].seq == cached_source) evict(i--);
   s.context = p;
   s.prefilled = shared;
   s.decoding = false;

@@ -17,7 +17,9 @@
 // used evicted first), so that the next request that starts with its tokens — the next turn of a chat, which
 // resends the whole conversation, or a repeated system prompt — shares those blocks instead of prefilling
 // them again. Cached sequences give way: admission evicts them (least recently used first) whenever a new
-// request's reservation needs their blocks, so the cache never makes a request wait. Block accounting:
+// request's reservation needs their blocks, so the cache never makes a request wait; the one the request
+// shares a prefix with goes last, and then is taken over (the request keeps the shared blocks, the rest is
+// freed), so that a conversation near the context still reuses its turn before. Block accounting:
 // every block in use is covered by a running request's reservation or counted by a cached sequence's length,
 // so reserved + cached + a new reservation <= pool keeps "a running request never runs out". With a draft
 // model a cached sequence keeps its request's drafter too, and the draft sequence it holds (the draft pool is

@@ -442,6 +442,51 @@ TEST_F(BatchEngineTest, PromptCacheServesTheNextTurnAndGivesWayToReservations) {
   t->model->kv().check_invariants();
 }
 
+// A conversation near the context with one sequence running and one cached (a pool of n_ctx positions, as
+// `vkspec serve --parallel 1` sizes it): the next turn's reservation is the whole pool, so the turn before
+// cannot stay cached beside it; the next turn takes it over (shares its prefix, then evicts it) instead of
+// evicting it first and prefilling everything again, and gets its solo run's tokens. Also with a draft model,
+// whose pool is as tight and whose cached drafter the next turn takes.
+TEST_F(BatchEngineTest, TheNextTurnTakesOverItsCachedTurnBeforeWhenThePoolIsFull) {
+  auto t = target(1 + 1 + 1, 16);   // running, cached, the solo runs; 16 blocks of 16 positions = n_ctx
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  for (const bool draft : {false, true}) {
+    SCOPED_TRACE(draft);
+    EngineOptions o;
+    if (draft) {
+      o.draft_model = shared_path("models/pycode-draft-f16.gguf");
+      o.draft_max = 3;
+      o.draft_policy = "fixed";
+    }
+    BatchEngine batch(t, o, {1, 64, 1});
+    const std::vector<uint32_t> p1 = encode(*t, "class Parser:\n    def __init__(self, text):\n");
+    Outcome turn1, turn2;
+    batch.submit(request(p1, greedy, 40, turn1));
+    drain(batch);
+    ASSERT_EQ(turn1.ids.size(), 40u);
+    std::vector<uint32_t> p2 = p1;
+    p2.insert(p2.end(), turn1.ids.begin(), turn1.ids.end());
+    const auto more = batch.tokenizer().encode("\n    def parse(self):\n", false, true);
+    p2.insert(p2.end(), more.begin(), more.end());
+    const BatchMetrics before = batch.metrics();
+    ASSERT_EQ(before.cached_sequences, 1u);
+    batch.submit(request(p2, greedy, 1000, turn2));   // (reserves the whole context)
+    drain(batch);
+    EXPECT_GE(turn2.result.shared, p1.size() + 30) << "the turn before was evicted instead of shared";
+    EXPECT_EQ(batch.metrics().prefilled_tokens - before.prefilled_tokens, p2.size() - turn2.result.shared);
+    EXPECT_EQ(batch.metrics().cache_evictions, before.cache_evictions + 1);
+    EXPECT_EQ(turn2.result.stop_reason, "context");
+    t->model->kv().check_invariants();
+    batch.shutdown();
+    EXPECT_EQ(t->model->kv().blocks_in_use(), 0u);
+    EXPECT_EQ(batch.metrics().draft_kv_blocks_in_use, 0u);
+    Engine solo(t, {});
+    EXPECT_EQ(turn1.ids, solo.generate(p1, greedy, 40, true, false).ids);
+    EXPECT_EQ(turn2.ids, solo.generate(p2, greedy, uint32_t(turn2.ids.size()), true, false).ids);
+  }
+}
+
 // With a draft model the cached sequences hold draft-pool blocks too (their drafters' sequences): they give
 // way there as well. The target's pool is roomy here and the draft pool (2 sequences of 256 positions, 32
 // blocks) is not: two requests of 16 blocks each run at once only if the cached drafters are evicted, and
