@@ -46,4 +46,39 @@ MessageWindow fit_messages(const nlohmann::ordered_json& messages, size_t budget
   return w;
 }
 
+MessageWindow fit_messages_chained(const nlohmann::ordered_json& messages, size_t budget, size_t template_tokens,
+                                   const std::function<size_t(const nlohmann::ordered_json& message)>& estimate,
+                                   const std::function<size_t(const nlohmann::ordered_json&)>& prompt_tokens) {
+  const size_t n = messages.size();
+  std::vector<size_t> est(n);
+  size_t last_user = 0;
+  for (size_t i = 0; i < n; ++i) {
+    est[i] = estimate(messages[i]);
+    if (i > 0 && is_role(messages[i], "user")) last_user = i;
+  }
+  // estimated tokens of the window from cut c: the system messages before it and every message from it on
+  std::vector<size_t> from(n + 1, 0), system_before(n + 1, 0);
+  for (size_t i = n; i-- > 0;) from[i] = from[i + 1] + est[i];
+  for (size_t i = 0; i < n; ++i) system_before[i + 1] = system_before[i] + (is_role(messages[i], "system") ? est[i] : 0);
+  const auto estimated = [&](size_t c) { return template_tokens + system_before[c] + from[c]; };
+  // the cut after c in the chain: the first user message at least budget/2 of non-system messages on
+  const auto next = [&](size_t c) {
+    size_t dropped = 0;
+    for (size_t i = c; i < last_user; ++i) {
+      if (i > c && dropped >= budget / 2 && is_role(messages[i], "user")) return i;
+      if (!is_role(messages[i], "system")) dropped += est[i];
+    }
+    return last_user;
+  };
+  size_t cut = 0;
+  while (cut < last_user) {
+    if (estimated(cut) <= budget && prompt_tokens(window_from(messages, cut)) <= budget) break;
+    cut = next(cut);
+  }
+  MessageWindow w;
+  w.messages = window_from(messages, cut);
+  w.dropped = n - w.messages.size();
+  return w;
+}
+
 }  // namespace vkspec::cli

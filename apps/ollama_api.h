@@ -23,7 +23,7 @@ struct OllamaRequest {
   bool stream = true;
   bool load_only = false;          // no prompt or messages: Ollama's "load the model" request, answered at once
   bool fit_messages = false;       // /api/chat: a conversation longer than the context loses its oldest messages,
-                                   // as Ollama cuts it (parse_completion's fit_messages)
+                                   // at a user message, as Ollama cuts it (parse_completion's fit_messages)
 };
 // `has_template`: the model has a chat template (generate without `raw` applies it, as Ollama does).
 // `model_id`: the server's model; Ollama's ":latest" tag on it is accepted. Throws ApiError.

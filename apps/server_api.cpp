@@ -297,20 +297,42 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
 
   const ojson tools = chat_tools(body, chat, s);
   if (chat) {
-    const auto chat_prompt = [&](const ojson& messages) {
-      const std::string text = rendered_chat(messages, tools, enc);
+    const auto tokens_of = [&](const std::string& text) {
       try {
         return enc.chat(text);
       } catch (const std::exception& e) {
         throw ApiError(400, e.what(), "messages");
       }
     };
+    const auto chat_prompt = [&](const ojson& messages) { return tokens_of(rendered_chat(messages, tools, enc)); };
     const ojson messages = chat_messages(body);
     s.prompt = chat_prompt(messages);
     const uint32_t budget = lim.n_ctx - reply_reserve(lim.n_ctx, requested_max_tokens(body, lim));
     if (fit_messages && s.prompt.size() > budget) {
-      const MessageWindow w =
-          cli::fit_messages(messages, budget, [&](const ojson& m) { return chat_prompt(m).size(); });
+      // Estimates for the cut points: a message's own tokens (its content's, its other fields' such as tool
+      // calls as JSON) and the template's around each message and once per prompt, measured on fixed probes
+      // so that they are the same for every request of a conversation.
+      const auto own_tokens = [&](const ojson& m) {
+        std::string text;
+        for (const auto& [key, value] : m.items())
+          if (key != "role") text += value.is_string() ? value.get<std::string>() : value.dump();
+        return tokens_of(text).size();
+      };
+      size_t per_message = 4, per_prompt = 0;
+      try {
+        const auto probe = [&](int n) {
+          ojson m = ojson::array();
+          for (int i = 0; i < n; ++i) m.push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", "x"}});
+          return chat_prompt(m).size();
+        };
+        const size_t one = probe(1), three = probe(3), x = tokens_of("x").size();
+        per_message = three > one ? (three - one) / 2 - std::min((three - one) / 2, x) : 0;
+        per_prompt = one - std::min(one, x + per_message);
+      } catch (const std::exception&) {   // (a template that refuses the probes: the default guess)
+      }
+      const MessageWindow w = cli::fit_messages_chained(
+          messages, budget, per_prompt, [&](const ojson& m) { return own_tokens(m) + per_message; },
+          [&](const ojson& m) { return chat_prompt(m).size(); });
       if (w.dropped > 0) {
         s.prompt = chat_prompt(w.messages);
         s.dropped_messages = w.dropped;

@@ -57,7 +57,7 @@ struct CompletionSpec {
   std::vector<std::string> stop;
   bool logprobs = false;           // chat: logprobs; completions: logprobs given (the legacy format)
   uint32_t top_logprobs = 0;       // chat: top_logprobs; completions: the logprobs number
-  size_t dropped_messages = 0;     // the oldest messages left out to fit the context (fit_messages)
+  size_t dropped_messages = 0;     // the oldest messages left out to fit the context (fit_messages_chained)
 };
 
 // Field readers the protocol layers share (this one, ollama_api, embeddings_api): an optional field (absent or
@@ -83,7 +83,8 @@ struct PromptEncoder {
   std::function<std::vector<int32_t>(const std::string& text)> chat;     // a rendered chat's tokens
 };
 // `fit_messages`: a chat that would leave less than reply_reserve() for the reply loses its oldest messages
-// (apps/message_window.h; Ollama's /api/chat) instead of a context_length_exceeded 400 (OpenAI's endpoints).
+// where the turns before lost them (fit_messages_chained in apps/message_window.h; Ollama's /api/chat)
+// instead of a context_length_exceeded 400 (OpenAI's endpoints).
 CompletionSpec parse_completion(const nlohmann::ordered_json& body, bool chat, const ServerLimits& lim,
                                 const PromptEncoder& enc, const std::string& model_id, bool fit_messages = false);
 

@@ -398,6 +398,79 @@ TEST(ServerApi, ConversationsAreCutAtUserMessagesToFitTheBudget) {
   EXPECT_EQ(cli::reply_reserve(4096, int64_t(1) << 30), 1024u);
 }
 
+// fit_messages_chained over a conversation that grows a turn at a time, as a server sees it (the whole of it
+// every turn): every window fits, ends with the newest message and begins at a user message; the cut never
+// moves back, and when it moves it moves at least half the budget, so that most turns' prompts extend the
+// turn before's (the prompt cache serves them) where fit_messages' longest window moves almost every turn;
+// only windows estimated to fit are counted, so a hostile conversation of 10,001 messages costs one counting.
+TEST(ServerApi, ChainedCutsStayPutAsAConversationGrows) {
+  using ojson = nlohmann::ordered_json;
+  const auto own = [](const ojson& m) { return 3 + m["content"].get<std::string>().size(); };
+  size_t counted = 0;
+  const auto cost = [&](const ojson& w) {   // the messages' own tokens and a template's 7 of its own
+    ++counted;
+    size_t n = 7;
+    for (const ojson& m : w) n += own(m);
+    return n;
+  };
+  const size_t budget = 600;   // ~11 turns of ~56 tokens
+  ojson conv = ojson::array({{{"role", "system"}, {"content", "sys prompt"}}});
+  uint32_t lcg = 12345;
+  const auto text = [&]() {
+    lcg = lcg * 1664525u + 1013904223u;
+    return std::string(5 + (lcg >> 24) % 40, 'x');
+  };
+  size_t cut = 1, moves = 0, longest_moves = 0, longest_dropped = 0, turns_cut = 0;
+  for (int turn = 0; turn < 120; ++turn) {
+    conv.push_back({{"role", "user"}, {"content", text()}});
+    if (turn % 9 == 4) conv.push_back({{"role", "system"}, {"content", "a note"}});   // kept whatever the cut
+    counted = 0;
+    const cli::MessageWindow w = cli::fit_messages_chained(conv, budget, 0, own, cost);
+    EXPECT_LE(counted, 2u) << turn;
+    ASSERT_LE(cost(w.messages), budget) << turn;
+    EXPECT_EQ(w.messages.back(), conv.back());
+    // the cut: the first message not left out (dropped counts the non-system ones before it)
+    size_t first = 0;
+    for (size_t skipped = 0; conv[first]["role"] == "system" || skipped < w.dropped; ++first)
+      skipped += conv[first]["role"] != "system";
+    ojson want = ojson::array();
+    for (size_t i = 0; i < conv.size(); ++i)
+      if (i >= first || conv[i]["role"] == "system") want.push_back(conv[i]);
+    EXPECT_EQ(w.messages, want) << turn;
+    EXPECT_EQ(conv[first]["role"], "user") << turn;
+    if (w.dropped > 0) ++turns_cut;
+    ASSERT_GE(first, cut) << "the cut moved back at turn " << turn;
+    if (first != cut) {
+      ++moves;
+      size_t moved = 0;
+      for (size_t i = cut; i < first; ++i)
+        if (conv[i]["role"] != "system") moved += own(conv[i]);
+      EXPECT_GE(moved, budget / 2) << turn;
+      cut = first;
+    }
+    const size_t longest = cli::fit_messages(conv, budget, cost).dropped;
+    longest_moves += longest != longest_dropped;
+    longest_dropped = longest;
+    conv.push_back({{"role", "assistant"}, {"content", text()}});
+  }
+  EXPECT_GT(turns_cut, 100u);
+  EXPECT_GE(moves, 3u);
+  EXPECT_LE(moves * 3, longest_moves) << moves << " moves against fit_messages' " << longest_moves;
+  // a hostile conversation: one counting, of a window that fits
+  ojson many = ojson::array({{{"role", "system"}, {"content", "s"}}});
+  for (int i = 0; i < 5000; ++i) {
+    many.push_back({{"role", "user"}, {"content", "question"}});
+    many.push_back({{"role", "assistant"}, {"content", "answer"}});
+  }
+  counted = 0;
+  const cli::MessageWindow w = cli::fit_messages_chained(many, 1000, 7, own, cost);
+  EXPECT_EQ(counted, 1u);
+  EXPECT_LE(cost(w.messages), 1000u);
+  EXPECT_GE(cost(w.messages), 500u - 20u);   // the cut drops about half a budget at a time, not more
+  EXPECT_EQ(w.messages[0]["content"], "s");
+  EXPECT_EQ(w.messages[1]["role"], "user");
+}
+
 // Ollama's /api/chat cuts a conversation longer than the context (the kept window's prompt, as Ollama renders
 // it); OpenAI's chat endpoint answers context_length_exceeded for the same messages, as OpenAI does.
 TEST_F(ServerApiParse, OllamaChatIsCutToTheContextWhereOpenAiRefusesIt) {
@@ -437,10 +510,33 @@ TEST_F(ServerApiParse, OllamaChatIsCutToTheContextWhereOpenAiRefusesIt) {
     ojson kept = ojson::array({messages[0]});
     for (size_t i = 1 + s.dropped_messages; i < messages.size(); ++i) kept.push_back(messages[i]);
     EXPECT_EQ(s.prompt, enc_.chat(enc_.render_chat(kept, nullptr)));
-    ojson one_more = ojson::array({messages[0]});   // and one more exchange would not fit
-    for (size_t i = s.dropped_messages - 1; i < messages.size(); ++i) one_more.push_back(messages[i]);
-    EXPECT_GT(enc_.chat(enc_.render_chat(one_more, nullptr)).size(), budget);
   }
+  // the next turns (an answer and a question each) keep the cut while they fit: their prompts extend the one
+  // before (the prompt cache serves it); a cut that moves moves several exchanges at once
+  ojson conv = messages;
+  size_t dropped = 0, moves = 0;
+  std::string before;
+  for (int turn = 0; turn < 9; ++turn) {
+    if (turn > 0) {
+      conv.push_back({{"role", "assistant"}, {"content", "It is " + std::to_string(turn) + "."}});
+      conv.push_back({{"role", "user"}, {"content", "Next " + std::to_string(turn) + "?"}});
+    }
+    const cli::CompletionSpec s = cli::parse_completion({{"messages", conv}}, true, lim_, enc_, "m", true);
+    ojson kept = ojson::array({messages[0]});
+    for (size_t i = 1 + s.dropped_messages; i < conv.size(); ++i) kept.push_back(conv[i]);
+    const std::string now = enc_.render_chat(kept, nullptr);
+    if (turn == 0) dropped = s.dropped_messages, before = now;
+    EXPECT_EQ(s.prompt, enc_.chat(now));
+    if (s.dropped_messages == dropped) {
+      EXPECT_EQ(now.substr(0, before.size()), before) << turn;
+    } else {
+      EXPECT_GE(s.dropped_messages, dropped + 6) << turn;
+      ++moves;
+    }
+    dropped = s.dropped_messages;
+    before = now;
+  }
+  EXPECT_LE(moves, 2u);
   EXPECT_FALSE(cli::ollama_request({{"prompt", "hi"}}, cli::OllamaEndpoint::Generate, true, "m").fit_messages);
 }
 

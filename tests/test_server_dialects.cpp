@@ -68,9 +68,10 @@ TEST(Server, TokenizeDetokenizeAndApplyTemplateAgreeWithTheCli) {
   }
 
   // A conversation longer than the context (256): OpenAI's endpoint refuses it (context_length_exceeded);
-  // Ollama's /api/chat keeps the system message and the newest whole exchanges whose prompt leaves the
-  // reply's reserve (num_predict 8: at most 248 tokens; counted here with /apply-template and /tokenize), and
-  // answers what the OpenAI endpoint answers for exactly those messages.
+  // Ollama's /api/chat keeps the system message and the newest whole exchanges, from a user message, whose
+  // prompt leaves the reply's reserve (num_predict 8: at most 248 tokens; the windows counted here with
+  // /apply-template and /tokenize), and answers what the OpenAI endpoint answers for exactly those messages.
+  // The next turns keep that cut while they fit, so the prompt cache serves their earlier messages.
   json convo = json::array({{{"role", "system"}, {"content", "You write short Python."}}});
   for (int i = 0; i < 12; ++i) {
     convo.push_back({{"role", "user"}, {"content", "Write a function that returns " + std::to_string(i) + " squared."}});
@@ -80,24 +81,47 @@ TEST(Server, TokenizeDetokenizeAndApplyTemplateAgreeWithTheCli) {
   r = s.post("/v1/chat/completions", {{"messages", convo}, {"max_tokens", 8}}, &status);
   EXPECT_EQ(status, 400);
   EXPECT_EQ(r["error"]["code"], "context_length_exceeded") << r.dump();
-  json kept;
-  size_t kept_tokens = 0;
-  for (size_t cut = 1; cut < convo.size(); cut += 2) {   // the first window, from a user message, that fits
-    kept = json::array({convo[0]});
-    for (size_t i = cut; i < convo.size(); ++i) kept.push_back(convo[i]);
-    const json prompt = s.post("/apply-template", {{"messages", kept}})["prompt"];
-    kept_tokens = s.post("/tokenize", {{"content", prompt}})["tokens"].size();
-    if (kept_tokens <= 248) break;
+  const auto window = [&](size_t cut) {
+    json w = json::array({convo[0]});
+    for (size_t i = cut; i < convo.size(); ++i) w.push_back(convo[i]);
+    return w;
+  };
+  const auto tokens = [&](const json& messages) {
+    return s.post("/tokenize", {{"content", s.post("/apply-template", {{"messages", messages}})["prompt"]}})["tokens"].size();
+  };
+  size_t cut = 0, prefilled_before = 0, prompt_before = 0, kept_cut = 0;
+  for (int turn = 0; turn < 4; ++turn) {
+    if (turn > 0) {
+      convo.push_back({{"role", "user"}, {"content", "And of " + std::to_string(turn) + "?"}});
+      prefilled_before = size_t(s.metric("prompt_tokens_prefilled_total"));
+    }
+    const json ollama = s.post("/api/chat", {{"model", "pycode-target-f16.gguf"}, {"messages", convo}, {"stream", false},
+                                             {"options", {{"num_predict", 8}, {"temperature", 0}, {"repeat_penalty", 1}}}},
+                               &status);
+    ASSERT_EQ(status, 200) << ollama.dump();
+    const size_t prompt = ollama["prompt_eval_count"];
+    EXPECT_LE(prompt, 248u);
+    size_t now = 1;   // the window it kept: the user message whose window has its prompt's length
+    while (now < convo.size() && !(convo[now]["role"] == "user" && tokens(window(now)) == prompt)) ++now;
+    ASSERT_LT(now, convo.size()) << "no window of " << prompt << " tokens, turn " << turn;
+    EXPECT_GT(now, 1u);
+    if (turn == 0) {
+      const json same = s.post("/v1/chat/completions", {{"messages", window(now)}, {"max_tokens", 8}, {"temperature", 0}}, &status);
+      ASSERT_EQ(status, 200) << same.dump();
+      EXPECT_EQ(ollama["message"]["content"], same["choices"][0]["message"]["content"]);
+    } else {
+      ASSERT_GE(now, cut) << "turn " << turn << " moved the cut back";
+      const size_t prefilled = size_t(s.metric("prompt_tokens_prefilled_total")) - prefilled_before;
+      if (now == cut) {   // the turn before's prompt came from the cache (but for a partial block and a reply re-read)
+        ++kept_cut;
+        EXPECT_LE(prefilled, prompt - prompt_before + 24) << "turn " << turn << ": " << prompt << " tokens after " << prompt_before;
+      }
+    }
+    cut = now;
+    prompt_before = prompt;
+    convo.push_back({{"role", "assistant"}, {"content", ollama["message"]["content"]}});
   }
-  ASSERT_LT(kept.size(), convo.size());
-  const json ollama = s.post("/api/chat", {{"model", "pycode-target-f16.gguf"}, {"messages", convo}, {"stream", false},
-                                           {"options", {{"num_predict", 8}, {"temperature", 0}, {"repeat_penalty", 1}}}},
-                             &status);
-  ASSERT_EQ(status, 200) << ollama.dump();
-  EXPECT_EQ(ollama["prompt_eval_count"], kept_tokens);
-  const json same = s.post("/v1/chat/completions", {{"messages", kept}, {"max_tokens", 8}, {"temperature", 0}}, &status);
-  ASSERT_EQ(status, 200) << same.dump();
-  EXPECT_EQ(ollama["message"]["content"], same["choices"][0]["message"]["content"]);
+  EXPECT_GE(kept_cut, 1u);
   EXPECT_EQ(s.stop(), 0);
 }
 
