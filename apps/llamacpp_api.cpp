@@ -69,8 +69,27 @@ void samplers(const ojson& v, ojson& o) {
   if (!listed("top_k")) o["top_k"] = 0;
   if (!listed("top_p")) o["top_p"] = 1.0;
   if (!listed("min_p")) o["min_p"] = 0.0;
-  if (!listed("temperature") && o["temperature"] != 1 && o["temperature"] != 1.0)
+  if (!listed("temperature") && o.contains("temperature") && o["temperature"] != 1 && o["temperature"] != 1.0)
     bad("samplers", "'samplers' without temperature needs \"temperature\": 1 here");
+}
+
+// The fields llama-server reads on every completion endpoint: samplers vkspec does not run only at their
+// neutral values, fields without a counterpart only when empty, and `samplers`.
+void extensions(const ojson& body, ojson& o) {
+  for (const auto& [key, off] : kNeutral)
+    if (const ojson* v = field(body, key); v && !(v->is_number() && v->get<double>() == off))
+      bad(key, std::string("'") + key + "' is not supported by this server (only its neutral value)");
+  for (const char* f : kRefused)
+    if (const ojson* v = field(body, f); v && !empty_or_off(*v)) bad(f, std::string("'") + f + "' is not supported by this server");
+  if (const ojson* sm = field(body, "samplers")) samplers(*sm, o);
+}
+
+// n_predict (llama-server's max_tokens): -1 or -2 for none; beyond the context it is cut to it.
+void n_predict(const ojson& n, uint32_t n_ctx, ojson& o) {
+  if (!n.is_number_integer()) bad("n_predict", "'n_predict' must be an integer");
+  const int64_t v = n.get<int64_t>();
+  if (v == 0 || v < -2) bad("n_predict", "'n_predict' must be positive, or -1 (up to the context)");
+  if (v > 0) o["max_tokens"] = std::min<int64_t>(v, n_ctx);
 }
 
 // llama-server's logit_bias: [[token, bias or false], ...] or {"token": bias}; false bans the token (-100 here,
@@ -145,28 +164,18 @@ LlamaCppRequest llamacpp_request(const ojson& body, uint32_t n_ctx) {
   for (const auto& [key, value] : kDefaults) o[key] = value;
   for (const char* f : kSame)
     if (const ojson* v = field(body, f)) o[f] = *v;
-  for (const auto& [key, off] : kNeutral)
-    if (const ojson* v = field(body, key); v && !(v->is_number() && v->get<double>() == off))
-      bad(key, std::string("'") + key + "' is not supported by this server (only its neutral value)");
-  for (const char* f : kRefused)
-    if (const ojson* v = field(body, f); v && !empty_or_off(*v)) bad(f, std::string("'") + f + "' is not supported by this server");
   const ojson* prompt = field(body, "prompt");
   if (!prompt) bad("prompt", "'prompt' is required");
   o["prompt"] = *prompt;   // a string, [a string] or token ids: checked as /v1/completions checks it
   const ojson* n = field(body, "n_predict");
   if (!n) n = field(body, "max_tokens");
-  if (n) {
-    if (!n->is_number_integer()) bad("n_predict", "'n_predict' must be an integer");
-    const int64_t v = n->get<int64_t>();
-    if (v == 0 || v < -2) bad("n_predict", "'n_predict' must be positive, or -1 (up to the context)");
-    if (v > 0) o["max_tokens"] = std::min<int64_t>(v, n_ctx);
-  }
+  if (n) n_predict(*n, n_ctx, o);
   if (const ojson* seed = field(body, "seed")) {   // -1 (llama.cpp's LLAMA_DEFAULT_SEED as 32 bits too): random
     if (!seed->is_number_integer()) bad("seed", "'seed' must be an integer");
     if (*seed != -1 && *seed != 0xFFFFFFFFu) o["seed"] = *seed;
   }
   if (const ojson* lb = field(body, "logit_bias")) o["logit_bias"] = logit_bias(*lb);
-  if (const ojson* sm = field(body, "samplers")) samplers(*sm, o);
+  extensions(body, o);
   if (const ojson* s = field(body, "stream")) {
     if (!s->is_boolean()) bad("stream", "'stream' must be a boolean");
     r.stream = s->get<bool>();
@@ -179,6 +188,20 @@ LlamaCppRequest llamacpp_request(const ojson& body, uint32_t n_ctx) {
   r.settings.erase("max_tokens");
   r.settings.erase("stream_options");
   return r;
+}
+
+ojson llamacpp_openai_extensions(const ojson& body, uint32_t n_ctx) {
+  if (!body.is_object()) return body;   // (parse_completion says what is wrong with it)
+  ojson o = body;
+  extensions(body, o);
+  for (const auto& [key, off] : kNeutral) o.erase(key);
+  for (const char* f : kRefused) o.erase(f);
+  o.erase("samplers");
+  if (const ojson* n = field(body, "n_predict")) {
+    if (!field(body, "max_tokens") && !field(body, "max_completion_tokens")) n_predict(*n, n_ctx, o);
+    o.erase("n_predict");
+  }
+  return o;
 }
 
 std::string LlamaCppStream::translate(const std::string& payload) {

@@ -25,6 +25,14 @@ struct LlamaCppRequest {
 // would be a 400). Throws ApiError.
 LlamaCppRequest llamacpp_request(const nlohmann::ordered_json& body, uint32_t n_ctx);
 
+// llama-server's fields on OpenAI's endpoints (/v1/completions, /v1/chat/completions), where its clients send
+// them beside OpenAI's (llama.cpp's web UI sends its whole sampler setup): the samplers vkspec does not run
+// are refused unless neutral, `samplers` is taken as /completion takes it (the ones left out turned off),
+// `n_predict` stands for max_tokens when that is absent. Returns the body parse_completion should read
+// (those fields consumed); fields whose meaning is OpenAI's (top_k, min_p, repeat_penalty, grammar, ...)
+// pass as they are. Throws ApiError.
+nlohmann::ordered_json llamacpp_openai_extensions(const nlohmann::ordered_json& body, uint32_t n_ctx);
+
 // The OpenAI stream of one request (its SSE payloads: chunks, the usage chunk with its `vkspec` figures, an
 // error object, "[DONE]") as llama-server's events ("data: {...}\n\n" frames).
 class LlamaCppStream {

@@ -329,7 +329,7 @@ std::shared_ptr<Job> Server::start_job(CompletionSpec spec) {
 }
 
 void Server::completion(const httplib::Request& req, httplib::Response& res, bool chat) {
-  const nlohmann::ordered_json body = parse_body(req.body, lim_);
+  const nlohmann::ordered_json body = llamacpp_openai_extensions(parse_body(req.body, lim_), lim_.n_ctx);
   respond(res, start_job(parse_completion(body, chat, lim_, enc_, model_id_)), Dialect{});
 }
 

@@ -540,6 +540,49 @@ TEST_F(ServerApiParse, OllamaChatIsCutToTheContextWhereOpenAiRefusesIt) {
   EXPECT_FALSE(cli::ollama_request({{"prompt", "hi"}}, cli::OllamaEndpoint::Generate, true, "m").fit_messages);
 }
 
+// llama-server's fields on OpenAI's endpoints (llama.cpp's web UI sends its whole sampler setup there): neutral
+// values of samplers vkspec does not run pass, `samplers` turns off the ones it leaves out, n_predict stands for
+// max_tokens; a sampler that would change the output is a 400 naming it, never ignored.
+TEST_F(ServerApiParse, LlamaServerFieldsOnOpenAiEndpoints) {
+  using ojson = nlohmann::ordered_json;
+  const auto spec = [this](const char* body) {
+    return cli::parse_completion(cli::llamacpp_openai_extensions(ojson::parse(body), lim_.n_ctx), false, lim_, enc_, "m");
+  };
+  // the web UI's defaults (its request, with a prompt for a chat's messages)
+  cli::CompletionSpec s = spec(R"({"prompt": "x", "stream": false, "reasoning_format": "auto", "temperature": 0.8,
+      "dynatemp_range": 0, "dynatemp_exponent": 1, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "xtc_probability": 0,
+      "xtc_threshold": 0.1, "typical_p": 1, "repeat_last_n": 64, "repeat_penalty": 1, "presence_penalty": 0,
+      "frequency_penalty": 0, "dry_multiplier": 0, "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": -1,
+      "samplers": ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature"],
+      "timings_per_token": false, "cache_prompt": true, "max_tokens": 8})");
+  EXPECT_FLOAT_EQ(s.sp.temperature, 0.8f);
+  EXPECT_EQ(s.sp.top_k, 40);
+  EXPECT_FLOAT_EQ(s.sp.top_p, 0.95f);
+  EXPECT_FLOAT_EQ(s.sp.min_p, 0.05f);
+  EXPECT_EQ(s.max_tokens, 8u);
+  s = spec(R"({"prompt": "x", "samplers": ["top_k", "temperature"], "top_k": 5, "top_p": 0.5, "min_p": 0.1})");
+  EXPECT_EQ(s.sp.top_k, 5);
+  EXPECT_FLOAT_EQ(s.sp.top_p, 1.0f);   // left out of the chain: off, as llama.cpp would not run them
+  EXPECT_FLOAT_EQ(s.sp.min_p, 0.0f);
+  EXPECT_EQ(spec(R"({"prompt": "x", "n_predict": 7})").max_tokens, 7u);
+  EXPECT_EQ(spec(R"({"prompt": "x", "n_predict": 7, "max_tokens": 5})").max_tokens, 5u);   // OpenAI's field first
+  EXPECT_EQ(spec(R"({"prompt": "x", "n_predict": 100000})").max_tokens, lim_.n_ctx);
+  for (const auto& [body, param] : std::vector<std::pair<const char*, const char*>>{
+           {R"({"prompt": "x", "dry_multiplier": 0.8})", "dry_multiplier"}, {R"({"prompt": "x", "mirostat": 2})", "mirostat"},
+           {R"({"prompt": "x", "xtc_probability": 0.5})", "xtc_probability"}, {R"({"prompt": "x", "typical_p": 0.5})", "typical_p"},
+           {R"({"prompt": "x", "n_probs": 3})", "n_probs"}, {R"({"prompt": "x", "return_tokens": true})", "return_tokens"},
+           {R"({"prompt": "x", "samplers": ["temperature", "top_k"]})", "samplers"},
+           {R"({"prompt": "x", "n_predict": "many"})", "n_predict"}}) {
+    try {
+      spec(body);
+      ADD_FAILURE() << "accepted " << body;
+    } catch (const cli::ApiError& e) {
+      EXPECT_EQ(e.status, 400) << body;
+      EXPECT_EQ(e.param, param) << body;
+    }
+  }
+}
+
 // llama-server's /completion: its names and defaults become the OpenAI completion body, which parse_completion
 // checks as any other; samplers vkspec does not run are refused unless neutral; its logit_bias forms.
 TEST_F(ServerApiParse, LlamaCppCompletionsBecomeTheOpenAiBodiesTheyMean) {

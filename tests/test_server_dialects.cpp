@@ -185,6 +185,12 @@ TEST(Server, LlamaServerNativeCompletion) {
   EXPECT_EQ(status, 400);
   EXPECT_EQ(refused["error"]["code"], 400) << refused.dump();
   EXPECT_NE(refused["error"]["message"].get<std::string>().find("mirostat"), std::string::npos);
+  // llama-server's fields on the OpenAI endpoint: refused there too, and n_predict is max_tokens
+  EXPECT_EQ(s.post("/v1/completions", {{"prompt", prompt}, {"mirostat", 2}}, &status)["error"]["param"], "mirostat");
+  EXPECT_EQ(status, 400);
+  const json short_one = s.post("/v1/completions", {{"prompt", prompt}, {"n_predict", 3}, {"temperature", 0}}, &status);
+  ASSERT_EQ(status, 200) << short_one.dump();
+  EXPECT_EQ(short_one["usage"]["completion_tokens"], 3);
   EXPECT_EQ(s.stop(), 0);
 }
 

@@ -96,6 +96,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } else if (data[0] & 128) {   // llama-server's /completion: the OpenAI completion body it means
       request = cli::llamacpp_request(request, lim.n_ctx).openai;
       chat = false;
+    } else {   // OpenAI's endpoints, with llama-server's fields on them
+      request = cli::llamacpp_openai_extensions(request, lim.n_ctx);
     }
     const cli::CompletionSpec s = cli::parse_completion(request, chat, lim, enc, "m", fit);
     if (s.prompt.empty() || s.prompt.size() >= lim.n_ctx || s.max_tokens == 0 || s.max_tokens > lim.n_ctx ||
