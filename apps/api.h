@@ -103,6 +103,8 @@ class Context {
     return i;
   }
   void clear() { check(vkspec_context_clear(c_)); }
+  void save(const std::string& path) { check(vkspec_context_save(c_, path.c_str())); }
+  void load(const std::string& path) { check(vkspec_context_load(c_, path.c_str())); }
 
   // Each accepted token (id -1: the U+FFFD of an unfinished UTF-8 sequence at the end), its text piece and
   // whether it was a verified draft; false stops the generation. An exception thrown by the callback stops

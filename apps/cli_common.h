@@ -35,6 +35,7 @@ struct RunOptions {
   std::string json_schema, json_schema_file;   // -j SCHEMA / -jf FILE (llama.cpp's flags)
   std::optional<uint64_t> seed;   // --seed S (0 .. 2^64-1); none or -1: random
   int samples = 1;     // independent completions, seeds seed, seed+1, ...
+  std::string prompt_cache;   // --prompt-cache FILE: the context's KV from and to a session file (engine/session_file.h)
   int ctx = 0;
   int device = -1;
   int ubatch = 0;          // --ubatch: tokens per forward chunk (0: the device's)

@@ -40,10 +40,12 @@ nlohmann::json completion_json(const RunOptions& o, const RunInfo& info, const s
 void print_completion(const RunOptions& o, const RunInfo& info, const std::vector<int32_t>& prompt,
                       const std::vector<int32_t>& ids, const std::string& text, uint64_t seed,
                       const std::string& stop_reason, double prefill_s, double decode_s, const SpecTotals* spec,
-                      uint32_t n_ctx) {
-  if (o.json)
-    write_stdout(completion_json(o, info, prompt, ids, text, seed, stop_reason, prefill_s, decode_s, spec)
-                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+                      uint32_t n_ctx, uint64_t reused = 0) {
+  if (o.json) {
+    nlohmann::json j = completion_json(o, info, prompt, ids, text, seed, stop_reason, prefill_s, decode_s, spec);
+    if (!o.prompt_cache.empty()) j["reused_tokens"] = reused;   // from the --prompt-cache file
+    write_stdout(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  }
   else
     write_stdout("\n");   // flushed: the text's last line comes before the stats, also on one pipe
   if (stop_reason == "context")
@@ -53,6 +55,7 @@ void print_completion(const RunOptions& o, const RunInfo& info, const std::vecto
     fprintf(stderr, "vkspec: %zu prompt tokens in %.3f s (%.1f tok/s), %zu generated in %.3f s (%.1f tok/s) on %s\n",
             prompt.size(), prefill_s, double(prompt.size()) / prefill_s, ids.size(), decode_s,
             ids.size() > 1 && decode_s > 0 ? double(ids.size() - 1) / decode_s : 0.0, info.device.c_str());
+  if (!o.json && reused > 0) fprintf(stderr, "vkspec: %llu prompt tokens from %s\n", (unsigned long long)reused, o.prompt_cache.c_str());
 }
 
 // --samples N > 1: the completions decoded together in one batch (vkspec_batch: they share the prompt's KV
@@ -144,12 +147,16 @@ int cmd_run(const RunOptions& o, const ChatOptions& chat) {
   const uint64_t base_seed = o.seed ? *o.seed : std::random_device{}();
   RunInfo info{mi.device, mi.load_seconds, ""};
   if (o.samples > 1) {
+    if (!o.prompt_cache.empty()) throw Error("--prompt-cache takes one completion (not --samples)");
     info.drafter = drafter_name(o);
     run_samples(o, model, info, prompt, base_seed, parallel);
     return 0;
   }
 
   api::Context ctx(model, context_params(o, base_seed));
+  // llama-cli's --prompt-cache: a session file of an earlier run (its prompt and what it generated); the run
+  // prefills only what its prompt adds to the file's tokens, and leaves its own session there
+  if (!o.prompt_cache.empty() && access(o.prompt_cache.c_str(), F_OK) == 0) ctx.load(o.prompt_cache);
   const vkspec_context_info ci = ctx.info();
   info.load_s = ci.load_seconds;
   info.drafter = ci.drafter;
@@ -167,8 +174,9 @@ int cmd_run(const RunOptions& o, const ChatOptions& chat) {
   });
   SpecTotals spec;
   spec += m;
+  if (!o.prompt_cache.empty()) ctx.save(o.prompt_cache);
   print_completion(o, info, prompt, ids, out, base_seed, cli_stop_reason(m.stop_reason), m.prefill_seconds, m.decode_seconds,
-                   info.drafter.empty() ? nullptr : &spec, mi.n_ctx);
+                   info.drafter.empty() ? nullptr : &spec, mi.n_ctx, m.reused_tokens);
   return 0;
 }
 

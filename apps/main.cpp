@@ -99,6 +99,8 @@ static int run_main(int argc, char** argv) {
   run->add_option("--samples", o.samples, "Independent completions of the prompt, seeds S, S+1, ... (one JSON line each)")
       ->check(CLI::Range(1, 1000000));
   run->add_option("-c,--ctx", o.ctx, "Context size (0 = model's, capped at 4096)");
+  run->add_option("--prompt-cache", o.prompt_cache,
+                  "Session file: its KV is reused where the prompt begins with its tokens; written after the run");
   add_device_options(run, o);
   run->add_flag("--ignore-eos", o.ignore_eos, "Do not stop at end-of-generation tokens");
   add_draft_options(run, o);

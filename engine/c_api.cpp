@@ -365,6 +365,28 @@ vkspec_status vkspec_context_clear(vkspec_context* ctx) {
   });
 }
 
+vkspec_status vkspec_context_save(vkspec_context* ctx, const char* path) {
+  return api_call([&] {
+    Claim claim(ctx);
+    require(path != nullptr, "a null path");
+    if (ctx->engine->running()) throw Failure{VKSPEC_ERROR_BUSY, "a generation is in progress on this context"};
+    ctx->engine->save_session(ctx->session, path);
+  });
+}
+
+vkspec_status vkspec_context_load(vkspec_context* ctx, const char* path) {
+  return api_call([&] {
+    Claim claim(ctx);
+    require(path != nullptr, "a null path");
+    if (ctx->engine->running()) throw Failure{VKSPEC_ERROR_BUSY, "a generation is in progress on this context"};
+    try {
+      ctx->engine->load_session(ctx->session, path);
+    } catch (const Error& e) {
+      throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, e.what()};
+    }
+  });
+}
+
 vkspec_generate_params vkspec_generate_default_params(void) {
   vkspec_generate_params p{};
   p.n_predict = -1;

@@ -1,4 +1,5 @@
 #include "engine/engine.h"
+#include "engine/session_file.h"
 
 #include <chrono>
 #include <cmath>
@@ -113,6 +114,18 @@ void Engine::clear_session(Session& s) {
   std::lock_guard<std::mutex> lock(t_->busy);
   t_->model->kv().truncate(s.seq, 0);
   s.tokens.clear();
+}
+
+void Engine::save_session(const Session& s, const std::string& path) {
+  if (run_) throw Error("internal: save_session() during a completion");
+  std::lock_guard<std::mutex> lock(t_->busy);
+  vkspec::save_session(*t_, s, path);
+}
+
+void Engine::load_session(Session& s, const std::string& path) {
+  if (run_) throw Error("internal: load_session() during a completion");
+  std::lock_guard<std::mutex> lock(t_->busy);
+  vkspec::load_session(*t_, s, path);
 }
 
 namespace {

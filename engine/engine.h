@@ -150,6 +150,10 @@ class Engine {
   void close_session(Session& s);
   // Empties the session's cache (the next completion prefills its whole context).
   void clear_session(Session& s);
+  // The session's tokens and KV to a file and back (engine/session_file.h), not during a completion: a
+  // loaded session's next completion prefills only what its context adds to the file's tokens.
+  void save_session(const Session& s, const std::string& path);
+  void load_session(Session& s, const std::string& path);
 
   // log p(tokens[i] | tokens[0..i-1]) for i = first .. tokens.size()-1, from an empty cache on `session`
   // (afterwards it holds tokens[0..n-2]); 1 <= first < tokens.size() <= n_ctx. Perplexity's core. Returns

@@ -48,7 +48,7 @@
 extern "C" {
 #endif
 
-#define VKSPEC_API_VERSION 7
+#define VKSPEC_API_VERSION 8
 #define VKSPEC_MAX_LOGIT_BIAS 1024   /* vkspec_sampling_params.n_logit_bias's bound */
 #define VKSPEC_LOGIT_BIAS_BOUND 100  /* each logit bias lies in [-VKSPEC_LOGIT_BIAS_BOUND, VKSPEC_LOGIT_BIAS_BOUND] */
 
@@ -257,6 +257,14 @@ typedef struct vkspec_context_info {
 VKSPEC_API vkspec_status vkspec_context_get_info(const vkspec_context* ctx, vkspec_context_info* out);
 /* Empties the context's KV cache: the next generation prefills its whole prompt. */
 VKSPEC_API vkspec_status vkspec_context_clear(vkspec_context* ctx);
+/* The context's cached tokens and their KV to a file (llama.cpp's state files): a context that loads it,
+ * in this process or a later one, on the same model file, continues as this one would, prefilling only
+ * what its next prompt adds to those tokens (a long conversation resumes without being prefilled again).
+ * Load refuses a file of another model, a truncated or altered one, one longer than the context
+ * (VKSPEC_ERROR_INVALID_ARGUMENT, vkspec_last_error() says which) and leaves the context as it was. Not
+ * during a generation (VKSPEC_ERROR_BUSY). Since API version 8. */
+VKSPEC_API vkspec_status vkspec_context_save(vkspec_context* ctx, const char* path);
+VKSPEC_API vkspec_status vkspec_context_load(vkspec_context* ctx, const char* path);
 
 /* Called for each accepted token, in order: its id, its text piece (complete UTF-8 characters; may be
  * empty while a character is incomplete), and whether it was a verified draft. Return non-zero to stop.

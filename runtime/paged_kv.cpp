@@ -24,6 +24,11 @@ PagedKvCache::PagedKvCache(Arena& device, Arena& upload, uint32_t n_layers, uint
   for (size_t i = 0; i < seqs_.size(); ++i) seqs_[i].table = tables_.host<uint32_t>() + i * max_blocks_per_seq_;
 }
 
+Slice PagedKvCache::block(uint32_t layer, bool v, uint32_t b) const {
+  if (layer >= k_pools_.size() || b >= refs_.size()) throw Error("internal: no KV block " + std::to_string(b) + " of layer " + std::to_string(layer));
+  return (v ? v_pools_ : k_pools_)[layer].sub(VkDeviceSize(b) * block_bytes_, block_bytes_);
+}
+
 int PagedKvCache::new_sequence() {
   for (size_t i = 0; i < seqs_.size(); ++i)
     if (!seqs_[i].used) {

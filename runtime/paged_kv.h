@@ -43,6 +43,10 @@ class PagedKvCache {
   void drop_pending_copies() { pending_copies_.clear(); }
 
   PagedKvView view(uint32_t layer) const;
+  // Layer `layer`'s K (v false) or V physical block `block`: block_size positions of [n_kv_heads][head_dim]
+  // f16 each, position_bytes() apart (session files copy positions out of them and back).
+  Slice block(uint32_t layer, bool v, uint32_t block) const;
+  VkDeviceSize position_bytes() const { return block_bytes_ / block_size_; }
   // Where seq's table starts in view().block_tables, in uints (KvRows).
   uint32_t table_offset(int seq) const { return uint32_t(seq) * max_blocks_per_seq_; }
   const std::vector<uint32_t>& block_table(int seq) const { return seqs_.at(seq).blocks; }

@@ -1,13 +1,17 @@
 // The C API's continuous batching (vkspec_batch_*), scoring (vkspec_score), embeddings (vkspec_embed),
-// vocab-only models, the BOS rules of vkspec_tokenize and vkspec_context_clear, through libvkspec.so only.
+// vocab-only models, the BOS rules of vkspec_tokenize and vkspec_context_clear, sessions saved to files and
+// loaded (vkspec_context_save, vkspec_context_load), through libvkspec.so only.
 // References: a context's own generation of the same request (batch invariance), and the exact distribution
 // (the log-probabilities of every possible next token sum to one; the greedy token is the most likely).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -411,6 +415,100 @@ TEST(CApi, VocabOnlyBosRulesAndClear) {
   EXPECT_EQ(vkspec_context_free(c), VKSPEC_OK);
   EXPECT_EQ(vkspec_model_free(full), VKSPEC_OK);
   EXPECT_EQ(vkspec_model_free(vocab), VKSPEC_OK);
+}
+
+// A context saved to a file (vkspec_context_save) and loaded into a context of another handle of the same
+// model file, as a later process would: its next generation gives the tokens of a context that never saw the
+// file, prefilling only what the prompt adds to the file's tokens. Files of another shape or another model,
+// truncated, damaged, longer than the context or not session files are refused with the reason and leave the
+// context as it was. (CI runs this under VKSPEC_MEMORY=discrete too: the KV through staging copies.)
+TEST(CApiSession, ASavedContextGoesOnInAnotherProcessesContext) {
+  const std::string target = shared("models/pycode-target-f16.gguf"), draft = shared("models/pycode-draft-f16.gguf");
+  const std::string file = testing::TempDir() + "/vkspec-session-" + std::to_string(getpid()) + ".kv";
+  vkspec_context_params cp = vkspec_context_default_params();
+  cp.sampling.temperature = 0.0f;
+  const auto context = [&](vkspec_model* m) {
+    vkspec_context* c = nullptr;
+    EXPECT_EQ(vkspec_context_create(m, &cp, &c), VKSPEC_OK) << vkspec_last_error();
+    return c;
+  };
+  const auto run = [](vkspec_context* c, const std::vector<int32_t>& prompt, int n, vkspec_metrics* m = nullptr) {
+    std::vector<int32_t> ids;
+    vkspec_generate_params g = vkspec_generate_default_params();
+    g.n_predict = n;
+    g.ignore_eos = 1;
+    g.on_token = append_token;
+    g.user = &ids;
+    EXPECT_EQ(vkspec_generate(c, prompt.data(), prompt.size(), &g), VKSPEC_OK) << vkspec_last_error();
+    if (m) {
+      EXPECT_EQ(vkspec_get_metrics(c, m), VKSPEC_OK);
+    }
+    return ids;
+  };
+  const auto cached = [](vkspec_context* c) {
+    vkspec_context_info i{};
+    EXPECT_EQ(vkspec_context_get_info(c, &i), VKSPEC_OK);
+    return i.cached_tokens;
+  };
+  vkspec_model* first = load(target, 1);
+  vkspec_context* a = context(first);
+  const std::vector<int32_t> p1 = tokenize(first, "def fibonacci(n):\n");
+  const std::vector<int32_t> ids1 = run(a, p1, 24);
+  ASSERT_EQ(vkspec_context_save(a, file.c_str()), VKSPEC_OK) << vkspec_last_error();
+  std::vector<int32_t> p2 = p1;
+  p2.insert(p2.end(), ids1.begin(), ids1.end());
+  const std::vector<int32_t> more = tokenize(first, "\nprint(", 0);
+  p2.insert(p2.end(), more.begin(), more.end());
+  const std::vector<int32_t> want = solo(a, p2, 16);   // (an empty cache)
+  EXPECT_EQ(vkspec_context_free(a), VKSPEC_OK);
+  EXPECT_EQ(vkspec_model_free(first), VKSPEC_OK);
+
+  vkspec_model* second = load(target, 1);
+  vkspec_context* b = context(second);
+  ASSERT_EQ(vkspec_context_load(b, file.c_str()), VKSPEC_OK) << vkspec_last_error();
+  EXPECT_EQ(cached(b), p1.size() + 23) << "the prompt and every generated token but the last";
+  vkspec_metrics m{};
+  EXPECT_EQ(run(b, p2, 16, &m), want);
+  EXPECT_EQ(m.reused_tokens, p1.size() + 23);
+  EXPECT_EQ(m.prefilled_tokens, p2.size() - m.reused_tokens);
+
+  // bad files: refused with the reason, the context as it was
+  const uint32_t held = cached(b);
+  std::string bytes;
+  {
+    std::ifstream in(file, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  ASSERT_GT(bytes.size(), 100u);
+  const auto write = [](const std::string& path, const std::string& data) { std::ofstream(path, std::ios::binary) << data; };
+  std::string damaged = bytes, other_model = bytes;
+  damaged[bytes.size() / 2] ^= 1;
+  other_model[24] ^= 1;   // the fingerprint of the weights
+  vkspec_model* small_draft = load(draft, 1);
+  vkspec_context* d = context(small_draft);
+  run(d, p1, 4);
+  ASSERT_EQ(vkspec_context_save(d, (file + ".draft").c_str()), VKSPEC_OK) << vkspec_last_error();
+  for (const auto& [content, why] : std::vector<std::pair<std::string, std::string>>{
+           {"", "cannot open"}, {"hello, not a session\n", "is not a vkspec session file"},
+           {bytes.substr(0, bytes.size() - 100), "truncated"}, {damaged, "damaged"},
+           {other_model, "another model"}, {"draft", "another shape"}}) {
+    std::string path = file + ".bad";
+    unlink(path.c_str());
+    if (content == "draft") path = file + ".draft";
+    else if (!content.empty()) write(path, content);
+    EXPECT_EQ(vkspec_context_load(b, path.c_str()), VKSPEC_ERROR_INVALID_ARGUMENT) << why;
+    EXPECT_NE(std::string(vkspec_last_error()).find(why), std::string::npos) << vkspec_last_error();
+    EXPECT_EQ(cached(b), held) << why;
+  }
+  vkspec_model* short_ctx = load(target, 1, 32);
+  vkspec_context* s = context(short_ctx);
+  EXPECT_EQ(vkspec_context_load(s, file.c_str()), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(vkspec_last_error()).find("do not fit the context of 32"), std::string::npos) << vkspec_last_error();
+  EXPECT_EQ(vkspec_context_save(b, nullptr), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(vkspec_context_save(b, "/nonexistent-dir/x.kv"), VKSPEC_OK);
+  for (vkspec_context* c : {b, d, s}) EXPECT_EQ(vkspec_context_free(c), VKSPEC_OK);
+  for (vkspec_model* mm : {second, small_draft, short_ctx}) EXPECT_EQ(vkspec_model_free(mm), VKSPEC_OK);
+  for (const std::string& f : {file, file + ".draft", file + ".bad"}) unlink(f.c_str());
 }
 
 }  // namespace

@@ -418,6 +418,35 @@ TEST(Cli, StopReasonAndContextNotice) {
   EXPECT_EQ(j["n_generated"], 5);
 }
 
+// --prompt-cache FILE (llama-cli's): the first run writes the session; a second run whose prompt continues the
+// first's text prefills only what it adds (the file's tokens reused) and prints the tokens of a run without
+// the file; a file that is not a session of this model is an error that names it; --samples refuses it.
+TEST(Cli, PromptCacheFileIsReusedByTheNextRun) {
+  const std::string file = tmp("prompt-cache.kv"), prompt = "Once upon a time";
+  unlink(file.c_str());
+  auto r = run_cli("run " + kStories + " -p '" + prompt + "' -n 12 --temp 0 --ignore-eos --json --prompt-cache " + file);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json first = json::parse(r.out);
+  EXPECT_EQ(first["reused_tokens"], 0);
+  write(tmp("prompt-cache-next.txt"), prompt + first["text"].get<std::string>() + " and then");
+  const std::string next = "run " + kStories + " -f " + tmp("prompt-cache-next.txt") + " -n 8 --temp 0 --ignore-eos --json";
+  r = run_cli(next + " --prompt-cache " + file);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json cached = json::parse(r.out);
+  EXPECT_GE(cached["reused_tokens"].get<int>(), first["prompt_tokens"].get<int>() + 8) << r.out;
+  r = run_cli(next);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(cached["ids"], json::parse(r.out)["ids"]);
+  write(file, "not a session");
+  r = run_cli("run " + kStories + " -p hi -n 2 --prompt-cache " + file);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("is not a vkspec session file"), std::string::npos) << r.err;
+  r = run_cli("run " + kStories + " -p hi -n 2 --samples 2 --prompt-cache " + file);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("--prompt-cache"), std::string::npos) << r.err;
+  unlink(file.c_str());
+}
+
 // --peer runs node with an argument vector: a file name that would be a command in a shell stays a name.
 TEST(Cli, PeerPathsAreNeverShellCommands) {
   const std::string marker = ::testing::TempDir() + "/vkspec-peer-injected";
