@@ -49,17 +49,25 @@ int append_token(int32_t token, const char*, size_t, int32_t, void* user) {
   return 0;
 }
 
-// A context's generation from an empty cache: the reference a batched request must equal.
-std::vector<int32_t> solo(vkspec_context* c, const std::vector<int32_t>& prompt, int n) {
+// n tokens after `prompt` on context c (from what its cache holds), and the generation's metrics.
+std::vector<int32_t> generate_ids(vkspec_context* c, const std::vector<int32_t>& prompt, int n, vkspec_metrics* m = nullptr) {
   std::vector<int32_t> ids;
-  EXPECT_EQ(vkspec_context_clear(c), VKSPEC_OK);
   vkspec_generate_params g = vkspec_generate_default_params();
   g.n_predict = n;
   g.ignore_eos = 1;
   g.on_token = append_token;
   g.user = &ids;
   EXPECT_EQ(vkspec_generate(c, prompt.data(), prompt.size(), &g), VKSPEC_OK) << vkspec_last_error();
+  if (m) {
+    EXPECT_EQ(vkspec_get_metrics(c, m), VKSPEC_OK);
+  }
   return ids;
+}
+
+// A context's generation from an empty cache: the reference a batched request must equal.
+std::vector<int32_t> solo(vkspec_context* c, const std::vector<int32_t>& prompt, int n) {
+  EXPECT_EQ(vkspec_context_clear(c), VKSPEC_OK);
+  return generate_ids(c, prompt, n);
 }
 
 struct Request {
@@ -432,19 +440,6 @@ TEST(CApiSession, ASavedContextGoesOnInAnotherProcessesContext) {
     EXPECT_EQ(vkspec_context_create(m, &cp, &c), VKSPEC_OK) << vkspec_last_error();
     return c;
   };
-  const auto run = [](vkspec_context* c, const std::vector<int32_t>& prompt, int n, vkspec_metrics* m = nullptr) {
-    std::vector<int32_t> ids;
-    vkspec_generate_params g = vkspec_generate_default_params();
-    g.n_predict = n;
-    g.ignore_eos = 1;
-    g.on_token = append_token;
-    g.user = &ids;
-    EXPECT_EQ(vkspec_generate(c, prompt.data(), prompt.size(), &g), VKSPEC_OK) << vkspec_last_error();
-    if (m) {
-      EXPECT_EQ(vkspec_get_metrics(c, m), VKSPEC_OK);
-    }
-    return ids;
-  };
   const auto cached = [](vkspec_context* c) {
     vkspec_context_info i{};
     EXPECT_EQ(vkspec_context_get_info(c, &i), VKSPEC_OK);
@@ -453,7 +448,7 @@ TEST(CApiSession, ASavedContextGoesOnInAnotherProcessesContext) {
   vkspec_model* first = load(target, 1);
   vkspec_context* a = context(first);
   const std::vector<int32_t> p1 = tokenize(first, "def fibonacci(n):\n");
-  const std::vector<int32_t> ids1 = run(a, p1, 24);
+  const std::vector<int32_t> ids1 = generate_ids(a, p1, 24);
   ASSERT_EQ(vkspec_context_save(a, file.c_str()), VKSPEC_OK) << vkspec_last_error();
   std::vector<int32_t> p2 = p1;
   p2.insert(p2.end(), ids1.begin(), ids1.end());
@@ -468,7 +463,7 @@ TEST(CApiSession, ASavedContextGoesOnInAnotherProcessesContext) {
   ASSERT_EQ(vkspec_context_load(b, file.c_str()), VKSPEC_OK) << vkspec_last_error();
   EXPECT_EQ(cached(b), p1.size() + 23) << "the prompt and every generated token but the last";
   vkspec_metrics m{};
-  EXPECT_EQ(run(b, p2, 16, &m), want);
+  EXPECT_EQ(generate_ids(b, p2, 16, &m), want);
   EXPECT_EQ(m.reused_tokens, p1.size() + 23);
   EXPECT_EQ(m.prefilled_tokens, p2.size() - m.reused_tokens);
 
@@ -486,7 +481,7 @@ TEST(CApiSession, ASavedContextGoesOnInAnotherProcessesContext) {
   other_model[24] ^= 1;   // the fingerprint of the weights
   vkspec_model* small_draft = load(draft, 1);
   vkspec_context* d = context(small_draft);
-  run(d, p1, 4);
+  generate_ids(d, p1, 4);
   ASSERT_EQ(vkspec_context_save(d, (file + ".draft").c_str()), VKSPEC_OK) << vkspec_last_error();
   for (const auto& [content, why] : std::vector<std::pair<std::string, std::string>>{
            {"", "cannot open"}, {"hello, not a session\n", "is not a vkspec session file"},
