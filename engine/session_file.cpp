@@ -142,6 +142,9 @@ void load_session(TargetModel& t, Session& s, const std::string& path) {
   LlamaModel& m = *t.model;
   PagedKvCache& kv = m.kv();
   const auto bad = [&](const std::string& why) { return Error("the session file " + path + " " + why); };
+  struct stat path_st {};
+  if (stat(path.c_str(), &path_st) == 0 && !S_ISREG(path_st.st_mode))   // (a FIFO would block the open)
+    throw bad("is not a vkspec session file (not a regular file)");
   FILE* f = fopen(path.c_str(), "rb");
   if (!f) throw Error("cannot open the session file " + path + ": " + strerror(errno));
   std::vector<uint8_t> data;
