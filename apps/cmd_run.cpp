@@ -45,9 +45,9 @@ void print_completion(const RunOptions& o, const RunInfo& info, const std::vecto
     nlohmann::json j = completion_json(o, info, prompt, ids, text, seed, stop_reason, prefill_s, decode_s, spec);
     if (!o.prompt_cache.empty()) j["reused_tokens"] = reused;   // from the --prompt-cache file
     write_stdout(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-  }
-  else
+  } else {
     write_stdout("\n");   // flushed: the text's last line comes before the stats, also on one pipe
+  }
   if (stop_reason == "context")
     fprintf(stderr, "vkspec: the context of %u tokens is full: generation stopped after %zu tokens (use --ctx)\n", n_ctx,
             ids.size());
