@@ -1,6 +1,4 @@
 // Text input and output and the library's handles, shared by the subcommands (apps/cli_common.h).
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -8,8 +6,7 @@
 #include <fstream>
 
 #include "cli_common.h"
-
-#include <unistd.h>
+#include "platform/platform.h"
 
 namespace vkspec::cli {
 
@@ -48,15 +45,15 @@ std::string process_escapes(const std::string& s) {
 
 std::string read_text_file(const std::string& path, uint64_t max_bytes, const char* what) {
   // The type is checked before opening: a FIFO or a device (/dev/zero) would block or never end.
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) throw Error(std::string("cannot read ") + what + " '" + path + "': " + strerror(errno));
-  if (!S_ISREG(st.st_mode)) throw Error(std::string(what) + " '" + path + "' is not a regular file");
-  if (uint64_t(st.st_size) > max_bytes)
-    throw Error(std::string(what) + " '" + path + "' is " + std::to_string(st.st_size) + " bytes; at most " +
+  const platform::FileInfo st = platform::file_info(path);
+  if (st.type == platform::FileType::Missing) throw Error(std::string("cannot read ") + what + " '" + path + "': no such file");
+  if (st.type != platform::FileType::Regular) throw Error(std::string(what) + " '" + path + "' is not a regular file");
+  if (st.size > max_bytes)
+    throw Error(std::string(what) + " '" + path + "' is " + std::to_string(st.size) + " bytes; at most " +
                 std::to_string(max_bytes) + " are read" + (std::string(what) == "prompt file" && max_bytes != kMaxTextBytes ? " for this context (--ctx)" : ""));
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(platform::utf8_path(path), std::ios::binary);
   if (!in) throw Error(std::string("cannot read ") + what + " '" + path + "': " + strerror(errno));
-  std::string text(size_t(st.st_size), '\0');
+  std::string text(size_t(st.size), '\0');
   in.read(text.data(), std::streamsize(text.size()));
   text.resize(size_t(in.gcount()));   // a file that shrank meanwhile: what was there
   return text;
@@ -120,7 +117,7 @@ api::Model load_model(const RunOptions& o, uint32_t max_contexts) {
     throw Error("--ubatch must be 1.." + std::to_string(VKSPEC_MAX_UBATCH) + " (0: the device's)");
   p.n_ubatch = uint32_t(o.ubatch);
   p.max_contexts = max_contexts;
-  if (isatty(STDERR_FILENO) && !o.json) p.progress = progress_bar;
+  if (platform::is_terminal(platform::Stream::Err) && !o.json) p.progress = progress_bar;
   return api::Model(o.model, p);
 }
 

@@ -1,11 +1,6 @@
 // `vkspec bench`: prefill and decode tokens/s (median of --reps) for plain decoding and, with a drafter,
 // speculative decoding of the same prompt in the same process, plus acceptance and the speedup; with
 // --peer, llama.cpp (../shared/tools/peer) on the same file and prompt ids, measured in the same run.
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -16,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
+#include "platform/platform.h"
 
 namespace vkspec::cli {
 namespace {
@@ -86,39 +82,6 @@ struct Series {
   }
 };
 
-// Runs args[0] (found on PATH) with `args`, stdout captured into `out`, stderr discarded; "" when it exits 0,
-// else how it ended ("exit 3", "killed by signal 9", "cannot start node: ...").
-std::string run_capturing(const std::vector<std::string>& args, std::string& out) {
-  int pipe_fds[2];
-  if (pipe(pipe_fds) != 0) return std::string("cannot create a pipe: ") + strerror(errno);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, pipe_fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&fa, pipe_fds[0]);
-  posix_spawn_file_actions_addclose(&fa, pipe_fds[1]);
-  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid;
-  const int err = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  close(pipe_fds[1]);
-  if (err != 0) {
-    close(pipe_fds[0]);
-    return "cannot start " + args[0] + ": " + strerror(err);
-  }
-  char buf[4096];
-  for (ssize_t r; (r = read(pipe_fds[0], buf, sizeof buf)) > 0;) out.append(buf, size_t(r));
-  close(pipe_fds[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status)) return WEXITSTATUS(status) == 0 ? "" : "exit " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
-  return "ended abnormally";
-}
-
 // llama.cpp through the peer harness on the same prompt ids (greedy); its JSON. Throws when it fails.
 nlohmann::json run_peer(const BenchOptions& b, const RunOptions& o, const std::vector<int32_t>& prompt) {
   std::string ids;
@@ -131,9 +94,9 @@ nlohmann::json run_peer(const BenchOptions& b, const RunOptions& o, const std::v
                                          "--threads", "1", "--no-bos", "--prompt-ids", ids, "--n",
                                          std::to_string(o.n_predict), "--runs", std::to_string(b.reps), "--temp", "0",
                                          "--ignore-eos", "--no-text"};
-  std::string out;
-  const std::string status = run_capturing(args, out);
-  auto j = nlohmann::json::parse(out, nullptr, false);
+  const platform::ChildOutput peer = platform::run_capturing_stdout(args);
+  const std::string& status = peer.failure;
+  auto j = nlohmann::json::parse(peer.out, nullptr, false);
   if (!status.empty() || j.is_discarded() || !j.contains("median")) {
     std::string line;
     for (const auto& a : args) line += (line.empty() ? "" : " ") + a;

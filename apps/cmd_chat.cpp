@@ -1,8 +1,5 @@
 // `vkspec chat` (a multi-turn conversation on a terminal, or one message per input line when stdin is not
 // a terminal) and `vkspec apply-template` (the rendered prompt of a messages file).
-#include <signal.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -11,25 +8,10 @@
 
 #include "chat.h"
 #include "cli_common.h"
+#include "platform/platform.h"
 
 namespace vkspec::cli {
 namespace {
-
-volatile sig_atomic_t g_interrupted = 0;
-void on_sigint(int) { g_interrupted = 1; }
-
-// Ctrl-C while a reply is generated stops that reply, not the session (outside replies it ends vkspec).
-struct StopReplyOnSigint {
-  struct sigaction old {};
-  StopReplyOnSigint() {
-    g_interrupted = 0;
-    struct sigaction sa {};
-    sa.sa_handler = on_sigint;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old);
-  }
-  ~StopReplyOnSigint() { sigaction(SIGINT, &old, nullptr); }
-};
 
 struct ChatInfo {
   const RunOptions& o;
@@ -120,7 +102,7 @@ int cmd_apply_template(const RunOptions& o, const ChatOptions& chat) {
 }
 
 int cmd_chat(const RunOptions& o, const ChatOptions& chat) {
-  const bool tty = isatty(STDIN_FILENO);
+  const bool tty = platform::is_terminal(platform::Stream::In);
   const api::Model model = load_model(o);
   const vkspec_model_info& mi = model.info();
   std::optional<std::string> source = chat_template_source(model, chat.template_file);
@@ -150,7 +132,7 @@ int cmd_chat(const RunOptions& o, const ChatOptions& chat) {
       const std::string path = line.substr(6);
       try {
         if (line[1] == 's') {
-          std::ofstream out(path, std::ios::binary);
+          std::ofstream out(platform::utf8_path(path), std::ios::binary);
           out << conv.messages().dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
           if (!out.flush()) throw Error("cannot write " + path);
         } else {
@@ -174,10 +156,10 @@ int cmd_chat(const RunOptions& o, const ChatOptions& chat) {
     if (line.empty()) continue;
     Conversation::Turn t;
     try {
-      StopReplyOnSigint sigint;
+      platform::InterruptScope sigint;   // Ctrl-C stops this reply, not the session (outside replies it ends vkspec)
       t = conv.reply(line, o.n_predict, [&](const std::string& piece) {
         if (!o.json) write_stdout(piece);
-        return !g_interrupted;
+        return !platform::InterruptScope::interrupted();
       });
     } catch (const std::exception& e) {
       if (!tty) throw;   // scripted: a clear error and a non-zero exit

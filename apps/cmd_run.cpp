@@ -1,6 +1,4 @@
 // `vkspec run` (generate text, streamed; --samples N completions) and `vkspec tokenize`.
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -13,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
+#include "platform/platform.h"
 
 namespace vkspec::cli {
 namespace {
@@ -156,7 +155,7 @@ int cmd_run(const RunOptions& o, const ChatOptions& chat) {
   api::Context ctx(model, context_params(o, base_seed));
   // llama-cli's --prompt-cache: a session file of an earlier run (its prompt and what it generated); the run
   // prefills only what its prompt adds to the file's tokens, and leaves its own session there
-  if (!o.prompt_cache.empty() && access(o.prompt_cache.c_str(), F_OK) == 0) ctx.load(o.prompt_cache);
+  if (!o.prompt_cache.empty() && platform::file_info(o.prompt_cache).type != platform::FileType::Missing) ctx.load(o.prompt_cache);
   const vkspec_context_info ci = ctx.info();
   info.load_s = ci.load_seconds;
   info.drafter = ci.drafter;

@@ -9,16 +9,17 @@
 #include <CLI/CLI.hpp>
 
 #include "cli_common.h"
+#include "platform/platform.h"
 
 namespace {
 // The default model when -m is not given: stories260K from the shared models folder next to the checkout.
-std::string default_model(const char* argv0) {
+std::string default_model(const std::string& argv0) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  fs::path exe = fs::canonical(fs::path(argv0), ec);
+  fs::path exe = fs::canonical(vkspec::platform::utf8_path(argv0), ec);
   for (fs::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path()) {
     fs::path candidate = dir / ".." / "shared" / "models" / "stories260K.gguf";
-    if (fs::exists(candidate, ec)) return fs::weakly_canonical(candidate, ec).string();
+    if (fs::exists(candidate, ec)) return vkspec::platform::utf8_string(fs::weakly_canonical(candidate, ec));
   }
   return "../shared/models/stories260K.gguf";
 }
@@ -80,7 +81,7 @@ void add_chat_options(CLI::App* c, vkspec::cli::ChatOptions& chat) {
 }
 }  // namespace
 
-static int run_main(int argc, char** argv) {
+static int run_main(const std::vector<std::string>& argv) {
   CLI::App app{"vkspec: portable Llama inference on Vulkan with lossless speculative decoding"};
   app.require_subcommand(1);
   vkspec::cli::RunOptions o;
@@ -193,7 +194,7 @@ static int run_main(int argc, char** argv) {
   add_draft_options(serve, o);
 
   // llama.cpp spells the draft model -md; CLI11 wants one-letter short options.
-  std::vector<std::string> args(argv + 1, argv + argc);
+  std::vector<std::string> args(argv.begin() + 1, argv.end());
   for (auto& a : args) {
     if (a == "-md") a = "--model-draft";
     else if (a.rfind("-md=", 0) == 0) a = "--model-draft=" + a.substr(4);
@@ -262,7 +263,8 @@ static int run_main(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
-  const int rc = run_main(argc, argv);
+  vkspec::platform::init_console();
+  const int rc = run_main(vkspec::platform::utf8_arguments(argc, argv));
   // whatever a command printed must have reached its destination (> /dev/full, a closed pipe)
   // (when the command failed it has said why: a failed write is reported once)
   if ((fflush(stdout) != 0 || ferror(stdout)) && rc == 0) {

@@ -5,6 +5,8 @@
 #include <ctime>
 #include <set>
 
+#include "platform/platform.h"
+
 namespace vkspec::cli {
 namespace {
 using ojson = nlohmann::ordered_json;
@@ -79,8 +81,7 @@ std::string created_at() {
   const auto now = std::chrono::system_clock::now();
   const std::time_t t = std::chrono::system_clock::to_time_t(now);
   const long long ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count() % 1000000000LL;
-  std::tm tm{};
-  gmtime_r(&t, &tm);
+  const std::tm tm = platform::utc_time(t);
   char buf[64];
   snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%09lldZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
            tm.tm_hour, tm.tm_min, tm.tm_sec, ns);

@@ -3,7 +3,6 @@
 // batch; the requests' callbacks (on the engine thread) only append to their Job under its mutex, so a slow
 // or stalled client never blocks the engine or other clients (its connection times out, its sequence is
 // cancelled and freed).
-#include <csignal>
 #include <cstdio>
 #include <ctime>
 #include <deque>
@@ -13,10 +12,9 @@
 #include <thread>
 
 #include <httplib.h>
-#include <pthread.h>
-#include <sys/socket.h>
 
 #include "cli_common.h"
+#include "platform/platform.h"
 #include "embeddings_api.h"
 #include "llamacpp_api.h"
 #include "ollama_api.h"
@@ -680,12 +678,8 @@ void Server::routes() {
 }
 
 int Server::run() {
-  // Signals go to the main thread's sigwait only (every thread started here inherits the mask).
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // Ctrl-C and termination go to the main thread's wait only (made before any thread starts here).
+  platform::StopSignal signals;
 
   http_.new_task_queue = [n = so_.http_threads] { return new httplib::ThreadPool(n); };
   http_.set_payload_max_length(lim_.max_body = so_.max_body);
@@ -697,10 +691,9 @@ int Server::run() {
   // some connections were reset. The listening socket is captured here and its backlog raised after bind.
   // SO_REUSEADDR only (httplib's default adds SO_REUSEPORT, with which a second server could bind the same
   // port and silently take half of the connections): a port in use is an error.
-  int listen_fd = -1;
+  socket_t listen_fd = INVALID_SOCKET;
   http_.set_socket_options([&listen_fd](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    platform::set_listen_socket_options(std::intptr_t(sock));
     listen_fd = sock;
   });
   int port = so_.port;
@@ -710,7 +703,7 @@ int Server::run() {
   } else if (!http_.bind_to_port(so_.host, port)) {
     throw Error("cannot listen on " + so_.host + ":" + std::to_string(port) + " (in use, or not an address of this machine)");
   }
-  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
+  if (listen_fd != INVALID_SOCKET) platform::raise_listen_backlog(std::intptr_t(listen_fd));
   fprintf(stderr, "vkspec: listening on http://%s:%d\n", so_.host.c_str(), port);
   std::thread listener([this] { http_.listen_after_bind(); });
 
@@ -729,7 +722,7 @@ int Server::run() {
       lim_.n_ctx = mi.n_ctx;
       lim_.n_vocab = mi.n_vocab;
       n_embd_ = vkspec_model_n_embd(model_->get());
-      model_id_ = so_.alias.empty() ? std::filesystem::path(o_.model).filename().string() : so_.alias;
+      model_id_ = so_.alias.empty() ? platform::utf8_string(platform::utf8_path(o_.model).filename()) : so_.alias;
       const api::Model& model = *model_;
       enc_.prompt = [&model](const std::string& text) { return encode_prompt(model, text); };
       enc_.chat = [&model](const std::string& text) { return encode_chat(model, text); };
@@ -763,11 +756,10 @@ int Server::run() {
       batch_->run();
     } catch (const std::exception& e) {
       load_error = e.what();
-      kill(getpid(), SIGTERM);
+      signals.request_stop();
     }
   });
-  int sig = 0;
-  sigwait(&signals, &sig);
+  const platform::StopSignal::Cause cause = signals.wait();
   {
     std::lock_guard<std::mutex> lock(stop_mutex_);
     stop_ = true;
@@ -780,7 +772,7 @@ int Server::run() {
   batch_.reset();
   model_.reset();
   if (!load_error.empty()) throw Error(load_error);
-  fprintf(stderr, "vkspec: stopped (%s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  fprintf(stderr, "vkspec: stopped (%s)\n", platform::StopSignal::name(cause));
   return 0;
 }
 

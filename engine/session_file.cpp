@@ -1,12 +1,11 @@
 #include "engine/session_file.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
+#include "platform/platform.h"
 #include "runtime/recorder.h"
 
 namespace vkspec {
@@ -65,7 +64,7 @@ void for_each_run(const PagedKvCache& kv, int seq, uint32_t n_layers, uint32_t n
 
 class HashedFile {
  public:
-  explicit HashedFile(const std::string& path) : path_(path), f_(fopen(path.c_str(), "wb")) {
+  explicit HashedFile(const std::string& path) : path_(path), f_(platform::open_file(path, "wb")) {
     if (!f_) throw Error("cannot write the session file " + path + ": " + strerror(errno));
   }
   ~HashedFile() {
@@ -97,7 +96,7 @@ void save_session(TargetModel& t, const Session& s, const std::string& path) {
   const uint32_t n = uint32_t(s.tokens.size());
   if (s.seq < 0 || kv.length(s.seq) < n) throw Error("internal: the session's KV does not hold its tokens");
   const Header h = header_of(t, n);
-  const std::string tmp = path + ".tmp" + std::to_string(getpid());
+  const std::string tmp = path + ".tmp" + std::to_string(platform::process_id());
   try {
     HashedFile out(tmp);
     out.write(kMagic, sizeof kMagic);
@@ -130,9 +129,12 @@ void save_session(TargetModel& t, const Session& s, const std::string& path) {
       drain();
     }
     out.close_with_hash();
-    if (rename(tmp.c_str(), path.c_str()) != 0) throw Error("cannot write the session file " + path + ": " + strerror(errno));
+    std::error_code ec;   // (std::filesystem::rename replaces an existing file on Windows too)
+    std::filesystem::rename(platform::utf8_path(tmp), platform::utf8_path(path), ec);
+    if (ec) throw Error("cannot write the session file " + path + ": " + ec.message());
   } catch (...) {
-    unlink(tmp.c_str());
+    std::error_code ec;
+    std::filesystem::remove(platform::utf8_path(tmp), ec);
     throw;
   }
 }
@@ -142,15 +144,14 @@ void load_session(TargetModel& t, Session& s, const std::string& path) {
   LlamaModel& m = *t.model;
   PagedKvCache& kv = m.kv();
   const auto bad = [&](const std::string& why) { return Error("the session file " + path + " " + why); };
-  struct stat path_st {};
-  if (stat(path.c_str(), &path_st) == 0 && !S_ISREG(path_st.st_mode))   // (a FIFO would block the open)
+  const platform::FileInfo st = platform::file_info(path);
+  if (st.type != platform::FileType::Regular && st.type != platform::FileType::Missing)   // (a FIFO would block the open)
     throw bad("is not a vkspec session file (not a regular file)");
-  FILE* f = fopen(path.c_str(), "rb");
+  FILE* f = platform::open_file(path, "rb");
   if (!f) throw Error("cannot open the session file " + path + ": " + strerror(errno));
   std::vector<uint8_t> data;
   {
-    struct stat st {};
-    const bool sized = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
+    const bool sized = st.type == platform::FileType::Regular;
     const Header want = header_of(t, 0);
     // the size the header claims is checked before the whole file is read
     uint8_t head[kHeaderBytes];
@@ -174,8 +175,8 @@ void load_session(TargetModel& t, Session& s, const std::string& path) {
     else if (h.n_tokens >= m.n_ctx())
       why = "holds " + std::to_string(h.n_tokens) + " tokens, which do not fit the context of " + std::to_string(m.n_ctx()) + " (use a larger --ctx)";
     const uint64_t size = kHeaderBytes + uint64_t(h.n_tokens) * 4 + kv_bytes(kv, h.n_layers, h.n_tokens) + 8;
-    if (why.empty() && uint64_t(st.st_size) != size)
-      why = "is " + std::to_string(st.st_size) + " bytes where its header says " + std::to_string(size) + " (truncated?)";
+    if (why.empty() && st.size != size)
+      why = "is " + std::to_string(st.size) + " bytes where its header says " + std::to_string(size) + " (truncated?)";
     if (!why.empty()) {
       fclose(f);
       throw bad(why);

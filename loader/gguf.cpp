@@ -1,14 +1,10 @@
 #include "loader/gguf.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 
+#include "platform/platform.h"
 #include "runtime/quant.h"
 
 namespace vkspec {
@@ -102,44 +98,23 @@ const char* ggml_type_name(uint32_t code) {
 }
 
 GgufFile::GgufFile(const std::string& path) : path_(path) {
-  // O_NONBLOCK: opening a FIFO must not wait for a writer (the type check below refuses it)
-  int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) throw Error("cannot open model file '" + path + "': " + strerror(errno));
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    throw Error("'" + path + "' is not a regular file");
-  }
-  size_ = size_t(st.st_size);
-  if (size_ == 0) {
-    close(fd);
-    throw Error("'" + path + "' is empty, not a GGUF file");
-  }
-  mapping_ = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (mapping_ == MAP_FAILED) {
-    mapping_ = nullptr;
-    close(fd);
-    throw Error("cannot map '" + path + "': " + strerror(errno));
-  }
-  fd_ = fd;
-  base_ = static_cast<const uint8_t*>(mapping_);
+  const platform::FileInfo info = platform::file_info(path);
+  if (info.type == platform::FileType::Regular && info.size == 0) throw Error("'" + path + "' is empty, not a GGUF file");
   try {
-    parse();
-  } catch (...) {
-    munmap(mapping_, size_);
-    close(fd_);
-    throw;
+    file_ = std::make_unique<platform::MappedFile>(path);
+  } catch (const std::runtime_error& e) {
+    throw Error(e.what());
   }
+  base_ = file_->data();
+  size_ = file_->size();
+  parse();
 }
 
 GgufFile::GgufFile(const uint8_t* data, size_t size, std::string label) : path_(std::move(label)), base_(data), size_(size) {
   parse();
 }
 
-GgufFile::~GgufFile() {
-  if (mapping_) munmap(mapping_, size_);
-  if (fd_ >= 0) close(fd_);
-}
+GgufFile::~GgufFile() = default;
 
 void GgufFile::parse() {
   Cursor c(base_, size_, path_);
@@ -292,18 +267,14 @@ void GgufFile::read_tensor(const GgufTensor& t, std::vector<uint8_t>& out) const
 }
 
 void GgufFile::read_tensor(const GgufTensor& t, uint8_t* out) const {
-  if (fd_ < 0) {
+  if (!file_) {
     memcpy(out, t.data, t.bytes);
     return;
   }
-  const off_t at = off_t(t.data - base_);
-  for (size_t done = 0; done < t.bytes;) {
-    const ssize_t r = pread(fd_, out + done, t.bytes - done, at + off_t(done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0)
-      throw Error("'" + path_ + "': cannot read tensor '" + t.name + "' (" +
-                  (r < 0 ? std::string(strerror(errno)) : std::string("the file was truncated while loading")) + ")");
-    done += size_t(r);
+  try {
+    file_->read(uint64_t(t.data - base_), out, t.bytes);
+  } catch (const std::runtime_error& e) {
+    throw Error("'" + path_ + "': cannot read tensor '" + t.name + "' (" + e.what() + ")");
   }
 }
 

@@ -5,10 +5,12 @@
 // vkspec::Error naming the key or tensor at fault.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "platform/platform.h"
 #include "runtime/core.h"   // vkspec::Error (no Vulkan in loader/)
 
 namespace vkspec {
@@ -70,7 +72,7 @@ class GgufFile {
   const std::vector<std::string>* opt_strings(const std::string& key) const;
   std::optional<std::vector<double>> opt_numbers(const std::string& key) const;
 
-  // A tensor's bytes, copied with pread from the file (from memory for a parsed buffer). Loading reads
+  // A tensor's bytes, copied with positioned reads from the file (from memory for a parsed buffer). Loading reads
   // tensors this way rather than through the mapping: a file truncated while it loads then gives a clear
   // Error (a short read) instead of SIGBUS on a page past the new end of the mapping.
   void read_tensor(const GgufTensor& t, std::vector<uint8_t>& out) const;
@@ -81,8 +83,7 @@ class GgufFile {
   std::string path_;
   const uint8_t* base_ = nullptr;
   size_t size_ = 0;
-  void* mapping_ = nullptr;
-  int fd_ = -1;   // kept open for read_tensor
+  std::unique_ptr<platform::MappedFile> file_;   // null when parsed from memory
   uint32_t version_ = 0;
   std::map<std::string, GgufValue> kv_;
   std::vector<GgufTensor> tensors_;

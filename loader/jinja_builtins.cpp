@@ -4,10 +4,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
-#include <cwctype>
-#include <locale.h>
 
 #include "loader/jinja_interp.h"
+#include "platform/platform.h"
 #include "loader/utf8.h"
 
 namespace vkspec::jinja {
@@ -38,9 +37,8 @@ int64_t int_arg(const Value& v, const char* what) {
   return v.as_int();
 }
 
-// Python's str.lower()/upper() through the C library's Unicode tables (C.UTF-8).
+// Python's str.lower()/upper() through the C library's Unicode tables (platform/).
 std::string change_case(const std::string& s, bool upper) {
-  static const locale_t loc = newlocale(LC_CTYPE_MASK, "C.UTF-8", locale_t(0));
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {
@@ -50,8 +48,7 @@ std::string change_case(const std::string& s, bool upper) {
       out += s[i++];
       continue;
     }
-    utf8::append(loc ? uint32_t(upper ? towupper_l(wint_t(cp), loc) : towlower_l(wint_t(cp), loc))
-                 : uint32_t(cp < 0x80 ? (upper ? toupper(int(cp)) : tolower(int(cp))) : int(cp)), out);
+    utf8::append(upper ? platform::to_upper(cp) : platform::to_lower(cp), out);
     i += n;
   }
   return out;

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "loader/jinja_interp.h"
+#include "platform/platform.h"
 
 namespace vkspec::jinja {
 namespace {
@@ -97,11 +98,10 @@ std::string strftime_today(const std::string& format) {
     if (sscanf(today, "%d-%d-%d%c", &y, &m, &d, &tail) != 3 || m < 1 || m > 12 || d < 1 || d > 31)
       throw Error(std::string("VKSPEC_TODAY must be a date YYYY-MM-DD, got '") + today + "'");
     tm.tm_year = y - 1900, tm.tm_mon = m - 1, tm.tm_mday = d, tm.tm_hour = 12;
-    timegm(&tm);   // fills the weekday and the day of the year
+    if (!platform::complete_utc_date(tm)) throw Error(std::string("VKSPEC_TODAY is out of range: '") + today + "'");
     tm.tm_hour = 0;
   } else {
-    const time_t now = time(nullptr);
-    localtime_r(&now, &tm);
+    tm = platform::local_time(time(nullptr));
   }
   char buf[512];
   const size_t n = strftime(buf, sizeof buf, format.c_str(), &tm);

@@ -4,7 +4,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <unistd.h>
+
+#include "platform/platform.h"
 
 namespace vkspec {
 
@@ -172,7 +173,7 @@ MemoryEstimate LlamaModel::estimate_memory(const Context& ctx, const GgufFile& f
   // A CPU device's "device memory" is the host's: lavapipe on Mesa 22.3 reports a 2 GiB heap but allocates
   // from system RAM without that limit (a 6.4 GB model loads), so the machine's RAM is the bound there.
   if (ctx.facts().type == VK_PHYSICAL_DEVICE_TYPE_CPU)
-    e.device = std::max<uint64_t>(e.device, uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE)));
+    e.device = std::max<uint64_t>(e.device, platform::physical_memory_bytes());
   return e;
 }
 

@@ -1,7 +1,5 @@
 #include "runtime/pipelines.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -9,18 +7,11 @@
 #include <fstream>
 #include <iterator>
 
+#include "platform/platform.h"
 #include "runtime/shader_registry.h"
 
 namespace vkspec {
 namespace fs = std::filesystem;
-
-namespace {
-std::string cache_dir() {
-  if (const char* x = getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/vkspec";
-  if (const char* h = getenv("HOME"); h && *h) return std::string(h) + "/.cache/vkspec";
-  return "";
-}
-}  // namespace
 
 Pipelines::Pipelines(Context& ctx) : ctx_(ctx) {
   VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushConstantBytes};
@@ -44,13 +35,13 @@ Pipelines::Pipelines(Context& ctx) : ctx_(ctx) {
   }
 
   std::vector<char> initial;
-  if (std::string dir = cache_dir(); !dir.empty()) {
+  if (std::string dir = platform::cache_dir(); !dir.empty()) {
     cache_path_ = dir + "/pipelines-" + ctx.facts().uuid_hex + ".bin";
     // Only a regular file of plausible size is read (a FIFO placed there would block, /dev/zero never end);
     // anything else is ignored like a missing cache.
-    struct stat st;
-    if (stat(cache_path_.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= (256 << 20)) {
-      std::ifstream in(cache_path_, std::ios::binary);
+    const platform::FileInfo st = platform::file_info(cache_path_);
+    if (st.type == platform::FileType::Regular && st.size <= (256 << 20)) {
+      std::ifstream in(platform::utf8_path(cache_path_), std::ios::binary);
       if (in) initial.assign(std::istreambuf_iterator<char>(in), {});
     }
   }
@@ -71,13 +62,14 @@ Pipelines::~Pipelines() {
       std::vector<char> data(size);
       if (vk::vkGetPipelineCacheData(ctx_.device(), cache_, &size, data.data()) == VK_SUCCESS) {
         std::error_code ec;
-        fs::create_directories(fs::path(cache_path_).parent_path(), ec);
-        std::string tmp = cache_path_ + ".tmp" + std::to_string(getpid());
+        const fs::path path = platform::utf8_path(cache_path_);
+        fs::create_directories(path.parent_path(), ec);
+        const fs::path tmp = platform::utf8_path(cache_path_ + ".tmp" + std::to_string(platform::process_id()));
         std::ofstream out(tmp, std::ios::binary);
         out.write(data.data(), std::streamsize(size));
         out.close();
-        if (out) fs::rename(tmp, cache_path_, ec);   // atomic replace: concurrent runs never see half a file
-        else fs::remove(tmp, ec);
+        if (out) fs::rename(tmp, path, ec);   // atomic replace: concurrent runs never see half a file
+        if (!out || ec) fs::remove(tmp, ec);
       }
     }
   }

@@ -1,6 +1,6 @@
 #include "runtime/vk_loader.h"
 
-#include <dlfcn.h>
+#include "platform/platform.h"
 
 namespace vkspec {
 
@@ -40,23 +40,16 @@ PFN_vkEnumerateInstanceExtensionProperties vkEnumerateInstanceExtensionPropertie
 
 void load_loader() {
   if (vkGetInstanceProcAddr) return;
-  void* lib = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) lib = dlopen("libvulkan.so", RTLD_NOW | RTLD_LOCAL);
-  if (!lib)
-    throw Error("no Vulkan loader found (libvulkan.so.1). Install it, e.g. `apt install libvulkan1 "
-                "mesa-vulkan-drivers` (Debian/Ubuntu), or your GPU vendor's Vulkan driver");
-  auto gipa = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(lib, "vkGetInstanceProcAddr"));
-  if (!gipa) throw Error("libvulkan.so.1 has no vkGetInstanceProcAddr");
+  void* lib = platform::open_vulkan_loader();
+  if (!lib) throw Error(platform::vulkan_loader_advice());
+  auto gipa = reinterpret_cast<PFN_vkGetInstanceProcAddr>(platform::library_symbol(lib, "vkGetInstanceProcAddr"));
+  if (!gipa) throw Error("the Vulkan loader has no vkGetInstanceProcAddr");
   use_loader(gipa);
 }
 
 void use_loader(PFN_vkGetInstanceProcAddr gipa) {
 #ifdef VKSPEC_SANITIZED_BUILD
-  // LeakSanitizer attributes a leak by the module that allocated it, and the Vulkan loader unloads the
-  // driver and the layers when an instance is destroyed: lavapipe's process-wide caches (one realloc'd
-  // block in Mesa 22.3.6-1+deb12u2) then show as a leak from an "unknown module" that scripts/lsan.supp
-  // cannot name. Sanitizer builds keep these modules mapped until exit (RTLD_NODELETE), so they stay named.
-  for (const char* lib : {"libvulkan_lvp.so", "libVkLayer_khronos_validation.so"}) dlopen(lib, RTLD_NOW | RTLD_NODELETE);
+  platform::pin_vulkan_driver_modules();   // lavapipe's process-wide caches stay named for LeakSanitizer
 #endif
   vkGetInstanceProcAddr = gipa;
   vkCreateInstance = reinterpret_cast<PFN_vkCreateInstance>(vkGetInstanceProcAddr(nullptr, "vkCreateInstance"));

@@ -48,7 +48,7 @@ extern PFN_vkEnumerateInstanceLayerProperties vkEnumerateInstanceLayerProperties
 extern PFN_vkEnumerateInstanceExtensionProperties vkEnumerateInstanceExtensionProperties;
 #undef VKSPEC_DECLARE
 
-void load_loader();                     // dlopen libvulkan.so.1; throws Error if absent
+void load_loader();                     // libvulkan.so.1 / vulkan-1.dll (platform/); throws Error if absent
 void use_loader(PFN_vkGetInstanceProcAddr gipa);   // an application's loader entry point instead
 void load_instance(VkInstance instance);
 // Device-level commands: the loader's trampolines, valid for every device of any instance (see the .cpp).

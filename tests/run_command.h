@@ -1,9 +1,12 @@
 #pragma once
 // Runs a shell command line built by a test (from paths the test controls, never from user input) and
-// returns its exit code, stdout and stderr.
+// returns its exit code, stdout and stderr. POSIX only (the shell): tests/run_program.h runs an argument
+// vector on every system.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "tests/run_program.h"
 
 #include <array>
 #include <cstdio>
@@ -12,8 +15,6 @@
 #include <string>
 
 namespace vkspec::test {
-
-struct Result { int code; std::string out, err; };
 
 inline Result run_command(const std::string& command) {
   const std::string err_path = ::testing::TempDir() + "/vkspec-test-stderr-" + std::to_string(getpid()) + ".txt";

@@ -4,18 +4,19 @@
 // References: a context's own generation of the same request (batch invariance), and the exact distribution
 // (the log-probabilities of every possible next token sum to one; the greedy token is the most likely).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "platform/platform.h"
 #include "vkspec.h"
 
 namespace {
@@ -432,7 +433,7 @@ TEST(CApi, VocabOnlyBosRulesAndClear) {
 // context as it was. (CI runs this under VKSPEC_MEMORY=discrete too: the KV through staging copies.)
 TEST(CApiSession, ASavedContextGoesOnInAnotherProcessesContext) {
   const std::string target = shared("models/pycode-target-f16.gguf"), draft = shared("models/pycode-draft-f16.gguf");
-  const std::string file = testing::TempDir() + "/vkspec-session-" + std::to_string(getpid()) + ".kv";
+  const std::string file = testing::TempDir() + "/vkspec-session-" + std::to_string(vkspec::platform::process_id()) + ".kv";
   vkspec_context_params cp = vkspec_context_default_params();
   cp.sampling.temperature = 0.0f;
   const auto context = [&](vkspec_model* m) {
@@ -488,7 +489,7 @@ TEST(CApiSession, ASavedContextGoesOnInAnotherProcessesContext) {
            {bytes.substr(0, bytes.size() - 100), "truncated"}, {damaged, "damaged"},
            {other_model, "another model"}, {"draft", "another shape"}}) {
     std::string path = file + ".bad";
-    unlink(path.c_str());
+    std::filesystem::remove(path);
     if (content == "draft") path = file + ".draft";
     else if (!content.empty()) write(path, content);
     EXPECT_EQ(vkspec_context_load(b, path.c_str()), VKSPEC_ERROR_INVALID_ARGUMENT) << why;
@@ -503,7 +504,7 @@ TEST(CApiSession, ASavedContextGoesOnInAnotherProcessesContext) {
   EXPECT_NE(vkspec_context_save(b, "/nonexistent-dir/x.kv"), VKSPEC_OK);
   for (vkspec_context* c : {b, d, s}) EXPECT_EQ(vkspec_context_free(c), VKSPEC_OK);
   for (vkspec_model* mm : {second, small_draft, short_ctx}) EXPECT_EQ(vkspec_model_free(mm), VKSPEC_OK);
-  for (const std::string& f : {file, file + ".draft", file + ".bad"}) unlink(f.c_str());
+  for (const std::string& f : {file, file + ".draft", file + ".bad"}) std::filesystem::remove(f);
 }
 
 }  // namespace

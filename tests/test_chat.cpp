@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "platform/platform.h"
 #include "loader/gguf.h"
 #include "loader/tokenizer.h"
 #include "tests/run_command.h"
@@ -30,7 +31,7 @@ bool exists(const std::string& p) {
 }
 // per process: suites of two builds (or a CI run beside a developer's) must not share files
 std::string tmp(const std::string& name) {
-  return ::testing::TempDir() + "/vkspec-chat-" + std::to_string(getpid()) + "-" + name;
+  return ::testing::TempDir() + "/vkspec-chat-" + std::to_string(platform::process_id()) + "-" + name;
 }
 void write(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 Result vkspec(const std::string& args) { return run_vkspec(VKSPEC_BIN, args); }
@@ -70,7 +71,7 @@ const char* kMessages = R"([{"role": "system", "content": "You are terse."}, {"r
                            {"role": "assistant", "content": "4."}, {"role": "user", "content": "And 3+3?"}])";
 
 TEST_F(Chat, ApplyTemplateEqualsJinja2) {
-  setenv("VKSPEC_TODAY", "2026-01-31", 1);
+  platform::set_env("VKSPEC_TODAY", "2026-01-31");
   write(tmp("messages.json"), kMessages);
   GgufFile vocab(model_);
   const auto& tokens = vocab.metadata().at("tokenizer.ggml.tokens").strings;
@@ -97,13 +98,13 @@ TEST_F(Chat, ApplyTemplateEqualsJinja2) {
   r = vkspec("apply-template -m " + model_ + " --messages " + tmp("request.json"));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("\"name\": \"get_weather\""), std::string::npos) << r.out;
-  unsetenv("VKSPEC_TODAY");
+  platform::unset_env("VKSPEC_TODAY");
 }
 
 // The ids vkspec feeds for a rendered conversation equal llama.cpp's tokenization of that text with special
 // tokens parsed (BOS written by the template, not added twice).
 TEST_F(Chat, RenderedPromptTokenizesAsLlamaCpp) {
-  setenv("VKSPEC_TODAY", "2026-01-31", 1);
+  platform::set_env("VKSPEC_TODAY", "2026-01-31");
   Result run = vkspec("run -m " + model_ + " --chat -sys 'You are terse.' -p 'Grüße! What is 2+2?' -n 2 --temp 0 --json");
   ASSERT_EQ(run.code, 0) << run.err;
   const auto ids = json::parse(run.out)["prompt_ids"].get<std::vector<uint32_t>>();
@@ -120,7 +121,7 @@ TEST_F(Chat, RenderedPromptTokenizesAsLlamaCpp) {
   Result ref = run_command("node " + std::string(peer) + "/tokcheck.mjs " + model_ + " --text-file " + tmp("prompt.txt"));
   ASSERT_EQ(ref.code, 0) << ref.err;
   EXPECT_EQ(json::parse(ref.out)["ids"].get<std::vector<uint32_t>>(), ids);
-  unsetenv("VKSPEC_TODAY");
+  platform::unset_env("VKSPEC_TODAY");
 }
 
 // Two turns through a pipe: the second prompt holds the first exchange; its ids start with the first turn's
@@ -174,7 +175,7 @@ TEST_F(Chat, SecondTurnReusesTheCache) {
 // between cuts reuse the cache (counted with `vkspec tokenize`, which agrees with llama.cpp:
 // RenderedPromptTokenizesAsLlamaCpp).
 TEST_F(Chat, ConversationLongerThanTheContextLosesItsOldestExchanges) {
-  setenv("VKSPEC_TODAY", "2026-01-31", 1);
+  platform::set_env("VKSPEC_TODAY", "2026-01-31");
   const std::string input = tmp("window.txt");
   std::string lines;
   for (int i = 1; i <= 8; ++i) lines += "Tell me about item number " + std::to_string(i) + " in the list, with detail\n";
@@ -236,7 +237,7 @@ TEST_F(Chat, ConversationLongerThanTheContextLosesItsOldestExchanges) {
   }
   EXPECT_GE(cut_turns, 2u);
   EXPECT_LE(cut_turns, 4u);   // not every turn after the first cut
-  unsetenv("VKSPEC_TODAY");
+  platform::unset_env("VKSPEC_TODAY");
 }
 
 // Messages of several lines (pasted code): a """ block (Ollama's) and lines continued with a trailing

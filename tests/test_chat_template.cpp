@@ -3,7 +3,6 @@
 // text must equal jinja2's byte for byte, or both must fail.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -13,7 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "loader/chat_template.h"
-#include "tests/run_command.h"
+#include "platform/platform.h"
+#include "tests/run_program.h"
 
 namespace vkspec {
 namespace {
@@ -55,7 +55,7 @@ Outcome render_vkspec(const Case& c) {
 // empty when there is none.
 std::string reference_python() {
   for (const char* py : {"/usr/bin/python3", "python3"})
-    if (test::run_command(std::string(py) + " -c 'import jinja2.sandbox'").code == 0) return py;
+    if (test::run_program({py, "-c", "import jinja2.sandbox"}).code == 0) return py;
   return "";
 }
 
@@ -63,10 +63,10 @@ std::string reference_python() {
 std::vector<Outcome> render_reference(const std::vector<Case>& cases) {
   ojson in = ojson::array();
   for (const Case& c : cases) in.push_back({{"template", c.tmpl}, {"vars", c.vars}});
-  const std::string path = ::testing::TempDir() + "/vkspec-jinja-cases-" + std::to_string(getpid()) + ".json";
+  const std::string path = ::testing::TempDir() + "/vkspec-jinja-cases-" + std::to_string(platform::process_id()) + ".json";
   std::ofstream(path, std::ios::binary) << in.dump();
   const std::string script = std::string(VKSPEC_SOURCE_DIR) + "/tests/chat_template_reference.py";
-  const test::Result r = test::run_command(reference_python() + " " + script + " < " + path);
+  const test::Result r = test::run_program({reference_python(), script}, path);
   std::vector<Outcome> out;
   if (r.code != 0) return out;
   for (const auto& o : ojson::parse(r.out))
@@ -131,7 +131,7 @@ std::vector<std::pair<std::string, ojson>> message_sets() {
 }
 
 TEST(ChatTemplate, SharedTemplatesEqualJinja2) {
-  setenv("VKSPEC_TODAY", "2026-02-03", 1);   // Llama 3.2 prints strftime_now("%d %b %Y")
+  platform::set_env("VKSPEC_TODAY", "2026-02-03");   // Llama 3.2 prints strftime_now("%d %b %Y")
   const fs::path dir = fs::path(shared_dir()) / "chat-templates";
   if (!fs::exists(dir)) GTEST_SKIP() << dir << " is missing";
   std::vector<Case> cases;
@@ -299,12 +299,12 @@ TEST(ChatTemplate, HostileTemplatesAreBounded) {
 }
 
 TEST(ChatTemplate, StrftimeNowUsesVkspecToday) {
-  setenv("VKSPEC_TODAY", "2024-07-26", 1);
+  platform::set_env("VKSPEC_TODAY", "2024-07-26");
   EXPECT_EQ(render_vkspec({"", "{{ strftime_now('%d %b %Y') }} {{ strftime_now('%A %j') }}", ojson::object()}).text,
             "26 Jul 2024 Friday 208");
-  setenv("VKSPEC_TODAY", "yesterday", 1);
+  platform::set_env("VKSPEC_TODAY", "yesterday");
   EXPECT_FALSE(render_vkspec({"", "{{ strftime_now('%d') }}", ojson::object()}).ok);
-  unsetenv("VKSPEC_TODAY");
+  platform::unset_env("VKSPEC_TODAY");
 }
 
 TEST(ChatTemplate, ParsesChatRequests) {

@@ -1,8 +1,8 @@
 // The GGUF parser: real files parse; malformed, truncated and hostile files give a clear Error naming
 // what is wrong, never a crash or an absurd allocation.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <limits>
 
@@ -99,7 +99,7 @@ TEST(Gguf, RejectsMalformedFiles) {
   bad_version[4] = 9;
   EXPECT_NE(error_of(bad_version).find("unsupported GGUF version 9"), std::string::npos);
 
-  for (size_t cut : {3ul, 10ul, 30ul, 60ul, valid.size() / 2, valid.size() - 8}) {   // every truncation is an error
+  for (size_t cut : {size_t{3}, size_t{10}, size_t{30}, size_t{60}, valid.size() / 2, valid.size() - 8}) {   // every truncation is an error
     std::vector<uint8_t> t(valid.begin(), valid.begin() + long(cut));
     EXPECT_FALSE(error_of(t).empty()) << "cut at " << cut;
   }
@@ -157,8 +157,8 @@ TEST(Gguf, RejectsShapeInconsistentWithHyperparameters) {
 }
 
 
-// Loading reads tensors with pread: a file truncated after it was opened gives an Error naming the tensor,
-// not SIGBUS from a page of the mapping past the new end.
+// Loading reads tensors with positioned reads: a file truncated after it was opened gives an Error naming the
+// tensor, not SIGBUS from a page of the mapping past the new end. (Windows refuses to truncate a mapped file.)
 TEST(Gguf, TensorReadAfterTruncationIsAnError) {
   const std::string copy = ::testing::TempDir() + "/vkspec-truncated.gguf";
   {
@@ -171,7 +171,9 @@ TEST(Gguf, TensorReadAfterTruncationIsAnError) {
   std::vector<uint8_t> bytes;
   f.read_tensor(last, bytes);   // intact: fine
   ASSERT_EQ(bytes.size(), last.bytes);
-  ASSERT_EQ(truncate(copy.c_str(), off_t(last.data - f.tensors().front().data) / 2), 0);
+  std::error_code ec;
+  std::filesystem::resize_file(copy, uint64_t(last.data - f.tensors().front().data) / 2, ec);
+  if (ec) GTEST_SKIP() << "this system does not truncate a mapped file: " << ec.message();
   try {
     f.read_tensor(last, bytes);
     FAIL() << "read past the truncated end";

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "platform/platform.h"
 #include "loader/json_schema.h"
 #include "runtime/core.h"
 #include "tests/run_command.h"
@@ -111,7 +112,7 @@ TEST(JsonSchema, IntegerBoundsAcceptExactlyTheirRange) {
 namespace {
 // tests/json_schema_reference.py's verdicts on [{"schema", "text"}]; none when python3-jsonschema is missing.
 std::optional<std::vector<bool>> python_valid(const json& cases) {
-  const std::string path = ::testing::TempDir() + "/schema-cases-" + std::to_string(getpid()) + ".json";
+  const std::string path = ::testing::TempDir() + "/schema-cases-" + std::to_string(platform::process_id()) + ".json";
   std::ofstream(path) << cases.dump();
   vkspec::test::Result r;
   for (const char* py : {"/usr/bin/python3", "python3"}) {

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <tuple>
 
+#include "platform/platform.h"
 #include "runtime/quant.h"
 #include "tests/quant_reference.h"
 #include "tests/vk_test_env.h"
@@ -52,9 +53,9 @@ class KernelTest : public VkTest, public ::testing::WithParamInterface<KernelFam
   Kernels kernels() { return Kernels(gpu().ctx, gpu().pipelines, GetParam()); }
   // The same family with int8 activations off (VKSPEC_INT8_X=0): the float path of the q4 row kernel.
   Kernels kernels_float_x() {
-    setenv("VKSPEC_INT8_X", "0", 1);
+    platform::set_env("VKSPEC_INT8_X", "0");
     Kernels k(gpu().ctx, gpu().pipelines, GetParam());
-    unsetenv("VKSPEC_INT8_X");
+    platform::unset_env("VKSPEC_INT8_X");
     return k;
   }
 };
@@ -255,9 +256,9 @@ TEST_P(KernelTest, MatmulPathsAreBothCovered) {
   const bool tiles = GetParam() == KernelFamily::Subgroup;
   EXPECT_STREQ(k.matmul_shader(aligned, x, 0, 8), tiles ? "matmul_tile_f32" : texels ? "matmul_rows_f32" : "matmul_f32");
   EXPECT_STREQ(k.matmul_shader(odd, x, 0, 8), "matmul_f32");
-  setenv("VKSPEC_MATMUL_TILE", "0", 1);   // the A/B switch: one row per workgroup again
+  platform::set_env("VKSPEC_MATMUL_TILE", "0");   // the A/B switch: one row per workgroup again
   const Kernels untiled(gpu().ctx, gpu().pipelines, GetParam());
-  unsetenv("VKSPEC_MATMUL_TILE");
+  platform::unset_env("VKSPEC_MATMUL_TILE");
   EXPECT_STREQ(untiled.matmul_shader(aligned, x, 0, 8), texels ? "matmul_rows_f32" : "matmul_f32");
   if (gpu().ctx.facts().type == VK_PHYSICAL_DEVICE_TYPE_CPU && GetParam() == KernelFamily::RowPerLane) {
     EXPECT_TRUE(texels) << "lavapipe has push descriptors: the texel path should be on";
@@ -415,9 +416,9 @@ TEST_P(KernelTest, NormalizedMatmulMatchesReferenceAndIsBatchInvariant) {
 TEST_P(KernelTest, MatmulIsBatchInvariantBitForBit) {
   for (const bool fused : {true, false}) {
     SCOPED_TRACE(fused ? "fused multiply-adds" : "VKSPEC_FMA=0");
-    if (!fused) setenv("VKSPEC_FMA", "0", 1);
+    if (!fused) platform::set_env("VKSPEC_FMA", "0");
     Kernels k = kernels();
-    unsetenv("VKSPEC_FMA");
+    platform::unset_env("VKSPEC_FMA");
     const std::vector<DType> types = all_types();
     for (DType type : types)
       for (uint32_t K : {64u, 96u, 257u, 512u})

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loader/tokenizer.h"
+#include "platform/platform.h"
 #include "runtime/model.h"
 #include "runtime/quant.h"
 #include "tests/cpu_reference.h"
@@ -310,12 +311,12 @@ TEST_F(ModelTest, ARecordingInPartsGivesTheBitsOfOneSubmission) {
   const auto reference = run(gpu().ctx, gpu().pipelines);
   const char* before = getenv("VKSPEC_SUBMIT");
   const std::string saved = before ? before : "";
-  setenv("VKSPEC_SUBMIT", "barriers", 1);
+  platform::set_env("VKSPEC_SUBMIT", "barriers");
   ContextOptions co;
   co.validation = gpu().ctx.validation_enabled();
   Context parted(co);
-  if (before) setenv("VKSPEC_SUBMIT", saved.c_str(), 1);
-  else unsetenv("VKSPEC_SUBMIT");
+  if (before) platform::set_env("VKSPEC_SUBMIT", saved.c_str());
+  else platform::unset_env("VKSPEC_SUBMIT");
   ASSERT_EQ(parted.facts().submit_split, Split::EveryBarrier);
   Pipelines pipelines(parted);
   const auto in_parts = run(parted, pipelines);

@@ -14,7 +14,7 @@
 
 #include "loader/tokenizer.h"
 #include "tests/gguf_writer.h"
-#include "tests/run_command.h"
+#include "tests/run_program.h"
 #include "tests/vk_test_env.h"
 
 namespace vkspec::test {
@@ -157,8 +157,9 @@ TEST(Tokenizer, Utf8StreamDecodesLikePython) {
     std::ofstream f(in);
     for (const std::string& c : cases) f << hex(c) << "\n";
   }
-  const Result py = run_command("/usr/bin/python3 -c 'import sys\nfor l in open(sys.argv[1]): "
-                                "print(bytes.fromhex(l.strip()).decode(\"utf-8\", \"replace\").encode().hex())' " + in);
+  const Result py = run_program({"/usr/bin/python3", "-c",
+                                 "import sys\nfor l in open(sys.argv[1]): "
+                                 "print(bytes.fromhex(l.strip()).decode('utf-8', 'replace').encode().hex())", in});
   ASSERT_EQ(py.code, 0) << py.err;
   std::istringstream want(py.out);
   for (const std::string& c : cases) {
