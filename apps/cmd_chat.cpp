@@ -59,11 +59,11 @@ bool ends_with_quotes(const std::string& s) { return s.size() >= 3 && s.compare(
 // """ (Ollama's), the quotes left out. Either keeps the newlines, so that pasted code stays one message.
 std::optional<std::string> read_message(bool tty) {
   std::string line, more;
-  if (!std::getline(std::cin, line)) return std::nullopt;
+  if (!platform::read_line(line)) return std::nullopt;
   strip_cr(line);
   const auto next = [&] {
     if (tty) write_stdout("... ");
-    if (!std::getline(std::cin, more)) return false;
+    if (!platform::read_line(more)) return false;
     strip_cr(more);
     return true;
   };

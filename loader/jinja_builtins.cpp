@@ -37,6 +37,27 @@ int64_t int_arg(const Value& v, const char* what) {
   return v.as_int();
 }
 
+// 64-bit integer arithmetic that says when Python's integers would leave int64 (GCC's __builtin_*_overflow,
+// written out so that MSVC compiles it too); *r is set only when the result fits.
+bool add_overflows(int64_t a, int64_t b, int64_t* r) {
+  if ((b > 0 && a > INT64_MAX - b) || (b < 0 && a < INT64_MIN - b)) return true;
+  *r = a + b;
+  return false;
+}
+bool sub_overflows(int64_t a, int64_t b, int64_t* r) {
+  if ((b < 0 && a > INT64_MAX + b) || (b > 0 && a < INT64_MIN + b)) return true;
+  *r = a - b;
+  return false;
+}
+bool mul_overflows(int64_t a, int64_t b, int64_t* r) {
+  if (a != 0 && b != 0) {
+    if ((a == -1 && b == INT64_MIN) || (b == -1 && a == INT64_MIN)) return true;
+    if (a > 0 ? (b > 0 ? a > INT64_MAX / b : b < INT64_MIN / a) : (b > 0 ? a < INT64_MIN / b : a < INT64_MAX / b)) return true;
+  }
+  *r = a * b;
+  return false;
+}
+
 // Python's str.lower()/upper() through the C library's Unicode tables (platform/).
 std::string change_case(const std::string& s, bool upper) {
   std::string out;
@@ -434,9 +455,9 @@ Value binary_op(Interpreter& in, const std::string& op, const Value& a, const Va
   if (ints) {
     const int64_t p = a.as_int(), q = b.as_int();
     int64_t r = 0;
-    if (op == "+" && !__builtin_add_overflow(p, q, &r)) return Value::integer(r);
-    if (op == "-" && !__builtin_sub_overflow(p, q, &r)) return Value::integer(r);
-    if (op == "*" && !__builtin_mul_overflow(p, q, &r)) return Value::integer(r);
+    if (op == "+" && !add_overflows(p, q, &r)) return Value::integer(r);
+    if (op == "-" && !sub_overflows(p, q, &r)) return Value::integer(r);
+    if (op == "*" && !mul_overflows(p, q, &r)) return Value::integer(r);
     if (op == "//" || op == "%") {
       if (q == 0) throw Error("integer division or modulo by zero");
       if (p == INT64_MIN && q == -1) throw Error("integer overflow");
@@ -448,7 +469,7 @@ Value binary_op(Interpreter& in, const std::string& op, const Value& a, const Va
       if (q < 0) return Value::number(std::pow(x, y));
       int64_t acc = 1;
       for (int64_t k = 0; k < q; ++k)
-        if (__builtin_mul_overflow(acc, p, &acc)) throw Error("integer overflow");
+        if (mul_overflows(acc, p, &acc)) throw Error("integer overflow");
         else if (acc == 0 || acc == 1) break;
       if (acc == 1 && p == -1 && q % 2 == 1) acc = -1;
       return Value::integer(acc);

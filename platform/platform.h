@@ -85,10 +85,13 @@ uint32_t to_lower(uint32_t cp);
 // The command line as UTF-8 (Windows passes main() the ANSI code page's bytes; the wide command line is read).
 std::vector<std::string> utf8_arguments(int argc, char** argv);
 // Called first in main(): stdout and stderr write bytes as they are (no \n -> \r\n on Windows, so that outputs
-// equal Linux's), and a Windows console shows them as UTF-8.
+// equal Linux's), a Windows console shows them as UTF-8, and Windows shows no error dialogs.
 void init_console();
 enum class Stream { In, Out, Err };
 bool is_terminal(Stream s);
+// One line of standard input without its '\n', as UTF-8 (std::getline; from a Windows console, the UTF-16
+// that ReadConsoleW gives, since the console's code-page input drops what is not ASCII); false at its end.
+bool read_line(std::string& line);
 void set_env(const std::string& name, const std::string& value);   // for tests and children
 void unset_env(const std::string& name);
 

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <stdexcept>
 
 #include "platform/platform.h"
@@ -120,6 +121,8 @@ std::vector<std::string> utf8_arguments(int argc, char** argv) { return std::vec
 void init_console() {}
 
 bool is_terminal(Stream s) { return isatty(s == Stream::In ? STDIN_FILENO : s == Stream::Out ? STDOUT_FILENO : STDERR_FILENO); }
+
+bool read_line(std::string& line) { return bool(std::getline(std::cin, line)); }
 
 void set_env(const std::string& name, const std::string& value) { setenv(name.c_str(), value.c_str(), 1); }
 void unset_env(const std::string& name) { unsetenv(name.c_str()); }

@@ -8,8 +8,9 @@
 #include <io.h>
 #include <shellapi.h>
 
+#include <algorithm>
 #include <cstdlib>
-#include <mutex>
+#include <iostream>
 #include <stdexcept>
 
 #include "platform/platform.h"
@@ -51,7 +52,10 @@ std::FILE* open_file(const std::string& path, const char* mode) { return _wfopen
 
 FileInfo file_info(const std::string& path) {
   WIN32_FILE_ATTRIBUTE_DATA a;
-  if (!GetFileAttributesExW(wide(path).c_str(), GetFileExInfoStandard, &a)) return {};
+  if (!GetFileAttributesExW(wide(path).c_str(), GetFileExInfoStandard, &a)) {
+    const DWORD e = GetLastError();   // something is there that has no attributes: a pipe, a device
+    return {e == ERROR_FILE_NOT_FOUND || e == ERROR_PATH_NOT_FOUND || e == ERROR_INVALID_NAME ? FileType::Missing : FileType::Other, 0};
+  }
   if (a.dwFileAttributes & FILE_ATTRIBUTE_DIRECTORY) return {FileType::Directory, 0};
   if (a.dwFileAttributes & FILE_ATTRIBUTE_DEVICE) return {FileType::Other, 0};
   // a named pipe or a console device (\\.\pipe\x, CON, NUL) is not a disk file
@@ -179,6 +183,8 @@ std::vector<std::string> utf8_arguments(int argc, char** argv) {
 }
 
 void init_console() {
+  // a failure ends the process with its status instead of a dialog that would hold a script or a CI job
+  SetErrorMode(SEM_FAILCRITICALERRORS | SEM_NOGPFAULTERRORBOX | SEM_NOOPENFILEERRORBOX);
   _setmode(_fileno(stdout), _O_BINARY);
   _setmode(_fileno(stderr), _O_BINARY);
   _setmode(_fileno(stdin), _O_BINARY);
@@ -190,6 +196,25 @@ bool is_terminal(Stream s) {
   HANDLE h = GetStdHandle(s == Stream::In ? STD_INPUT_HANDLE : s == Stream::Out ? STD_OUTPUT_HANDLE : STD_ERROR_HANDLE);
   DWORD mode;
   return h != INVALID_HANDLE_VALUE && h != nullptr && GetConsoleMode(h, &mode);
+}
+
+bool read_line(std::string& line) {
+  HANDLE in = GetStdHandle(STD_INPUT_HANDLE);
+  DWORD mode;
+  if (!GetConsoleMode(in, &mode)) return bool(std::getline(std::cin, line));
+  std::wstring w;
+  for (wchar_t c;;) {
+    DWORD got = 0;
+    if (!ReadConsoleW(in, &c, 1, &got, nullptr) || got == 0) {
+      if (w.empty()) return false;
+      break;
+    }
+    if (c == L'\n') break;
+    if (c == 0x1A && w.empty()) return false;   // Ctrl-Z at the start of a line: the end of the input
+    w += c;
+  }
+  line = narrow(w.c_str(), int(w.size()));
+  return true;
 }
 
 void set_env(const std::string& name, const std::string& value) { _wputenv_s(wide(name).c_str(), wide(value).c_str()); }

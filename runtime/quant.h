@@ -2,6 +2,7 @@
 // Host-side number formats: IEEE half, bfloat16, GGUF's block-quantized types, and the device layout the
 // matmul kernels read them in (WeightFormat). Vulkan-free: loader/ and the tests use it too.
 #include <cstddef>
+#include <bit>
 #include <cstdint>
 #include <vector>
 
@@ -12,10 +13,7 @@ namespace vkspec {
 float half_to_float(uint16_t h);
 uint16_t float_to_half(float f);   // round to nearest even
 inline float bf16_to_float(uint16_t b) {
-  uint32_t u = uint32_t(b) << 16;
-  float f;
-  __builtin_memcpy(&f, &u, 4);
-  return f;
+  return std::bit_cast<float>(uint32_t(b) << 16);
 }
 uint16_t float_to_bf16(float f);   // round to nearest even
 

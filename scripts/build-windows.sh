@@ -1,24 +1,17 @@
 #!/usr/bin/env bash
 # Cross-builds vkspec for 64-bit Windows with Debian's MinGW-w64 and packages it:
-#   build-win/bin/      vkspec.exe, vkspec.dll (+ build-win/vkspec.dll.a), the Windows test suites, generate.exe
-#   build-win/vkspec-windows-x64.zip   what a Windows user unpacks and runs (no DLL but vkspec.dll and Windows' own)
-# Dependencies: scripts/install-deps.sh's packages, the cross compiler, and sentencepiece + pcre2 built from
-# Debian's source packages (scripts/windows/build-deps.sh, cached in build-win-deps/).
+#   build-win/bin/      vkspec.exe, vkspec.dll (+ build-win/vkspec.dll.a), the Windows test suites
+#   build-win/vkspec-windows-x64.zip   what a Windows user unpacks and runs: vkspec.exe, vkspec.dll, generate.exe
+#                       (the C API example), include/vkspec.h, lib/vkspec.dll.a, examples/generate.c; it needs no
+#                       DLL but vkspec.dll and Windows' own (the C and C++ runtimes are linked in)
+# Dependencies: scripts/install-deps.sh --windows, and sentencepiece + pcre2 built from Debian's source packages
+# (scripts/windows/build-deps.sh, cached in build-win-deps/).
 #   scripts/build-windows.sh [--no-tests]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tests=ON
 [ "${1:-}" = "--no-tests" ] && tests=OFF
-bash scripts/install-deps.sh
-packages=(g++-mingw-w64-x86-64-posix dpkg-dev patch zip ninja-build)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+bash scripts/install-deps.sh --windows
 bash scripts/windows/build-deps.sh build-win-deps
 cmake -S . -B build-win -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/mingw-w64-x86_64.cmake -DCMAKE_BUILD_TYPE=Release \
       -DVKSPEC_WIN_DEPS="$PWD/build-win-deps/prefix" -DVKSPEC_WERROR=ON -DVKSPEC_TESTS=$tests >/dev/null
@@ -28,13 +21,14 @@ cmake --build build-win -j"$(nproc)"
 pkg=build-win/vkspec-windows-x64
 rm -rf "$pkg" "$pkg.zip"
 mkdir -p "$pkg/include" "$pkg/lib" "$pkg/examples"
-cp build-win/bin/vkspec.exe build-win/bin/vkspec.dll "$pkg/"
+cp build-win/bin/vkspec.exe build-win/bin/vkspec.dll build-win/examples/generate.exe "$pkg/"   # (beside the DLL it loads)
 cp include/vkspec.h "$pkg/include/"
 cp build-win/vkspec.dll.a "$pkg/lib/"
-cp apps/examples/generate.c build-win/examples/generate.exe "$pkg/examples/"
+cp apps/examples/generate.c "$pkg/examples/"
 cp README.md "$pkg/README.md"
+cp docs/WINDOWS.md "$pkg/WINDOWS.md"
 # every DLL the programs import must be Windows' own or vkspec.dll (the C++ runtime is linked in)
-for f in "$pkg"/vkspec.exe "$pkg"/vkspec.dll "$pkg"/examples/generate.exe; do
+for f in "$pkg"/vkspec.exe "$pkg"/vkspec.dll "$pkg"/generate.exe; do
   for dll in $(x86_64-w64-mingw32-objdump -p "$f" | awk '/DLL Name:/ {print tolower($3)}'); do
     case "$dll" in
       kernel32.dll|user32.dll|advapi32.dll|shell32.dll|ws2_32.dll|crypt32.dll|msvcrt.dll|ucrtbase.dll|vkspec.dll|api-ms-win-*) ;;

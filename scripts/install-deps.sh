@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
 # Installs every build, test and run-time dependency of vkspec from Debian 12 packages.
 # Idempotent: packages already present are skipped by apt. Needs root (or sudo).
-#   scripts/install-deps.sh [--mesa-backports]
+#   scripts/install-deps.sh [--mesa-backports] [--windows]
 #   --mesa-backports   opt-in, never the default (CI stays on Debian 12's Mesa 22.3): lavapipe from Mesa 25
 #                      in bookworm-backports. Measure before choosing it: with today's int8 kernels it runs
 #                      the 1B shape slower than 22.3 (docs/PERFORMANCE.md, 2026-11-26 late)
+#   --windows          also what the Windows build and its tests need (scripts/build-windows.sh,
+#                      scripts/test-windows.sh): MinGW-w64, the tools that unpack Debian's source packages, Wine
+#                      and a virtual X server for it
 set -euo pipefail
 mesa_backports=0
-[ "${1:-}" = "--mesa-backports" ] && mesa_backports=1
+windows=0
+for a in "$@"; do
+  case "$a" in
+    --mesa-backports) mesa_backports=1 ;;
+    --windows) windows=1 ;;
+    *) echo "install-deps: unknown option $a" >&2; exit 2 ;;
+  esac
+done
 
 packages=(
   build-essential cmake pkg-config git
@@ -24,6 +34,7 @@ packages=(
   # Sanitizer and fuzzer runtimes (clang's libFuzzer)
   clang libclang-rt-14-dev
 )
+[ $windows = 1 ] && packages+=(g++-mingw-w64-x86-64-posix dpkg-dev patch zip unzip ninja-build wine wine64 xvfb xauth)
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -3,7 +3,6 @@
 // context used twice at once, two contexts on one model from two threads), and clear errors.
 #include <gtest/gtest.h>
 
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -14,10 +13,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include <dlfcn.h>
 #include <vulkan/vulkan.h>
 
-#include "tests/run_command.h"
+#include "platform/platform.h"
+#include "tests/run_program.h"
 #include "vkspec.h"
 
 namespace {
@@ -397,11 +396,10 @@ TEST(CApi, LazyGrammarHoldsFromItsTrigger) {
 // The examples print exactly `vkspec run`'s text: generate.c linked against libvkspec.so and against
 // libvkspec.a, and external_device.cpp, which creates the Vulkan device itself and hands it to vkspec.
 TEST(CApi, ExamplesPrintWhatVkspecRunPrints) {
-  const std::string args = kStories + " 'Once upon a time' 24";
-  const auto cli = vkspec::test::run_vkspec(VKSPEC_BIN, "run -m " + kStories + " -p 'Once upon a time' -n 24 --temp 0");
+  const auto cli = vkspec::test::run_binary(VKSPEC_BIN, {"run", "-m", kStories, "-p", "Once upon a time", "-n", "24", "--temp", "0"});
   ASSERT_EQ(cli.code, 0) << cli.err;
   for (const char* bin : {EXAMPLE_GENERATE, EXAMPLE_GENERATE_STATIC, EXAMPLE_EXTERNAL_DEVICE}) {
-    const auto c = vkspec::test::run_vkspec(bin, args);
+    const auto c = vkspec::test::run_binary(bin, {kStories, "Once upon a time", "24"});
     ASSERT_EQ(c.code, 0) << bin << ": " << c.err;
     EXPECT_EQ(c.out, cli.out) << bin;
   }
@@ -416,17 +414,17 @@ TEST(CApi, SampledEqualsCliForTheSameSeed) {
   Ctx ctx(model.m, p);
   Streamed s;
   ASSERT_EQ(generate(ctx.c, tokenize(model.m, "Once upon a time"), 32, s), VKSPEC_OK);
-  const auto cli = vkspec::test::run_vkspec(VKSPEC_BIN, "run -m " + kStories +
-                                                            " -p 'Once upon a time' -n 32 --temp 0.8 --seed 7 --ignore-eos --json");
+  const auto cli = vkspec::test::run_binary(VKSPEC_BIN, {"run", "-m", kStories, "-p", "Once upon a time", "-n", "32", "--temp",
+                                                         "0.8", "--seed", "7", "--ignore-eos", "--json"});
   ASSERT_EQ(cli.code, 0) << cli.err;
   EXPECT_EQ(nlohmann::json::parse(cli.out)["ids"].get<std::vector<int32_t>>(), s.ids);
 }
 
 // A device created without bufferDeviceAddress is refused with a message that names it.
 TEST(CApi, ExternalDeviceWithoutRequiredFeatureIsRefused) {
-  void* lib = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
+  void* lib = vkspec::platform::open_vulkan_loader();
   ASSERT_NE(lib, nullptr);
-  auto gipa = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(lib, "vkGetInstanceProcAddr"));
+  auto gipa = reinterpret_cast<PFN_vkGetInstanceProcAddr>(vkspec::platform::library_symbol(lib, "vkGetInstanceProcAddr"));
 #define GET(name) auto name = reinterpret_cast<PFN_##name>(gipa(instance, #name))
   VkInstance instance = VK_NULL_HANDLE;
   auto create_instance = reinterpret_cast<PFN_vkCreateInstance>(gipa(nullptr, "vkCreateInstance"));

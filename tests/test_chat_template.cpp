@@ -3,7 +3,6 @@
 // text must equal jinja2's byte for byte, or both must fail.
 #include <gtest/gtest.h>
 
-
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>

@@ -2,12 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <random>
-#include <limits>
 #include <fstream>
 #include <iterator>
-
-#include <fstream>
+#include <limits>
+#include <random>
 #include <sstream>
 
 #include <nlohmann/json.hpp>

@@ -4,7 +4,16 @@
 
 namespace vkspec::test {
 
-Gpu::Gpu() : ctx(ContextOptions{-1, true}), pipelines(ctx), uploader(ctx) {}
+namespace {
+// Validation is on unless VKSPEC_VALIDATION=0: the Windows suite under Wine (scripts/test-windows.sh), where the
+// Khronos layer is a Linux library that Windows programs cannot load.
+bool validate() {
+  const char* v = getenv("VKSPEC_VALIDATION");
+  return !(v && std::string(v) == "0");
+}
+}  // namespace
+
+Gpu::Gpu() : ctx(ContextOptions{-1, validate()}), pipelines(ctx), uploader(ctx) {}
 
 Gpu& gpu() {
   static Gpu* g = new Gpu();   // lives until exit; Vulkan objects are reclaimed by the driver at exit

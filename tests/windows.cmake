@@ -3,7 +3,7 @@
 # itself for the CLI and the server (tests/windows/check_windows.py). The suites left out start vkspec through a
 # POSIX shell or fork (test_cli, test_chat, test_server*, test_presets, test_c_api).
 target_link_libraries(vkspec_testlib PUBLIC vkspec_core GTest::gtest GTest::gtest_main)
-set(VKSPEC_WINDOWS_SUITES)
+set(VKSPEC_WINDOWS_SUITES test_platform)
 foreach(name test_kernels test_gguf test_tokenizer test_constraints test_model test_speculative test_draft_policy
              test_sampler test_batch_engine test_chat_template)
   add_executable(${name} ${name}.cpp)
@@ -12,9 +12,29 @@ foreach(name test_kernels test_gguf test_tokenizer test_constraints test_model t
 endforeach()
 target_link_libraries(test_batch_engine PRIVATE vkspec_engine)
 target_compile_definitions(test_chat_template PRIVATE VKSPEC_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
-# The C API through vkspec.dll, as an application links it.
+# The C API through vkspec.dll, as an application links it. (The examples are compared with vkspec.exe by
+# tests/windows/check_windows.py; external_device.cpp needs a Vulkan import library MinGW does not ship.)
 add_executable(test_c_api_batch test_c_api_batch.cpp)
 target_link_libraries(test_c_api_batch PRIVATE vkspec_shared vkspec_platform GTest::gtest GTest::gtest_main)
-list(APPEND VKSPEC_WINDOWS_SUITES test_c_api_batch)
-string(REPLACE ";" "\n" suites "${VKSPEC_WINDOWS_SUITES}")
-file(WRITE ${CMAKE_BINARY_DIR}/bin/suites.txt "${suites}\n")   # what scripts/test-windows.sh runs
+add_executable(test_c_api test_c_api.cpp)
+target_link_libraries(test_c_api PRIVATE vkspec_shared vkspec_platform GTest::gtest GTest::gtest_main nlohmann_json::nlohmann_json
+                      Vulkan::Headers)
+target_include_directories(test_c_api PRIVATE ${CMAKE_SOURCE_DIR})
+target_compile_definitions(test_c_api PRIVATE VKSPEC_BIN="$<TARGET_FILE:vkspec>" EXAMPLE_GENERATE="" EXAMPLE_GENERATE_STATIC=""
+                           EXAMPLE_EXTERNAL_DEVICE="")
+list(APPEND VKSPEC_WINDOWS_SUITES test_c_api_batch test_c_api)
+# What scripts/test-windows.sh runs: one suite a line, with the tests it leaves out. Those compare with
+# Debian's python3 (jinja2, the UTF-8 decoder), a Linux program whose output Wine does not hand back to a
+# Windows process, need the validation layer, a Linux library that winevulkan does not offer to Windows
+# programs, or run the examples of the Linux build; the Linux suites run them, and tests/windows/check_windows.py
+# compares vkspec.exe's rendering of the shared chat templates with python3-jinja2's and generate.exe's text
+# with the Linux example's from the Linux side.
+set(exclude_test_chat_template "ChatTemplate.SharedTemplatesEqualJinja2:ChatTemplate.ConstructsEqualJinja2")
+set(exclude_test_tokenizer "Tokenizer.Utf8StreamDecodesLikePython")
+set(exclude_test_kernels "Validation.LayerIsOnAndCountsMessages")
+set(exclude_test_c_api "CApi.ExamplesPrintWhatVkspecRunPrints")
+set(suites "")
+foreach(name ${VKSPEC_WINDOWS_SUITES})
+  string(APPEND suites "${name} -${exclude_${name}}\n")
+endforeach()
+file(WRITE ${CMAKE_BINARY_DIR}/bin/suites.txt "${suites}")

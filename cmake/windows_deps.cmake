@@ -1,0 +1,48 @@
+# Dependencies of the Windows builds, from one prefix VKSPEC_WIN_DEPS with include/ and lib/:
+#   - MinGW-w64 cross build (scripts/build-windows.sh): scripts/windows/build-deps.sh makes the prefix
+#     (sentencepiece, pcre2 and httplib.h from Debian's source packages, GoogleTest from /usr/src/googletest,
+#     all static); nlohmann-json, CLI11 and the Vulkan headers come from their Debian packages, copied into the
+#     build folder so that /usr/include (glibc's headers) is never on the Windows compiler's path.
+#   - MSVC (docs/WINDOWS.md): the Vulkan SDK's headers (find_package(Vulkan)), everything else from a vcpkg
+#     tree (`vcpkg install sentencepiece pcre2 nlohmann-json cli11 cpp-httplib gtest --triplet x64-windows-static`,
+#     VKSPEC_WIN_DEPS = its installed/x64-windows-static).
+if(NOT VKSPEC_WIN_DEPS)
+  message(FATAL_ERROR "VKSPEC_WIN_DEPS: the prefix with the Windows build's libraries (docs/WINDOWS.md)")
+endif()
+if(CMAKE_CROSSCOMPILING)
+  set(win_headers ${CMAKE_BINARY_DIR}/win-headers)
+  foreach(h vulkan vk_video nlohmann CLI)
+    if(NOT EXISTS /usr/include/${h})
+      message(FATAL_ERROR "/usr/include/${h} is missing: install the Debian packages scripts/install-deps.sh lists")
+    endif()
+    file(COPY /usr/include/${h} DESTINATION ${win_headers})
+  endforeach()
+  add_library(Vulkan::Headers INTERFACE IMPORTED)
+  target_include_directories(Vulkan::Headers INTERFACE ${win_headers})
+else()
+  find_package(Vulkan REQUIRED)   # headers only: the loader is opened at run time (platform/)
+  set(win_headers ${VKSPEC_WIN_DEPS}/include)
+endif()
+add_library(nlohmann_json::nlohmann_json INTERFACE IMPORTED)
+target_include_directories(nlohmann_json::nlohmann_json INTERFACE ${win_headers})
+
+add_library(vkspec_httplib INTERFACE)
+target_include_directories(vkspec_httplib INTERFACE ${VKSPEC_WIN_DEPS}/include)
+target_link_libraries(vkspec_httplib INTERFACE ws2_32 crypt32)
+
+find_library(VKSPEC_SPM_LIB NAMES sentencepiece libsentencepiece.a PATHS ${VKSPEC_WIN_DEPS}/lib NO_DEFAULT_PATH REQUIRED)
+add_library(vkspec_sentencepiece INTERFACE)
+target_include_directories(vkspec_sentencepiece INTERFACE ${VKSPEC_WIN_DEPS}/include)
+target_link_libraries(vkspec_sentencepiece INTERFACE ${VKSPEC_SPM_LIB})
+
+find_library(VKSPEC_PCRE2_LIB NAMES pcre2-8 pcre2-8-static libpcre2-8.a PATHS ${VKSPEC_WIN_DEPS}/lib NO_DEFAULT_PATH REQUIRED)
+add_library(vkspec_pcre2 INTERFACE)
+target_include_directories(vkspec_pcre2 INTERFACE ${VKSPEC_WIN_DEPS}/include)
+target_compile_definitions(vkspec_pcre2 INTERFACE PCRE2_STATIC)
+target_link_libraries(vkspec_pcre2 INTERFACE ${VKSPEC_PCRE2_LIB})
+
+if(EXISTS ${VKSPEC_WIN_DEPS}/lib/cmake/GTest)
+  set(GTest_DIR ${VKSPEC_WIN_DEPS}/lib/cmake/GTest)
+elseif(EXISTS ${VKSPEC_WIN_DEPS}/share/gtest)
+  set(GTest_DIR ${VKSPEC_WIN_DEPS}/share/gtest)   # vcpkg's layout
+endif()
