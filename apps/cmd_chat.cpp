@@ -9,6 +9,7 @@
 #include "chat.h"
 #include "cli_common.h"
 #include "platform/platform.h"
+#include "server_api.h"
 
 namespace vkspec::cli {
 namespace {
@@ -137,9 +138,10 @@ int cmd_chat(const RunOptions& o, const ChatOptions& chat) {
           if (!out.flush()) throw Error("cannot write " + path);
         } else {
           const std::string text = read_text_file(path, 16u << 20, "conversation file");
-          const nlohmann::ordered_json m = nlohmann::ordered_json::parse(text, nullptr, false);
-          if (m.is_discarded()) throw Error(path + " is not JSON");
-          conv.load(m);
+          bool deep = false;
+          const std::optional<nlohmann::ordered_json> m = parse_json_text(text, VKSPEC_MAX_JSON_DEPTH, &deep);
+          if (!m) throw Error(path + (deep ? " nests deeper than " + std::to_string(VKSPEC_MAX_JSON_DEPTH) + " levels" : " is not JSON"));
+          conv.load(*m);
         }
         if (tty) fprintf(stderr, "(%s %s)\n", line[1] == 's' ? "saved to" : "loaded", path.c_str());
       } catch (const std::exception& e) {

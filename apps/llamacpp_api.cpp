@@ -109,9 +109,9 @@ json logit_bias(const ojson& v) {
     }
   } else if (v.is_object()) {
     for (const auto& [k, b] : v.items()) {
-      const ojson id = ojson::parse(k, nullptr, false);
-      if (id.is_discarded()) bad("logit_bias", "'logit_bias' keys must be token ids");
-      add(id, b);
+      const std::optional<ojson> id = parse_json_text(k);   // (a key is text from the client, nested as it likes)
+      if (!id) bad("logit_bias", "'logit_bias' keys must be token ids");
+      add(*id, b);
     }
   } else {
     bad("logit_bias", "'logit_bias' must be an array of [token id, bias] pairs or an object");

@@ -108,11 +108,12 @@ ojson template_tool_calls(const ojson& calls, const std::string& p) {
     if (!f.contains("name") || !f["name"].is_string()) bad(q, "'" + q + ".function.name' must be a string");
     ojson args = f.contains("arguments") ? f["arguments"] : ojson::object();
     if (args.is_string()) {
-      try {
-        args = ojson::parse(args.get<std::string>());
-      } catch (const nlohmann::json::exception&) {
-        bad(q, "'" + q + ".function.arguments' is not JSON text");
-      }
+      bool deep = false;
+      std::optional<ojson> parsed = parse_json_text(args.get<std::string>(), VKSPEC_MAX_JSON_DEPTH, &deep);
+      if (!parsed)
+        bad(q, "'" + q + ".function.arguments' " +
+                   (deep ? "nests deeper than " + std::to_string(VKSPEC_MAX_JSON_DEPTH) + " levels" : "is not JSON text"));
+      args = std::move(*parsed);
     }
     if (!args.is_object()) bad(q, "'" + q + ".function.arguments' must be a JSON object (as text)");
     ojson t = {{"type", "function"}, {"function", {{"name", f["name"]}, {"arguments", args}}}};
@@ -236,20 +237,31 @@ nlohmann::json ApiError::body() const {
   return {{"error", e}};
 }
 
+std::optional<ojson> parse_json_text(std::string_view text, uint32_t max_depth, bool* too_deep) {
+  struct TooDeep {};
+  if (too_deep) *too_deep = false;
+  ojson v;
+  try {
+    v = ojson::parse(text, [&](int depth, ojson::parse_event_t, ojson&) {
+      if (uint32_t(depth) >= max_depth) throw TooDeep{};   // (depth 0 is the outermost level) at once: nothing deeper is built
+      return true;
+    }, false);
+  } catch (const TooDeep&) {
+    if (too_deep) *too_deep = true;
+    return std::nullopt;
+  }
+  if (v.is_discarded()) return std::nullopt;
+  return v;
+}
+
 ojson parse_body(const std::string& text, const ServerLimits& lim) {
   if (text.size() > lim.max_body) throw ApiError(413, "the request body is larger than " + std::to_string(lim.max_body) + " bytes");
-  ojson body;
-  try {
-    body = ojson::parse(text, [&](int depth, ojson::parse_event_t, ojson&) {
-      if (uint32_t(depth) > lim.max_json_depth)
-        throw ApiError(400, "the request body nests deeper than " + std::to_string(lim.max_json_depth) + " levels");
-      return true;
-    });
-  } catch (const nlohmann::json::exception& e) {
-    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
-  }
-  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
-  return body;
+  bool deep = false;
+  std::optional<ojson> body = parse_json_text(text, lim.max_json_depth, &deep);
+  if (deep) throw ApiError(400, "the request body nests deeper than " + std::to_string(lim.max_json_depth) + " levels");
+  if (!body) throw ApiError(400, "the request body is not valid JSON");
+  if (!body->is_object()) throw ApiError(400, "the request body must be a JSON object");
+  return *body;
 }
 
 CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits& lim, const PromptEncoder& enc,

@@ -35,7 +35,7 @@ struct ServerLimits {
   uint32_t max_stop = 4;          // stop strings (OpenAI's limit)
   uint32_t max_stop_bytes = 256;  // per stop string
   uint32_t max_top_logprobs = 20;
-  uint32_t max_json_depth = 64;
+  uint32_t max_json_depth = VKSPEC_MAX_JSON_DEPTH;
   uint32_t max_embed_inputs = 256;  // inputs of one embeddings request
 };
 
@@ -71,6 +71,11 @@ std::vector<int32_t> token_ids(const nlohmann::ordered_json& a, const ServerLimi
                                const std::string& what);
 void check_model(const nlohmann::ordered_json& body, const std::string& model_id, bool ollama = false);
 
+// JSON text -> value, nested at most max_depth deep: nlohmann's copy, dump and comparison recurse, so a deeper
+// value must never exist. nullopt when the text is not JSON or nests deeper (*too_deep says which). Every JSON
+// text the CLI and the server read goes through here (bodies, tool-call arguments, replies, conversation files).
+std::optional<nlohmann::ordered_json> parse_json_text(std::string_view text, uint32_t max_depth = VKSPEC_MAX_JSON_DEPTH,
+                                                      bool* too_deep = nullptr);
 // JSON text -> object, with a depth limit; malformed or deep JSON is a 400.
 nlohmann::ordered_json parse_body(const std::string& text, const ServerLimits& lim);
 // What parsing needs of the model: its prompt encodings (the server's go through the C API; the fuzzer's

@@ -3,6 +3,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "server_api.h"
+
 namespace vkspec::cli {
 namespace {
 using json = nlohmann::ordered_json;
@@ -106,12 +108,9 @@ json tool_call_schema(const std::vector<ToolFunction>& tools) {
 std::optional<ToolCall> parse_tool_call(std::string_view text, const std::vector<ToolFunction>& tools) {
   const size_t b = text.find_first_not_of(" \t\r\n");
   if (b == std::string_view::npos || text[b] != '{') return std::nullopt;
-  json j;
-  try {
-    j = json::parse(text.substr(b));
-  } catch (const json::exception&) {
-    return std::nullopt;
-  }
+  const std::optional<nlohmann::ordered_json> parsed = parse_json_text(text.substr(b));   // (a reply may nest deep)
+  if (!parsed) return std::nullopt;
+  const json& j = *parsed;
   if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return std::nullopt;
   const std::string name = j["name"].get<std::string>();
   bool known = false;

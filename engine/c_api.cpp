@@ -40,6 +40,7 @@ struct Claim {
 }  // namespace
 
 namespace vkspec::capi {
+static_assert(VKSPEC_MAX_JSON_DEPTH == kMaxJsonDepth, "include/vkspec.h and loader/json_text.h");
 static_assert(VKSPEC_MAX_LOGIT_BIAS == SamplingParams::kMaxLogitBias &&
                   VKSPEC_LOGIT_BIAS_BOUND == SamplingParams::kLogitBiasBound,
               "the C API's logit bias bounds are the sampler's");

@@ -13,6 +13,7 @@
 
 #include "engine/engine.h"
 #include "loader/json_schema.h"
+#include "loader/json_text.h"
 #include "vkspec.h"
 
 struct vkspec_model {
@@ -185,13 +186,7 @@ inline SamplingParams sampling_params(const vkspec_sampling_params& p, uint32_t 
     }
     if (p.json_schema && *p.json_schema) {
       if (sp.constrained()) throw Error("a JSON schema excludes json_object and a grammar");
-      nlohmann::ordered_json schema;
-      try {
-        schema = nlohmann::ordered_json::parse(p.json_schema);
-      } catch (const nlohmann::json::exception& e) {
-        throw Error(std::string("the JSON schema is not JSON: ") + e.what());
-      }
-      sp.grammar = json_schema_to_gbnf(schema);
+      sp.grammar = json_schema_to_gbnf(parse_json_text(p.json_schema, "the JSON schema"));
     }
     if (!sp.grammar.empty()) (void)Gbnf::parse(sp.grammar);   // refused here, with its line, not at the first step
     if (p.grammar_trigger && *p.grammar_trigger) {

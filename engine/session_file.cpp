@@ -62,11 +62,14 @@ void for_each_run(const PagedKvCache& kv, int seq, uint32_t n_layers, uint32_t n
       for (uint32_t b = 0; b * kv.block_size() < n; ++b) f(l, v, table[b], std::min(kv.block_size(), n - b * kv.block_size()));
 }
 
+// A new temporary file beside the session file (created exclusively: a link planted there is never followed)
+// that hashes what is written; renamed over the session file once whole.
 class HashedFile {
  public:
-  explicit HashedFile(const std::string& path) : path_(path), f_(platform::open_file(path, "wb")) {
-    if (!f_) throw Error("cannot write the session file " + path + ": " + strerror(errno));
+  explicit HashedFile(const std::string& path) : path_(path), f_(platform::create_temp_beside(path, &tmp_)) {
+    if (!f_) throw Error("cannot write the session file " + path + ": " + platform::last_error());
   }
+  const std::string& tmp_path() const { return tmp_; }
   ~HashedFile() {
     if (f_) fclose(f_);
   }
@@ -83,7 +86,7 @@ class HashedFile {
   }
 
  private:
-  std::string path_;
+  std::string path_, tmp_;
   FILE* f_;
   uint64_t hash_ = kFnvOffset;
 };
@@ -96,9 +99,10 @@ void save_session(TargetModel& t, const Session& s, const std::string& path) {
   const uint32_t n = uint32_t(s.tokens.size());
   if (s.seq < 0 || kv.length(s.seq) < n) throw Error("internal: the session's KV does not hold its tokens");
   const Header h = header_of(t, n);
-  const std::string tmp = path + ".tmp" + std::to_string(platform::process_id());
+  std::string tmp;
   try {
-    HashedFile out(tmp);
+    HashedFile out(path);
+    tmp = out.tmp_path();
     out.write(kMagic, sizeof kMagic);
     for (const uint32_t v : {h.n_layers, h.n_kv_heads, h.head_dim, h.n_vocab}) out.write(&v, 4);
     out.write(&h.fingerprint, 8);
@@ -134,7 +138,7 @@ void save_session(TargetModel& t, const Session& s, const std::string& path) {
     if (ec) throw Error("cannot write the session file " + path + ": " + ec.message());
   } catch (...) {
     std::error_code ec;
-    std::filesystem::remove(platform::utf8_path(tmp), ec);
+    if (!tmp.empty()) std::filesystem::remove(platform::utf8_path(tmp), ec);
     throw;
   }
 }

@@ -50,6 +50,7 @@ extern "C" {
 
 #define VKSPEC_API_VERSION 8
 #define VKSPEC_MAX_LOGIT_BIAS 1024   /* vkspec_sampling_params.n_logit_bias's bound */
+#define VKSPEC_MAX_JSON_DEPTH 64     /* JSON text given to the library (messages, schemas) nests at most this deep */
 #define VKSPEC_LOGIT_BIAS_BOUND 100  /* each logit bias lies in [-VKSPEC_LOGIT_BIAS_BOUND, VKSPEC_LOGIT_BIAS_BOUND] */
 
 typedef enum vkspec_status {

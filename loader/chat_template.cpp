@@ -1,5 +1,7 @@
 #include "loader/chat_template.h"
 
+#include "loader/json_text.h"
+
 namespace vkspec {
 
 ChatTemplate::ChatTemplate(const std::string& source, jinja::Limits limits) : limits_(limits) {
@@ -36,12 +38,7 @@ std::string ChatTemplate::apply(const ChatInputs& in) const {
 }
 
 ChatInputs parse_chat_request(const std::string& json_text) {
-  nlohmann::ordered_json j;
-  try {
-    j = nlohmann::ordered_json::parse(json_text);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(std::string("the messages are not valid JSON: ") + e.what());
-  }
+  nlohmann::ordered_json j = parse_json_text(json_text, "the messages");
   ChatInputs in;
   if (j.is_object()) {
     if (!j.contains("messages")) throw Error("the request has no \"messages\" array");

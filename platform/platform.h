@@ -30,6 +30,14 @@ inline std::string utf8_string(const std::filesystem::path& p) {
 // fopen of a UTF-8 path (_wfopen on Windows).
 std::FILE* open_file(const std::string& path, const char* mode);
 
+// A new file opened for writing ("wb"), created exclusively: nullptr when anything is at the path already, a
+// symbolic link included (never followed: a link planted there cannot redirect the write).
+std::FILE* create_new_file(const std::string& path);
+// A new temporary file beside `path` (same folder, so that a rename can replace `path` atomically), named
+// path + ".tmp-" + a random suffix and created as create_new_file does; its name in *tmp_path. nullptr when
+// none can be created (the reason in last_error()).
+std::FILE* create_temp_beside(const std::string& path, std::string* tmp_path);
+
 enum class FileType { Missing, Regular, Directory, Other };   // Other: a FIFO, a device, a socket
 struct FileInfo {
   FileType type = FileType::Missing;

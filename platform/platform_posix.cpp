@@ -25,6 +25,14 @@ namespace vkspec::platform {
 
 std::FILE* open_file(const std::string& path, const char* mode) { return std::fopen(path.c_str(), mode); }
 
+std::FILE* create_new_file(const std::string& path) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return nullptr;
+  std::FILE* f = fdopen(fd, "wb");
+  if (!f) close(fd);
+  return f;
+}
+
 FileInfo file_info(const std::string& path) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) return {};

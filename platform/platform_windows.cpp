@@ -50,6 +50,20 @@ std::string error_text(DWORD code) {
 
 std::FILE* open_file(const std::string& path, const char* mode) { return _wfopen(wide(path).c_str(), wide(mode).c_str()); }
 
+std::FILE* create_new_file(const std::string& path) {
+  // CREATE_NEW fails on any existing entry, a symbolic link or junction included
+  HANDLE h = CreateFileW(wide(path).c_str(), GENERIC_WRITE, 0, nullptr, CREATE_NEW, FILE_ATTRIBUTE_NORMAL, nullptr);
+  if (h == INVALID_HANDLE_VALUE) return nullptr;
+  const int fd = _open_osfhandle(reinterpret_cast<intptr_t>(h), _O_WRONLY | _O_BINARY);
+  if (fd < 0) {
+    CloseHandle(h);
+    return nullptr;
+  }
+  std::FILE* f = _fdopen(fd, "wb");
+  if (!f) _close(fd);
+  return f;
+}
+
 FileInfo file_info(const std::string& path) {
   WIN32_FILE_ATTRIBUTE_DATA a;
   if (!GetFileAttributesExW(wide(path).c_str(), GetFileExInfoStandard, &a)) {
@@ -188,8 +202,16 @@ void init_console() {
   _setmode(_fileno(stdout), _O_BINARY);
   _setmode(_fileno(stderr), _O_BINARY);
   _setmode(_fileno(stdin), _O_BINARY);
-  SetConsoleOutputCP(CP_UTF8);
-  SetConsoleCP(CP_UTF8);
+  // the console's code pages belong to the console, not to this process: given back at exit
+  static const UINT output_cp = GetConsoleOutputCP(), input_cp = GetConsoleCP();
+  if (output_cp != 0) {
+    SetConsoleOutputCP(CP_UTF8);
+    SetConsoleCP(CP_UTF8);
+    std::atexit([] {
+      SetConsoleOutputCP(output_cp);
+      SetConsoleCP(input_cp);
+    });
+  }
 }
 
 bool is_terminal(Stream s) {

@@ -64,12 +64,15 @@ Pipelines::~Pipelines() {
         std::error_code ec;
         const fs::path path = platform::utf8_path(cache_path_);
         fs::create_directories(path.parent_path(), ec);
-        const fs::path tmp = platform::utf8_path(cache_path_ + ".tmp" + std::to_string(platform::process_id()));
-        std::ofstream out(tmp, std::ios::binary);
-        out.write(data.data(), std::streamsize(size));
-        out.close();
-        if (out) fs::rename(tmp, path, ec);   // atomic replace: concurrent runs never see half a file
-        if (!out || ec) fs::remove(tmp, ec);
+        // a new file beside the cache, renamed over it once whole: concurrent runs never see half a file, and a
+        // link planted in the cache folder is never followed (platform::create_temp_beside)
+        std::string tmp;
+        if (std::FILE* out = platform::create_temp_beside(cache_path_, &tmp)) {
+          const bool written = std::fwrite(data.data(), 1, size, out) == size;
+          const bool closed = std::fclose(out) == 0;
+          if (written && closed) fs::rename(platform::utf8_path(tmp), path, ec);
+          if (!written || !closed || ec) fs::remove(platform::utf8_path(tmp), ec);
+        }
       }
     }
   }

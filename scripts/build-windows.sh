@@ -21,10 +21,13 @@ cmake --build build-win -j"$(nproc)"
 pkg=build-win/vkspec-windows-x64
 rm -rf "$pkg" "$pkg.zip"
 mkdir -p "$pkg/include" "$pkg/lib" "$pkg/examples"
-cp build-win/bin/vkspec.exe build-win/bin/vkspec.dll build-win/examples/generate.exe "$pkg/"   # (beside the DLL it loads)
+cp build-win/bin/vkspec.exe build-win/bin/vkspec.dll "$pkg/"
 cp include/vkspec.h "$pkg/include/"
 cp build-win/vkspec.dll.a "$pkg/lib/"
 cp apps/examples/generate.c "$pkg/examples/"
+# the C example built as an application would build it: against the package's header and import library only
+x86_64-w64-mingw32-gcc-posix -std=c99 -pedantic -Wall -Wextra -Werror -O2 -DVKSPEC_SHARED -I"$pkg/include" \
+  "$pkg/examples/generate.c" "$pkg/lib/vkspec.dll.a" -static-libgcc -o "$pkg/generate.exe"   # (beside the DLL it loads)
 cp README.md "$pkg/README.md"
 cp docs/WINDOWS.md "$pkg/WINDOWS.md"
 # every DLL the programs import must be Windows' own or vkspec.dll (the C++ runtime is linked in)

@@ -16,11 +16,11 @@ shared_src=(loader/gguf.cpp loader/model_file.cpp runtime/quant.cpp loader/token
             apps/server_api.cpp apps/message_window.cpp apps/tool_calls.cpp apps/ollama_api.cpp apps/embeddings_api.cpp
             apps/llamacpp_api.cpp
             engine/prompt.cpp loader/gbnf.cpp loader/json_grammar.cpp loader/token_constraint.cpp
-            loader/json_schema.cpp loader/json_pattern.cpp platform/platform_posix.cpp)
+            loader/json_schema.cpp loader/json_pattern.cpp platform/platform_common.cpp platform/platform_posix.cpp)
 mkdir -p "$out/obj"
 printf '%s\n' "${shared_src[@]}" | xargs -P "$(nproc)" -I{} sh -c \
   'o="$1/obj/$(echo "$2" | tr / _).o"; shift 2; "$@" -c "$0" -o "$o"' {} "$out" {} "${fuzz_cxx[@]}"
-obj() { for f in "$@" platform/platform_posix.cpp; do printf '%s ' "$out/obj/$(echo "$f" | tr / _).o"; done; }   # (+ the platform layer, which the loader uses)
+obj() { for f in "$@" platform/platform_common.cpp platform/platform_posix.cpp; do printf '%s ' "$out/obj/$(echo "$f" | tr / _).o"; done; }   # (+ the platform layer, which the loader uses)
 libs=$(pkg-config --libs sentencepiece libpcre2-8)
 "${fuzz_cxx[@]}" tests/fuzz/fuzz_gguf.cpp $(obj loader/gguf.cpp loader/model_file.cpp runtime/quant.cpp) -o "$out/fuzz_gguf"
 # a seed with one small tensor of every quantized type (random blocks), so the decoders are reached at once

@@ -739,6 +739,18 @@ TEST(CApi, ChatTemplateAndBadInput) {
   EXPECT_EQ(out, "<s><start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n");
   EXPECT_EQ(vkspec_apply_chat_template(model.m, gemma.c_str(), "not json", 1, nullptr, 0, &len), VKSPEC_ERROR_FAILED);
   EXPECT_NE(std::string(vkspec_last_error()).find("JSON"), std::string::npos);
+  // JSON text nested past VKSPEC_MAX_JSON_DEPTH (here 100,000 levels, which would overflow the stack where the
+  // value is copied, dumped or destroyed) is refused where it enters: messages, and a schema's const
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string deep_msgs = R"([{"role": "user", "content": "hi", "x": )" + deep + "}]";
+  EXPECT_EQ(vkspec_apply_chat_template(model.m, gemma.c_str(), deep_msgs.c_str(), 1, nullptr, 0, &len), VKSPEC_ERROR_FAILED);
+  EXPECT_NE(std::string(vkspec_last_error()).find("nests deeper than 64 levels"), std::string::npos) << vkspec_last_error();
+  vkspec_context_params deep_schema = vkspec_context_default_params();
+  const std::string schema = R"({"const": )" + deep + "}";
+  deep_schema.sampling.json_schema = schema.c_str();
+  vkspec_context* refused = nullptr;
+  EXPECT_EQ(vkspec_context_create(model.m, &deep_schema, &refused), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(vkspec_last_error()).find("the JSON schema: the JSON nests deeper"), std::string::npos) << vkspec_last_error();
 
   Ctx ctx(model.m);
   const int32_t bad[] = {1, 999999};

@@ -66,6 +66,40 @@ TEST(Platform, WhatIsNotARegularFileIsNeverMapped) {
   std::filesystem::remove_all(utf8_path(dir));
 }
 
+// Files written through a temporary name are created exclusively: whatever is at the name already (a file, a
+// planted symbolic link to a file the writer may write) is neither followed nor truncated.
+TEST(Platform, NewFilesNeverFollowOrTruncateWhatIsThere) {
+  const std::string dir = temp("platform-new-" + std::to_string(process_id()));
+  std::filesystem::create_directories(utf8_path(dir));
+  const std::string victim = dir + "/victim.txt", existing = dir + "/existing.txt", link = dir + "/link.kv";
+  for (const std::string& f : {victim, existing}) std::ofstream(utf8_path(f)) << "keep me";
+  EXPECT_EQ(create_new_file(existing), nullptr);
+  std::FILE* fresh = create_new_file(dir + "/fresh.txt");
+  ASSERT_NE(fresh, nullptr);
+  std::fputs("new", fresh);
+  std::fclose(fresh);
+  std::string tmp;
+  std::FILE* t = create_temp_beside(dir + "/session.kv", &tmp);
+  ASSERT_NE(t, nullptr) << last_error();
+  std::fclose(t);
+  EXPECT_EQ(tmp.rfind(dir + "/session.kv.tmp-", 0), 0u) << tmp;
+  EXPECT_EQ(file_info(tmp).type, FileType::Regular);
+  std::error_code ec;
+  std::filesystem::create_symlink(utf8_path(victim), utf8_path(link), ec);
+  if (!ec) {   // (Windows grants symbolic links to administrators and developer mode only)
+    EXPECT_EQ(create_new_file(link), nullptr);
+    std::ifstream v(utf8_path(victim));
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(v), {}), "keep me");
+    v.close();
+    std::filesystem::remove(utf8_path(victim));
+    EXPECT_EQ(create_new_file(link), nullptr);   // a dangling link is not followed either
+  }
+  std::ifstream in(utf8_path(existing));
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "keep me");
+  in.close();
+  std::filesystem::remove_all(utf8_path(dir));
+}
+
 // Python's str.upper()/lower() for the characters templates meet: accented Latin, Greek, Cyrillic, and a
 // supplementary-plane letter (Deseret, a surrogate pair in UTF-16); no mapping leaves a code point as it is.
 TEST(Platform, CaseTablesMapUnicodeLetters) {

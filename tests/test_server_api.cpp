@@ -146,6 +146,24 @@ TEST_F(ServerApiParse, EveryFieldIsTypeAndRangeChecked) {
 
 bool schema_takes(const std::string& schema, const std::string& text) { return schema_accepts(schema, text) == 1; }
 
+// Every JSON text the CLI and the server read is held to VKSPEC_MAX_JSON_DEPTH: at the limit it parses, one
+// level deeper (or 200,000 deeper) it is refused and said to be too deep, not malformed.
+TEST(ServerApi, JsonTextNestsAtMostTheLimit) {
+  const auto nested = [](int n) { return std::string(size_t(n), '[') + std::string(size_t(n), ']'); };
+  bool deep = true;
+  EXPECT_TRUE(cli::parse_json_text(nested(VKSPEC_MAX_JSON_DEPTH), VKSPEC_MAX_JSON_DEPTH, &deep).has_value());
+  EXPECT_FALSE(deep);
+  EXPECT_FALSE(cli::parse_json_text(nested(VKSPEC_MAX_JSON_DEPTH + 1), VKSPEC_MAX_JSON_DEPTH, &deep).has_value());
+  EXPECT_TRUE(deep);
+  EXPECT_FALSE(cli::parse_json_text(nested(200000), VKSPEC_MAX_JSON_DEPTH, &deep).has_value());
+  EXPECT_TRUE(deep);
+  EXPECT_FALSE(cli::parse_json_text("[1,", VKSPEC_MAX_JSON_DEPTH, &deep).has_value());
+  EXPECT_FALSE(deep);
+  // a model's reply that nests deep is text, not a call (and no crash)
+  const auto tools = cli::parse_tools(nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "f"}}])"));
+  EXPECT_FALSE(cli::parse_tool_call(R"({"name": "f", "parameters": )" + nested(100000) + "}", tools).has_value());
+}
+
 TEST(ServerApi, ToolCallsAreReadFromRepliesAndTheirSchemaHoldsThem) {
   using cli::parse_tool_call;
   const auto tools = cli::parse_tools(nlohmann::ordered_json::parse(R"([
@@ -259,6 +277,14 @@ TEST_F(ServerApiParse, ToolsReachTheTemplateAndTheGrammar) {
     EXPECT_EQ(status_of(body, true, &got), 400) << body;
     EXPECT_EQ(got, param) << body;
   }
+  // JSON text inside a body (a call's arguments) nests no deeper than the body may: 100,000 levels would
+  // overflow the stack in the copy, the dump or the destructor of the value
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string deep_args = R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": )"
+                                R"([{"function": {"name": "a", "arguments": ")" + deep + R"("}}]}]})";
+  std::string deep_param;
+  EXPECT_EQ(status_of(deep_args, true, &deep_param), 400);
+  EXPECT_EQ(deep_param, "messages[1].tool_calls[0]");
   std::string got;
   EXPECT_EQ(status_of(R"({"prompt": "x", "tool_choice": "auto"})", false, &got), 400);   // chat only
   EXPECT_EQ(got, "tool_choice");
@@ -616,6 +642,17 @@ TEST_F(ServerApiParse, LlamaCppCompletionsBecomeTheOpenAiBodiesTheyMean) {
   EXPECT_TRUE(spec.ignore_eos);
   EXPECT_FALSE(spec.grammar.empty());
   EXPECT_EQ(req(R"({"prompt": "x", "logit_bias": {"3": 2}})").openai["logit_bias"], ojson::parse(R"({"3": 2})"));
+  // a key is JSON text of its own: one nested 100,000 deep is refused, not parsed into a value that overflows
+  // the stack (the body's depth limit never saw it)
+  ojson deep_key = ojson::parse(R"({"prompt": "x", "logit_bias": {}})");
+  deep_key["logit_bias"][std::string(100000, '[') + std::string(100000, ']')] = 1;
+  try {
+    cli::llamacpp_request(deep_key, lim_.n_ctx);
+    ADD_FAILURE() << "a 100,000-deep logit_bias key was taken";
+  } catch (const cli::ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(std::string(e.what()).find("logit_bias"), std::string::npos) << e.what();
+  }
   EXPECT_FALSE(req(R"({"prompt": "x", "seed": 4294967295})").openai.contains("seed"));
   EXPECT_EQ(req(R"({"prompt": "x", "n_predict": 100000})").openai["max_tokens"], lim_.n_ctx);   // cut to the context
   // samplers: SillyTavern's list above keeps the defaults; a sampler left out of the list is off; the letters
