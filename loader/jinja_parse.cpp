@@ -50,6 +50,19 @@ class Parser {
     explicit Depth(Parser& q) : p(q) { if (++p.depth_ > kMaxNesting) p.fail("nesting too deep"); }
     ~Depth() { --p.depth_; }
   };
+  // A left-associative chain (a ~ b ~ c, x | f | g, x.a.b, a or b or c) is parsed by a loop, not by recursion,
+  // but builds a tree as deep as the chain is long, which evaluation and destruction then recurse through:
+  // each link counts as a level of nesting until the chain's expression is done.
+  struct Chain {
+    Parser& p;
+    uint32_t links = 0;
+    explicit Chain(Parser& q) : p(q) {}
+    ~Chain() { p.depth_ -= links; }
+    void link() {
+      ++links;
+      if (++p.depth_ > kMaxNesting) p.fail("nesting too deep");
+    }
+  };
   ExprPtr make(Expr::Kind k, const Token& at) {
     auto e = std::make_unique<Expr>();
     e->kind = k;
@@ -274,7 +287,9 @@ class Parser {
     Depth d(*this);
     if (!condexpr) return or_expr();
     ExprPtr e = or_expr();
+    Chain chain(*this);
     while (skip_name("if")) {
+      chain.link();
       auto c = make(Expr::Kind::Cond, cur());
       c->line = e->line, c->col = e->col;
       c->args.push_back(or_expr());
@@ -286,12 +301,14 @@ class Parser {
   }
   ExprPtr or_expr() {
     ExprPtr e = and_expr();
-    while (skip_name("or")) e = binary("or", std::move(e), and_expr());
+    Chain chain(*this);
+    while (skip_name("or")) chain.link(), e = binary("or", std::move(e), and_expr());
     return e;
   }
   ExprPtr and_expr() {
     ExprPtr e = not_expr();
-    while (skip_name("and")) e = binary("and", std::move(e), not_expr());
+    Chain chain(*this);
+    while (skip_name("and")) chain.link(), e = binary("and", std::move(e), not_expr());
     return e;
   }
   ExprPtr not_expr() {
@@ -307,7 +324,8 @@ class Parser {
   }
   ExprPtr compare() {
     ExprPtr e = math1();
-    while (true) {
+    Chain chain(*this);
+    for (;; chain.link()) {
       if (cur().type == Token::Op && (cur().text == "==" || cur().text == "!=" || cur().text == "<" ||
                                       cur().text == "<=" || cur().text == ">" || cur().text == ">=")) {
         const std::string op = t_[i_++].text;
@@ -324,7 +342,9 @@ class Parser {
   }
   ExprPtr math1() {
     ExprPtr e = concat();
+    Chain chain(*this);
     while (is_op("+") || is_op("-")) {
+      chain.link();
       const std::string op = t_[i_++].text;
       e = binary(op, std::move(e), concat());
     }
@@ -332,12 +352,15 @@ class Parser {
   }
   ExprPtr concat() {
     ExprPtr e = math2();
-    while (skip_op("~")) e = binary("~", std::move(e), math2());
+    Chain chain(*this);
+    while (skip_op("~")) chain.link(), e = binary("~", std::move(e), math2());
     return e;
   }
   ExprPtr math2() {
     ExprPtr e = pow();
+    Chain chain(*this);
     while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
+      chain.link();
       const std::string op = t_[i_++].text;
       e = binary(op, std::move(e), pow());
     }
@@ -345,7 +368,8 @@ class Parser {
   }
   ExprPtr pow() {
     ExprPtr e = unary(true);
-    while (skip_op("**")) e = binary("**", std::move(e), unary(true));
+    Chain chain(*this);
+    while (skip_op("**")) chain.link(), e = binary("**", std::move(e), unary(true));
     return e;
   }
   ExprPtr unary(bool with_filter) {
@@ -413,7 +437,8 @@ class Parser {
                                      at.type == Token::VarEnd ? "'}}'" : "'" + at.text + "'"));
   }
   ExprPtr postfix(ExprPtr e) {
-    while (true) {
+    Chain chain(*this);
+    for (;; chain.link()) {
       const Token at = cur();
       if (skip_op(".")) {
         if (cur().type == Token::Int) {
@@ -506,7 +531,8 @@ class Parser {
     return e;
   }
   ExprPtr filter_expr(ExprPtr e) {
-    while (true) {
+    Chain chain(*this);
+    for (;; chain.link()) {
       if (skip_op("|")) {
         e = filter_call(std::move(e));
       } else if (is_name("is")) {

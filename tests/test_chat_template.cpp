@@ -286,6 +286,24 @@ TEST(ChatTemplate, HostileTemplatesAreBounded) {
   for (int k = 0; k < 5000; ++k) ifs += "{% if true %}";
   o = render_vkspec({"", ifs, ojson::object()});
   EXPECT_FALSE(o.ok);
+  // Left-associative chains are parsed by loops but build trees as deep as they are long, which rendering and
+  // destruction recurse through: 100,000 links of each kind are refused as nesting (they crashed the process).
+  const auto chain = [](const std::string& first, const std::string& link) {
+    std::string t = "{{ " + first;
+    for (int k = 0; k < 100000; ++k) t += link;
+    return t + " }}";
+  };
+  for (const std::string& t : {chain("a", " ~ a"), chain("x", " | string"), chain("x", ".a"), chain("x", "[0]"),
+                               chain("f", "()"), chain("1", " + 1"), chain("1", " * 1"), chain("2", " ** 1"),
+                               chain("1", " == 1"), chain("a", " or a"), chain("a", " and a"),
+                               chain("1", " if 1 else 1")}) {
+    o = render_vkspec({"", t, ojson::object()});
+    EXPECT_FALSE(o.ok) << t.substr(0, 40);
+    EXPECT_NE(o.text.find("nesting too deep"), std::string::npos) << t.substr(0, 40) << ": " << o.text;
+  }
+  // a chain as long as real templates write still renders
+  o = render_vkspec({"", chain("'a'", " ~ 'b'").substr(0, 3 + 3 + 50 * 6) + " }}", ojson::object()});
+  EXPECT_TRUE(o.ok) << o.text;
   // Values nested without end.
   o = render_vkspec({"", "{% set ns = namespace(l=[]) %}{% for i in range(5000) %}{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l | length }}", ojson::object()});
   EXPECT_FALSE(o.ok);
