@@ -113,10 +113,14 @@ int cmd_bench(const RunOptions& o, const BenchOptions& b) {
     throw Error("bench needs -p >= 0 (0: the prompt text as it is), -n >= 2 and --reps >= 1");
   const api::Model model = load_model(o);
   const vkspec_model_info& mi = model.info();
+  const auto too_long = [&](size_t prompt_tokens) {
+    if (prompt_tokens + size_t(o.n_predict) + 1 > mi.n_ctx)
+      throw Error("-p + -n exceed the context of " + std::to_string(mi.n_ctx) + " (use --ctx)");
+  };
+  too_long(size_t(b.prompt_tokens));   // before a prompt of that length is built (-p 1000000000 would take 4 GB)
   const std::string text = o.prompt_file.empty() ? std::string(kDefaultPrompt) : read_prompt(o, kMaxTextBytes);
   const std::vector<int32_t> prompt = prompt_of_length(model, text, uint32_t(b.prompt_tokens));
-  if (prompt.size() + size_t(o.n_predict) + 1 > mi.n_ctx)
-    throw Error("-p + -n exceed the context of " + std::to_string(mi.n_ctx) + " (use --ctx)");
+  too_long(prompt.size());
   api::Context ctx(model, context_params(o, o.seed.value_or(1)));
   const std::string drafter = ctx.info().drafter;
   const bool spec = !drafter.empty();
