@@ -14,11 +14,11 @@
 #include <httplib.h>
 
 #include "cli_common.h"
-#include "platform/platform.h"
 #include "embeddings_api.h"
 #include "llamacpp_api.h"
 #include "ollama_api.h"
 #include "server_api.h"
+#include "platform/platform.h"
 
 namespace vkspec::cli {
 namespace {
