@@ -10,10 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "platform/platform.h"
 #include "runtime/core.h"   // vkspec::Error (no Vulkan in loader/)
 
 namespace vkspec {
+namespace platform {
+class MappedFile;   // platform/platform.h
+}
 
 enum class GgufType : uint32_t {
   U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7, STRING = 8, ARRAY = 9,
