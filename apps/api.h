@@ -36,6 +36,8 @@ std::string text_of(F&& fill) {
   return s;
 }
 
+inline std::string environment_json() { return text_of(vkspec_environment_json); }
+
 inline std::vector<vkspec_device_info> list_devices() {
   uint32_t n = 0;
   check(vkspec_list_devices(nullptr, 0, &n));

@@ -23,8 +23,9 @@ int cmd_devices(bool json) {
         {"uuid", f.uuid}, {"kernel_family", f.kernel_family}, {"submit", f.submit}};
     out.push_back(d);
   }
+  const nlohmann::json environment = nlohmann::json::parse(api::environment_json());
   if (json) {
-    write_stdout(out.dump(2) + "\n");
+    write_stdout(nlohmann::json{{"devices", out}, {"environment", environment}}.dump(2) + "\n");
     return 0;
   }
   std::string text;
@@ -37,6 +38,12 @@ int cmd_devices(bool json) {
         snprintf(line, sizeof line, "  %-28s %s\n", it.key().c_str(), it.value().dump().c_str());
         text += line;
       }
+  }
+  text += "environment (VKSPEC_*)\n";
+  for (auto it = environment.begin(); it != environment.end(); ++it) {
+    char line[512];
+    snprintf(line, sizeof line, "  %-28s %s\n", it.key().c_str(), it.value().dump().c_str());
+    text += line;
   }
   write_stdout(text);
   return 0;

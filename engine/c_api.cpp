@@ -96,6 +96,17 @@ const char* vkspec_status_name(vkspec_status s) {
   return "unknown status";
 }
 
+vkspec_status vkspec_environment_json(char* text, size_t capacity, size_t* len) {
+  return api_call([&] {
+    require(len != nullptr && (text != nullptr || capacity == 0), "a null argument");
+    try {
+      copy_text(settings_json(read_settings()), text, capacity, len);
+    } catch (const Error& e) {
+      throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, e.what()};
+    }
+  });
+}
+
 vkspec_status vkspec_list_devices(vkspec_device_info* out, uint32_t capacity, uint32_t* count) {
   return api_call([&] {
     require(count != nullptr, "count is null");
@@ -310,7 +321,7 @@ vkspec_status vkspec_context_create(vkspec_model* model, const vkspec_context_pa
     *out = nullptr;
     if (!model->target->model)
       throw Failure{VKSPEC_ERROR_NOT_SUPPORTED, "the model was loaded vocab_only: it has no contexts"};
-    const EngineOptions o = engine_options(params->draft);
+    const DraftOptions o = draft_options(params->draft);
     auto c = std::make_unique<vkspec_context>();
     c->model = model;
     c->sp = sampling_params(params->sampling, model->target->tok->n_vocab());
@@ -352,7 +363,7 @@ vkspec_status vkspec_context_get_info(const vkspec_context* ctx, vkspec_context_
     Claim claim(const_cast<vkspec_context*>(ctx));
     *out = vkspec_context_info{};
     const Engine& e = *ctx->engine;
-    if (const Drafter* d = const_cast<Engine&>(e).drafter()) copy_field(out->drafter, d->name());
+    copy_field(out->drafter, drafter_name(e.drafter_kind()));
     out->load_seconds = e.load_s();
     out->cached_tokens = uint32_t(ctx->session.tokens.size());
   });
@@ -428,7 +439,7 @@ vkspec_status step_generation(vkspec_context* ctx, int32_t* done) {
   *done = 0;
   if (e.step()) return VKSPEC_OK;
   *done = 1;
-  const Completion c = e.finish();
+  const SequenceResult c = e.finish();
   const std::string tail = ctx->utf8.finish();   // an unfinished UTF-8 sequence at the end: U+FFFD
   if (!tail.empty() && ctx->params.on_token) ctx->params.on_token(-1, tail.c_str(), tail.size(), 0, ctx->params.user);
   ctx->cancel.store(false);
@@ -451,8 +462,8 @@ vkspec_status step_generation(vkspec_context* ctx, int32_t* done) {
   m.queue_submissions = c.decode_parts;
   m.device_seconds = c.decode_gpu_s;
   m.round_tokens = c.spec.tokens;
-  copy_field(m.stop_reason, c.stop_reason);
-  if (c.stop_reason == "cancelled") throw Failure{VKSPEC_ERROR_CANCELLED, "cancelled by vkspec_cancel()"};
+  copy_field(m.stop_reason, stop_reason_name(c.stop));
+  if (c.stop == StopReason::Cancelled) throw Failure{VKSPEC_ERROR_CANCELLED, "cancelled by vkspec_cancel()"};
   return VKSPEC_OK;
 }
 

@@ -28,14 +28,14 @@ vkspec_batch* live_batch(const vkspec_batch* b) {
   return const_cast<vkspec_batch*>(b);
 }
 
-void fill_result(vkspec_request_result& out, const BatchResult& r) {
+void fill_result(vkspec_request_result& out, const SequenceResult& r) {
   out = vkspec_request_result{};
-  copy_field(out.stop_reason, r.stop_reason);
+  copy_field(out.stop_reason, stop_reason_name(r.stop));
   copy_field(out.error, r.error);
   out.prompt_tokens = r.prompt_tokens;
   out.prefilled_tokens = r.prefilled;
-  out.shared_tokens = r.shared;
-  out.completion_tokens = r.completion_tokens;
+  out.shared_tokens = r.reused;
+  out.completion_tokens = uint32_t(r.ids.size());
   out.speculative = r.speculative;
   out.drafted = r.spec.drafted;
   out.accepted = r.spec.accepted;
@@ -103,12 +103,7 @@ vkspec_status vkspec_batch_create(vkspec_model* model, const vkspec_batch_params
                     "the batch needs parallel + cached_sequences = " +
                         std::to_string(params->parallel + params->cached_sequences) +
                         " sequences; the model was loaded with max_contexts = " + std::to_string(model->max_contexts)};
-    const EngineOptions o = engine_options(params->draft);
-    try {   // an invalid argument, not a load failure
-      check_engine_options(o);
-    } catch (const Error& e) {
-      throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, e.what()};
-    }
+    const DraftOptions o = draft_options(params->draft);   // (an invalid argument, not a load failure)
     auto b = std::make_unique<vkspec_batch>();
     b->model = model;
     b->engine = std::make_unique<BatchEngine>(model->target, o,
@@ -143,7 +138,7 @@ vkspec_status vkspec_batch_submit(vkspec_batch* batch, const int32_t* prompt, si
       const std::string piece = utf8->push(tok.piece(t));
       return p.on_token(rid, int32_t(t), piece.c_str(), piece.size(), from_draft, row, row ? n_vocab : 0, p.user) == 0;
     };
-    r->on_done = [p, rid, utf8, b](const BatchResult& res) {
+    r->on_done = [p, rid, utf8, b](const SequenceResult& res) {
       {
         std::lock_guard<std::mutex> lock(b->ids_mutex);
         b->running.erase(rid);
@@ -174,7 +169,7 @@ vkspec_status vkspec_batch_embed(vkspec_batch* batch, const int32_t* tokens, siz
     r->on_embedding = [rid, on_embedding, user](std::vector<float> v) {
       if (on_embedding) on_embedding(rid, v.data(), uint32_t(v.size()), user);
     };
-    r->on_done = [rid, on_done, user, b](const BatchResult& res) {
+    r->on_done = [rid, on_done, user, b](const SequenceResult& res) {
       {
         std::lock_guard<std::mutex> lock(b->ids_mutex);
         b->running.erase(rid);

@@ -149,17 +149,33 @@ inline TargetModel::Options target_options(const char* path, const vkspec_model_
 
 namespace vkspec::capi {
 
+// The stop reason's name in the C API's results (vkspec_metrics, vkspec_request_result): the one place
+// reasons become strings.
+inline const char* stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::None: return "";
+    case StopReason::Eos: return "eos";
+    case StopReason::Length: return "length";
+    case StopReason::Context: return "context";
+    case StopReason::Stopped: return "stopped";
+    case StopReason::Cancelled: return "cancelled";
+    case StopReason::Error: return "error";
+    case StopReason::Embedded: return "embedded";
+  }
+  return "";
+}
+
 // The drafting fields checked (a clear error naming the CLI's flags) and converted.
-inline EngineOptions engine_options(const vkspec_draft_params& d) {
-  EngineOptions o;
-  if (d.model) o.draft_model = d.model;
-  if (d.ngram) o.draft = "ngram";
-  o.draft_max = d.max > 1000 ? 1000 : int(d.max);
-  o.draft_min = d.min > 1000 ? 1000 : int(d.min);
-  o.draft_p_min = d.p_min;
-  o.draft_policy = d.adaptive ? "adaptive" : "fixed";
+inline DraftOptions draft_options(const vkspec_draft_params& d) {
+  DraftOptions o;
+  if (d.model) o.model_path = d.model;
+  o.ngram = d.ngram != 0;
+  o.max = d.max;
+  o.min = d.min;
+  o.p_min = d.p_min;
+  o.policy = d.adaptive ? DraftLengthPolicy::Adaptive : DraftLengthPolicy::Fixed;
   try {
-    check_engine_options(o);
+    check_draft_options(o);
   } catch (const Error& e) {
     throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, e.what()};
   }

@@ -11,51 +11,12 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "engine/prompt.h"
-#include "loader/gbnf.h"
-#include "loader/json_grammar.h"
-#include "loader/tokenizer.h"
-#include "runtime/model.h"
-#include "runtime/sampler.h"
+#include "engine/sequence.h"
+#include "engine/target_model.h"
 #include "runtime/token_choice.h"
-#include "speculative/controller.h"
 
 namespace vkspec {
-
-struct Completion {
-  std::vector<uint32_t> ids;   // generated tokens (EOG excluded)
-  // "eos" (end of generation), "length" (-n reached), "context" (the context is full), "stopped" (the
-  // token callback asked to stop), "cancelled" (the cancel flag was set)
-  std::string stop_reason;
-  uint32_t reused = 0;         // leading context tokens whose K/V the session's cache already held
-  uint32_t prefilled = 0;      // context tokens this completion prefilled
-  double prefill_s = 0, decode_s = 0;
-  bool speculative = false;
-  SpeculativeStats spec;
-  // Submissions (host waits) and dispatches after the first token, which the prefill's submission chooses.
-  uint64_t decode_submissions = 0, decode_parts = 0, decode_dispatches = 0;   // waits, command buffers
-  double decode_gpu_s = 0;   // device time of those submissions (timestamps)
-  // Decode tokens/s: every token after the first costs one forward pass (or a share of a verify pass).
-  double decode_tok_s() const { return ids.size() > 1 && decode_s > 0 ? double(ids.size() - 1) / decode_s : 0.0; }
-};
-
-// How an Engine or BatchEngine drafts (the C API's context parameters; the CLI's -md/--draft flags).
-struct EngineOptions {
-  std::string draft_model;   // a draft GGUF sharing the target's vocabulary, or empty
-  std::string draft;         // "ngram": prompt-lookup drafts instead
-  int draft_max = 5, draft_min = 0;
-  float draft_p_min = 0.0f;
-  std::string draft_policy = "adaptive";   // fixed (always K) | adaptive (speculative/draft_policy.h)
-};
-
-// Sampling settings checked (values the device sampler would turn into NaN or infinite probabilities are
-// refused, naming the CLI's flags); the seed is left to the caller.
-SamplingParams checked_sampling(const SamplingParams& sp);
-// Throws a clear error for drafting options out of range.
-void check_engine_options(const EngineOptions& o);
-
 
 // A KV sequence that outlives one completion. Invariant (asserted after every completion): the cache of
 // `seq` holds exactly the K/V of `tokens`, in order.
@@ -64,53 +25,11 @@ struct Session {
   std::vector<uint32_t> tokens;
 };
 
-// A target model loaded once and shared by the Engines (contexts) on it: file, tokenizer, Vulkan device,
-// pipelines and the model with its paged KV pool (one sequence per Session).
-struct TargetModel {
-  struct Options {
-    std::string path;
-    int device = -1;
-    uint32_t n_ctx = 0;           // 0: the model's, capped at 4096
-    uint32_t max_sequences = 1;   // Sessions that may be open at once (each needs KV for n_ctx)
-    uint32_t kv_blocks = 0;       // KV pool blocks (0: n_ctx for each of kv_pool_sequences)
-    uint32_t kv_pool_sequences = 0;   // 0: max_sequences
-    uint32_t ubatch = 0;          // tokens per forward chunk (ModelOptions::ubatch; 0: the device's)
-    std::function<void(uint64_t done, uint64_t total)> progress;
-    std::optional<ExternalDevice> external;   // the application's device (C API external device mode)
-    bool vocab_only = false;      // the file and tokenizer only: no device, no model (ctx, pipelines, model null)
-  };
-  explicit TargetModel(const Options& o);
-  std::unique_ptr<GgufFile> file;
-  std::unique_ptr<Tokenizer> tok;
-  std::unique_ptr<Context> ctx;
-  std::unique_ptr<Pipelines> pipelines;
-  std::unique_ptr<LlamaModel> model;
-  double load_s = 0;
-  // Held for a whole completion: the model's activations and the device queue serve one at a time.
-  std::mutex busy;
-  // The constraint of a request's settings (JSON mode, a grammar; null: none). The vocabulary's views they
-  // need are made at the first request that asks (any thread); the last kGrammarsKept grammars are kept
-  // parsed with their masks (GbnfMaskCache), for the requests that repeat them.
-  std::unique_ptr<TokenConstraint> constraint(const SamplingParams& sp);
-  static constexpr size_t kGrammarsKept = 8;
-
- private:
-  struct KeptGrammar {
-    std::string text;
-    std::shared_ptr<const Gbnf> grammar;
-    std::shared_ptr<GbnfMaskCache> masks;
-  };
-  std::mutex constraint_mu_;
-  std::shared_ptr<const VocabBytes> vocab_bytes_;
-  std::shared_ptr<const JsonGrammar> json_grammar_;
-  std::vector<KeptGrammar> grammars_;   // most recently used last
-};
-
 class Engine {
  public:
   // On a loaded target (shared with other Engines); loads the drafter of `o` and checks that a draft model
   // shares the target's vocabulary.
-  Engine(std::shared_ptr<TargetModel> target, const EngineOptions& o);
+  Engine(std::shared_ptr<TargetModel> target, const DraftOptions& o);
   ~Engine();
 
   const Tokenizer& tokenizer() const { return *t_->tok; }
@@ -121,8 +40,8 @@ class Engine {
   // With a cancel flag: true prefills the whole prompt in one submission anyway (the flag is then seen after
   // it); for the completions begun from now on.
   void set_prefill_one_submission(bool whole) { prefill_whole_ = whole; }
-  Drafter* drafter() { return drafter_.get(); }
-  bool adaptive_k() const;   // --draft-policy adaptive
+  DrafterKind drafter_kind() const { return o_.kind(); }
+  Drafter* drafter() { return drafter_.get(); }   // (between completions; null without one)
   double load_s() const { return load_s_; }
 
 
@@ -130,12 +49,12 @@ class Engine {
   // loaded. `on_token` sees each token as it is accepted and returns false to stop.
   // The token callback: the id and whether it was a verified draft; false stops generation.
   using TokenCallback = std::function<bool(uint32_t token, bool from_draft)>;
-  Completion generate(std::span<const uint32_t> prompt, const SamplingParams& sp, int n, bool ignore_eos,
+  SequenceResult generate(std::span<const uint32_t> prompt, const SamplingParams& sp, int n, bool ignore_eos,
                       bool speculate, const TokenCallback& on_token = {});
   // The same on a session: `context` is the whole conversation so far; the cache keeps its longest common
   // prefix with session.tokens and prefills the rest. Afterwards session.tokens is what the cache holds
   // (the context and the generated tokens, except a last token that was never fed back).
-  Completion generate(Session& session, std::span<const uint32_t> context, const SamplingParams& sp, int n,
+  SequenceResult generate(Session& session, std::span<const uint32_t> context, const SamplingParams& sp, int n,
                       bool ignore_eos, bool speculate, const TokenCallback& on_token = {});
   // The same, a forward pass at a time: begin() sets a completion up (nothing runs), each step() runs one
   // submission (a prompt chunk of ubatch() tokens when cancellable, else the whole prompt; a decoding step;
@@ -143,7 +62,7 @@ class Engine {
   void begin(Session& session, std::span<const uint32_t> context, const SamplingParams& sp, int n, bool ignore_eos,
              bool speculate, const TokenCallback& on_token = {});
   bool step();
-  Completion finish();
+  SequenceResult finish();
   bool running() const { return run_ != nullptr; }
 
   Session open_session();
@@ -165,18 +84,15 @@ class Engine {
   static void normalize_embedding(std::span<float> v);   // to unit Euclidean length (a zero vector stays)
 
  private:
-  void load_drafter();
-  bool accept_token(uint32_t t, bool from_draft);
   struct Run;
   std::unique_ptr<Run> run_;   // the completion in progress
 
-  EngineOptions o_;
+  DraftOptions o_;
   std::shared_ptr<TargetModel> t_;
-  std::unique_ptr<GgufFile> draft_file_;
-  std::unique_ptr<LlamaModel> draft_model_;
+  std::unique_ptr<DraftModel> draft_model_;
   const std::atomic<bool>* cancel_ = nullptr;
   bool prefill_whole_ = false;
-  std::unique_ptr<Drafter> drafter_;
+  std::unique_ptr<Drafter> drafter_;   // kept between completions (a draft model's cache); lent to each Sequence
   std::unique_ptr<Recorder> rec_;                 // every decoding step and speculative round
   std::unique_ptr<TokenChooser> chooser_;
   double load_s_ = 0;

@@ -93,6 +93,9 @@ typedef struct vkspec_device_info {
 
 /* Fills up to `capacity` entries; *count is the number of devices. */
 VKSPEC_API vkspec_status vkspec_list_devices(vkspec_device_info* out, uint32_t capacity, uint32_t* count);
+/* The VKSPEC_* environment variables as the library reads them: one JSON object keyed by variable (a bad
+   value is VKSPEC_ERROR_INVALID_ARGUMENT naming it). Text as vkspec_detokenize writes it. */
+VKSPEC_API vkspec_status vkspec_environment_json(char* text, size_t capacity, size_t* len);
 
 /* ---- models ---- */
 typedef struct vkspec_model vkspec_model;

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "loader/jinja_interp.h"
+#include "runtime/settings.h"
 #include "platform/platform.h"
 
 namespace vkspec::jinja {
@@ -91,8 +92,9 @@ Dict dict_from_args(const CallArgs& a) {
 
 std::string strftime_today(const std::string& format) {
   std::tm tm{};
-  const char* today = getenv("VKSPEC_TODAY");
-  if (today && *today) {
+  const std::string today_setting = read_settings().today;
+  const char* today = today_setting.c_str();
+  if (*today) {
     int y, m, d;
     char tail;
     if (sscanf(today, "%d-%d-%d%c", &y, &m, &d, &tail) != 3 || m < 1 || m > 12 || d < 1 || d > 31)

@@ -48,11 +48,6 @@ VkInstance create_instance(bool validation, bool* debug_utils) {
 }
 
 // VKSPEC_SUBMIT's values, which vkspec_device_info.submit prints back.
-constexpr std::pair<DeviceFacts::SubmitSplit, const char*> kSubmitSplitNames[] = {
-    {DeviceFacts::SubmitSplit::Whole, "whole"},
-    {DeviceFacts::SubmitSplit::Parts, "parts"},
-    {DeviceFacts::SubmitSplit::EveryBarrier, "barriers"},
-};
 
 DeviceFacts probe(VkPhysicalDevice pd, uint32_t index) {
   DeviceFacts f;
@@ -92,18 +87,10 @@ DeviceFacts probe(VkPhysicalDevice pd, uint32_t index) {
   std::vector<VkExtensionProperties> exts(n_ext);
   vk::vkEnumerateDeviceExtensionProperties(pd, nullptr, &n_ext, exts.data());
   for (auto& e : exts) f.push_descriptor |= strcmp(e.extensionName, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME) == 0;
-  const char* memory_model = getenv("VKSPEC_MEMORY");
-  if (memory_model && *memory_model && std::string(memory_model) != "discrete")
-    throw Error(std::string("VKSPEC_MEMORY must be 'discrete' (or unset), got '") + memory_model + "'");
-  f.discrete_memory = memory_model && std::string(memory_model) == "discrete";
-  const std::string split = getenv("VKSPEC_SUBMIT") ? getenv("VKSPEC_SUBMIT") : "";
-  f.submit_split = f.type == VK_PHYSICAL_DEVICE_TYPE_CPU ? DeviceFacts::SubmitSplit::Whole : DeviceFacts::SubmitSplit::Parts;
-  if (!split.empty()) {
-    bool known = false;
-    for (const auto& [s, name] : kSubmitSplitNames)
-      if (split == name) f.submit_split = s, known = true;
-    if (!known) throw Error("VKSPEC_SUBMIT must be whole, parts or barriers (or unset), got '" + split + "'");
-  }
+  const Settings settings = read_settings();
+  f.discrete_memory = settings.discrete_memory;
+  f.submit_split = settings.submit ? *settings.submit
+                   : f.type == VK_PHYSICAL_DEVICE_TYPE_CPU ? SubmitSplit::Whole : SubmitSplit::Parts;
   f.timestamps = p.limits.timestampComputeAndGraphics && p.limits.timestampPeriod > 0;
   f.timestamp_period_ns = p.limits.timestampPeriod;
 
@@ -157,11 +144,7 @@ std::vector<VkPhysicalDevice> physical_devices(VkInstance inst) {
 
 }  // namespace
 
-const char* DeviceFacts::submit_split_name() const {
-  for (const auto& [s, name] : kSubmitSplitNames)
-    if (s == submit_split) return name;
-  return "?";
-}
+const char* DeviceFacts::submit_split_name() const { return vkspec::submit_split_name(submit_split); }
 
 const char* DeviceFacts::type_name() const {
   switch (type) {
@@ -256,8 +239,8 @@ Context::Context(const ContextOptions& opts) {
     adopt(*opts.external);
     return;
   }
-  const char* env_val = getenv("VKSPEC_VALIDATION");
-  bool validation = opts.validation || (env_val && strcmp(env_val, "1") == 0);
+  const Settings settings = read_settings();
+  const bool validation = opts.validation || settings.validation;
   bool debug_utils = false;
   instance_ = create_instance(validation, &debug_utils);
   try {
@@ -272,14 +255,7 @@ Context::Context(const ContextOptions& opts) {
     }
     auto pds = physical_devices(instance_);
     int index = opts.device_index;
-    if (index < 0) {
-      if (const char* e = getenv("VKSPEC_DEVICE"); e && *e) {
-        char* end = nullptr;
-        long v = strtol(e, &end, 10);
-        if (*end || v < 0 || v > 1024) throw Error(std::string("VKSPEC_DEVICE must be a device index, got '") + e + "'");
-        index = int(v);
-      }
-    }
+    if (index < 0) index = settings.device;
     if (index >= int(pds.size()))
       throw Error("device " + std::to_string(index) + " does not exist (" + std::to_string(pds.size()) +
                   " Vulkan device(s); see `vkspec devices`)");

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/settings.h"
 #include "runtime/vk_loader.h"
 
 namespace vkspec {
@@ -49,7 +50,7 @@ struct DeviceFacts {
   // gap fell to ~0.12 ms. A CPU device's recording is a few hundred microseconds of a step that
   // costs it tens of milliseconds, and each submission wakes its queue thread: it takes recordings whole.
   // VKSPEC_SUBMIT=whole|parts|barriers overrides (barriers: a part at every barrier, for CI on lavapipe).
-  enum class SubmitSplit { Whole, Parts, EveryBarrier };
+  using SubmitSplit = vkspec::SubmitSplit;
   SubmitSplit submit_split = SubmitSplit::Whole;
   const char* submit_split_name() const;   // "whole", "parts" or "barriers": VKSPEC_SUBMIT's values
 

@@ -50,26 +50,15 @@ static_assert(std::size(kMatmulShader) == WT_Q6 + 1 && std::size(kMatmulTileShad
 
 uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 
-// An on/off switch for measurements (VKSPEC_INT8_X, VKSPEC_MATMUL_TILE, VKSPEC_FMA): true when set to 0; unset or 1 keeps
-// the default; anything else is an Error.
-bool switched_off(const char* name) {
-  const char* v = getenv(name);
-  if (v && *v && strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
-    throw Error(std::string(name) + " must be 0 or 1 (or unset), got '" + v + "'");
-  return v && strcmp(v, "0") == 0;
-}
 }  // namespace
 
 Kernels::Kernels(Context& ctx, Pipelines& pipelines, KernelFamily family)
     : ctx_(ctx), pipelines_(pipelines), family_(family) {
-  if (family_ == KernelFamily::Auto) {
-    const char* e = getenv("VKSPEC_KERNELS");
-    if (e && strcmp(e, "row") == 0) family_ = KernelFamily::RowPerLane;
-    else if (e && strcmp(e, "subgroup") == 0) family_ = KernelFamily::Subgroup;
-    else if (e && *e) throw Error(std::string("VKSPEC_KERNELS must be 'row' or 'subgroup' (or unset), got '") + e + "'");
-    else family_ = ctx.facts().prefers_row_per_lane() || !ctx.facts().subgroup_shuffle ? KernelFamily::RowPerLane
-                                                                                        : KernelFamily::Subgroup;
-  }
+  const Settings settings = read_settings();   // (before the conditions below: a bad value is refused on any device)
+  if (family_ == KernelFamily::Auto) family_ = settings.kernels;
+  if (family_ == KernelFamily::Auto)
+    family_ = ctx.facts().prefers_row_per_lane() || !ctx.facts().subgroup_shuffle ? KernelFamily::RowPerLane
+                                                                                  : KernelFamily::Subgroup;
   // matmul.comp's lanes meet in wg_sum_pairwise, whose levels within a subgroup are shuffles
   if (family_ == KernelFamily::Subgroup && !ctx.facts().subgroup_shuffle)
     throw Error("the subgroup kernel family needs subgroup shuffles, which this device does not have (VKSPEC_KERNELS=row)");
@@ -78,9 +67,8 @@ Kernels::Kernels(Context& ctx, Pipelines& pipelines, KernelFamily family)
                     MATMUL_ROW_LANES % 4 == 0,
                 "wg_sum_pairwise: a tree of whole pairs within red_scratch; matmul_tile reads its lane sums by fours");
   wg_rows_ = family_ == KernelFamily::RowPerLane ? std::max(16u, ctx.facts().subgroup_size) : MATMUL_ROW_LANES;
-  // read before the conditions below, so that a bad value is refused whichever family and device
-  const bool x8_off = switched_off("VKSPEC_INT8_X"), tile_off = switched_off("VKSPEC_MATMUL_TILE");
-  fma_ = !switched_off("VKSPEC_FMA");
+  const bool x8_off = !settings.int8_x, tile_off = !settings.matmul_tile;
+  fma_ = settings.fma;
   x8_ = family_ == KernelFamily::RowPerLane && ctx.facts().texel_reads() && ctx.facts().subgroup_arithmetic && !x8_off;
   // matmul_tile: the sums of squares follow the sums (contract.h MATMUL_TILE_SUMS); every slot must exist
   static_assert(MATMUL_TILE_SUMS(kTileRows, kBatchTile, false) + kBatchTile <= contract::MATMUL_TILE_VALUES &&

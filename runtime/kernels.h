@@ -14,12 +14,12 @@
 #include <memory>
 
 #include "runtime/recorder.h"
+#include "runtime/settings.h"
 #include "runtime/tensor.h"
 #include "shaders/contract.h"
 
 namespace vkspec {
 
-enum class KernelFamily { Auto, RowPerLane, Subgroup };
 
 struct PagedKvView {        // one layer of the KV cache, as the kernels see it
   Slice k_pool, v_pool;     // [n_blocks][block_size][n_kv_heads][head_dim] f16 pairs (shaders/paged_kv.glsl)

@@ -1,4 +1,5 @@
 #include "runtime/recorder.h"
+#include "runtime/settings.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -6,23 +7,9 @@
 
 namespace vkspec {
 
-namespace {
-// VKSPEC_PROFILE: unset, "" or "0" (off), "1" (per kernel), "each" (per dispatch); anything else is an Error.
-std::string profile_setting() {
-  const char* e = getenv("VKSPEC_PROFILE");
-  const std::string v = e ? e : "";
-  if (v != "" && v != "0" && v != "1" && v != "each")
-    throw Error("VKSPEC_PROFILE must be 0, 1 or each (or unset), got '" + v + "'");
-  return v;
-}
-}  // namespace
+bool profiling_requested() { return read_settings().profile != Profiling::Off; }
 
-bool profiling_requested() {
-  const std::string v = profile_setting();
-  return v == "1" || v == "each";
-}
-
-Recorder::Recorder(Context& ctx, bool profile) : ctx_(ctx), each_(profile && profile_setting() == "each") {
+Recorder::Recorder(Context& ctx, bool profile) : ctx_(ctx), each_(profile && read_settings().profile == Profiling::PerDispatch) {
   VkCommandPoolCreateInfo pi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
   pi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
   pi.queueFamilyIndex = ctx.queue_family();

@@ -16,7 +16,7 @@ shared_src=(loader/gguf.cpp loader/model_file.cpp runtime/quant.cpp loader/token
             apps/server_api.cpp apps/message_window.cpp apps/tool_calls.cpp apps/ollama_api.cpp apps/embeddings_api.cpp
             apps/llamacpp_api.cpp
             engine/prompt.cpp loader/gbnf.cpp loader/json_grammar.cpp loader/token_constraint.cpp
-            loader/json_schema.cpp loader/json_pattern.cpp platform/platform_common.cpp platform/platform_posix.cpp)
+            loader/json_schema.cpp loader/json_pattern.cpp runtime/settings.cpp platform/platform_common.cpp platform/platform_posix.cpp)
 mkdir -p "$out/obj"
 printf '%s\n' "${shared_src[@]}" | xargs -P "$(nproc)" -I{} sh -c \
   'o="$1/obj/$(echo "$2" | tr / _).o"; shift 2; "$@" -c "$0" -o "$o"' {} "$out" {} "${fuzz_cxx[@]}"
@@ -57,7 +57,7 @@ VKSPEC_SHARED="$PWD/../shared" "$out/fuzz_tokenizer" "$out/corpus-tok" -max_tota
 
 # chat templates: arbitrary template source rendered with a fixed conversation (half the time)
 jinja=(loader/chat_template.cpp loader/jinja_value.cpp loader/jinja_lex.cpp loader/jinja_parse.cpp loader/jinja_render.cpp
-       loader/jinja_builtins.cpp loader/jinja_filters.cpp)
+       loader/jinja_builtins.cpp loader/jinja_filters.cpp runtime/settings.cpp)
 "${fuzz_cxx[@]}" tests/fuzz/fuzz_chat_template.cpp $(obj "${jinja[@]}" loader/gguf.cpp runtime/quant.cpp) -o "$out/fuzz_chat_template"
 mkdir -p "$out/corpus-jinja"
 for f in ../shared/chat-templates/*.jinja; do

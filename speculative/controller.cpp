@@ -27,13 +27,13 @@ SpeculativeDecoder::SpeculativeDecoder(LlamaModel& target, int seq, Drafter& dra
                                        std::vector<uint32_t>& context, const SpeculativeOptions& opts, Emit emit)
     : target_(target), seq_(seq), drafter_(drafter), chooser_(chooser), rec_(rec), context_(context), opts_(opts),
       emit_(std::move(emit)),
-      policy_(opts.draft_max, opts.adaptive, /*timing_free=*/opts.timing_free || !rec.can_mark(),
+      policy_(opts.draft_max, opts.policy == DraftLengthPolicy::Adaptive, /*timing_free=*/opts.timing_free || !rec.can_mark(),
               drafter.relative_cost(target)),
       g_(chooser.token(0)),   // the target's choice after the prefilled context
       round_{rec, chooser, 0} {
   // a constraint masks each verify row after the drafts before it, which the host must know while recording
-  if (chooser.params().constrained() && !drafter.host_drafts())
-    throw Error("internal: constrained generation speculates with host-written drafts only");
+  if (!can_speculate(drafter.kind(), chooser.params().constrained()))
+    throw Error("internal: a sequence speculates that may not (can_speculate)");
   drafts_.reserve(LlamaModel::kMaxBatch);
 }
 

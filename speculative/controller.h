@@ -34,7 +34,7 @@ struct SpeculativeOptions {
   // Adaptive K (speculative/draft_policy.h): the K in 0..draft_max with the best expected tokens per second
   // from the measured acceptance, draft and verify costs (GPU timestamps around the round's parts; modeled
   // costs, weight bytes, without them). The tokens do not depend on K. Otherwise always draft_max.
-  bool adaptive = false;
+  DraftLengthPolicy policy = DraftLengthPolicy::Fixed;
   // K from modeled costs even when the device has timestamps (a batch shares its passes between sequences,
   // so a sequence's own draft and verify times cannot be measured).
   bool timing_free = false;

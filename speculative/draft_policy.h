@@ -58,6 +58,9 @@
 
 namespace vkspec {
 
+// --draft-policy: always K drafts (Fixed), or K in 0..K from measured acceptance and costs (Adaptive).
+enum class DraftLengthPolicy : uint8_t { Fixed, Adaptive };
+
 // The middle of v[0..n) (n > 0), the lower one of an even count: slow outliers (a cold first run, a stalled
 // machine) are the high values. Reorders v.
 inline double lower_median(double* v, size_t n) {

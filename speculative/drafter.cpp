@@ -5,6 +5,29 @@
 
 namespace vkspec {
 
+const char* drafter_name(DrafterKind kind) {
+  switch (kind) {
+    case DrafterKind::None: return "";
+    case DrafterKind::Ngram: return "ngram";
+    case DrafterKind::Model: return "draft-model";
+    case DrafterKind::NgramThenModel: return "ngram+model";
+  }
+  return "";
+}
+
+std::unique_ptr<Drafter> make_drafter(DrafterKind kind, LlamaModel* draft_model, float p_min) {
+  const bool needs_model = kind == DrafterKind::Model || kind == DrafterKind::NgramThenModel;
+  if (kind == DrafterKind::None || needs_model != (draft_model != nullptr))
+    throw Error("internal: make_drafter with a drafter kind and draft model that do not go together");
+  switch (kind) {
+    case DrafterKind::Ngram: return std::make_unique<NgramDrafter>();
+    case DrafterKind::Model: return std::make_unique<ModelDrafter>(*draft_model, p_min);
+    case DrafterKind::NgramThenModel: return std::make_unique<LookupThenModelDrafter>(*draft_model, p_min);
+    case DrafterKind::None: break;
+  }
+  return nullptr;
+}
+
 ModelDrafter::ModelDrafter(LlamaModel& draft, float p_min) : model_(draft), p_min_(p_min), seq_(draft.kv().new_sequence()) {}
 
 ModelDrafter::~ModelDrafter() { model_.kv().free_sequence(seq_); }

@@ -39,10 +39,21 @@ uint32_t keep_drafts(const TokenChooser& chooser, uint32_t k, float p_min);
 
 class ModelDrafter;
 
+// Which drafter a context or a batch runs: the CLI's --draft ngram and -md DRAFT.gguf, alone or together.
+enum class DrafterKind : uint8_t { None, Ngram, Model, NgramThenModel };
+const char* drafter_name(DrafterKind kind);   // "ngram", "draft-model", "ngram+model" ("" for None)
+
+// The one rule for when a sequence speculates: with a drafter, and when its output is constrained (JSON
+// mode, a grammar) only with host-written drafts (prompt lookup): each verify row's mask depends on the
+// drafts before it, which a draft model chooses on the device.
+inline bool can_speculate(DrafterKind kind, bool constrained) {
+  return kind != DrafterKind::None && (!constrained || kind == DrafterKind::Ngram);
+}
+
 class Drafter {
  public:
   virtual ~Drafter() = default;
-  virtual const char* name() const = 0;
+  virtual DrafterKind kind() const = 0;
   // The cost of one draft relative to a decoding step of `target` (used where timings must not steer K).
   virtual double relative_cost(const LlamaModel& target) const = 0;
   // Puts up to `k` tokens likely to follow `context` (which ends with the last accepted token g, in slot 0)
@@ -66,17 +77,17 @@ class Drafter {
   virtual bool next_round_free(std::span<const uint32_t> context) const { (void)context; return false; }
   // The draft model's drafter this one is or holds (with its draft KV sequence), if any.
   virtual ModelDrafter* model_drafter() { return nullptr; }
-  // Every round's drafts are written by the host before the round is recorded (prompt lookup), so that a
-  // constraint can check them and mask each verify row (TokenChooser::set_draft_masks); a model's are not.
-  virtual bool host_drafts() const { return false; }
 };
+
+// A drafter of `kind` (not None); `draft_model` for the kinds that run one.
+std::unique_ptr<Drafter> make_drafter(DrafterKind kind, LlamaModel* draft_model, float p_min);
 
 class ModelDrafter : public Drafter {
  public:
   // p_min: stop drafting once the draft's top probability falls below it (0 = always draft k).
   ModelDrafter(LlamaModel& draft, float p_min);
   ~ModelDrafter() override;
-  const char* name() const override { return "draft-model"; }
+  DrafterKind kind() const override { return DrafterKind::Model; }
   ModelDrafter* model_drafter() override { return this; }
   // Drops what the cache holds past its longest common prefix with `context` (a drafter kept from a
   // finished request and reused for a new one that starts with part of its context: its next catch-up runs
@@ -117,11 +128,10 @@ class ModelDrafter : public Drafter {
 class NgramDrafter : public Drafter {
  public:
   explicit NgramDrafter(uint32_t max_n = 4, uint32_t min_n = 1) : max_n_(max_n), min_n_(min_n) {}
-  const char* name() const override { return "ngram"; }
+  DrafterKind kind() const override { return DrafterKind::Ngram; }
   double relative_cost(const LlamaModel&) const override { return 0.0; }
   uint32_t draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) override;
   bool next_round_free(std::span<const uint32_t>) const override { return true; }
-  bool host_drafts() const override { return true; }
   // The proposal itself (host only), and its writing into the round's slots 1.. (returns its size).
   std::vector<uint32_t> propose(std::span<const uint32_t> context, uint32_t k) const;
   static uint32_t write(std::span<const uint32_t> drafts, DraftRound& round);
@@ -139,7 +149,7 @@ class LookupThenModelDrafter : public Drafter {
  public:
   static constexpr uint32_t kMinMatch = 2;   // a lookup needs a suffix of this many tokens seen before
   LookupThenModelDrafter(LlamaModel& draft, float p_min) : model_(draft, p_min), lookup_(4, kMinMatch) {}
-  const char* name() const override { return "ngram+model"; }
+  DrafterKind kind() const override { return DrafterKind::NgramThenModel; }
   double relative_cost(const LlamaModel& target) const override { return model_.relative_cost(target); }
   uint32_t draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) override;
   // the lookup's drafts, or the draft model (whose steps the caller records) when the lookup finds none

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "engine/batch_engine.h"
+#include "engine/engine.h"
 #include "engine/prompt.h"
 #include "speculative/drafter.h"
 #include "tests/vk_test_env.h"
@@ -16,7 +17,8 @@ namespace {
 
 using vkspec::BatchEngine;
 using vkspec::BatchRequest;
-using vkspec::BatchResult;
+using vkspec::SequenceResult;
+using vkspec::StopReason;
 
 const char* kPrompts[] = {"def fibonacci(n):\n", "import os\nimport sys\n\n", "class Stack:\n    def __init__(self):\n",
                           "for i in range(10):\n", "    return self.", "with open(path) as f:\n"};
@@ -27,7 +29,7 @@ std::vector<uint32_t> encode(const TargetModel& t, const std::string& text) {
 
 struct Outcome {
   std::vector<uint32_t> ids;
-  BatchResult result;
+  SequenceResult result;
   bool done = false;
 };
 
@@ -52,7 +54,7 @@ class BatchEngineTest : public VkTest {
       out.ids.push_back(t);
       return true;
     };
-    r->on_done = [&out](const BatchResult& res) {
+    r->on_done = [&out](const SequenceResult& res) {
       out.result = res;
       out.done = true;
     };
@@ -83,10 +85,10 @@ TEST_F(BatchEngineTest, EveryRequestGetsTheTokensOfItsRunAlone) {
 #endif
   for (const Mode& mode : modes) {
     SCOPED_TRACE(mode.name);
-    EngineOptions o;
-    o.draft_model = mode.draft_model;
-    o.draft = mode.draft;
-    o.draft_max = 4;
+    DraftOptions o;
+    o.model_path = mode.draft_model;
+    o.ngram = mode.draft == "ngram";
+    o.max = 4;
     Engine solo(t, o);
     BatchEngine batch(t, o, {4, 24});   // 4 at once (6 requests: two wait), small steps: prefill spans steps
     std::vector<Outcome> runs(std::size(kPrompts));
@@ -113,7 +115,7 @@ TEST_F(BatchEngineTest, EveryRequestGetsTheTokensOfItsRunAlone) {
     drain(batch);
     for (size_t i = 0; i < runs.size(); ++i) {
       ASSERT_TRUE(runs[i].done) << i;
-      EXPECT_EQ(runs[i].result.stop_reason, "length") << runs[i].result.error;
+      EXPECT_EQ(runs[i].result.stop, StopReason::Length) << runs[i].result.error;
       EXPECT_EQ(runs[i].ids, want[i]) << "prompt " << i;
       EXPECT_EQ(runs[i].result.speculative, !mode.draft_model.empty() || !mode.draft.empty());
     }
@@ -139,7 +141,7 @@ TEST_F(BatchEngineTest, EveryRequestGetsTheTokensOfItsRunAlone) {
 // cancelled between its parts ends without a vector and gives its blocks back.
 TEST_F(BatchEngineTest, EmbeddingsRunInPartsBesideTheStreams) {
   auto t = target(3);
-  Engine solo(t, EngineOptions{});
+  Engine solo(t, DraftOptions{});
   std::string text;
   for (int i = 0; text.size() < 420; ++i) text += "def f" + std::to_string(i) + "(x):\n    return x * " + std::to_string(i) + "\n";
   const std::vector<uint32_t> long_text = encode(*t, text);
@@ -153,7 +155,7 @@ TEST_F(BatchEngineTest, EmbeddingsRunInPartsBesideTheStreams) {
   const std::vector<uint32_t> prompt = encode(*t, kPrompts[0]);
   const std::vector<uint32_t> want_ids = solo.generate(prompt, greedy, 60, true, false).ids;
 
-  BatchEngine batch(t, EngineOptions{}, {3, 24});   // embeddings: max(24 rows, a chunk) tokens per step
+  BatchEngine batch(t, DraftOptions{}, {3, 24});   // embeddings: max(24 rows, a chunk) tokens per step
   std::vector<char> events;   // 'g': a generated token, 'L' / 'M': an embedding delivered
   Outcome gen;
   auto g = request(prompt, greedy, 60, gen);
@@ -165,7 +167,7 @@ TEST_F(BatchEngineTest, EmbeddingsRunInPartsBesideTheStreams) {
   batch.submit(g);
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(batch.step());   // the generation is decoding
   std::vector<float> got_last, got_mean;
-  std::vector<BatchResult> embed_results;
+  std::vector<SequenceResult> embed_results;
   for (const auto pooling : {LlamaModel::Pooling::Last, LlamaModel::Pooling::Mean}) {
     auto e = std::make_shared<BatchRequest>();
     e->prompt = long_text;
@@ -174,7 +176,7 @@ TEST_F(BatchEngineTest, EmbeddingsRunInPartsBesideTheStreams) {
       (pooling == LlamaModel::Pooling::Last ? got_last : got_mean) = std::move(v);
       events.push_back(pooling == LlamaModel::Pooling::Last ? 'L' : 'M');
     };
-    e->on_done = [&](const BatchResult& r) { embed_results.push_back(r); };
+    e->on_done = [&](const SequenceResult& r) { embed_results.push_back(r); };
     batch.submit(e);
   }
   const size_t submitted_at = events.size();
@@ -182,7 +184,7 @@ TEST_F(BatchEngineTest, EmbeddingsRunInPartsBesideTheStreams) {
   ASSERT_TRUE(gen.done);
   EXPECT_EQ(gen.ids, want_ids);
   ASSERT_EQ(embed_results.size(), 2u);
-  for (const BatchResult& r : embed_results) EXPECT_EQ(r.stop_reason, "embedded") << r.error;
+  for (const SequenceResult& r : embed_results) EXPECT_EQ(r.stop, StopReason::Embedded) << r.error;
   EXPECT_EQ(got_last, want_last);
   EXPECT_EQ(got_mean, want_mean);
   // both texts (~2 x 200 tokens at 24 per step) took several steps, each of which decoded a token
@@ -196,16 +198,16 @@ TEST_F(BatchEngineTest, EmbeddingsRunInPartsBesideTheStreams) {
   e->prompt = long_text;
   e->embed = LlamaModel::Pooling::Last;
   bool delivered = false;
-  std::string reason;
+  StopReason reason = StopReason::None;
   e->on_embedding = [&](std::vector<float>) { delivered = true; };
-  e->on_done = [&](const BatchResult& r) { reason = r.stop_reason; };
+  e->on_done = [&](const SequenceResult& r) { reason = r.stop; };
   batch.submit(e);
   ASSERT_TRUE(batch.step());
   ASSERT_TRUE(batch.step());
-  EXPECT_TRUE(reason.empty());   // (two parts of 24 tokens: still running)
+  EXPECT_EQ(reason, StopReason::None);   // (two parts of 24 tokens: still running)
   e->cancelled = true;
   drain(batch);
-  EXPECT_EQ(reason, "cancelled");
+  EXPECT_EQ(reason, StopReason::Cancelled);
   EXPECT_FALSE(delivered);
   EXPECT_EQ(batch.metrics().kv_blocks_in_use, 0u);
   t->model->kv().check_invariants();
@@ -236,10 +238,10 @@ TEST_F(BatchEngineTest, CompletionsOfOnePromptPrefillItOnceAndShareItsBlocks) {
   const uint32_t prompt_blocks = (L + bs - 1) / bs;
   EXPECT_LE(m.kv_blocks_allocated, prompt_blocks + 3 * (1 + (8 + bs - 1) / bs) + 1);
   for (const Outcome& r : runs) {
-    EXPECT_EQ(r.result.stop_reason, "length");
+    EXPECT_EQ(r.result.stop, StopReason::Length);
     EXPECT_EQ(r.ids.size(), 8u);
   }
-  EXPECT_EQ(runs[1].result.shared, L - 1);
+  EXPECT_EQ(runs[1].result.reused, L - 1);
   EXPECT_EQ(m.kv_blocks_in_use, 0u);
 }
 
@@ -248,10 +250,10 @@ TEST_F(BatchEngineTest, CompletionsOfOnePromptPrefillItOnceAndShareItsBlocks) {
 // warm-up's scratch sequences are gone again.
 TEST_F(BatchEngineTest, WarmUpCreatesEveryPipelineTheStepsUse) {
   auto t = target(4);
-  EngineOptions o;
-  o.draft_model = shared_path("models/pycode-draft-f16.gguf");
-  o.draft = "ngram";
-  o.draft_max = 6;
+  DraftOptions o;
+  o.model_path = shared_path("models/pycode-draft-f16.gguf");
+  o.ngram = true;
+  o.max = 6;
   BatchEngine batch(t, o, {4, 24});
   const size_t loaded = t->pipelines->created();
   batch.warm_up();
@@ -269,7 +271,7 @@ TEST_F(BatchEngineTest, WarmUpCreatesEveryPipelineTheStepsUse) {
     batch.submit(request(encode(*t, kPrompts[i]), sp, 24 + 4 * uint32_t(i), runs[i]));
   }
   drain(batch);
-  for (const Outcome& r : runs) EXPECT_EQ(r.result.stop_reason, "length") << r.result.error;
+  for (const Outcome& r : runs) EXPECT_EQ(r.result.stop, StopReason::Length) << r.result.error;
   EXPECT_GT(batch.metrics().drafted, 0u);
   EXPECT_EQ(t->pipelines->created(), warm);
   EXPECT_EQ(batch.metrics().kv_blocks_in_use, 0u);
@@ -292,7 +294,7 @@ TEST_F(BatchEngineTest, AdmissionWaitsForBlocksAndCancelledRequestsFreeThem) {
   drain(batch);
   for (const Outcome& r : runs) {
     EXPECT_TRUE(r.done);
-    EXPECT_EQ(r.result.stop_reason, "length");
+    EXPECT_EQ(r.result.stop, StopReason::Length);
     EXPECT_EQ(r.ids, runs[0].ids);   // the same prompt alone or with others: the same tokens
   }
   Outcome a, b;
@@ -304,10 +306,10 @@ TEST_F(BatchEngineTest, AdmissionWaitsForBlocksAndCancelledRequestsFreeThem) {
   ra->cancelled = true;
   batch.step();
   EXPECT_TRUE(a.done);
-  EXPECT_EQ(a.result.stop_reason, "cancelled");
+  EXPECT_EQ(a.result.stop, StopReason::Cancelled);
   EXPECT_LT(a.ids.size(), 240u);
   drain(batch);
-  EXPECT_EQ(b.result.stop_reason, "length");
+  EXPECT_EQ(b.result.stop, StopReason::Length);
   m = batch.metrics();
   EXPECT_EQ(m.kv_blocks_in_use, 0u);
   EXPECT_EQ(m.active, 0u);
@@ -319,7 +321,7 @@ TEST_F(BatchEngineTest, AdmissionWaitsForBlocksAndCancelledRequestsFreeThem) {
   huge->max_tokens = 1000;   // 200 + up to the context: 16 blocks, fits
   EXPECT_NO_THROW(batch.submit(huge));
   drain(batch);
-  EXPECT_EQ(c.result.stop_reason, "context");
+  EXPECT_EQ(c.result.stop, StopReason::Context);
 }
 
 // The prompt cache: a finished request's KV stays (Options::cached_sequences), so the next turn of a
@@ -350,7 +352,7 @@ TEST_F(BatchEngineTest, PromptCacheServesTheNextTurnAndGivesWayToReservations) {
     batch.submit(request(p2, sp, 16, turn2));
     drain(batch);
     // the cache held p1 and the first 23 generated tokens (the last one was never fed back)
-    EXPECT_EQ(turn2.result.shared, p1.size() + 23);
+    EXPECT_EQ(turn2.result.reused, p1.size() + 23);
     EXPECT_EQ(batch.metrics().prefilled_tokens - before.prefilled_tokens, p2.size() - (p1.size() + 23));
     EXPECT_EQ(turn2.ids, solo.generate(p2, sp, 16, true, false).ids) << "the cached prefix changes nothing";
     EXPECT_EQ(turn1.ids, solo.generate(p1, sp, 24, true, false).ids);
@@ -370,7 +372,7 @@ TEST_F(BatchEngineTest, PromptCacheServesTheNextTurnAndGivesWayToReservations) {
   EXPECT_EQ(batch.metrics().active, 1u) << "the cache made a request wait";
   EXPECT_GT(batch.metrics().cache_evictions, m.cache_evictions);
   drain(batch);
-  EXPECT_EQ(big.result.stop_reason, "context");
+  EXPECT_EQ(big.result.stop, StopReason::Context);
   t->model->kv().check_invariants();
 
   // At most 3 cached sequences whatever the number of distinct prompts; each is shared when asked again.
@@ -385,7 +387,7 @@ TEST_F(BatchEngineTest, PromptCacheServesTheNextTurnAndGivesWayToReservations) {
   Outcome again;
   batch.submit(request(last, greedy, 4, again));
   drain(batch);
-  EXPECT_EQ(again.result.shared, last.size() - 1);
+  EXPECT_EQ(again.result.reused, last.size() - 1);
   batch.shutdown();
   EXPECT_EQ(t->model->kv().blocks_in_use(), 0u) << "shutdown frees the cache";
   t->model->kv().check_invariants();
@@ -393,10 +395,10 @@ TEST_F(BatchEngineTest, PromptCacheServesTheNextTurnAndGivesWayToReservations) {
   // With a draft model: the target's prefix comes from the cache and so does the draft model's (the cached
   // sequence's drafter, with its draft sequence, goes to the next turn); greedy speculation gives exactly the
   // plain greedy tokens, greedy and with sampled turns beside it.
-  EngineOptions o;
-  o.draft_model = shared_path("models/pycode-draft-f16.gguf");
-  o.draft_max = 4;
-  o.draft_policy = "fixed";   // drafts in every round: the draft model sees every turn
+  DraftOptions o;
+  o.model_path = shared_path("models/pycode-draft-f16.gguf");
+  o.max = 4;
+  o.policy = vkspec::DraftLengthPolicy::Fixed;   // drafts in every round: the draft model sees every turn
   BatchEngine spec(t, o, {2, 64, 3});
   EXPECT_GT(spec.metrics().draft_kv_blocks_total, 0u) << "the draft pool's size, known before any step";
   const std::vector<uint32_t> p1 = encode(*t, "def tokenize(text):\n");
@@ -410,7 +412,7 @@ TEST_F(BatchEngineTest, PromptCacheServesTheNextTurnAndGivesWayToReservations) {
   const BatchMetrics before_s2 = spec.metrics();
   spec.submit(request(p2, greedy, 12, s2));
   drain(spec);
-  EXPECT_GE(s2.result.shared, p1.size() + 15) << "speculative rounds leave the cache holding what was accepted";
+  EXPECT_GE(s2.result.reused, p1.size() + 15) << "speculative rounds leave the cache holding what was accepted";
   const uint32_t bs = t->model->kv().block_size();
   const uint64_t draft_blocks = spec.metrics().draft_kv_blocks_allocated - before_s2.draft_kv_blocks_allocated;
   EXPECT_LT(draft_blocks, (p2.size() + 12 + bs - 1) / bs) << "the draft model did not run the whole context again";
@@ -453,11 +455,11 @@ TEST_F(BatchEngineTest, TheNextTurnTakesOverItsCachedTurnBeforeWhenThePoolIsFull
   greedy.temperature = 0;
   for (const bool draft : {false, true}) {
     SCOPED_TRACE(draft);
-    EngineOptions o;
+    DraftOptions o;
     if (draft) {
-      o.draft_model = shared_path("models/pycode-draft-f16.gguf");
-      o.draft_max = 3;
-      o.draft_policy = "fixed";
+      o.model_path = shared_path("models/pycode-draft-f16.gguf");
+      o.max = 3;
+      o.policy = vkspec::DraftLengthPolicy::Fixed;
     }
     BatchEngine batch(t, o, {1, 64, 1});
     const std::vector<uint32_t> p1 = encode(*t, "class Parser:\n    def __init__(self, text):\n");
@@ -473,10 +475,10 @@ TEST_F(BatchEngineTest, TheNextTurnTakesOverItsCachedTurnBeforeWhenThePoolIsFull
     ASSERT_EQ(before.cached_sequences, 1u);
     batch.submit(request(p2, greedy, 1000, turn2));   // (reserves the whole context)
     drain(batch);
-    EXPECT_GE(turn2.result.shared, p1.size() + 30) << "the turn before was evicted instead of shared";
-    EXPECT_EQ(batch.metrics().prefilled_tokens - before.prefilled_tokens, p2.size() - turn2.result.shared);
+    EXPECT_GE(turn2.result.reused, p1.size() + 30) << "the turn before was evicted instead of shared";
+    EXPECT_EQ(batch.metrics().prefilled_tokens - before.prefilled_tokens, p2.size() - turn2.result.reused);
     EXPECT_EQ(batch.metrics().cache_evictions, before.cache_evictions + 1);
-    EXPECT_EQ(turn2.result.stop_reason, "context");
+    EXPECT_EQ(turn2.result.stop, StopReason::Context);
     t->model->kv().check_invariants();
     batch.shutdown();
     EXPECT_EQ(t->model->kv().blocks_in_use(), 0u);
@@ -494,10 +496,10 @@ TEST_F(BatchEngineTest, TheNextTurnTakesOverItsCachedTurnBeforeWhenThePoolIsFull
 TEST_F(BatchEngineTest, CachedDraftersGiveWayInTheDraftPool) {
   auto t = target(2 + 3 + 1);   // 2 running + 3 cached + the solo runs; n_ctx blocks for each
   Engine solo(t, {});
-  EngineOptions o;
-  o.draft_model = shared_path("models/pycode-draft-f16.gguf");
-  o.draft_max = 3;
-  o.draft_policy = "fixed";
+  DraftOptions o;
+  o.model_path = shared_path("models/pycode-draft-f16.gguf");
+  o.max = 3;
+  o.policy = vkspec::DraftLengthPolicy::Fixed;
   BatchEngine spec(t, o, {2, 64, 3});
   SamplingParams greedy;
   greedy.temperature = 0;
@@ -517,7 +519,7 @@ TEST_F(BatchEngineTest, CachedDraftersGiveWayInTheDraftPool) {
   EXPECT_GT(spec.metrics().cache_evictions, cached.cache_evictions);
   drain(spec);
   for (int i = 0; i < 2; ++i) {
-    EXPECT_EQ(big[i].result.stop_reason, "length") << big[i].result.error;
+    EXPECT_EQ(big[i].result.stop, StopReason::Length) << big[i].result.error;
     EXPECT_EQ(big[i].ids, solo.generate(long_prompts[i], greedy, 40, true, false).ids);
   }
   spec.shutdown();
@@ -561,7 +563,7 @@ TEST_F(BatchEngineTest, SubmittersOnManyThreadsWhileTheEngineRuns) {
           out.ids.push_back(tok);   // engine thread; read after on_done under mu
           return true;
         };
-        r->on_done = [&](const BatchResult& res) {
+        r->on_done = [&](const SequenceResult& res) {
           std::lock_guard<std::mutex> lock(mu);
           out.result = res;
           out.done = true;
@@ -576,7 +578,7 @@ TEST_F(BatchEngineTest, SubmittersOnManyThreadsWhileTheEngineRuns) {
   Outcome cancelled;
   auto victim = request(prompts[0], greedy, 200, cancelled);
   auto done = victim->on_done;
-  victim->on_done = [&](const BatchResult& res) {
+  victim->on_done = [&](const SequenceResult& res) {
     std::lock_guard<std::mutex> lock(mu);
     done(res);
     cv.notify_all();
@@ -592,10 +594,10 @@ TEST_F(BatchEngineTest, SubmittersOnManyThreadsWhileTheEngineRuns) {
   batch.wake();
   engine.join();
   for (size_t k = 0; k < together.size(); ++k) {
-    EXPECT_EQ(together[k].result.stop_reason, "length");
+    EXPECT_EQ(together[k].result.stop, StopReason::Length);
     EXPECT_EQ(together[k].ids, alone[k % prompts.size()].ids) << k;
   }
-  EXPECT_EQ(cancelled.result.stop_reason, "cancelled");
+  EXPECT_EQ(cancelled.result.stop, StopReason::Cancelled);
   EXPECT_EQ(batch.metrics().kv_blocks_in_use, 0u);
 }
 

@@ -32,7 +32,11 @@ const std::string kStories = "-m " + shared_path("models/stories260K.gguf");
 TEST(Cli, DevicesListsFacts) {
   auto r = run_cli("devices --json");
   ASSERT_EQ(r.code, 0) << r.err;
-  auto j = nlohmann::json::parse(r.out);
+  const auto all = nlohmann::json::parse(r.out);
+  // the VKSPEC_* variables as the library read them (tests run with the validation layer on)
+  EXPECT_EQ(all["environment"]["VKSPEC_VALIDATION"], getenv("VKSPEC_VALIDATION") && std::string(getenv("VKSPEC_VALIDATION")) == "1");
+  EXPECT_EQ(all["environment"]["VKSPEC_FMA"], true);
+  const auto& j = all["devices"];
   ASSERT_FALSE(j.empty());
   for (auto& d : j) {
     for (const char* key : {"shader_float16", "storage_16bit", "storage_8bit", "subgroup_size_control", "subgroup_size",
@@ -361,6 +365,7 @@ TEST(Cli, HostileInputsAreRefusedByName) {
       {"VKSPEC_SUBMIT=split run " + kStories + " -p hi", "VKSPEC_SUBMIT must be"},
       {"VKSPEC_MEMORY=gpu run " + kStories + " -p hi", "VKSPEC_MEMORY must be"},
       {"VKSPEC_DEVICE=99999999999 run " + kStories + " -p hi", "VKSPEC_DEVICE must be"},
+      {"VKSPEC_FMA=2 devices --json", "VKSPEC_FMA must be"},
   };
   for (const Case& c : cases) {
     const bool env = c.args.rfind("VKSPEC_", 0) == 0;

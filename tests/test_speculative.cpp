@@ -51,7 +51,7 @@ std::vector<uint32_t> speculative_tokens(LlamaModel& m, Drafter& d, const std::v
   session.prefill(m, seq, prompt, prompt);
   std::vector<uint32_t> context = prompt, out;
   SpeculativeOptions opts{k, 0};
-  opts.adaptive = adaptive;
+  opts.policy = adaptive ? vkspec::DraftLengthPolicy::Adaptive : vkspec::DraftLengthPolicy::Fixed;
   auto s = generate_speculative(m, seq, d, session.chooser, session.rec, context, opts, [&](uint32_t t) {
     out.push_back(t);
     return out.size() < n;
@@ -223,7 +223,7 @@ TEST_F(SpeculativeTest, OneSubmissionPerStepAndPerRound) {
                                                        {5, 0}, [&](uint32_t) { return ++emitted < 20; });
       EXPECT_GT(st.verify_passes, 1u);
       EXPECT_EQ(Recorder::total_submissions() - before, st.verify_passes)
-          << d->name() << " p_min " << d->p_min() << ", temperature " << p.temperature;
+          << drafter_name(d->kind()) << " p_min " << d->p_min() << ", temperature " << p.temperature;
       // the last emitted token is not in the cache yet: run it, its successor chosen into slot 0
       const uint32_t last = context.back();
       session.prefill(target, seq, std::span<const uint32_t>(&last, 1), context);
