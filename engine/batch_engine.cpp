@@ -36,7 +36,7 @@ BatchEngine::BatchEngine(std::shared_ptr<TargetModel> target, const DraftOptions
   }
   choices_ = std::make_unique<BatchedChoices>(*t_->ctx, *t_->pipelines, V, opts.parallel);
   for (uint32_t i = 0; i < opts.parallel; ++i) {
-    auto s = std::make_unique<Slot>();
+    auto s = std::make_unique<RequestSlot>();
     s->index = i;
     s->chooser = std::make_unique<TokenChooser>(*t_->ctx, *t_->pipelines, V, m.n_ctx() + LlamaModel::kMaxBatch);
     slots_.push_back(std::move(s));
@@ -187,7 +187,7 @@ bool BatchEngine::admit_one(const std::shared_ptr<BatchRequest>& r) {
       admission_->admit(r->prompt, r->max_tokens, bool(r->embed), held, speculate && model_drafts);
   if (!grant) return false;
 
-  Slot& s = **free_slot;
+  RequestSlot& s = **free_slot;
   s.req = r;
   s.seq = grant->seq;
   s.reserved = grant->reserved;
@@ -237,7 +237,7 @@ void BatchEngine::update_kv_metrics() {
   metrics_.cache_evictions = admission_->evictions();
 }
 
-void BatchEngine::end(Slot& s, StopReason reason, const std::string& error) {
+void BatchEngine::end(RequestSlot& s, StopReason reason, const std::string& error) {
   const auto now = Clock::now();
   Sequence& q = *s.sequence;
   q.end(reason);
@@ -277,7 +277,7 @@ void BatchEngine::end(Slot& s, StopReason reason, const std::string& error) {
   if (r->on_done) r->on_done(done);
 }
 
-uint32_t BatchEngine::run_embedding(Slot& s, uint32_t max_tokens) {
+uint32_t BatchEngine::run_embedding(RequestSlot& s, uint32_t max_tokens) {
   const BatchRequest& r = *s.req;
   const uint32_t n = uint32_t(r.prompt.size()), before = s.embedding.done;
   std::vector<float> v;
@@ -356,7 +356,7 @@ bool BatchEngine::step() {
     metrics_.step_rows += plan.n_rows;
   }
   for (const PlannedRows& p : plan.rows) {
-    Slot& s = *slots_[p.sequence];
+    RequestSlot& s = *slots_[p.sequence];
     if (!s.req) continue;
     try {
       commit(s, p.part, p.rows);

@@ -95,7 +95,7 @@ class BatchEngine {
 
  private:
   // One sequence slot: its token chooser (allocated once) and the request it serves.
-  struct Slot {
+  struct RequestSlot {
     uint32_t index = 0;                  // in slots_ (its row of logits_host_)
     std::shared_ptr<BatchRequest> req;   // null: free
     int seq = -1;                        // its KV sequence
@@ -115,13 +115,13 @@ class BatchEngine {
   bool admit_one(const std::shared_ptr<BatchRequest>& r);
   // An admitted embedding request's next part (at most max_tokens), ended when it was the last; returns the
   // tokens it ran.
-  uint32_t run_embedding(Slot& s, uint32_t max_tokens);
+  uint32_t run_embedding(RequestSlot& s, uint32_t max_tokens);
   // plan: what each sequence asks of this step (speculative ones draft first), then the pass's rows
   void draft_and_demand(std::vector<StepDemand>& demand, DraftSteps& drafts);
   std::vector<SeqRows> pass_rows(const StepPlan& plan);
   void record_choices(const StepPlan& plan);   // record: each sequence's choice or verification
-  void commit(Slot& s, StepPart part, uint32_t rows);   // commit: what the pass gave it (may end it)
-  void end(Slot& s, StopReason reason, const std::string& error = {});
+  void commit(RequestSlot& s, StepPart part, uint32_t rows);   // commit: what the pass gave it (may end it)
+  void end(RequestSlot& s, StopReason reason, const std::string& error = {});
   void update_kv_metrics();   // (mu_ held)
 
   std::shared_ptr<TargetModel> t_;
@@ -133,7 +133,7 @@ class BatchEngine {
   Slice logits_, logits_host_;   // [parallel * (K + 1)][n_vocab]: the step's logits rows; [parallel] rows read back
   Slice draft_logits_;           // [parallel][draft n_vocab]: a batched draft step's rows
   std::unique_ptr<BatchedChoices> choices_;   // a step's token choices, and a batched draft step's
-  std::vector<std::unique_ptr<Slot>> slots_;
+  std::vector<std::unique_ptr<RequestSlot>> slots_;
   std::unique_ptr<KvAdmission> admission_;    // (before the draft model goes: cached drafters hold its sequences)
   // What this engine's target passes and batched draft steps cost (device time per step, by rows): the
   // measured costs a greedy sequence's drafts are priced with (DraftPolicy::share_passes). Steps with a

@@ -18,7 +18,7 @@ void BatchEngine::draft_and_demand(std::vector<StepDemand>& demand, DraftSteps& 
   std::vector<uint32_t> batched_slots;
   uint32_t model_steps = 0;   // the batched draft steps that the sequences planned so far run
   for (auto& sp : slots_) {
-    Slot& s = *sp;
+    RequestSlot& s = *sp;
     if (!s.req || !s.decoding || !s.sequence->spec) continue;
     Sequence& q = *s.sequence;
     SpeculativeDecoder& spec = *q.spec;
@@ -35,13 +35,13 @@ void BatchEngine::draft_and_demand(std::vector<StepDemand>& demand, DraftSteps& 
       demand[s.index] = {StepPart::PlainRound, 1};
       continue;
     }
-    uint32_t drafted = 0;
-    if (ModelDrafter* model = q.drafter->draft_unless_model(q.context, k_max, spec.draft_round(), drafted)) {
-      batched.push_back({model, q.context, k_max, &spec.draft_round()});
+    const Drafted d = q.drafter->draft(q.context, k_max, spec.draft_round());
+    if (d.model) {   // its steps batched with the other sequences' below
+      batched.push_back({d.model, q.context, k_max, &spec.draft_round()});
       batched_slots.push_back(s.index);
       model_steps = std::max(model_steps, k_max);
     } else {
-      demand[s.index] = {StepPart::Verify, spec.drafts_recorded(drafted)};
+      demand[s.index] = {StepPart::Verify, spec.drafts_recorded(d.written)};
     }
   }
   if (!batched.empty()) {
@@ -54,7 +54,7 @@ void BatchEngine::draft_and_demand(std::vector<StepDemand>& demand, DraftSteps& 
     }
   }
   for (auto& sp : slots_) {
-    Slot& s = *sp;
+    RequestSlot& s = *sp;
     if (!s.req || s.req->embed || demand[s.index].part != StepPart::None) continue;   // (embeddings: run_embedding)
     if (s.decoding) demand[s.index] = {StepPart::Decode, 1};
     else demand[s.index] = {StepPart::Prefill, uint32_t(s.sequence->context.size()) - s.sequence->cached};
@@ -68,7 +68,7 @@ std::vector<SeqRows> BatchEngine::pass_rows(const StepPlan& plan) {
   LlamaModel& m = *t_->model;
   std::vector<SeqRows> rows;
   for (const PlannedRows& p : plan.rows) {
-    const Slot& s = *slots_[p.sequence];
+    const RequestSlot& s = *slots_[p.sequence];
     const Sequence& q = *s.sequence;
     switch (p.part) {
       case StepPart::Verify:
@@ -100,7 +100,7 @@ void BatchEngine::record_choices(const StepPlan& plan) {
   const VkDeviceSize row_bytes = VkDeviceSize(m.hparams().n_vocab) * 4;
   uint32_t at = 0;
   for (const PlannedRows& p : plan.rows) {
-    Slot& s = *slots_[p.sequence];
+    RequestSlot& s = *slots_[p.sequence];
     Sequence& q = *s.sequence;
     const Slice logits = logits_.sub(at * row_bytes, logits_.size - at * row_bytes);
     if (p.part == StepPart::Verify) {
@@ -124,7 +124,7 @@ void BatchEngine::record_choices(const StepPlan& plan) {
 }
 
 // After the step's wait: what its part of the pass gave this sequence (may end the request).
-void BatchEngine::commit(Slot& s, StepPart part, uint32_t rows) {
+void BatchEngine::commit(RequestSlot& s, StepPart part, uint32_t rows) {
   LlamaModel& m = *t_->model;
   Sequence& q = *s.sequence;
   const float* row = s.req->logits ? logits_host_.host<float>() + size_t(s.index) * m.hparams().n_vocab : nullptr;

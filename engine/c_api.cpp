@@ -1,7 +1,7 @@
 // The C API (include/vkspec.h) over the Engine: no C++ type or exception crosses it. Every entry point
 // runs inside api_call(), which turns exceptions into a status and the thread's last error message.
 #include "engine/c_api_internal.h"
-#include "engine/prompt.h"
+#include "text/prompt.h"
 
 using namespace vkspec;
 using namespace vkspec::capi;
@@ -40,7 +40,7 @@ struct Claim {
 }  // namespace
 
 namespace vkspec::capi {
-static_assert(VKSPEC_MAX_JSON_DEPTH == kMaxJsonDepth, "include/vkspec.h and loader/json_text.h");
+static_assert(VKSPEC_MAX_JSON_DEPTH == kMaxJsonDepth, "include/vkspec.h and core/json_text.h");
 static_assert(VKSPEC_MAX_LOGIT_BIAS == SamplingParams::kMaxLogitBias &&
                   VKSPEC_LOGIT_BIAS_BOUND == SamplingParams::kLogitBiasBound,
               "the C API's logit bias bounds are the sampler's");
@@ -112,7 +112,7 @@ vkspec_status vkspec_list_devices(vkspec_device_info* out, uint32_t capacity, ui
     require(count != nullptr, "count is null");
     require(out != nullptr || capacity == 0, "out is null");
     std::vector<DeviceFacts> devices;
-    for (DeviceFacts& f : Context::list_devices()) {   // one device seen through two drivers is listed once
+    for (DeviceFacts& f : VulkanDevice::list_devices()) {   // one device seen through two drivers is listed once
       bool seen = false;
       for (const DeviceFacts& d : devices) seen |= !f.uuid_hex.empty() && d.uuid_hex == f.uuid_hex;
       if (!seen) devices.push_back(std::move(f));
@@ -165,7 +165,7 @@ vkspec_status vkspec_estimate_memory(const char* path, const vkspec_model_params
     require(params && out, "params or out is null");
     const TargetModel::Options o = target_options(path, *params);
     GgufFile file(o.path);
-    Context ctx(ContextOptions{o.device, false, o.external ? &*o.external : nullptr});
+    VulkanDevice ctx(VulkanDeviceOptions{o.device, false, o.external ? &*o.external : nullptr});
     ModelOptions mo;
     mo.n_ctx = o.n_ctx;
     mo.max_sequences = o.max_sequences;

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "loader/json_schema.h"
-#include "loader/json_text.h"
+#include "constrain/json_schema.h"
+#include "core/json_text.h"
 #include "vkspec.h"
 
 struct vkspec_model {

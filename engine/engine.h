@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/prompt.h"
+#include "text/prompt.h"
 #include "engine/sequence.h"
 #include "engine/target_model.h"
 #include "runtime/token_choice.h"

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "loader/token_constraint.h"
-#include "loader/tokenizer.h"
+#include "constrain/token_constraint.h"
+#include "text/tokenizer.h"
 #include "speculative/controller.h"
 
 namespace vkspec {
@@ -71,7 +71,7 @@ class Sequence {
     end(check_stop(t, from_draft, logits_row));
     return stop() == StopReason::None;
   }
-  // A chosen token fed back into the context; false (Context recorded) once the context is full.
+  // A chosen token fed back into the context; false (VulkanDevice recorded) once the context is full.
   bool feed_back(uint32_t t, uint32_t n_ctx);
   // Records why the request ended, unless a reason was recorded first.
   void end(StopReason r) {

@@ -42,7 +42,7 @@ TargetModel::TargetModel(const Options& o) {
     load_s = loaded();
     return;
   }
-  ctx = std::make_unique<Context>(ContextOptions{o.device, false, o.external ? &*o.external : nullptr});
+  ctx = std::make_unique<VulkanDevice>(VulkanDeviceOptions{o.device, false, o.external ? &*o.external : nullptr});
   pipelines = std::make_unique<Pipelines>(*ctx);
   ModelOptions mo;
   mo.n_ctx = o.n_ctx;

@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "loader/gbnf.h"
-#include "loader/json_grammar.h"
-#include "loader/tokenizer.h"
+#include "constrain/gbnf.h"
+#include "constrain/json_grammar.h"
+#include "text/tokenizer.h"
 #include "runtime/model.h"
-#include "runtime/sampler.h"
+#include "runtime/sampling_params.h"
 #include "speculative/draft_policy.h"
 #include "speculative/drafter.h"
 
@@ -54,7 +54,7 @@ struct TargetModel {
   explicit TargetModel(const Options& o);
   std::unique_ptr<GgufFile> file;
   std::unique_ptr<Tokenizer> tok;
-  std::unique_ptr<Context> ctx;
+  std::unique_ptr<VulkanDevice> ctx;
   std::unique_ptr<Pipelines> pipelines;
   std::unique_ptr<LlamaModel> model;
   double load_s = 0;

@@ -220,7 +220,7 @@ typedef struct vkspec_sampling_params {
    * mode does. */
   const char* grammar;
   /* API version 5, a JSON schema (text; NULL or "": none; not with json_object or grammar): the text is a
-   * JSON value the schema accepts (the supported keywords: loader/json_schema.h; any other that constrains
+   * JSON value the schema accepts (the supported keywords: constrain/json_schema.h; any other that constrains
    * values is VKSPEC_ERROR_INVALID_ARGUMENT naming it). Run as the grammar it converts to. */
   const char* json_schema;
   /* API version 6, a lazy grammar (llama.cpp's; how function calling with tool_choice "auto" is constrained):
@@ -398,7 +398,7 @@ VKSPEC_API vkspec_status vkspec_batch_submit(vkspec_batch* batch, const int32_t*
 VKSPEC_API vkspec_status vkspec_batch_cancel(vkspec_batch* batch, uint64_t id);
 /* Optional, before the first request, on the thread that will step the batch: creates the pipelines of
  * the model's and the draft model's forward passes of every width and of the sampling kernel now (drivers
- * create each at its first use: 10-70 ms from warm caches on lavapipe, seconds cold), so that no step of a
+ * create each at its first use, which is slow), so that no step of a
  * request waits for one; a server calls it while it reports that it is loading. Refused while requests
  * run. */
 VKSPEC_API vkspec_status vkspec_batch_warm_up(vkspec_batch* batch);

@@ -4,7 +4,7 @@
 // Windows they are opened with the wide-character API, so a model under C:\Users\Zoë\モデル\ loads.
 #pragma once
 
-// Errors are std::runtime_error: this layer is below runtime/core.h's vkspec::Error.
+// Errors are std::runtime_error: this layer is below core/core.h's vkspec::Error.
 #include <atomic>
 #include <cstdint>
 #include <cstdio>

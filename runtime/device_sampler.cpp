@@ -37,7 +37,7 @@ bool DeviceSampler::lanes_fit(const DeviceFacts& f, uint32_t lanes) {
          kSharedPerLane * lanes + kSharedFixed <= f.max_shared_memory;
 }
 
-DeviceSampler::DeviceSampler(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_rows,
+DeviceSampler::DeviceSampler(VulkanDevice& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_rows,
                              uint32_t max_history, uint32_t lanes, bool texel_reads, uint32_t submission_rows)
     : pipelines_(pipelines), n_vocab_(n_vocab), max_rows_(max_rows), max_history_(max_history),
       lanes_(lanes ? lanes : lanes_for(ctx.facts())),

@@ -10,7 +10,7 @@
 
 #include "runtime/kernels.h"
 #include "runtime/rng.h"
-#include "runtime/sampler.h"
+#include "runtime/sampling_params.h"
 
 namespace vkspec {
 
@@ -29,7 +29,7 @@ class DeviceSampler {
   // texel_reads: CPU devices read logits through a texel buffer where they can (texel_logits); false keeps
   // the device-address variant everywhere (tests compare the two). submission_rows: the most rows recorded
   // in one submission (0: 4 max_rows, a verify pass and a round's draft steps).
-  DeviceSampler(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_rows, uint32_t max_history,
+  DeviceSampler(VulkanDevice& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_rows, uint32_t max_history,
                 uint32_t lanes = 0, bool texel_reads = true, uint32_t submission_rows = 0);
   ~DeviceSampler();
 

@@ -52,7 +52,7 @@ uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-Kernels::Kernels(Context& ctx, Pipelines& pipelines, KernelFamily family)
+Kernels::Kernels(VulkanDevice& ctx, Pipelines& pipelines, KernelFamily family)
     : ctx_(ctx), pipelines_(pipelines), family_(family) {
   const Settings settings = read_settings();   // (before the conditions below: a bad value is refused on any device)
   if (family_ == KernelFamily::Auto) family_ = settings.kernels;

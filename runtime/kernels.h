@@ -14,7 +14,7 @@
 #include <memory>
 
 #include "runtime/recorder.h"
-#include "runtime/settings.h"
+#include "core/settings.h"
 #include "runtime/tensor.h"
 #include "shaders/contract.h"
 
@@ -44,10 +44,8 @@ struct TokenInput {
 
 // What a matmul multiplies: x as it is, or (norm set) rmsnorm(x) * norm, which the matmul computes itself
 // (MODE_RMSNORM: x^2 reduced alongside the dot products, x scaled by the norm weight as it is read, the row
-// sums by 1/sqrt(mean(x^2) + eps)), so RMSNorm costs no dispatch. Measured: lavapipe pycode target decode
-// +5-20%, prefill +5%, draft decode +10%; H100 1B q8_0 decode +40% (with the wider argmax), prefill -20%
-// (the norm's work is repeated for every row of a 16-token chunk; a tiled prefill matmul will fix that).
-// With int8 activations (x8_matmul) the quantizing pass applies the norm instead.
+// sums by 1/sqrt(mean(x^2) + eps)), so RMSNorm costs no dispatch (its work is repeated for every row of an
+// untiled multi-token call). With int8 activations (x8_matmul) the quantizing pass applies the norm instead.
 struct MatmulInput {
   MatmulInput(const Slice& x_) : x(x_) {}   // implicit: a plain input
   MatmulInput(const Slice& x_, const Slice& norm_, float eps_) : x(x_), norm(norm_), eps(eps_) {}
@@ -96,7 +94,7 @@ class Kernels {
   // sums per row and token).
   static constexpr uint32_t kTileRows = 8, kTileRowsSwiglu = 4;
 
-  Kernels(Context& ctx, Pipelines& pipelines, KernelFamily family = KernelFamily::Auto);
+  Kernels(VulkanDevice& ctx, Pipelines& pipelines, KernelFamily family = KernelFamily::Auto);
   KernelFamily family() const { return family_; }
 
   // x[t] = table[tokens[t]] (f32 out), t < n.
@@ -145,7 +143,7 @@ class Kernels {
   // barrier between it and this call) is not overwritten.
   Slice quantize_x8(Recorder& r, const MatmulInput& in, uint32_t K, uint32_t n, uint32_t x_stride);
 
-  Context& ctx_;
+  VulkanDevice& ctx_;
   Pipelines& pipelines_;
   KernelFamily family_;
   uint32_t wg_rows_;   // workgroup size for the row-parallel kernels
@@ -153,7 +151,7 @@ class Kernels {
   bool tile_ = false;  // multi-token matmuls in tiles (tile_matmul); VKSPEC_MATMUL_TILE=0 turns it off (A/B)
   // matmul.comp and matmul_tile.comp accumulate by fused multiply-adds (dot4_acc in common.glsl): one GPU
   // instruction per weight where `precise` multiplies and adds took two. Both kernels take the same value,
-  // so their results stay identical; VKSPEC_FMA=0 turns it off (A/B): +13% prefill on an H200.
+  // so their results stay identical; VKSPEC_FMA=0 turns it off (a measurement switch).
   bool fma_ = true;
   // Workgroup size for a kernel whose lanes meet at barriers, given its size on a GPU: one subgroup on CPU
   // devices, where llvmpipe runs a larger workgroup's subgroups as coroutines switched at every barrier.

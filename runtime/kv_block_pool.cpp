@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "runtime/core.h"
+#include "core/core.h"
 
 namespace vkspec {
 

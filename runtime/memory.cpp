@@ -43,7 +43,7 @@ uint32_t pick_memory_type(const VkPhysicalDeviceMemoryProperties& mp, uint32_t a
 }
 }  // namespace
 
-Arena::Arena(Context& ctx, MemoryKind kind, VkDeviceSize block_size)
+Arena::Arena(VulkanDevice& ctx, MemoryKind kind, VkDeviceSize block_size)
     : ctx_(ctx), kind_(kind), block_size_(std::min<VkDeviceSize>(block_size, ctx.facts().max_allocation_size)) {}
 
 Arena::~Arena() {
@@ -114,7 +114,6 @@ Slice Arena::alloc(VkDeviceSize size, const char* what, VkDeviceSize align) {
   if (!blk) blk = &new_block(size, what);
   VkDeviceSize off = (blk->used + align - 1) / align * align;
   blk->used = off + size;
-  used_total_ += size;
   Slice s;
   s.buffer = blk->buffer;
   s.offset = off;
@@ -125,7 +124,7 @@ Slice Arena::alloc(VkDeviceSize size, const char* what, VkDeviceSize align) {
   return s;
 }
 
-Uploader::Uploader(Context& ctx, VkDeviceSize ring_size) : ctx_(ctx) {
+Uploader::Uploader(VulkanDevice& ctx, VkDeviceSize ring_size) : ctx_(ctx) {
   ring_arena_ = std::make_unique<Arena>(ctx, MemoryKind::Upload, ring_size);
   ring_ = ring_arena_->alloc(ring_size, "staging ring");
   rec_ = std::make_unique<Recorder>(ctx, false);

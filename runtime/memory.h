@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/context.h"
+#include "runtime/vulkan_device.h"
 
 namespace vkspec {
 
@@ -39,14 +39,13 @@ enum class MemoryKind {
 
 class Arena {
  public:
-  Arena(Context& ctx, MemoryKind kind, VkDeviceSize block_size = 256ull << 20);
+  Arena(VulkanDevice& ctx, MemoryKind kind, VkDeviceSize block_size = 256ull << 20);
   ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
 
   // Aligned suballocation; throws Error naming `what` if the device is out of memory.
   Slice alloc(VkDeviceSize size, const char* what, VkDeviceSize align = 256);
-  VkDeviceSize bytes_allocated() const { return used_total_; }
   bool host_visible() const;
 
  private:
@@ -61,12 +60,11 @@ class Arena {
   };
   Block& new_block(VkDeviceSize min_size, const char* what);
 
-  Context& ctx_;
+  VulkanDevice& ctx_;
   MemoryKind kind_;
   VkDeviceSize block_size_;
   VkMemoryPropertyFlags memory_flags_ = 0;
   std::vector<Block> blocks_;
-  VkDeviceSize used_total_ = 0;
 };
 
 class Recorder;
@@ -75,13 +73,13 @@ class Recorder;
 // otherwise through a staging ring, flushed with one submit whenever the ring fills.
 class Uploader {
  public:
-  Uploader(Context& ctx, VkDeviceSize ring_size = 64ull << 20);
+  Uploader(VulkanDevice& ctx, VkDeviceSize ring_size = 64ull << 20);
   ~Uploader();
   void upload(const Slice& dst, const void* data, VkDeviceSize size, VkDeviceSize dst_offset = 0);
   void flush();   // waits until every queued copy has landed
 
  private:
-  Context& ctx_;
+  VulkanDevice& ctx_;
   std::unique_ptr<Arena> ring_arena_;
   Slice ring_;
   VkDeviceSize ring_used_ = 0;

@@ -12,7 +12,7 @@ namespace vkspec {
 static constexpr VkDeviceSize kKvRowBytes = contract::KV_ROW_UINTS * 4;
 static_assert(contract::KV_ROW_UINTS == 2, "shaders read a KvRows entry as one uvec2");
 
-LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file, const ModelOptions& opts)
+LlamaModel::LlamaModel(VulkanDevice& ctx, Pipelines& pipelines, const GgufFile& file, const ModelOptions& opts)
     : ctx_(ctx), hp_(read_llama_hparams(file)) {
   const LlamaTensors t = find_llama_tensors(file, hp_);
   n_ctx_ = opts.n_ctx ? opts.n_ctx : std::min<uint32_t>(hp_.n_ctx_train, 4096);
@@ -146,7 +146,7 @@ LlamaModel::LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file,
 // Before anything is allocated: weights (as the device stores them) + the KV cache for n_ctx positions of
 // max_sequences + activations and the RoPE table, against the device-local memory heaps, so that a model or
 // a --ctx that cannot fit is refused with the numbers instead of failing halfway through the upload.
-MemoryEstimate LlamaModel::estimate_memory(const Context& ctx, const GgufFile& file, const ModelOptions& opts) {
+MemoryEstimate LlamaModel::estimate_memory(const VulkanDevice& ctx, const GgufFile& file, const ModelOptions& opts) {
   const LlamaHParams hp = read_llama_hparams(file);
   MemoryEstimate e;
   e.n_ctx = opts.n_ctx ? opts.n_ctx : std::min<uint32_t>(hp.n_ctx_train, 4096);
@@ -177,12 +177,12 @@ MemoryEstimate LlamaModel::estimate_memory(const Context& ctx, const GgufFile& f
   return e;
 }
 
-uint32_t LlamaModel::ubatch_for(const Context& ctx, const ModelOptions& opts) {
+uint32_t LlamaModel::ubatch_for(const VulkanDevice& ctx, const ModelOptions& opts) {
   if (opts.ubatch > kMaxUbatch) throw Error("internal: ubatch " + std::to_string(opts.ubatch) + " > " + std::to_string(kMaxUbatch));
   return opts.ubatch ? opts.ubatch : ctx.facts().default_ubatch();
 }
 
-void LlamaModel::check_memory(Context& ctx, const GgufFile& file, const ModelOptions& opts) const {
+void LlamaModel::check_memory(VulkanDevice& ctx, const GgufFile& file, const ModelOptions& opts) const {
   const MemoryEstimate e = estimate_memory(ctx, file, opts);
   auto gib = [](uint64_t b) {
     char s[32];

@@ -9,7 +9,7 @@
 #include <span>
 #include <vector>
 
-#include "loader/model_file.h"
+#include "gguf/model_file.h"
 #include "runtime/paged_kv.h"
 
 namespace vkspec {
@@ -65,10 +65,10 @@ class LlamaModel {
   static constexpr uint32_t kMaxBatch = Kernels::kMaxBatch;   // rows with logits in one pass (a verify pass)
   static constexpr uint32_t kMaxUbatch = 512;                  // tokens per forward chunk, at most
   // The chunk size these options give on this device (refuses an ubatch out of 1..kMaxUbatch).
-  static uint32_t ubatch_for(const Context& ctx, const ModelOptions& opts);
-  static MemoryEstimate estimate_memory(const Context& ctx, const GgufFile& file, const ModelOptions& opts);
+  static uint32_t ubatch_for(const VulkanDevice& ctx, const ModelOptions& opts);
+  static MemoryEstimate estimate_memory(const VulkanDevice& ctx, const GgufFile& file, const ModelOptions& opts);
 
-  LlamaModel(Context& ctx, Pipelines& pipelines, const GgufFile& file, const ModelOptions& opts = {});
+  LlamaModel(VulkanDevice& ctx, Pipelines& pipelines, const GgufFile& file, const ModelOptions& opts = {});
   ~LlamaModel();
 
   const LlamaHParams& hparams() const { return hp_; }
@@ -119,22 +119,20 @@ class LlamaModel {
   std::vector<float> embedding_of(const EmbeddingPart& part, uint32_t n_tokens, Pooling pooling) const;
   // Creates the pipelines a pass of any width uses, by running passes of 1..Kernels::kBatchTile tokens
   // (wider ones are tiles of those widths) with all their logits rows over a scratch sequence, which it
-  // then frees (needs a free sequence). Lavapipe and GPU drivers create a pipeline at its first dispatch
-  // (10-70 ms each from warm caches, seconds cold): a server does this before its first request, whose
-  // steps would otherwise wait for every new width.
+  // then frees (needs a free sequence). Drivers create a pipeline at its first dispatch, which is slow: a
+  // server does this before its first request, whose steps would otherwise wait for every new width.
   void warm_up();
   const float* logits(uint32_t row) const { return logits_host_.host<float>() + size_t(row) * hp_.n_vocab; }
   uint32_t argmax_id(uint32_t row) const { return ids_.host<uint32_t>()[contract::TOKEN_SLOT_UINTS * row]; }
   const Slice& logits_rows() const { return logits_; }   // [kMaxBatch][n_vocab], for device-side sampling
-  const Recorder& recorder() const { return *rec_; }
 
  private:
   struct ChunkPart { int seq; TokenInput in; uint32_t row0, n; bool logits_last, logits_all; };
   uint32_t record_chunk(Recorder& r, std::span<const ChunkPart> parts, uint32_t n, const Slice& logits,
                         uint32_t logits_row);
-  void check_memory(Context& ctx, const GgufFile& file, const ModelOptions& opts) const;
+  void check_memory(VulkanDevice& ctx, const GgufFile& file, const ModelOptions& opts) const;
 
-  Context& ctx_;
+  VulkanDevice& ctx_;
   LlamaHParams hp_;
   uint32_t n_ctx_;
   uint32_t ubatch_;   // rows per chunk of record_batch; the activations below hold that many

@@ -13,7 +13,7 @@
 namespace vkspec {
 namespace fs = std::filesystem;
 
-Pipelines::Pipelines(Context& ctx) : ctx_(ctx) {
+Pipelines::Pipelines(VulkanDevice& ctx) : ctx_(ctx) {
   VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushConstantBytes};
   VkPipelineLayoutCreateInfo li{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
   li.pushConstantRangeCount = 1;

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/context.h"
+#include "runtime/vulkan_device.h"
 
 namespace vkspec {
 
@@ -29,7 +29,7 @@ class Pipelines {
   static constexpr uint32_t kTexelBindings = 4;
   enum class Layout { PushConstants, Texels };
 
-  explicit Pipelines(Context& ctx);
+  explicit Pipelines(VulkanDevice& ctx);
   ~Pipelines();   // saves the pipeline cache
   Pipelines(const Pipelines&) = delete;
   Pipelines& operator=(const Pipelines&) = delete;
@@ -42,7 +42,7 @@ class Pipelines {
   size_t created() const { return pipelines_.size(); }
 
  private:
-  Context& ctx_;
+  VulkanDevice& ctx_;
   VkPipelineLayout layout_ = VK_NULL_HANDLE;
   VkDescriptorSetLayout texel_set_layout_ = VK_NULL_HANDLE;
   VkPipelineLayout texel_layout_ = VK_NULL_HANDLE;   // only when the device has push descriptors

@@ -1,5 +1,5 @@
 #include "runtime/recorder.h"
-#include "runtime/settings.h"
+#include "core/settings.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -9,7 +9,7 @@ namespace vkspec {
 
 bool profiling_requested() { return read_settings().profile != Profiling::Off; }
 
-Recorder::Recorder(Context& ctx, bool profile) : ctx_(ctx), each_(profile && read_settings().profile == Profiling::PerDispatch) {
+Recorder::Recorder(VulkanDevice& ctx, bool profile) : ctx_(ctx), each_(profile && read_settings().profile == Profiling::PerDispatch) {
   VkCommandPoolCreateInfo pi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
   pi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
   pi.queueFamilyIndex = ctx.queue_family();

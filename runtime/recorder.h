@@ -31,7 +31,7 @@ bool profiling_requested();
 
 class Recorder {
  public:
-  Recorder(Context& ctx, bool profile);
+  Recorder(VulkanDevice& ctx, bool profile);
   ~Recorder();
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
@@ -67,7 +67,7 @@ class Recorder {
   std::string profile_report() const;
 
  private:
-  Context& ctx_;
+  VulkanDevice& ctx_;
   VkCommandPool pool_ = VK_NULL_HANDLE;
   VkCommandBuffer cmd_ = VK_NULL_HANDLE;   // the part being recorded: cmds_[part_]
   std::vector<VkCommandBuffer> cmds_;      // one per part of a recording, allocated as a recording needs them

@@ -4,13 +4,13 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core.h"
+#include "core/core.h"
 #include "runtime/memory.h"
-#include "runtime/quant.h"
+#include "core/quant.h"
 
 namespace vkspec {
 
-// A row-major [rows][cols] matrix (GGUF ne0 = cols) in `format` (runtime/quant.h): `data` holds the float
+// A row-major [rows][cols] matrix (GGUF ne0 = cols) in `format` (core/quant.h): `data` holds the float
 // values or the quants, `scales` the per-group scales (and mins) of a quantized format, in the same memory
 // block as `data` (texel kernels bind one view).
 struct DeviceMatrix {

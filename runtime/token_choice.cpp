@@ -25,7 +25,7 @@ ChoiceMode choice_mode(const SamplingParams& p, uint32_t n_vocab) {
   return ChoiceMode::Device;
 }
 
-TokenChooser::TokenChooser(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_history)
+TokenChooser::TokenChooser(VulkanDevice& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_history)
     : n_vocab_(n_vocab) {
   slots_arena_ = std::make_unique<Arena>(ctx, MemoryKind::Readback, 4096);
   slots_ = slots_arena_->alloc(2 * kSlots * kSlotBytes, "token slots");
@@ -82,7 +82,7 @@ void TokenChooser::record_choice(Recorder& r, Kernels& k, const Slice& logits, u
   r.barrier();
 }
 
-BatchedChoices::BatchedChoices(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_rows)
+BatchedChoices::BatchedChoices(VulkanDevice& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_rows)
     : n_vocab_(n_vocab), max_rows_(max_rows) {
   arena_ = std::make_unique<Arena>(ctx, MemoryKind::Device, VkDeviceSize(max_rows) * TokenChooser::kSlotBytes + 4096);
   scratch_slots_ = arena_->alloc(VkDeviceSize(max_rows) * TokenChooser::kSlotBytes, "batched argmax token slots");

@@ -10,7 +10,7 @@
 #include <memory>
 #include <span>
 
-#include "loader/token_constraint.h"
+#include "constrain/token_constraint.h"
 #include "runtime/device_sampler.h"
 #include "runtime/model.h"
 
@@ -30,7 +30,7 @@ class TokenChooser {
   static constexpr uint32_t kSlotBytes = contract::TOKEN_SLOT_UINTS * 4;
 
   // max_history: the longest context (plus drafts) the penalty will see.
-  TokenChooser(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_history);
+  TokenChooser(VulkanDevice& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_history);
 
   // A new request: decides the mode. Constrained generation (p.constrained()) needs the request's
   // constraint, whose mask set_history writes before each choice (it must outlive the request).
@@ -104,7 +104,7 @@ class TokenChooser {
 // scratch slot (runs never reuse one within a recording, so no copy races the next run's argmax).
 class BatchedChoices {
  public:
-  BatchedChoices(Context& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_rows);
+  BatchedChoices(VulkanDevice& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_rows);
   // record_choice(r, k, logits, 1, out_slot, history_len, position, top_prob) of `ch`, for
   // one [n_vocab] logits row; may record the argmax of the run before it.
   void add(Recorder& r, Kernels& k, TokenChooser& ch, const Slice& logits, uint32_t out_slot, uint32_t history_len,

@@ -69,7 +69,7 @@ void load_instance(VkInstance instance) {
 // handle, not vkGetDeviceProcAddr's per-device pointers: these pointers are process-wide, and several
 // devices may live at once (two models, an application's device beside ours). A pointer that
 // vkGetDeviceProcAddr gave for one device may be dead once that device is destroyed (an implicit layer's
-// dispatch): a Context destroyed after another was created made the first one crash in vkDestroyQueryPool.
+// dispatch): a VulkanDevice destroyed after another was created made the first one crash in vkDestroyQueryPool.
 void load_device(VkInstance instance, VkDevice device) {
   (void)device;
 #define LOAD(name)                                                                  \

@@ -1,7 +1,7 @@
 #pragma once
 // Vulkan entry points, loaded at run time from libvulkan.so.1 so that a machine without a Vulkan
 // loader gets a clear message ("install libvulkan1 ...") instead of a dynamic-linker failure.
-#include "runtime/core.h"
+#include "core/core.h"
 #include <vulkan/vulkan.h>
 
 #include <stdexcept>

@@ -29,7 +29,8 @@ cp apps/examples/generate.c "$pkg/examples/"
 x86_64-w64-mingw32-gcc-posix -std=c99 -pedantic -Wall -Wextra -Werror -O2 -DVKSPEC_SHARED -I"$pkg/include" \
   "$pkg/examples/generate.c" "$pkg/lib/vkspec.dll.a" -static-libgcc -o "$pkg/generate.exe"   # (beside the DLL it loads)
 cp README.md "$pkg/README.md"
-cp docs/WINDOWS.md "$pkg/WINDOWS.md"
+mkdir -p "$pkg/docs"
+cp docs/WINDOWS.md docs/CLI.md docs/SERVER.md docs/C_API.md "$pkg/docs/"   # (the README's links)
 # every DLL the programs import must be Windows' own or vkspec.dll (the C++ runtime is linked in)
 for f in "$pkg"/vkspec.exe "$pkg"/vkspec.dll "$pkg"/generate.exe; do
   for dll in $(x86_64-w64-mingw32-objdump -p "$f" | awk '/DLL Name:/ {print tolower($3)}'); do

@@ -7,22 +7,12 @@ secs="${1:-30}"
 if ! command -v clang++ >/dev/null; then echo "fuzz: clang++ not installed, skipping"; exit 0; fi
 out=build-fuzz
 mkdir -p "$out/corpus"
-fuzz_cxx=(clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-          -DVK_NO_PROTOTYPES -I. -Iinclude $(pkg-config --cflags sentencepiece libpcre2-8))
-# The sources the fuzzers share, compiled once (two at a time), then each fuzzer is its harness + objects.
-shared_src=(loader/gguf.cpp loader/model_file.cpp runtime/quant.cpp loader/tokenizer.cpp loader/tokenizer_bpe.cpp
-            loader/tokenizer_spm.cpp loader/chat_template.cpp loader/jinja_value.cpp loader/jinja_lex.cpp
-            loader/jinja_parse.cpp loader/jinja_render.cpp loader/jinja_builtins.cpp loader/jinja_filters.cpp
-            apps/server_api.cpp apps/message_window.cpp apps/tool_calls.cpp apps/ollama_api.cpp apps/embeddings_api.cpp
-            apps/llamacpp_api.cpp
-            engine/prompt.cpp loader/gbnf.cpp loader/json_grammar.cpp loader/token_constraint.cpp
-            loader/json_schema.cpp loader/json_pattern.cpp runtime/settings.cpp platform/platform_common.cpp platform/platform_posix.cpp)
-mkdir -p "$out/obj"
-printf '%s\n' "${shared_src[@]}" | xargs -P "$(nproc)" -I{} sh -c \
-  'o="$1/obj/$(echo "$2" | tr / _).o"; shift 2; "$@" -c "$0" -o "$o"' {} "$out" {} "${fuzz_cxx[@]}"
-obj() { for f in "$@" platform/platform_common.cpp platform/platform_posix.cpp; do printf '%s ' "$out/obj/$(echo "$f" | tr / _).o"; done; }   # (+ the platform layer, which the loader uses)
-libs=$(pkg-config --libs sentencepiece libpcre2-8)
-"${fuzz_cxx[@]}" tests/fuzz/fuzz_gguf.cpp $(obj loader/gguf.cpp loader/model_file.cpp runtime/quant.cpp) -o "$out/fuzz_gguf"
+# The harnesses (tests/fuzz/CMakeLists.txt) link the layer libraries, built with clang and libFuzzer's
+# instrumentation (+ASan/UBSan): only the layers they exercise are built, none of them Vulkan's.
+CC=clang CXX=clang++ cmake -S . -B "$out" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g" \
+  -DVKSPEC_FUZZ=ON -DVKSPEC_TESTS=OFF > "$out/configure.log" || { cat "$out/configure.log"; exit 1; }
+cmake --build "$out" -j"$(nproc)" --target fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_server_request fuzz_grammar
+bin="$out/tests/fuzz"
 # a seed with one small tensor of every quantized type (random blocks), so the decoders are reached at once
 python3 - "$out/corpus/quantized.gguf" <<'PY'
 import random, struct, sys
@@ -43,42 +33,31 @@ PY
 for f in ../shared/models/stories260K.gguf ../shared/tokenizer-tests/ggml-vocab-llama-spm.gguf; do
   [ -f "$f" ] && head -c 65536 "$f" > "$out/corpus/$(basename "$f").head"
 done
-"$out/fuzz_gguf" "$out/corpus" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 -timeout=10
+"$bin/fuzz_gguf" "$out/corpus" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 -timeout=10
 
 # tokenizers: both vocabularies over arbitrary bytes (half the time)
-"${fuzz_cxx[@]}" tests/fuzz/fuzz_tokenizer.cpp $(obj loader/gguf.cpp loader/tokenizer.cpp loader/tokenizer_bpe.cpp \
-  loader/tokenizer_spm.cpp runtime/quant.cpp) $libs -o "$out/fuzz_tokenizer"
 mkdir -p "$out/corpus-tok"
 for f in ../shared/tokenizer-tests/*.inp; do
   [ -f "$f" ] && split -b 2048 -d "$f" "$out/corpus-tok/$(basename "$f")."
 done
-VKSPEC_SHARED="$PWD/../shared" "$out/fuzz_tokenizer" "$out/corpus-tok" -max_total_time="$(( (secs + 1) / 2 ))" \
+VKSPEC_SHARED="$PWD/../shared" "$bin/fuzz_tokenizer" "$out/corpus-tok" -max_total_time="$(( (secs + 1) / 2 ))" \
   -max_len=8192 -rss_limit_mb=4096 -timeout=10
 
 # chat templates: arbitrary template source rendered with a fixed conversation (half the time)
-jinja=(loader/chat_template.cpp loader/jinja_value.cpp loader/jinja_lex.cpp loader/jinja_parse.cpp loader/jinja_render.cpp
-       loader/jinja_builtins.cpp loader/jinja_filters.cpp runtime/settings.cpp)
-"${fuzz_cxx[@]}" tests/fuzz/fuzz_chat_template.cpp $(obj "${jinja[@]}" loader/gguf.cpp runtime/quant.cpp) -o "$out/fuzz_chat_template"
 mkdir -p "$out/corpus-jinja"
 for f in ../shared/chat-templates/*.jinja; do
   [ -f "$f" ] && cp "$f" "$out/corpus-jinja/"
 done
-"$out/fuzz_chat_template" "$out/corpus-jinja" -max_total_time="$(( (secs + 1) / 2 ))" -max_len=8192 -rss_limit_mb=2048 -timeout=10
+"$bin/fuzz_chat_template" "$out/corpus-jinja" -max_total_time="$(( (secs + 1) / 2 ))" -max_len=8192 -rss_limit_mb=2048 -timeout=10
 
 # server requests: arbitrary bodies through the OpenAI protocol layer (half the time)
-"${fuzz_cxx[@]}" tests/fuzz/fuzz_server_request.cpp $(obj apps/server_api.cpp apps/message_window.cpp apps/tool_calls.cpp apps/ollama_api.cpp apps/embeddings_api.cpp apps/llamacpp_api.cpp engine/prompt.cpp "${jinja[@]}" \
-  loader/json_schema.cpp loader/json_pattern.cpp loader/gbnf.cpp loader/token_constraint.cpp loader/gguf.cpp loader/tokenizer.cpp loader/tokenizer_bpe.cpp loader/tokenizer_spm.cpp runtime/quant.cpp) $libs \
-  -o "$out/fuzz_server_request"
 mkdir -p "$out/corpus-server"
 cp tests/fuzz/server-seeds/* "$out/corpus-server/"
-VKSPEC_SHARED="$PWD/../shared" "$out/fuzz_server_request" "$out/corpus-server" -max_total_time="$(( (secs + 1) / 2 ))" \
+VKSPEC_SHARED="$PWD/../shared" "$bin/fuzz_server_request" "$out/corpus-server" -max_total_time="$(( (secs + 1) / 2 ))" \
   -max_len=16384 -rss_limit_mb=2048 -timeout=10
 
 # grammars: arbitrary GBNF text (or a JSON schema) and a text fed through it, JSON mode's recognizer over the
 # same bytes (half the time)
-"${fuzz_cxx[@]}" tests/fuzz/fuzz_grammar.cpp $(obj loader/gbnf.cpp loader/json_grammar.cpp loader/token_constraint.cpp loader/json_schema.cpp loader/json_pattern.cpp \
-  loader/tokenizer.cpp loader/tokenizer_bpe.cpp loader/tokenizer_spm.cpp loader/gguf.cpp runtime/quant.cpp) $libs \
-  -o "$out/fuzz_grammar"
 mkdir -p "$out/corpus-grammar"
 cp tests/fuzz/grammar-seeds/* "$out/corpus-grammar/"
-"$out/fuzz_grammar" "$out/corpus-grammar" -max_total_time="$(( (secs + 1) / 2 ))" -max_len=4096 -rss_limit_mb=2048 -timeout=10
+"$bin/fuzz_grammar" "$out/corpus-grammar" -max_total_time="$(( (secs + 1) / 2 ))" -max_len=4096 -rss_limit_mb=2048 -timeout=10

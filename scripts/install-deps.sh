@@ -40,7 +40,13 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
 if [ $mesa_backports = 1 ]; then
-  echo "deb http://deb.debian.org/debian bookworm-backports main" | $SUDO tee /etc/apt/sources.list.d/vkspec-bookworm-backports.list >/dev/null
+  # the machine's own Debian archive (no host is named here): the first URIs of a deb822 file, or the URI of a
+  # one-line bookworm entry
+  archive=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+  [ -n "$archive" ] || archive=$(awk '$1 == "deb" && $3 == "bookworm" {print $2; exit}' /etc/apt/sources.list \
+                                  /etc/apt/sources.list.d/*.list 2>/dev/null || true)
+  [ -n "$archive" ] || { echo "install-deps: no Debian archive in the apt sources to take backports from" >&2; exit 1; }
+  echo "deb $archive bookworm-backports main" | $SUDO tee /etc/apt/sources.list.d/vkspec-bookworm-backports.list >/dev/null
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends -t bookworm-backports mesa-vulkan-drivers
 fi

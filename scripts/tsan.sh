@@ -7,10 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVKSPEC_WERROR=ON -DVKSPEC_TSAN=ON \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" > /dev/null
-cmake --build build-tsan -j"$(nproc)" --target test_c_api test_c_api_batch test_batch_engine
+cmake --build build-tsan -j"$(nproc)" --target test_c_api_context test_c_api_batch test_batch_engine
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
 export XDG_CACHE_HOME="$PWD/build/cache"   # the plain build's shader cache (tests/CMakeLists.txt)
-VKSPEC_SHARED="$PWD/../shared" TEST_TMPDIR="$PWD/build-tsan" build-tsan/tests/test_c_api \
+VKSPEC_SHARED="$PWD/../shared" TEST_TMPDIR="$PWD/build-tsan" build-tsan/tests/test_c_api_context \
   --gtest_filter='CApi.ThreadingRules:CApi.CancelStopsGenerationAndPrefill:CApi.StepsAreBoundedAndGiveGenerateTokens:CApi.FreedHandlesAndBadFilesAreErrors'
 VKSPEC_SHARED="$PWD/../shared" TEST_TMPDIR="$PWD/build-tsan" build-tsan/tests/test_c_api_batch \
   --gtest_filter='CApiBatch.SubmittersOnManyThreadsWhileOneRuns'

@@ -21,7 +21,7 @@ using vk_float = float;
 #define VKSPEC_CONST const uint
 #endif
 
-// Weight storage on the device (runtime/quant.h WeightFormat::storage; layouts in shaders/weights.glsl).
+// Weight storage on the device (core/quant.h WeightFormat::storage; layouts in shaders/weights.glsl).
 #define WT_F32 0
 #define WT_F16 1
 #define WT_BF16 2
@@ -152,7 +152,7 @@ VKSPEC_CONST MODE_ROPE_KV = 8u;       // matmul_rows, the [q k v] projection: Ro
   vk_addr slots;                       /* [n] token slots */                                            \
   vk_uint cols; vk_uint want_top_prob;
 
-// A token mask (SAMPLE_ROW.mask; written by loader/token_constraint.h's constraints): a row of
+// A token mask (SAMPLE_ROW.mask; written by constrain/token_constraint.h's constraints): a row of
 // TOKEN_MASK_WORDS(V) uints in which token t is allowed iff TOKEN_MASK_BIT(t) is set in word TOKEN_MASK_WORD(t).
 #define TOKEN_MASK_WORDS(V) (((V) + 31u) / 32u)
 #define TOKEN_MASK_WORD(t) ((t) / 32u)

@@ -1,6 +1,6 @@
 #version 460
 // The sampling transforms on the device, one workgroup per logits row, in llama.cpp's default order and
-// with the host Sampler's exact semantics (runtime/sampler.cpp is the reference the tests compare with):
+// with the host Sampler's exact semantics (tests/host_sampler.cpp is the reference the tests compare with):
 //   logit bias -> penalties over the row's history window (repetition, then frequency and presence; once
 //   per distinct token) -> JSON mode's mask -> top-k (ties by lower id) -> top-p and min-p at temperature 1 -> softmax at the
 //   temperature.

@@ -1,4 +1,4 @@
-// Weight element loads for every device weight format (runtime/quant.h WeightFormat). Per row of K weights:
+// Weight element loads for every device weight format (core/quant.h WeightFormat). Per row of K weights:
 //   f32  : K floats            f16/bf16 : K halves (read as uint pairs)
 //   q8   : K int8 quants (4 per uint)                   \  + per GROUP weights a float scale s, or a vec2
 //   q4   : K unsigned 4-bit quants (8 per uint)          |   {s, m} when HAS_MIN, in a separate plane:
@@ -11,7 +11,7 @@
 // matmul_rows.comp's int8 path takes a pair of 6-bit quants with the same shifts and masks as a pair of
 // nibbles.
 // GGUF's quantized blocks (q4_0 ... q6_K) are repacked into q8/q6/q4 at upload with values identical to
-// llama.cpp's dequantization (runtime/quant.cpp); the repacked rows are 4-byte aligned so one uint load
+// llama.cpp's dequantization (core/quant.cpp); the repacked rows are 4-byte aligned so one uint load
 // gives four (q8) or eight (q4) quants.
 #include "contract.h"   // WT_* codes
 

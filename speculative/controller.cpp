@@ -65,7 +65,9 @@ bool SpeculativeDecoder::start() {
 
 uint32_t SpeculativeDecoder::record_drafts() {
   const uint32_t k_max = drafts_planned();
-  return drafts_recorded(k_max ? drafter_.draft(context_, k_max, round_) : 0);
+  if (k_max == 0) return drafts_recorded(0);
+  const Drafted d = drafter_.draft(context_, k_max, round_);
+  return drafts_recorded(d.model ? d.model->record_steps(context_, k_max, round_) : d.written);
 }
 
 uint32_t SpeculativeDecoder::drafts_planned(uint32_t sharing, const std::optional<SharedCosts>& costs) {

@@ -52,15 +52,17 @@ struct SpeculativeStats {
   }
 };
 
-// The loop below, one round per call (so that a caller can bound the work it does at a time: the C API's
-// vkspec_step). round() emits the target's last choice g, then drafts, verifies [g, d1..dK] in one
-// submission and emits the accepted drafts; it returns false once `emit` said stop or the context is full.
-// A round in parts, for a batch of sequences sharing one submission (engine/batch_engine.cpp):
-//   start() emits g (false: the sequence has ended); the caller begins the recorder; record_drafts()
-//   records this sequence's drafting and returns the rows to verify, read from verify_input(); the caller
-//   records the target's pass over them (LlamaModel::record_batch, Logits::All) and record_verify() with
-//   their logits rows; after the one submission, finish() reads the verdict, truncates the KV and emits
-//   the accepted drafts (false: the sequence has ended).
+// One protocol, one round at a time (a caller bounds the work it does at a time: the C API's vkspec_step):
+//   1. start() emits the target's last choice g (false: the sequence has ended);
+//   2. drafts_planned() picks K (0: a plain pass) and sets slot 0 and the penalty history;
+//   3. the drafter's draft() writes host drafts, or leaves them to a draft model's steps, which the caller
+//      records (ModelDrafter::record_steps alone, record_batched_drafts for a batch);
+//   4. drafts_recorded(k) gives the rows to verify, [g, d1..dk], read from verify_input();
+//   5. the caller records the target's pass over them (Logits::All) and record_verify() on their logits rows;
+//   6. after the one submission, finish() reads the verdict, truncates the KV and emits the accepted drafts
+//      (false: the sequence has ended).
+// round() runs 1-6 for one sequence on its own recorder; a batch (engine/batch_step.cpp) runs the same steps
+// for every sequence into one submission.
 class SpeculativeDecoder {
  public:
   using Emit = std::function<bool(uint32_t token, bool from_draft)>;
@@ -70,9 +72,6 @@ class SpeculativeDecoder {
   const SpeculativeStats& stats() const { return stats_; }
 
   bool start();
-  uint32_t record_drafts();   // = drafts_planned() + the drafter's draft() + drafts_recorded()
-  // record_drafts() in parts, for drafts of several sequences recorded together (record_batched_drafts):
-  // the K to draft (slot 0 and the penalty history set), then the rows to verify once they are recorded.
   // sharing: how many sequences' rows share the pass, and costs what the batch measured its passes to cost
   // (a sequence's K is priced at its share of it: DraftPolicy::share_passes).
   uint32_t drafts_planned(uint32_t sharing = 1, const std::optional<SharedCosts>& costs = std::nullopt);
@@ -85,6 +84,7 @@ class SpeculativeDecoder {
   bool finish(double draft_s = -1, double verify_s = -1, double catch_up_s = -1);
 
  private:
+  uint32_t record_drafts();   // steps 2-4 for this sequence alone
   LlamaModel& target_;
   int seq_;
   Drafter& drafter_;

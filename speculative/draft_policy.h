@@ -4,52 +4,37 @@
 // Model: each draft is accepted with probability alpha independently, so a round of K drafts yields
 // E(K) = (1 - alpha^(K+1)) / (1 - alpha) tokens and costs K * t_draft + t_pass(K + 1); the next K
 // maximizes E(K) / cost(K) over 0..draft_max, K = 0 being a plain decoding pass.
-// Costs: t_pass(n) = t_plain + slope * (n - 1), one line for every pass size, so that a verify size seen
-// once long ago is priced from what recent passes of any size cost (a table per size went stale: a 2-token
-// pass measured once at 7.3 ms, while it took 5.2, kept the policy from drafting for a whole run). Each input
-// is the median of its recent samples, not a moving average: lavapipe compiles a pipeline variant at its
-// first dispatch, and a shared machine stalls now and then, and one such sample must not steer many rounds.
-// t_plain is measured by a plain round before any choice and again when the last one is kRefreshEvery
-// rounds old. The first kWarmUp drafting rounds are priced by the timing-free model below (their K is at
-// least 1): their own timings include cold caches and first dispatches (the first draft step of a run took
-// ~2x a later one on lavapipe), and when one such round decided alone, the policy chose plain rounds and
-// then learned otherwise only from a probe every 8 and 16 rounds: 26 of a 128-token run's first ~40 rounds
-// were plain on a prompt whose drafts were 92% accepted (pycode pair, prose prompt). For the same reason
-// the first round of each verify size gives no timings (only its acceptance): three warm-up rounds of new
-// sizes in a process's first run (K = 2, 1, 1) still priced drafting out for ~60 rounds.
-// After plain rounds a draft model must first catch up on the tokens it has not seen (a pass
-// of its own): the first drafting round after plain ones is charged that measured cost, so the policy does
-// not flip between plain and drafting near break-even, paying a catch-up at each flip. After probe_every_
-// plain rounds one draft is tried anyway, so that a drafter that starts agreeing again is noticed; a probe
-// followed by a plain round doubles the wait before the next (kProbeEvery up to kProbeMax): on a prompt
-// whose drafts keep missing, probes every 8 rounds with their catch-ups cost ~6% (lavapipe, pycode pair).
+// Costs: t_pass(n) = t_plain + slope * (n - 1), one line for every pass size, so that a size seen once long
+// ago is priced from what recent passes of any size cost (a table per size goes stale). Each input is the
+// median of its recent samples, not a moving average: a pipeline created at its first dispatch or a stall of
+// a shared machine gives one outlier, which must not steer many rounds. t_plain is measured by a plain round
+// before any choice and again when the last one is kRefreshEvery rounds old.
+// The first kWarmUp drafting rounds are priced by the timing-free model below (their K is at least 1), and
+// the first round of each verify size gives no timings (only its acceptance): their timings include cold
+// caches and first dispatches, and one such round deciding alone sends the policy to plain rounds that it
+// leaves only at the next probe.
+// After plain rounds a draft model must first catch up on the tokens it has not seen (a pass of its own):
+// the first drafting round after plain ones is charged that measured cost, so the policy does not flip
+// between plain and drafting near break-even, paying a catch-up at each flip. After probe_every_ plain rounds
+// one draft is tried anyway, so that a drafter that starts agreeing again is noticed; a probe followed by a
+// plain round doubles the wait before the next (kProbeEvery up to kProbeMax), bounding what probes cost
+// where drafts keep missing.
 // Without timestamps, or where a sequence's own costs cannot be measured (a batch's shared passes), the
-// costs are fixed instead of measured (timing_free): a draft costs `draft_cost` target steps
-// (weight bytes, decoding being memory-bound) and a verify pass of n tokens 1 + kVerifyGrowth * (n - 1)
-// steps (lavapipe measured 0.07-0.1 for the pycode target).
-// Drafts that cost no draft step (prompt lookups: next_k(true)) are priced by their verify pass alone, and
-// with no catch-up.
-// In a batch (engine/batch_engine.cpp) `sequences` share each pass and each batched draft step; the timing-free
-// model then prices a round at the sequence's share of the plain pass, (1 + g (b - 1)) / b for b sequences and
-// g = kVerifyGrowth, plus g for each of its own drafts' rows, and a draft step at that share of its cost: with
-// more sequences, drafts pay less (on lavapipe greedy speculation in the server ran at 0.49-0.64x plain with
-// 4 streams, pricing every sequence as if alone; 0.76x with this, docs/PERFORMANCE.md). Only for greedy
-// sequences (share_passes): a sampled one's K must not depend on what else is in the batch, or its tokens
-// would. A greedy sequence's tokens do not depend on K at all, so once the engine has measured its passes
-// (PassCostLine, SharedCosts: device time by rows, at the batch's own size) a greedy sequence is priced with
-// those costs instead of the constants. A draft step is priced at what it adds to the batch's step: a whole
-// draft step of one row where no other sequence's drafts run that step, a row where they do. (Priced at a
-// 1/b share of a step over all b sequences' rows, drafts looked cheap to sequences that then drafted alone,
-// each growing the step by a whole draft step.) After plain rounds, the draft model catches up in its first
-// draft step on one token per plain round, each priced at the draft line's slope: the switching cost the
-// single-sequence policy charges its measured catch-up pass, so that near break-even a sequence does not flip
-// between plain and drafting rounds, paying a catch-up at each flip. A greedy batch sequence is not probed
-// where these costs say drafting would lose even if every draft were accepted, its catch-up included.
-// On lavapipe (pycode pair, 4 streams) a row of a 4-row pass costs about half a sequence's share of it and a
-// draft step of one row two thirds of it, where the constants say 0.1 and 0.19 of a step: greedy speculation
-// in the server ran at 0.72-0.76x plain priced by the constants, 0.83-0.90x by measured costs with 1/b draft
-// shares, and with these prices its sequences stay plain, the steps' device time within ~3% of the plain
-// server's (docs/PERFORMANCE.md).
+// costs are fixed instead (timing_free): a draft costs `draft_cost` target steps (weight bytes, decoding
+// being memory-bound) and a verify pass of n tokens 1 + kVerifyGrowth * (n - 1) steps. Drafts that cost no
+// draft step (prompt lookups: next_k(true)) are priced by their verify pass alone, with no catch-up.
+// In a batch (engine/batch_step.cpp) `sequences` share each pass and each batched draft step: the
+// timing-free model prices a round at the sequence's share of the plain pass, (1 + g (b - 1)) / b for b
+// sequences and g = kVerifyGrowth, plus g for each of its own drafts' rows, and a draft step at that share of
+// its cost, since with more sequences drafts pay less. Only for greedy sequences (share_passes): a sampled
+// one's K must not depend on what else is in the batch, or its tokens would. A greedy sequence's tokens do
+// not depend on K at all, so once the engine has measured its passes (PassCostLine, SharedCosts: device time
+// by rows, at the batch's own size) it is priced with those costs instead of the constants. A draft step is
+// priced at what it adds to the batch's step: a whole draft step of one row where no other sequence's drafts
+// run that step, a row where they do (a 1/b share would make drafts look cheap to sequences that then draft
+// alone, each growing the step by a whole draft step). After plain rounds the draft model's catch-up is
+// priced per plain round at the draft line's slope, the batch's form of the switching cost above. A greedy
+// batch sequence is not probed where these costs say drafting would lose even if every draft were accepted.
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -91,8 +76,8 @@ class RecentMedian {
 // Theil-Sen: the slope is the median of the pairwise slopes, the intercept the median of t - g n, so that a
 // few stalled or cold passes move neither. Invariant: size() <= kWindow.
 // A batch's steps are mostly of one row count (its decoding sequences), so the slope comes from the few
-// others (sequences that start, end or draft): over 15 samples one of them set it (a 4-stream trace on
-// lavapipe: 1.4 and 0.43 ms per row in turn, probes passing at the latter); 31 hold several. When the window
+// others (sequences that start, end or draft): a short window lets one of them set it alone, so the window
+// holds enough samples (31) to hold several. When the window
 // holds one row count only (a steady batch), the last slope fitted stands: unknown, a batch's greedy
 // sequences fall back to the constants, which say drafting pays.
 class PassCostLine {

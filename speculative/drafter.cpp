@@ -78,7 +78,7 @@ void ModelDrafter::end(std::span<const uint32_t> context, uint32_t k) {
   pending_ = k - 1;   // drafts whose K/V the steps appended (all but the last)
 }
 
-uint32_t ModelDrafter::draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) {
+uint32_t ModelDrafter::record_steps(std::span<const uint32_t> context, uint32_t k, DraftRound& round) {
   // Step i runs the draft over its input (step 0: the context it has not seen; then draft i, slot i) and
   // chooses draft i + 1 into slot i + 1: k steps for k drafts.
   Steps st = begin(context, k);
@@ -140,28 +140,17 @@ void ModelDrafter::round_done(std::span<const uint32_t> drafts) {
   pending_ = 0;
 }
 
-uint32_t NgramDrafter::draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) {
-  return write(propose(context, k), round);
-}
-
 uint32_t NgramDrafter::write(std::span<const uint32_t> drafts, DraftRound& round) {
   for (size_t i = 0; i < drafts.size(); ++i) round.chooser.set_token(uint32_t(i + 1), drafts[i]);
   return uint32_t(drafts.size());
 }
 
-uint32_t LookupThenModelDrafter::draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) {
-  uint32_t drafted = 0;
-  ModelDrafter* model = draft_unless_model(context, k, round, drafted);
-  return model ? model->draft(context, k, round) : drafted;
-}
-
-ModelDrafter* LookupThenModelDrafter::draft_unless_model(std::span<const uint32_t> context, uint32_t k,
-                                                         DraftRound& round, uint32_t& drafted) {
+Drafted LookupThenModelDrafter::draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) {
   const std::vector<uint32_t> found = lookup_.propose(context, k);
   source_ = found.empty() ? static_cast<Drafter*>(&model_) : &lookup_;
   ++(found.empty() ? model_rounds_ : lookup_rounds_);
-  drafted = found.empty() ? 0 : NgramDrafter::write(found, round);
-  return found.empty() ? &model_ : nullptr;
+  if (found.empty()) return {0, &model_};
+  return {NgramDrafter::write(found, round), nullptr};
 }
 
 std::vector<uint32_t> NgramDrafter::propose(std::span<const uint32_t> context, uint32_t k) const {

@@ -16,7 +16,7 @@
 #include <span>
 #include <vector>
 
-#include "loader/tokenizer.h"
+#include "text/tokenizer.h"
 #include "runtime/model.h"
 #include "runtime/token_choice.h"
 
@@ -50,23 +50,23 @@ inline bool can_speculate(DrafterKind kind, bool constrained) {
   return kind != DrafterKind::None && (!constrained || kind == DrafterKind::Ngram);
 }
 
+// What Drafter::draft did: `written` drafts put into slots 1.. by the host, or, when this round's drafts are
+// a draft model's steps, nothing yet: `model` is that ModelDrafter, whose steps the caller records
+// (ModelDrafter::record_steps alone, or record_batched_drafts together with other sequences').
+struct Drafted {
+  uint32_t written = 0;
+  ModelDrafter* model = nullptr;
+};
+
 class Drafter {
  public:
   virtual ~Drafter() = default;
   virtual DrafterKind kind() const = 0;
   // The cost of one draft relative to a decoding step of `target` (used where timings must not steer K).
   virtual double relative_cost(const LlamaModel& target) const = 0;
-  // Puts up to `k` tokens likely to follow `context` (which ends with the last accepted token g, in slot 0)
-  // into slots 1..: recorded steps or host writes. Returns how many slots it filled.
-  virtual uint32_t draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) = 0;
-  // draft() for a batch: drafts now (`drafted` slots) unless this round's drafts are a draft model's steps;
-  // then nothing is drafted and that ModelDrafter is returned, for the caller to record its steps batched
-  // with other sequences' (record_batched_drafts).
-  virtual ModelDrafter* draft_unless_model(std::span<const uint32_t> context, uint32_t k, DraftRound& round,
-                                           uint32_t& drafted) {
-    drafted = draft(context, k, round);
-    return nullptr;
-  }
+  // Up to `k` tokens likely to follow `context` (which ends with the last accepted token g, in slot 0), for
+  // slots 1..: written now by the host, or left to a draft model's steps (Drafted).
+  virtual Drafted draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) = 0;
   // After the round's submission: the drafts it produced (all of them, verified or not).
   virtual void round_done(std::span<const uint32_t> drafts) { (void)drafts; }
   virtual float p_min() const { return 0.0f; }
@@ -93,19 +93,18 @@ class ModelDrafter : public Drafter {
   // finished request and reused for a new one that starts with part of its context: its next catch-up runs
   // only the rest).
   void keep_prefix(std::span<const uint32_t> context);
-  ModelDrafter* draft_unless_model(std::span<const uint32_t>, uint32_t, DraftRound&, uint32_t& drafted) override {
-    drafted = 0;
-    return this;
-  }
+  Drafted draft(std::span<const uint32_t>, uint32_t, DraftRound&) override { return {0, this}; }
   // decoding is memory-bound: a step costs about the bytes of weights it reads
   double relative_cost(const LlamaModel& target) const override {
     return double(model_.weight_bytes()) / double(target.weight_bytes());
   }
-  uint32_t draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) override;
+  // The k steps of one sequence's drafts, recorded into the round (draft() left them to the caller): each
+  // chooses draft i + 1 into slot i + 1. Returns how many it drafted (k, or fewer at the context's end).
+  uint32_t record_steps(std::span<const uint32_t> context, uint32_t k, DraftRound& round);
   void round_done(std::span<const uint32_t> drafts) override;
   float p_min() const override { return p_min_; }
 
-  // draft() in parts, which record_batched_drafts interleaves for several sequences: begin() trims the
+  // record_steps() in parts, which record_batched_drafts interleaves for several sequences: begin() trims the
   // cache to what still agrees with the context and writes the tokens the first step runs (k clamped to the
   // context); step i runs `in` (n_in tokens) and choose(i) draws draft i + 1 from that step's logits row;
   // end() records what the cache now holds.
@@ -130,7 +129,9 @@ class NgramDrafter : public Drafter {
   explicit NgramDrafter(uint32_t max_n = 4, uint32_t min_n = 1) : max_n_(max_n), min_n_(min_n) {}
   DrafterKind kind() const override { return DrafterKind::Ngram; }
   double relative_cost(const LlamaModel&) const override { return 0.0; }
-  uint32_t draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) override;
+  Drafted draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) override {
+    return {write(propose(context, k), round), nullptr};
+  }
   bool next_round_free(std::span<const uint32_t>) const override { return true; }
   // The proposal itself (host only), and its writing into the round's slots 1.. (returns its size).
   std::vector<uint32_t> propose(std::span<const uint32_t> context, uint32_t k) const;
@@ -151,10 +152,8 @@ class LookupThenModelDrafter : public Drafter {
   LookupThenModelDrafter(LlamaModel& draft, float p_min) : model_(draft, p_min), lookup_(4, kMinMatch) {}
   DrafterKind kind() const override { return DrafterKind::NgramThenModel; }
   double relative_cost(const LlamaModel& target) const override { return model_.relative_cost(target); }
-  uint32_t draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) override;
   // the lookup's drafts, or the draft model (whose steps the caller records) when the lookup finds none
-  ModelDrafter* draft_unless_model(std::span<const uint32_t> context, uint32_t k, DraftRound& round,
-                                   uint32_t& drafted) override;
+  Drafted draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) override;
   void round_done(std::span<const uint32_t> drafts) override { source_->round_done(drafts); }
   float p_min() const override { return source_->p_min(); }
   bool steps_timed() const override { return source_ == &model_; }

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <vector>
 
-#include "loader/model_file.h"
-#include "runtime/quant.h"
+#include "gguf/model_file.h"
+#include "core/quant.h"
 
 namespace vkspec::test {
 

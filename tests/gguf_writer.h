@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "loader/gguf.h"
+#include "gguf/gguf.h"
 
 namespace vkspec::test {
 

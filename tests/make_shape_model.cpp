@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "loader/gguf.h"
-#include "runtime/quant.h"
+#include "gguf/gguf.h"
+#include "core/quant.h"
 #include "tests/gguf_writer.h"
 
 using namespace vkspec;

@@ -1,6 +1,6 @@
 #pragma once
 // The tests' own dequantizer for GGUF's block types, written from the block layouts in ggml-common.h and the
-// loops of ggml-quants.c (dequantize_row_*), independently of runtime/quant.cpp's decoder; and random blocks
+// loops of ggml-quants.c (dequantize_row_*), independently of core/quant.cpp's decoder; and random blocks
 // of every type (any bit pattern is a valid block; the f16 scales are kept finite and moderate); and the
 // int8 activations of the q4 row kernel.
 #include <algorithm>
@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "runtime/quant.h"
+#include "core/quant.h"
 
 namespace vkspec::test {
 

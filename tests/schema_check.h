@@ -1,5 +1,5 @@
 #pragma once
-// Whether `text` is a sentence of the grammar a JSON schema converts to (loader/json_schema.h, as the library
+// Whether `text` is a sentence of the grammar a JSON schema converts to (constrain/json_schema.h, as the library
 // runs a request's json_schema): fed byte by byte through a vocabulary of single bytes. 1: complete at its
 // end; 0: a prefix of a sentence; -1: refused.
 #include <algorithm>
@@ -12,8 +12,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "loader/gbnf.h"
-#include "loader/json_schema.h"
+#include "constrain/gbnf.h"
+#include "constrain/json_schema.h"
 
 namespace vkspec::test {
 

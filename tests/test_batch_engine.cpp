@@ -8,7 +8,7 @@
 
 #include "engine/batch_engine.h"
 #include "engine/engine.h"
-#include "engine/prompt.h"
+#include "text/prompt.h"
 #include "speculative/drafter.h"
 #include "tests/vk_test_env.h"
 

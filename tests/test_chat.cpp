@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "platform/platform.h"
-#include "loader/gguf.h"
-#include "loader/tokenizer.h"
+#include "gguf/gguf.h"
+#include "text/tokenizer.h"
 #include "tests/run_command.h"
 
 namespace vkspec::test {

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "loader/chat_template.h"
+#include "text/chat_template.h"
 #include "platform/platform.h"
 #include "tests/run_program.h"
 

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "loader/gguf.h"
+#include "gguf/gguf.h"
 #include "tests/gguf_writer.h"
 #include "tests/run_command.h"
 #include "tests/vk_test_env.h"

@@ -1,8 +1,8 @@
-// Constrained generation's host side. JSON mode's recognizer (loader/json_grammar.h): the language of
+// Constrained generation's host side. JSON mode's recognizer (constrain/json_grammar.h): the language of
 // llama.cpp's grammars/json.gbnf, checked on hand-written cases, on random documents written by
 // nlohmann::json (an independent writer), against nlohmann's parser for mutated documents (everything the
 // recognizer accepts is a JSON object), and the vocabulary mask against feeding every token's piece on its
-// own. GBNF grammars (loader/gbnf.h): parse errors, and json.gbnf run by the grammar interpreter against the
+// own. GBNF grammars (constrain/gbnf.h): parse errors, and json.gbnf run by the grammar interpreter against the
 // hand-written recognizer byte for byte and token mask for token mask (two independent implementations of
 // one language). Lazy grammars (TriggeredGbnfConstraint): free before the trigger, the grammar's masks after.
 #include <gtest/gtest.h>
@@ -11,10 +11,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "loader/gbnf.h"
-#include "loader/gguf.h"
-#include "loader/json_grammar.h"
-#include "loader/tokenizer.h"
+#include "constrain/gbnf.h"
+#include "gguf/gguf.h"
+#include "constrain/json_grammar.h"
+#include "text/tokenizer.h"
 #include "tests/vk_test_env.h"
 
 using namespace vkspec;
@@ -203,7 +203,7 @@ TEST(JsonGrammar, ConstraintFollowsChosenTokens) {
 // ---- GBNF ----
 
 namespace {
-// json.gbnf's language as GBNF (the grammar JsonState implements by hand; loader/json_grammar.h).
+// json.gbnf's language as GBNF (the grammar JsonState implements by hand; constrain/json_grammar.h).
 const char* kJsonGbnf = R"(root   ::= object
 value  ::= object | array | string | number | ("true" | "false" | "null") ws
 

@@ -6,8 +6,8 @@
 #include <fstream>
 #include <limits>
 
-#include "loader/gguf.h"
-#include "loader/model_file.h"
+#include "gguf/gguf.h"
+#include "gguf/model_file.h"
 #include "tests/gguf_writer.h"
 #include "tests/vk_test_env.h"
 

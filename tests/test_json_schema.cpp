@@ -1,4 +1,4 @@
-// JSON Schema -> GBNF (loader/json_schema.h, loader/json_pattern.h): which texts a schema's grammar accepts,
+// JSON Schema -> GBNF (constrain/json_schema.h, constrain/json_pattern.h): which texts a schema's grammar accepts,
 // against independent references: the obvious arithmetic for integer bounds, the C++ calendar for dates,
 // and python3-jsonschema (tests/json_schema_reference.py: Python's `re` for patterns, Python's own date, time,
 // uuid, ipaddress and email parsers for formats) for random candidate strings and for random sentences the
@@ -14,8 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "platform/platform.h"
-#include "loader/json_schema.h"
-#include "runtime/core.h"
+#include "constrain/json_schema.h"
+#include "core/core.h"
 #include "tests/run_command.h"
 #include "tests/schema_check.h"
 

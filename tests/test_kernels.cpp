@@ -8,7 +8,8 @@
 #include <tuple>
 
 #include "platform/platform.h"
-#include "runtime/quant.h"
+#include "core/quant.h"
+#include "tests/host_sampler.h"
 #include "tests/quant_reference.h"
 #include "tests/vk_test_env.h"
 

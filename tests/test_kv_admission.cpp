@@ -6,7 +6,7 @@
 
 #include "engine/kv_admission.h"
 #include "engine/step_plan.h"
-#include "runtime/core.h"
+#include "core/core.h"
 #include "runtime/model.h"
 
 namespace vkspec::test {

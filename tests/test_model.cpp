@@ -6,10 +6,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "loader/tokenizer.h"
+#include "text/tokenizer.h"
 #include "platform/platform.h"
 #include "runtime/model.h"
-#include "runtime/quant.h"
+#include "core/quant.h"
 #include "tests/cpu_reference.h"
 #include "tests/gguf_writer.h"
 #include "tests/vk_test_env.h"
@@ -261,7 +261,7 @@ TEST_F(ModelTest, ADeviceComingAndGoingLeavesTheOtherWorking) {
   const int s0 = model.kv().new_sequence();
   model.forward(s0, std::vector<uint32_t>(tokens.begin(), tokens.begin() + 1), Logits::Last);
   {
-    Context second(ContextOptions{});
+    VulkanDevice second(VulkanDeviceOptions{});
     Pipelines pipelines(second);
     LlamaModel other(second, pipelines, f);
     other.forward(other.kv().new_sequence(), tokens, Logits::Last);
@@ -282,7 +282,7 @@ TEST_F(ModelTest, ARecordingInPartsGivesTheBitsOfOneSubmission) {
   std::vector<uint32_t> tokens;
   for (uint32_t i = 0; i < 17; ++i) tokens.push_back((i * 131 + 7) % 8000);
   uint64_t parts = 0, waits = 0;   // of the forward passes
-  auto run = [&](Context& ctx, Pipelines& pipelines) {   // the logits of a 9-token prefill and 8 decode steps
+  auto run = [&](VulkanDevice& ctx, Pipelines& pipelines) {   // the logits of a 9-token prefill and 8 decode steps
     LlamaModel model(ctx, pipelines, f);
     const uint32_t V = model.hparams().n_vocab;
     const int seq = model.kv().new_sequence();
@@ -312,9 +312,9 @@ TEST_F(ModelTest, ARecordingInPartsGivesTheBitsOfOneSubmission) {
   const char* before = getenv("VKSPEC_SUBMIT");
   const std::string saved = before ? before : "";
   platform::set_env("VKSPEC_SUBMIT", "barriers");
-  ContextOptions co;
+  VulkanDeviceOptions co;
   co.validation = gpu().ctx.validation_enabled();
-  Context parted(co);
+  VulkanDevice parted(co);
   if (before) platform::set_env("VKSPEC_SUBMIT", saved.c_str());
   else platform::unset_env("VKSPEC_SUBMIT");
   ASSERT_EQ(parted.facts().submit_split, Split::EveryBarrier);

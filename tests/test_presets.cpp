@@ -157,7 +157,7 @@ TEST(Presets, PenaltiesAndLogitBiasAgreeWithLlamaCpp) {
   }
 }
 
-// JSON mode (--json-object) against llama.cpp's JSON grammar (grammars/json.gbnf, which loader/json_grammar.h
+// JSON mode (--json-object) against llama.cpp's JSON grammar (grammars/json.gbnf, which constrain/json_grammar.h
 // implements, through node-llama-cpp: tests/peer_grammar.mjs), greedy on the f16 pycode target after prompts
 // that lead into code, not JSON: every continuation is the grammar's doing. vkspec's ids (with the
 // end-of-generation token when it stopped there) must equal llama.cpp's for at least 48 leading tokens or

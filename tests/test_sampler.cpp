@@ -7,7 +7,7 @@
 #include <map>
 
 #include "runtime/rng.h"
-#include "runtime/sampler.h"
+#include "tests/host_sampler.h"
 
 namespace vkspec {
 namespace {

@@ -2,10 +2,11 @@
 // lookup-then-model drafters at K = 1, 3, 5, 8 on 8 prompts per pair, and to plain sampled decoding at several
 // settings and seeds; the target's paged KV after many rounds equals a fresh prefill of the accepted sequence
 // with no leaked blocks; mismatched vocabularies refused.
-#include "loader/gbnf.h"
-#include "loader/json_grammar.h"
+#include "constrain/gbnf.h"
+#include "constrain/json_grammar.h"
 #include "speculative/controller.h"
 #include "tests/gguf_writer.h"
+#include "tests/host_sampler.h"
 #include "tests/vk_test_env.h"
 
 namespace vkspec::test {
@@ -165,7 +166,7 @@ TEST_F(SpeculativeTest, KvAfterRoundsEqualsFreshPrefill) {
     // keeps the cached prefix and runs the rest) equal a fresh prefill's, bit for bit.
     session.rec.begin();
     DraftRound round{session.rec, session.chooser};
-    md.draft(context, 1, round);
+    md.record_steps(context, 1, round);
     draft.record_logits_readback(session.rec, 1);
     session.rec.submit_and_wait();
     const uint32_t Vd = draft.hparams().n_vocab;
@@ -246,7 +247,7 @@ TEST_F(SpeculativeTest, DraftCatchUpIsTimedApartAndDraftsStayTheDraftsGreedyCont
     const std::vector<uint32_t> want = plain_greedy(pair.draft, context, k);
     DraftRound round{session.rec, session.chooser};
     session.rec.begin();
-    ASSERT_EQ(md.draft(context, k, round), k);
+    ASSERT_EQ(md.record_steps(context, k, round), k);
     session.rec.submit_and_wait();
     std::vector<uint32_t> drafts;
     for (uint32_t i = 0; i < k; ++i) drafts.push_back(session.chooser.token(i + 1));

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "loader/tokenizer.h"
+#include "text/tokenizer.h"
 #include "tests/gguf_writer.h"
 #include "tests/run_program.h"
 #include "tests/vk_test_env.h"
@@ -301,7 +301,7 @@ TEST(Tokenizer, VocabularyMetadataIsValidatedAtLoad) {
 namespace vkspec::test {
 namespace {
 
-// Long SPM text is encoded in pieces cut after bytes that never merge (loader/tokenizer_spm.cpp): the ids
+// Long SPM text is encoded in pieces cut after bytes that never merge (text/tokenizer_spm.cpp): the ids
 // must equal one libsentencepiece call over the whole text with Llama 2's own tokenizer.model (the
 // reference; its normalizer adds the dummy prefix itself). The text has lines longer than a piece, runs of
 // newlines, indentation, non-ASCII text and characters outside the vocabulary (byte fallback).

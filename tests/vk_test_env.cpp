@@ -13,7 +13,7 @@ bool validate() {
 }
 }  // namespace
 
-Gpu::Gpu() : ctx(ContextOptions{-1, validate()}), pipelines(ctx), uploader(ctx) {}
+Gpu::Gpu() : ctx(VulkanDeviceOptions{-1, validate()}), pipelines(ctx), uploader(ctx) {}
 
 Gpu& gpu() {
   static Gpu* g = new Gpu();   // lives until exit; Vulkan objects are reclaimed by the driver at exit

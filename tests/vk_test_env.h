@@ -1,5 +1,5 @@
 #pragma once
-// Shared Vulkan environment for the test suites: one validated Context + pipeline set per process,
+// Shared Vulkan environment for the test suites: one validated VulkanDevice + pipeline set per process,
 // a fresh device arena per test, and helpers to move vectors to and from the device.
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@
 namespace vkspec::test {
 
 struct Gpu {
-  Context ctx;
+  VulkanDevice ctx;
   Pipelines pipelines;
   Uploader uploader;
   Gpu();

@@ -2,7 +2,7 @@
 # them under Wine on lavapipe, with the environment tests/CMakeLists.txt gives on Linux, and drives vkspec.exe
 # itself for the CLI and the server (tests/windows/check_windows.py). The suites left out start vkspec through a
 # POSIX shell or fork (test_cli, test_chat, test_server*, test_presets, test_c_api).
-target_link_libraries(vkspec_testlib PUBLIC vkspec_core GTest::gtest GTest::gtest_main)
+target_link_libraries(vkspec_testlib PUBLIC vkspec_internal GTest::gtest GTest::gtest_main)
 set(VKSPEC_WINDOWS_SUITES test_platform)
 foreach(name test_kernels test_gguf test_tokenizer test_constraints test_model test_speculative test_draft_policy
              test_sampler test_batch_engine test_chat_template)
@@ -11,18 +11,23 @@ foreach(name test_kernels test_gguf test_tokenizer test_constraints test_model t
   list(APPEND VKSPEC_WINDOWS_SUITES ${name})
 endforeach()
 target_link_libraries(test_batch_engine PRIVATE vkspec_engine)
+add_executable(test_kv_admission test_kv_admission.cpp)   # (no device)
+target_link_libraries(test_kv_admission PRIVATE vkspec_engine GTest::gtest GTest::gtest_main)
+list(APPEND VKSPEC_WINDOWS_SUITES test_kv_admission)
 target_compile_definitions(test_chat_template PRIVATE VKSPEC_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
 # The C API through vkspec.dll, as an application links it. (The examples are compared with vkspec.exe by
 # tests/windows/check_windows.py; external_device.cpp needs a Vulkan import library MinGW does not ship.)
 add_executable(test_c_api_batch test_c_api_batch.cpp)
 target_link_libraries(test_c_api_batch PRIVATE vkspec_shared vkspec_platform GTest::gtest GTest::gtest_main)
-add_executable(test_c_api test_c_api.cpp)
-target_link_libraries(test_c_api PRIVATE vkspec_shared vkspec_platform GTest::gtest GTest::gtest_main nlohmann_json::nlohmann_json
-                      Vulkan::Headers)
-target_include_directories(test_c_api PRIVATE ${CMAKE_SOURCE_DIR})
-target_compile_definitions(test_c_api PRIVATE VKSPEC_BIN="$<TARGET_FILE:vkspec>" EXAMPLE_GENERATE="" EXAMPLE_GENERATE_STATIC=""
-                           EXAMPLE_EXTERNAL_DEVICE="")
-list(APPEND VKSPEC_WINDOWS_SUITES test_c_api_batch test_c_api)
+foreach(t test_c_api test_c_api_context)
+  add_executable(${t} ${t}.cpp)
+  target_link_libraries(${t} PRIVATE vkspec_shared vkspec_platform GTest::gtest GTest::gtest_main nlohmann_json::nlohmann_json
+                        Vulkan::Headers)
+  target_include_directories(${t} PRIVATE ${CMAKE_SOURCE_DIR})
+  target_compile_definitions(${t} PRIVATE VKSPEC_BIN="$<TARGET_FILE:vkspec>" EXAMPLE_GENERATE="" EXAMPLE_GENERATE_STATIC=""
+                             EXAMPLE_EXTERNAL_DEVICE="")
+endforeach()
+list(APPEND VKSPEC_WINDOWS_SUITES test_c_api_batch test_c_api test_c_api_context)
 # What scripts/test-windows.sh runs: one suite a line, with the tests it leaves out. Those compare with
 # Debian's python3 (jinja2, the UTF-8 decoder), a Linux program whose output Wine does not hand back to a
 # Windows process, need the validation layer, a Linux library that winevulkan does not offer to Windows

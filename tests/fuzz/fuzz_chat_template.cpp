@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "loader/chat_template.h"
+#include "text/chat_template.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const vkspec::ChatInputs in = [] {

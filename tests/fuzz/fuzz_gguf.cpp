@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "loader/gguf.h"
-#include "loader/model_file.h"
-#include "runtime/quant.h"
+#include "gguf/gguf.h"
+#include "gguf/model_file.h"
+#include "core/quant.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

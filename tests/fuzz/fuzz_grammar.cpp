@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "loader/gbnf.h"
-#include "loader/json_grammar.h"
-#include "loader/json_pattern.h"
-#include "loader/json_schema.h"
-#include "runtime/core.h"
+#include "constrain/gbnf.h"
+#include "constrain/json_grammar.h"
+#include "constrain/json_pattern.h"
+#include "constrain/json_schema.h"
+#include "core/core.h"
 
 namespace {
 std::shared_ptr<const vkspec::VocabBytes> vocab() {

@@ -1,4 +1,4 @@
-// libFuzzer target for the server's request parsing (apps/server_api.h): arbitrary bytes as the body of a
+// libFuzzer target for the server's request parsing (apps/server/server_api.h): arbitrary bytes as the body of a
 // completion (first byte even) or chat completion (odd) request (with bit 3 set: Ollama's generate or chat; bit
 // 2: llama-server's /tokenize or /detokenize; bit 5: embeddings, OpenAI's, or with bit 3 Ollama's /api/embed
 // (even) or /api/embeddings (odd); else bit 7: llama-server's /completion), with a real vocabulary and the Llama 3.2 chat template. Every outcome
@@ -13,13 +13,13 @@
 #include <iterator>
 #include <string>
 
-#include "apps/embeddings_api.h"
-#include "apps/llamacpp_api.h"
-#include "apps/ollama_api.h"
-#include "apps/server_api.h"
-#include "engine/prompt.h"
-#include "loader/gbnf.h"
-#include "loader/json_schema.h"
+#include "apps/server/embeddings_api.h"
+#include "apps/server/llamacpp_api.h"
+#include "apps/server/ollama_api.h"
+#include "apps/server/server_api.h"
+#include "text/prompt.h"
+#include "constrain/gbnf.h"
+#include "constrain/json_schema.h"
 
 namespace {
 std::string shared(const char* rel) {
@@ -42,7 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     l.n_vocab = tok->n_vocab();
     return l;
   }();
-  // the server's encodings (apps/server.cpp goes through the C API, which calls the same tokenize())
+  // the server's encodings (apps/server/server.cpp goes through the C API, which calls the same tokenize())
   static const cli::PromptEncoder enc = [] {
     auto encode = [](std::string_view text, AddBos bos) {
       const std::vector<uint32_t> ids = tokenize(*tok, text, bos, true);

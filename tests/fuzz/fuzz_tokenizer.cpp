@@ -7,8 +7,8 @@
 #include <memory>
 #include <string>
 
-#include "loader/gguf.h"
-#include "loader/tokenizer.h"
+#include "gguf/gguf.h"
+#include "text/tokenizer.h"
 
 namespace {
 struct Vocab {

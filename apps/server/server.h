@@ -1,0 +1,127 @@
+#pragma once
+// `vkspec serve`'s insides, shared by server.cpp (jobs, responses, the server's life) and server_routes.cpp
+// (the endpoints). Threads: httplib's pool serves connections; one engine thread runs the batch; the
+// requests' callbacks (on the engine thread) only append to their Job under its mutex, so a slow or stalled
+// client never blocks the engine or other clients (its connection times out, its sequence is cancelled and
+// freed).
+#include <cstdio>
+#include <ctime>
+#include <deque>
+#include <filesystem>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include <httplib.h>
+
+#include "common/cli_common.h"
+#include "server/embeddings_api.h"
+#include "server/llamacpp_api.h"
+#include "server/ollama_api.h"
+#include "server/server_api.h"
+#include "platform/platform.h"
+
+
+namespace vkspec::cli::serve {
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// One HTTP request's n choices, shared by its handler and the engine's callbacks.
+struct Job {
+  struct Choice {
+    // A running request's callbacks own the Job (through their ChoiceRef): a Job outlives its handler (a
+    // stream that ended early) until its last request has ended.
+    std::unique_ptr<TextStream> text;
+    std::string content;               // what was produced (non-streamed responses)
+    json logprobs = json::array();     // token_logprob entries (non-streamed responses)
+    size_t logprob_offset = 0;         // completions' text_offset of the next token (streamed)
+    std::string finish_reason;         // set when the choice ends
+    // With tools: the reply is held back while it may still become a call (may_become_tool_call), and is
+    // read as one at the end.
+    bool holding = false;
+    std::string held;
+    std::optional<ToolCall> call;
+    std::string call_id;
+    vkspec_request_result result{};
+  };
+  api::Batch* batch = nullptr;         // outlives every handler (freed after the HTTP server stopped)
+  CompletionSpec spec;
+  std::string id, model, drafter;
+  int64_t created = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Choice> choices;
+  std::unique_ptr<std::atomic<uint64_t>[]> ids;   // each choice's request id in the batch (0: not submitted)
+  std::deque<std::string> events;      // SSE payloads not yet sent
+  uint32_t done = 0;
+  std::string error;                   // a choice failed
+  bool all_done() const { return done == choices.size(); }
+  void cancel() {   // (an id that has ended is no error)
+    for (size_t i = 0; i < choices.size(); ++i)
+      if (const uint64_t id = ids[i].load()) vkspec_batch_cancel(batch->get(), id);
+  }
+};
+
+// The user pointer of one choice's request: created at submission, deleted by its on_done (called once).
+struct ChoiceRef {
+  std::shared_ptr<Job> job;
+  uint32_t index;
+  const api::Model* model;   // token texts for logprobs
+};
+
+// How a response is written: OpenAI's (the empty functions), or another API's shapes over the same job
+// events (Ollama's, llama-server's native ones).
+struct Dialect {
+  std::function<json(const json& openai)> whole;                  // a whole response
+  std::function<std::string(const std::string& payload)> frame;   // one stream event's bytes (stateful)
+  std::function<json(const ApiError&)> error;
+  const char* stream_type = "text/event-stream";
+  bool sse = true;   // SSE comments keep checking the connection while nothing is sent
+};
+
+// OpenAI's response shapes over a job (server.cpp).
+std::string tool_call_id();
+std::string finish_reason(const std::string& stop_reason);
+json chunk(const Job& j, uint32_t index, const json& delta_or_text, const json& logprobs, const json& finish);
+json usage(const Job& j);
+json vkspec_fields(const Job& j, const std::string& drafter);   // vkspec's own figures per response
+json full_response(const Job& j, const std::string& drafter);
+bool equal_constant_time(const std::string& a, const std::string& b);
+void send_json(httplib::Response& res, int status, const json& body);
+
+class Server {
+ public:
+  Server(const RunOptions& o, const ServeOptions& so) : o_(o), so_(so) {}
+
+  int run();
+
+ private:
+  void routes();
+  void completion(const httplib::Request& req, httplib::Response& res, bool chat);
+  void ollama(const httplib::Request& req, httplib::Response& res, OllamaEndpoint ep);
+  void llamacpp_completion(const httplib::Request& req, httplib::Response& res);   // llama-server's /completion
+  void embeddings(const httplib::Request& req, httplib::Response& res, EmbedEndpoint ep);
+  std::vector<std::vector<float>> embed(const EmbedSpec& spec);   // the inputs' vectors, in order
+  // The job's answer: one JSON body, or its stream as it is made (OpenAI's SSE, or Ollama's NDJSON lines).
+  void respond(httplib::Response& res, std::shared_ptr<Job> job, const Dialect& dialect);
+  std::shared_ptr<Job> start_job(CompletionSpec spec);
+  std::string metrics_text() const;
+
+  RunOptions o_;
+  ServeOptions so_;
+  httplib::Server http_;
+  std::atomic<bool> ready_{false};
+  std::mutex stop_mutex_;   // guards stop_ and the batch's creation against a signal meanwhile
+  bool stop_ = false;
+  std::string model_id_, drafter_;
+  std::unique_ptr<api::Model> model_;
+  std::optional<std::string> template_;   // --chat-template's source; nullopt: the model's own
+  PromptEncoder enc_;
+  std::unique_ptr<api::Batch> batch_;
+  ServerLimits lim_;
+  uint32_t n_embd_ = 0;
+  std::atomic<uint64_t> ids_{0}, http_4xx_{0}, http_5xx_{0};
+  int64_t started_ = std::time(nullptr);
+};
+
+}  // namespace vkspec::cli::serve

@@ -1,0 +1,142 @@
+#pragma once
+// Vulkan instance + one logical device with one compute queue, and the probed facts that kernel
+// variants are chosen from. Invariant: a VulkanDevice is fully usable once constructed or it threw.
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/settings.h"
+#include "runtime/vk_loader.h"
+
+namespace vkspec {
+
+struct DeviceFacts {
+  uint32_t index = 0;
+  std::string name;
+  VkPhysicalDeviceType type = VK_PHYSICAL_DEVICE_TYPE_OTHER;
+  uint32_t vendor_id = 0;
+  uint32_t api_version = 0;
+  std::string driver;
+  std::string uuid_hex;
+  uint32_t subgroup_size = 0;
+  uint32_t min_subgroup_size = 0, max_subgroup_size = 0;
+  bool subgroup_size_control = false;
+  bool subgroup_arithmetic = false;  // subgroupAdd/Max in compute
+  bool subgroup_shuffle = false;     // subgroupShuffle in compute (attention_rows)
+  bool subgroup_basic = false;
+  bool shader_float16 = false;       // fp16 arithmetic
+  bool shader_int8 = false;
+  bool storage_16bit = false;
+  bool storage_8bit = false;
+  bool buffer_device_address = false;
+  bool push_descriptor = false;      // VK_KHR_push_descriptor (texel-buffer kernels bind through it)
+  uint64_t max_texel_buffer_elements = 0;
+  uint64_t max_storage_buffer_range = 0;
+  uint32_t max_shared_memory = 0;
+  uint64_t max_allocation_size = 0;
+  uint32_t max_workgroup_invocations = 0;
+  uint32_t max_push_constants = 0;
+  bool timestamps = false;
+  float timestamp_period_ns = 0.f;
+  uint64_t device_local_bytes = 0;
+  // The memory model of a discrete GPU: device-local memory is never mapped, even where the driver offers
+  // host-visible device memory (lavapipe, ReBAR); weights and inputs reach it through staging copies.
+  // VKSPEC_MEMORY=discrete turns it on anywhere, so that CI exercises the GPU path on lavapipe.
+  bool discrete_memory = false;
+  // How a recording is submitted (Recorder::barrier, decided here once). A GPU runs a step's parts while the
+  // host records the rest, so the host's recording time is hidden instead of added to each step. On a CPU
+  // device recording is a small part of a step, and each submission wakes its queue thread: it takes
+  // recordings whole.
+  // VKSPEC_SUBMIT=whole|parts|barriers overrides (barriers: a part at every barrier, for CI on lavapipe).
+  using SubmitSplit = vkspec::SubmitSplit;
+  SubmitSplit submit_split = SubmitSplit::Whole;
+  const char* submit_split_name() const;   // "whole", "parts" or "barriers": VKSPEC_SUBMIT's values
+
+  const char* type_name() const;
+  // Kernel family: "row per lane" on CPU devices (each lane is a SIMD lane of the host, so strided
+  // loads across lanes turn into gathers); subgroup-cooperative rows on GPUs.
+  bool prefers_row_per_lane() const { return type == VK_PHYSICAL_DEVICE_TYPE_CPU; }
+  // Tokens per forward chunk (a prefill's unit, llama.cpp's ubatch) unless ModelOptions::ubatch says.
+  // Each chunk reads every weight once and runs a fixed number of dispatches: at small chunks a GPU is bound
+  // by those, so it takes large ones. A CPU device's chunk is arithmetic-bound whatever its size, so it keeps
+  // the smaller activations.
+  uint32_t default_ubatch() const { return prefers_row_per_lane() ? 16 : 256; }
+  // Weight reads through uniform texel buffers: lavapipe turns texelFetch into a vector gather, while
+  // every storage-buffer or device-address load becomes a per-lane scalar loop with a branch per lane.
+  bool texel_reads() const { return push_descriptor && max_texel_buffer_elements >= (1u << 24); }
+};
+
+// A device the embedding application created and owns (a game engine's): vkspec records and submits on
+// its queue and never destroys anything of it. Vulkan cannot report which features a VkDevice was created
+// with, so the application says which of those vkspec uses it enabled; vkspec uses no feature beyond them.
+struct ExternalDevice {
+  VkInstance instance = VK_NULL_HANDLE;
+  VkPhysicalDevice physical = VK_NULL_HANDLE;
+  VkDevice device = VK_NULL_HANDLE;
+  uint32_t queue_family = 0;                 // must support compute
+  VkQueue queue = VK_NULL_HANDLE;
+  PFN_vkGetInstanceProcAddr get_instance_proc_addr = nullptr;   // null: the system loader's
+  // Enabled at vkCreateDevice. Required: buffer_device_address (Vulkan 1.2).
+  bool buffer_device_address = false, storage_16bit = false, storage_8bit = false, shader_float16 = false,
+       shader_int8 = false, subgroup_size_control = false, push_descriptor = false;
+  // Held around every vkQueueSubmit vkspec makes (the queue may be shared with the application's threads).
+  void (*lock_queue)(void* user) = nullptr;
+  void (*unlock_queue)(void* user) = nullptr;
+  void* lock_user = nullptr;
+};
+
+struct VulkanDeviceOptions {
+  int device_index = -1;      // -1: VKSPEC_DEVICE env, else best device (discrete > integrated > virtual > CPU)
+  bool validation = false;    // also enabled by VKSPEC_VALIDATION=1
+  const ExternalDevice* external = nullptr;   // use the application's device instead of creating one
+};
+
+class VulkanDevice {
+ public:
+  explicit VulkanDevice(const VulkanDeviceOptions& opts = {});
+  ~VulkanDevice();
+  VulkanDevice(const VulkanDevice&) = delete;
+  VulkanDevice& operator=(const VulkanDevice&) = delete;
+
+  // All physical devices with their facts (creates a temporary instance).
+  static std::vector<DeviceFacts> list_devices();
+
+  VkDevice device() const { return device_; }
+  VkQueue queue() const { return queue_; }
+  uint32_t queue_family() const { return queue_family_; }
+  VkPhysicalDevice physical() const { return physical_; }
+  const DeviceFacts& facts() const { return facts_; }
+  const VkPhysicalDeviceMemoryProperties& memory_properties() const { return mem_props_; }
+  bool validation_enabled() const { return messenger_ != VK_NULL_HANDLE; }
+  bool external() const { return external_; }
+  // Every queue submission goes through this (the external device's lock callbacks around it). si null:
+  // no work, the fence only (signalled once all work submitted before it has completed).
+  VkResult submit(const VkSubmitInfo* si, VkFence fence) const;
+  // Validation-layer warnings + errors seen so far (tests assert this stays 0).
+  uint64_t validation_messages() const { return validation_messages_.load(); }
+  std::string last_validation_message() const;
+
+ private:
+  VkInstance instance_ = VK_NULL_HANDLE;
+  VkDebugUtilsMessengerEXT messenger_ = VK_NULL_HANDLE;
+  VkPhysicalDevice physical_ = VK_NULL_HANDLE;
+  VkDevice device_ = VK_NULL_HANDLE;
+  VkQueue queue_ = VK_NULL_HANDLE;
+  uint32_t queue_family_ = 0;
+  bool external_ = false;
+  void (*lock_queue_)(void*) = nullptr;
+  void (*unlock_queue_)(void*) = nullptr;
+  void* lock_user_ = nullptr;
+  DeviceFacts facts_;
+  VkPhysicalDeviceMemoryProperties mem_props_{};
+  std::atomic<uint64_t> validation_messages_{0};
+  std::string last_message_;
+
+  void adopt(const ExternalDevice& e);
+  static VKAPI_ATTR VkBool32 VKAPI_CALL on_debug_message(VkDebugUtilsMessageSeverityFlagBitsEXT,
+                                                         VkDebugUtilsMessageTypeFlagsEXT,
+                                                         const VkDebugUtilsMessengerCallbackDataEXT*, void*);
+};
+
+}  // namespace vkspec

@@ -1,0 +1,195 @@
+// Llama 3 byte-level BPE: PCRE2 pre-tokenizer (the llama-bpe pattern needs Unicode properties), bytes
+// mapped to GPT-2's printable code points, then merges applied lowest rank first. As llama.cpp does for
+// llama-bpe, a pre-token that is itself a vocabulary entry is taken whole (ignore_merges).
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <climits>
+#include <memory>
+#include <queue>
+#include <unordered_map>
+
+#include "text/tokenizer.h"
+#include "core/utf8.h"
+
+namespace vkspec {
+namespace {
+
+const char* const kLlama3Pattern =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"
+    " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+const char* const kGpt2Pattern = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+class BpeTokenizer : public Tokenizer {
+ public:
+  explicit BpeTokenizer(const GgufFile& f) : Tokenizer(f) {
+    std::string pre = f.opt_string("tokenizer.ggml.pre").value_or("default");
+    const char* pattern = nullptr;
+    if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") pattern = kLlama3Pattern;
+    else if (pre == "default" || pre == "gpt2") pattern = kGpt2Pattern;
+    else throw Error("BPE pre-tokenizer '" + pre + "' is not supported (llama-bpe, gpt2)");
+    ignore_merges_ = pattern == kLlama3Pattern;
+    int err = 0;
+    PCRE2_SIZE off = 0;
+    re_.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err,
+                            &off, nullptr));
+    if (!re_) throw Error("internal: cannot compile the pre-tokenizer pattern");
+    pcre2_jit_compile(re_.get(), PCRE2_JIT_COMPLETE);   // optional speed-up; falls back to the interpreter
+
+    // GPT-2 byte <-> printable code point table.
+    int n = 0;
+    for (int b = 0; b < 256; ++b) {
+      bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+      byte_to_cp_[b] = printable ? uint32_t(b) : uint32_t(256 + n++);
+      cp_to_byte_[byte_to_cp_[b]] = uint8_t(b);
+      utf8::append(byte_to_cp_[b], byte_text_[b]);
+    }
+    // Token texts are UTF-8 (GPT-2's printable code points for bytes): a truncated sequence would make
+    // piece() read past the text, so the vocabulary is checked here.
+    for (uint32_t i = 0; i < texts_.size(); ++i) {
+      for (size_t k = 0; k < texts_[i].size();) {
+        const size_t len = utf8::valid_len(texts_[i], k);
+        if (len == 0)
+          throw Error("'" + f.path() + "': tokenizer.ggml.tokens[" + std::to_string(i) + "] is not valid UTF-8");
+        k += len;
+      }
+      token_id_.emplace(texts_[i], i);
+    }
+    const auto* merges = f.opt_strings("tokenizer.ggml.merges");
+    if (!merges) throw Error("'" + f.path() + "': BPE vocabulary without tokenizer.ggml.merges");
+    for (size_t r = 0; r < merges->size(); ++r) {
+      const std::string& m = (*merges)[r];
+      size_t sp = m.find(' ', 1);
+      if (sp == std::string::npos) throw Error("tokenizer.ggml.merges[" + std::to_string(r) + "] is malformed");
+      merge_rank_.emplace(m, int(r));
+    }
+  }
+
+  std::string piece(uint32_t id) const override {
+    const TokenType t = types_.at(id);
+    if (t == TokenType::Control || t == TokenType::Unused) return "";
+    const std::string& s = texts_[id];
+    if (t == TokenType::UserDefined) return s;
+    std::string out;
+    for (size_t i = 0; i < s.size();) {   // each code point back to its byte (texts are valid: checked at load)
+      const size_t len = utf8::valid_len(s, i);
+      auto it = cp_to_byte_.find(utf8::decode(s, i, len));
+      if (it != cp_to_byte_.end()) out += char(it->second);
+      else out.append(s, i, len);
+      i += len;
+    }
+    return out;
+  }
+
+ protected:
+  // Pre-tokenizes maximal runs of valid UTF-8 with the pattern (checked once here, so PCRE2 need not
+  // re-validate the subject at every match: that made long texts quadratic); each invalid byte is a word of
+  // its own, so one bad byte changes only its own tokens.
+  void encode_text(std::string_view text, bool, std::vector<uint32_t>& out) const override {
+    pcre2_match_data* md = pcre2_match_data_create_from_pattern(re_.get(), nullptr);
+    for (size_t i = 0; i < text.size();) {
+      size_t run = i;
+      while (run < text.size()) {
+        const size_t len = utf8::valid_len(text, run);
+        if (len == 0) break;
+        run += len;
+      }
+      if (run > i) encode_valid(text.substr(i, run - i), md, out);
+      if (run < text.size()) encode_word(text.substr(run, 1), out);   // an invalid byte
+      i = run + (run < text.size() ? 1 : 0);
+    }
+    pcre2_match_data_free(md);
+  }
+
+ private:
+  void encode_valid(std::string_view text, pcre2_match_data* md, std::vector<uint32_t>& out) const {
+    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+    size_t start = 0;
+    while (start < text.size()) {
+      int rc = pcre2_match(re_.get(), subject, text.size(), start, PCRE2_NO_UTF_CHECK, md, nullptr);
+      if (rc < 0) {   // no match: the rest as one chunk
+        encode_word(text.substr(start), out);
+        break;
+      }
+      PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+      if (ov[1] == ov[0]) {   // an empty match: step over one code point
+        start += utf8::valid_len(text, start);
+        continue;
+      }
+      if (ov[0] > start) encode_word(text.substr(start, ov[0] - start), out);
+      encode_word(text.substr(ov[0], ov[1] - ov[0]), out);
+      start = ov[1];
+    }
+  }
+
+  // BPE merges of one pre-token, lowest rank first (leftmost among equal ranks), with a priority queue of
+  // candidate pairs over a linked list of symbols: O(m log m) for a word of m bytes (a 100,000-byte word
+  // took minutes with the rescan-every-merge loop).
+  void encode_word(std::string_view word, std::vector<uint32_t>& out) const {
+    const int n = int(word.size());
+    std::string s;   // the word in GPT-2 code points; symbol i is s[start[i], start[i] + len[i])
+    std::vector<size_t> start(n), len(n);
+    for (int i = 0; i < n; ++i) {
+      start[i] = s.size();
+      s += byte_text_[uint8_t(word[i])];
+      len[i] = s.size() - start[i];
+    }
+    if (ignore_merges_) {
+      if (auto it = token_id_.find(s); it != token_id_.end()) { out.push_back(it->second); return; }
+    }
+    std::vector<int> prev(n), next(n);
+    for (int i = 0; i < n; ++i) prev[i] = i - 1, next[i] = i + 1 < n ? i + 1 : -1;
+    struct Pair { int rank, left; size_t left_len, right_len; };
+    auto later = [](const Pair& a, const Pair& b) { return a.rank != b.rank ? a.rank > b.rank : a.left > b.left; };
+    std::priority_queue<Pair, std::vector<Pair>, decltype(later)> queue(later);
+    std::string key;
+    auto push = [&](int l) {
+      const int r = l >= 0 ? next[l] : -1;
+      if (r < 0) return;
+      key.assign(s, start[l], len[l]);
+      key += ' ';
+      key.append(s, start[r], len[r]);
+      if (auto it = merge_rank_.find(key); it != merge_rank_.end()) queue.push({it->second, l, len[l], len[r]});
+    };
+    for (int i = 0; i + 1 < n; ++i) push(i);
+    while (!queue.empty()) {
+      const Pair p = queue.top();
+      queue.pop();
+      const int l = p.left, r = next[l];
+      if (len[l] != p.left_len || r < 0 || len[r] != p.right_len) continue;   // stale: a side merged since
+      len[l] += len[r];
+      len[r] = 0;
+      next[l] = next[r];
+      if (next[r] >= 0) prev[next[r]] = l;
+      push(prev[l]);
+      push(l);
+    }
+    for (int i = 0; i >= 0 && i < n; i = next[i]) {
+      const std::string sym = s.substr(start[i], len[i]);
+      if (auto it = token_id_.find(sym); it != token_id_.end()) { out.push_back(it->second); continue; }
+      for (size_t k = 0; k < sym.size();) {   // not in vocab: fall back to single-byte symbols
+        size_t cl = 1;
+        while (k + cl < sym.size() && (((unsigned char)sym[k + cl]) >> 6) == 2) ++cl;
+        auto b = token_id_.find(sym.substr(k, cl));
+        if (b != token_id_.end()) out.push_back(b->second);
+        else if (unk_ >= 0) out.push_back(uint32_t(unk_));
+        k += cl;
+      }
+    }
+  }
+
+  // owned here, so that a constructor that throws (a malformed vocabulary) frees it too
+  std::unique_ptr<pcre2_code, decltype(&pcre2_code_free)> re_{nullptr, &pcre2_code_free};
+  bool ignore_merges_ = false;
+  uint32_t byte_to_cp_[256];
+  std::string byte_text_[256];
+  std::unordered_map<uint32_t, uint8_t> cp_to_byte_;
+  std::unordered_map<std::string, uint32_t> token_id_;
+  std::unordered_map<std::string, int> merge_rank_;
+};
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> make_bpe_tokenizer(const GgufFile& f) { return std::make_unique<BpeTokenizer>(f); }
+
+}  // namespace vkspec
