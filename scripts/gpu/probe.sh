@@ -9,11 +9,13 @@ out=$1; mkdir -p "$out"
 . scripts/gpu/suite.sh > "$out/setup.log" 2>&1
 export PYTHONUNBUFFERED=1
 make_1b_models "$out/models.log" q4km:15
-echo "== test_kernels"; date +%T
-VKSPEC_KERNELS=subgroup VKSPEC_VALIDATION=1 timeout ${KERNELS_TIMEOUT:-120} build/tests/test_kernels > "$out/test_kernels.log" 2>&1
-echo "rc=$?"; grep -E '^\[  (PASSED|FAILED)' "$out/test_kernels.log"
-grep -E '^\[ +(OK|FAILED) +\]' "$out/test_kernels.log" | sed 's/.*\] \(.*\) (\([0-9]*\) ms)/\2 \1/' | sort -n | tail -8
-echo "last started: $(grep -E '^\[ RUN' "$out/test_kernels.log" | tail -1)"
+for t in test_kernels test_kernels_pass; do
+  echo "== $t"; date +%T
+  VKSPEC_KERNELS=subgroup VKSPEC_VALIDATION=1 timeout ${KERNELS_TIMEOUT:-120} build/tests/$t > "$out/$t.log" 2>&1
+  echo "rc=$?"; grep -E '^\[  (PASSED|FAILED)' "$out/$t.log"
+  grep -E '^\[ +(OK|FAILED) +\]' "$out/$t.log" | sed 's/.*\] \(.*\) (\([0-9]*\) ms)/\2 \1/' | sort -n | tail -8
+  echo "last started: $(grep -E '^\[ RUN' "$out/$t.log" | tail -1)"
+done
 echo "== prefill profile, 1B f16, 512 tokens"; date +%T
 while [ ! -e /tmp/1b-f16.done ] && kill -0 $models 2>/dev/null; do sleep 1; done
 VKSPEC_PROFILE=1 timeout 60 build/vkspec bench -m /tmp/1b-f16.gguf -p 512 -n 4 --reps 1 > "$out/profile.txt" 2>&1; tail -14 "$out/profile.txt"

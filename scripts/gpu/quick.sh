@@ -20,7 +20,8 @@ run_test() {   # name filter [repeat]
     "failed tests: $(grep -cE '^\[  FAILED  \] .* \([0-9]+ ms\)$' "$out/suite/$1.log")"
   grep -E -A6 ': Failure$' "$out/suite/$1.log" | head -16
 }
-run_test test_kernels '*Subgroup*:VkTest*'
+run_test test_kernels '*Subgroup*'
+run_test test_kernels_pass '*Subgroup*:VkTest*'
 run_test test_model '*Prefill*:*BatchOfSequences*:*LogitsMatchCpu*'
 run_test test_sampler 'DeviceSamplerTest.BatchedRows*:*Lanes*' 5
 pack
