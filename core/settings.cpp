@@ -14,13 +14,6 @@ std::string env(const char* name) {
   return v ? v : "";
 }
 
-// An on/off measurement switch: true unless set to 0; unset or 1 keeps the default; anything else is an Error.
-bool switch_on(const char* name) {
-  const std::string v = env(name);
-  if (!v.empty() && v != "0" && v != "1") throw Error(std::string(name) + " must be 0 or 1 (or unset), got '" + v + "'");
-  return v != "0";
-}
-
 constexpr std::pair<SubmitSplit, const char*> kSubmitSplitNames[] = {
     {SubmitSplit::Whole, "whole"}, {SubmitSplit::Parts, "parts"}, {SubmitSplit::EveryBarrier, "barriers"}};
 
@@ -55,9 +48,6 @@ Settings read_settings() {
   if (const std::string v = env("VKSPEC_MEMORY"); !v.empty() && v != "discrete")
     throw Error("VKSPEC_MEMORY must be 'discrete' (or unset), got '" + v + "'");
   s.discrete_memory = env("VKSPEC_MEMORY") == "discrete";
-  s.int8_x = switch_on("VKSPEC_INT8_X");
-  s.matmul_tile = switch_on("VKSPEC_MATMUL_TILE");
-  s.fma = switch_on("VKSPEC_FMA");
   s.today = env("VKSPEC_TODAY");
   return s;
 }
@@ -70,9 +60,6 @@ std::string settings_json(const Settings& s) {
   j["VKSPEC_KERNELS"] = s.kernels == KernelFamily::Auto ? "auto" : s.kernels == KernelFamily::RowPerLane ? "row" : "subgroup";
   j["VKSPEC_SUBMIT"] = s.submit ? submit_split_name(*s.submit) : "auto";
   j["VKSPEC_MEMORY"] = s.discrete_memory ? "discrete" : "auto";
-  j["VKSPEC_INT8_X"] = s.int8_x;
-  j["VKSPEC_MATMUL_TILE"] = s.matmul_tile;
-  j["VKSPEC_FMA"] = s.fma;
   j["VKSPEC_TODAY"] = s.today;
   return j.dump();
 }

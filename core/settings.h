@@ -24,9 +24,6 @@ struct Settings {
   KernelFamily kernels = KernelFamily::Auto;  // VKSPEC_KERNELS=row | subgroup: instead of the device's choice
   std::optional<SubmitSplit> submit;          // VKSPEC_SUBMIT=whole | parts | barriers: instead of the device's
   bool discrete_memory = false;               // VKSPEC_MEMORY=discrete: never map device memory (as on a dGPU)
-  // Measurement switches, each a kernel variant against its fallback (=0 turns the variant off; the tests
-  // run both sides): int8 activations, tiled matmul, fused multiply-adds.
-  bool int8_x = true, matmul_tile = true, fma = true;
   std::string today;                          // VKSPEC_TODAY=YYYY-MM-DD: chat templates' date (tests)
 };
 

@@ -52,7 +52,7 @@ uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-Kernels::Kernels(VulkanDevice& ctx, Pipelines& pipelines, KernelFamily family)
+Kernels::Kernels(VulkanDevice& ctx, Pipelines& pipelines, KernelFamily family, KernelVariants variants)
     : ctx_(ctx), pipelines_(pipelines), family_(family) {
   const Settings settings = read_settings();   // (before the conditions below: a bad value is refused on any device)
   if (family_ == KernelFamily::Auto) family_ = settings.kernels;
@@ -67,8 +67,8 @@ Kernels::Kernels(VulkanDevice& ctx, Pipelines& pipelines, KernelFamily family)
                     MATMUL_ROW_LANES % 4 == 0,
                 "wg_sum_pairwise: a tree of whole pairs within red_scratch; matmul_tile reads its lane sums by fours");
   wg_rows_ = family_ == KernelFamily::RowPerLane ? std::max(16u, ctx.facts().subgroup_size) : MATMUL_ROW_LANES;
-  const bool x8_off = !settings.int8_x, tile_off = !settings.matmul_tile;
-  fma_ = settings.fma;
+  const bool x8_off = !variants.int8_x, tile_off = !variants.matmul_tile;
+  fma_ = variants.fma;
   x8_ = family_ == KernelFamily::RowPerLane && ctx.facts().texel_reads() && ctx.facts().subgroup_arithmetic && !x8_off;
   // matmul_tile: the sums of squares follow the sums (contract.h MATMUL_TILE_SUMS); every slot must exist
   static_assert(MATMUL_TILE_SUMS(kTileRows, kBatchTile, false) + kBatchTile <= contract::MATMUL_TILE_VALUES &&

@@ -77,6 +77,14 @@ inline QkvSlices qkv_slices(const Slice& qkv, const AttentionShape& s) {
   return {qkv, qkv.sub(k0, qkv.size - k0), qkv.sub(v0, qkv.size - v0)};
 }
 
+// Kernel variants whose fallbacks the tests compare with them (not settable at run time: a model's passes
+// all take the defaults).
+struct KernelVariants {
+  bool int8_x = true;        // int8 activations for quantized weights where the device has them
+  bool matmul_tile = true;   // multi-token matmuls in tiles of rows x tokens (subgroup family)
+  bool fma = true;           // fused multiply-adds in matmul.comp and matmul_tile.comp
+};
+
 class Kernels {
  public:
   static constexpr uint32_t kMaxBatch = 16;   // rows with logits in one pass (a verify pass); prompt chunks: --ubatch
@@ -94,7 +102,8 @@ class Kernels {
   // sums per row and token).
   static constexpr uint32_t kTileRows = 8, kTileRowsSwiglu = 4;
 
-  Kernels(VulkanDevice& ctx, Pipelines& pipelines, KernelFamily family = KernelFamily::Auto);
+  Kernels(VulkanDevice& ctx, Pipelines& pipelines, KernelFamily family = KernelFamily::Auto,
+          KernelVariants variants = {});
   KernelFamily family() const { return family_; }
 
   // x[t] = table[tokens[t]] (f32 out), t < n.
@@ -134,7 +143,7 @@ class Kernels {
                      const RopeKvEpilogue* rope = nullptr);
   // Int8 activations: the texel matmul of quantized weights reads x quantized per 32 values
   // (quantize_x8.comp) and multiplies in integers, q4 two weights per 32-bit product (matmul_rows.comp X8). Decided from the weights' format and
-  // the device only (every pass of a model takes the same path: batch invariance). VKSPEC_INT8_X=0 turns
+  // the device only (every pass of a model takes the same path: batch invariance). KernelVariants::int8_x = false turns
   // it off (measurements, tests of the float path).
   bool x8_matmul(const DeviceMatrix& w) const { return x8_ && w.format.quantized(); }
   bool tile_matmul(const DeviceMatrix& w, uint32_t n, uint32_t x_stride) const;
@@ -148,10 +157,10 @@ class Kernels {
   KernelFamily family_;
   uint32_t wg_rows_;   // workgroup size for the row-parallel kernels
   bool x8_ = false;    // int8 activations for quantized texel matmuls (x8_matmul)
-  bool tile_ = false;  // multi-token matmuls in tiles (tile_matmul); VKSPEC_MATMUL_TILE=0 turns it off (A/B)
+  bool tile_ = false;  // multi-token matmuls in tiles (tile_matmul); KernelVariants::matmul_tile
   // matmul.comp and matmul_tile.comp accumulate by fused multiply-adds (dot4_acc in common.glsl): one GPU
   // instruction per weight where `precise` multiplies and adds took two. Both kernels take the same value,
-  // so their results stay identical; VKSPEC_FMA=0 turns it off (a measurement switch).
+  // so their results stay identical; KernelVariants::fma = false turns it off (for the tests).
   bool fma_ = true;
   // Workgroup size for a kernel whose lanes meet at barriers, given its size on a GPU: one subgroup on CPU
   // devices, where llvmpipe runs a larger workgroup's subgroups as coroutines switched at every barrier.

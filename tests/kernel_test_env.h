@@ -53,13 +53,8 @@ inline TestMatrix test_matrix(DType type, uint32_t rows, uint32_t cols, uint32_t
 class KernelTest : public VkTest, public ::testing::WithParamInterface<KernelFamily> {
  protected:
   Kernels kernels() { return Kernels(gpu().ctx, gpu().pipelines, GetParam()); }
-  // The same family with int8 activations off (VKSPEC_INT8_X=0): the float path of the q4 row kernel.
-  Kernels kernels_float_x() {
-    platform::set_env("VKSPEC_INT8_X", "0");
-    Kernels k(gpu().ctx, gpu().pipelines, GetParam());
-    platform::unset_env("VKSPEC_INT8_X");
-    return k;
-  }
+  // The same family with int8 activations off: the float path of the q4 row kernel.
+  Kernels kernels_float_x() { return Kernels(gpu().ctx, gpu().pipelines, GetParam(), {.int8_x = false}); }
 };
 
 // The x a matmul of `m` multiplies: x itself, or, where it takes int8 activations (matmul_rows_*_x8),

@@ -154,15 +154,13 @@ TEST_P(KernelTest, MatmulPathsAreBothCovered) {
   const bool tiles = GetParam() == KernelFamily::Subgroup;
   EXPECT_STREQ(k.matmul_shader(aligned, x, 0, 8), tiles ? "matmul_tile_f32" : texels ? "matmul_rows_f32" : "matmul_f32");
   EXPECT_STREQ(k.matmul_shader(odd, x, 0, 8), "matmul_f32");
-  platform::set_env("VKSPEC_MATMUL_TILE", "0");   // the A/B switch: one row per workgroup again
-  const Kernels untiled(gpu().ctx, gpu().pipelines, GetParam());
-  platform::unset_env("VKSPEC_MATMUL_TILE");
+  const Kernels untiled(gpu().ctx, gpu().pipelines, GetParam(), {.matmul_tile = false});   // one row per workgroup
   EXPECT_STREQ(untiled.matmul_shader(aligned, x, 0, 8), texels ? "matmul_rows_f32" : "matmul_f32");
   if (gpu().ctx.facts().type == VK_PHYSICAL_DEVICE_TYPE_CPU && GetParam() == KernelFamily::RowPerLane) {
     EXPECT_TRUE(texels) << "lavapipe has push descriptors: the texel path should be on";
   }
   // q4 weights on the texel path take int8 activations where the device has subgroup arithmetic (the
-  // quantizing pass reduces x^2 with subgroupAdd), unless VKSPEC_INT8_X=0
+  // quantizing pass reduces x^2 with subgroupAdd), unless KernelVariants::int8_x is off
   const auto blocks = random_blocks(DType::Q4_K, 64 * 256, 1);
   DeviceMatrix q4 = upload_matrix(*arena_, gpu().uploader, DType::Q4_K, 64, 256, blocks.data(), "q4");
   gpu().uploader.flush();
@@ -309,14 +307,12 @@ TEST_P(KernelTest, NormalizedMatmulMatchesReferenceAndIsBatchInvariant) {
 // Token t's output must not depend on n or on which other tokens share the dispatch. In the row-per-lane
 // family M = 97 takes one row per lane and M = 1100 eight (matmul_rows' 2-row and 8-row builds, each at one
 // token and in tiles).
-// ...with fused multiply-adds (the default) and without (VKSPEC_FMA=0, the A/B switch: both kernels of a
-// pass must take the same setting).
+// ...with fused multiply-adds (the default) and without (KernelVariants::fma off: both kernels of a pass must take
+// the same setting).
 TEST_P(KernelTest, MatmulIsBatchInvariantBitForBit) {
   for (const bool fused : {true, false}) {
-    SCOPED_TRACE(fused ? "fused multiply-adds" : "VKSPEC_FMA=0");
-    if (!fused) platform::set_env("VKSPEC_FMA", "0");
-    Kernels k = kernels();
-    platform::unset_env("VKSPEC_FMA");
+    SCOPED_TRACE(fused ? "fused multiply-adds" : "multiply, then add");
+    Kernels k(gpu().ctx, gpu().pipelines, GetParam(), {.fma = fused});
     const std::vector<DType> types = all_types();
     for (DType type : types)
       for (uint32_t K : {64u, 96u, 257u, 512u})

@@ -10,24 +10,16 @@ n_prompt=$(echo "$ids" | tr ',' '\n' | wc -l)
 for rep in 1 2; do   # interleaved: vkspec, llama.cpp, vkspec, llama.cpp
   build/vkspec bench -m "$m" ${d:+-md "$d"} -p 0 -f .gpu/prompt.txt -n 128 --reps 5 --json > "$out/$name.vkspec.$rep.json" 2>>"$out/$name.err"
   .gpu/llama/llama_driver "$m" "$ids" 128 5 > "$out/$name.llama.$rep.json" 2>>"$out/$name.err"
-  # the multi-token matmul without its row tiles (matmul.comp's one row per workgroup): what the tiles gain
-  VKSPEC_MATMUL_TILE=0 build/vkspec bench -m "$m" -p 0 -f .gpu/prompt.txt -n 32 --reps 3 --json \
-    > "$out/$name.notile.$rep.json" 2>>"$out/$name.err"
-  # multiply-adds as a multiply and an add each (VKSPEC_FMA=0, before 2026-11-27): what fused ones gain
-  VKSPEC_FMA=0 build/vkspec bench -m "$m" -p 0 -f .gpu/prompt.txt -n 32 --reps 3 --json \
-    > "$out/$name.nofma.$rep.json" 2>>"$out/$name.err"
 done
 echo "$name prompt=$n_prompt"
 for rep in 1 2; do
-  python3 - "$out/$name.vkspec.$rep.json" "$out/$name.llama.$rep.json" "$out/$name.notile.$rep.json" "$out/$name.nofma.$rep.json" <<'PY'
+  python3 - "$out/$name.vkspec.$rep.json" "$out/$name.llama.$rep.json" <<'PY'
 import json, sys
-v = json.load(open(sys.argv[1])); l = json.load(open(sys.argv[2])); nt = json.load(open(sys.argv[3])); nf = json.load(open(sys.argv[4]))
+v = json.load(open(sys.argv[1])); l = json.load(open(sys.argv[2]))
 p = v["plain"]; s = v.get("speculative", {})
 print("  vkspec prefill %.0f decode %.1f (%.1f dispatches, %.2f waits, %.2f queue submissions per token) | llama.cpp prefill %.0f decode %.1f | ratio prefill %.2f decode %.2f%s" % (
   p["prefill_tok_s"], p["decode_tok_s"], p.get("dispatches_per_token", 0), p.get("waits_per_token", 0), p.get("queue_submissions_per_token", 0),
   l["prefill_tok_s"], l["decode_tok_s"], p["prefill_tok_s"] / l["prefill_tok_s"], p["decode_tok_s"] / l["decode_tok_s"],
   " | spec decode %.1f (x%.2f, accept %.2f)" % (s["decode_tok_s"], v["speedup"], s["acceptance_rate"]) if s else ""))
-print("  without matmul tiles (VKSPEC_MATMUL_TILE=0): prefill %.0f decode %.1f" % (nt["plain"]["prefill_tok_s"], nt["plain"]["decode_tok_s"]))
-print("  without fused multiply-adds (VKSPEC_FMA=0): prefill %.0f decode %.1f" % (nf["plain"]["prefill_tok_s"], nf["plain"]["decode_tok_s"]))
 PY
 done

@@ -2,8 +2,8 @@
 # On the device machine: the short check after a kernel change (about 3 minutes on an H200), most important
 # first. The subgroup family's kernel tests, the model's bit-for-bit prefill tests and the device sampler's
 # batched-rows tests (5 times: one failed in 9 of 11 repetitions on an H200 before c1b95b0) with validation on; then
-# bench.sh at the 1B shape in Q4_K_M beside llama.cpp (129-token prompt, with the VKSPEC_MATMUL_TILE=0 and
-# VKSPEC_FMA=0 A/Bs) and the prefill of a 513-token prompt in the GPU's default chunks.
+# bench.sh at the 1B shape in Q4_K_M beside llama.cpp (129-token prompt) and the prefill of a 513-token prompt
+# in the GPU's default chunks.
 #   scripts/gpu/quick.sh OUTDIR        (from the repository root, after scripts/gpu/pack.sh here)
 set -u
 ret=$1; out=/tmp/results; mkdir -p "$ret" $out/suite
