@@ -413,6 +413,14 @@ TEST(Cli, DoubleBosIsWarnedAbout) {
   EXPECT_EQ(ids[0], 1);
   EXPECT_EQ(ids[1], 1);
   EXPECT_NE(r.err.find("starts with two"), std::string::npos) << r.err;
+  // tokenize says so too (as run does), unless it adds no BOS
+  r = run_cli("tokenize -m " + shared_path("models/pycode-target-f16.gguf") + " -p '<s>def f():' --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)[1], 1);
+  EXPECT_NE(r.err.find("starts with two"), std::string::npos) << r.err;
+  r = run_cli("tokenize -m " + shared_path("models/pycode-target-f16.gguf") + " -p '<s>def f():' --no-bos --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err.find("starts with two"), std::string::npos) << r.err;
 }
 
 TEST(Cli, StopReasonAndContextNotice) {

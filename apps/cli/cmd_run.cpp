@@ -114,6 +114,7 @@ void run_samples(const RunOptions& o, const api::Model& model, const RunInfo& in
 int cmd_tokenize(const RunOptions& o) {
   const api::Model model = api::Model::vocab_only(o.model);
   const std::vector<int32_t> ids = model.tokenize(read_prompt(o, kMaxTextBytes), o.no_bos ? 0 : VKSPEC_ADD_BOS, true);
+  if (!o.no_bos) warn_if_double_bos(model, ids);
   if (o.json) {
     write_stdout(nlohmann::json(ids).dump() + "\n");
   } else {

@@ -164,13 +164,17 @@ vkspec_context_params context_params(const RunOptions& o, uint64_t seed) {
   return p;
 }
 
-std::vector<int32_t> encode_prompt(const api::Model& m, const std::string& text) {
-  const std::vector<int32_t> ids = m.tokenize(text, VKSPEC_ADD_BOS, true);
-  if (ids.empty()) throw Error("the prompt is empty and the model adds no BOS token");
+void warn_if_double_bos(const api::Model& m, const std::vector<int32_t>& ids) {
   const vkspec_model_info& info = m.info();
   if (info.add_bos && ids.size() >= 2 && ids[0] == info.bos && ids[1] == info.bos)   // as llama.cpp
     fprintf(stderr, "vkspec: warning: the prompt starts with a BOS token and the model adds one too: it now starts "
                     "with two (leave BOS out of the prompt text)\n");
+}
+
+std::vector<int32_t> encode_prompt(const api::Model& m, const std::string& text) {
+  const std::vector<int32_t> ids = m.tokenize(text, VKSPEC_ADD_BOS, true);
+  if (ids.empty()) throw Error("the prompt is empty and the model adds no BOS token");
+  warn_if_double_bos(m, ids);
   return ids;
 }
 

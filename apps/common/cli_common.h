@@ -100,8 +100,9 @@ std::string drafter_name(const RunOptions& o);
 // The sampling flags of `o` with `seed`, and both as a context's parameters.
 vkspec_sampling_params sampling_params(const RunOptions& o, uint64_t seed);
 vkspec_context_params context_params(const RunOptions& o, uint64_t seed);
-// The prompt's ids (BOS when the model wants one; a doubled BOS is warned about, as llama.cpp does);
-// throws when it is empty.
+// The warning llama.cpp prints when a text that begins with BOS's text gets the model's BOS too.
+void warn_if_double_bos(const api::Model& m, const std::vector<int32_t>& ids);
+// The prompt's ids (BOS when the model wants one; a doubled BOS is warned about); throws when it is empty.
 std::vector<int32_t> encode_prompt(const api::Model& m, const std::string& text);
 // A prompt rendered by a chat template: special tokens parsed, BOS unless the template wrote it.
 std::vector<int32_t> encode_chat(const api::Model& m, const std::string& text);
