@@ -307,6 +307,16 @@ vkspec_status vkspec_apply_chat_template(const vkspec_model* model, const char* 
   });
 }
 
+vkspec_status vkspec_model_chat_template(const vkspec_model* model, char* text, size_t capacity, size_t* len) {
+  return api_call([&] {
+    ModelUse use(model);
+    require(len && (text || capacity == 0), "a null argument");
+    const std::optional<std::string> source = ChatTemplate::from_gguf(*model->target->file);
+    if (!source) throw Failure{VKSPEC_ERROR_NOT_SUPPORTED, "the model has no chat template (tokenizer.chat_template)"};
+    copy_text(*source, text, capacity, len);
+  });
+}
+
 vkspec_context_params vkspec_context_default_params(void) {
   vkspec_context_params p{};
   p.draft = default_draft();

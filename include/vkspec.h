@@ -48,7 +48,7 @@
 extern "C" {
 #endif
 
-#define VKSPEC_API_VERSION 8
+#define VKSPEC_API_VERSION 9
 #define VKSPEC_MAX_LOGIT_BIAS 1024   /* vkspec_sampling_params.n_logit_bias's bound */
 #define VKSPEC_MAX_JSON_DEPTH 64     /* JSON text given to the library (messages, schemas) nests at most this deep */
 #define VKSPEC_LOGIT_BIAS_BOUND 100  /* each logit bias lies in [-VKSPEC_LOGIT_BIAS_BOUND, VKSPEC_LOGIT_BIAS_BOUND] */
@@ -93,7 +93,7 @@ typedef struct vkspec_device_info {
 
 /* Fills up to `capacity` entries; *count is the number of devices. */
 VKSPEC_API vkspec_status vkspec_list_devices(vkspec_device_info* out, uint32_t capacity, uint32_t* count);
-/* The VKSPEC_* environment variables as the library reads them: one JSON object keyed by variable (a bad
+/* API version 9. The VKSPEC_* environment variables as the library reads them: one JSON object keyed by variable (a bad
    value is VKSPEC_ERROR_INVALID_ARGUMENT naming it). Text as vkspec_detokenize writes it. */
 VKSPEC_API vkspec_status vkspec_environment_json(char* text, size_t capacity, size_t* len);
 
@@ -188,6 +188,9 @@ VKSPEC_API vkspec_status vkspec_detokenize(const vkspec_model* model, const int3
 VKSPEC_API vkspec_status vkspec_apply_chat_template(const vkspec_model* model, const char* template_source,
                                                     const char* messages_json, int32_t add_generation_prompt,
                                                     char* text, size_t capacity, size_t* len);
+/* API version 9. The model's own chat template, its Jinja source as the file holds it (tokenizer.chat_template);
+ * VKSPEC_ERROR_NOT_SUPPORTED when it has none. */
+VKSPEC_API vkspec_status vkspec_model_chat_template(const vkspec_model* model, char* text, size_t capacity, size_t* len);
 
 /* ---- contexts ---- */
 /* How tokens are chosen; the same seed and settings give the same tokens, with or without speculation

@@ -15,6 +15,7 @@
 #include "gguf/gguf.h"
 #include "text/tokenizer.h"
 #include "tests/run_command.h"
+#include "tests/server_process.h"
 
 namespace vkspec::test {
 namespace {
@@ -127,6 +128,23 @@ TEST_F(Chat, RenderedPromptTokenizesAsLlamaCpp) {
 // Two turns through a pipe: the second prompt holds the first exchange; its ids start with the first turn's
 // prompt and reply ids exactly; the cache kept all of them but the last reply token (never fed back) and
 // prefilled only the rest; afterwards it holds exactly the conversation.
+// The server reports the template chats render with, the model's own when no --chat-template is given, where
+// llama.cpp's web UI (/props) and Ollama's clients (/api/show) read it.
+TEST_F(Chat, ServerReportsTheModelsOwnTemplate) {
+  std::ifstream in(shared(kTemplate));
+  const std::string source((std::istreambuf_iterator<char>(in)), {});
+  ASSERT_FALSE(source.empty());
+  ServerProcess s("-m " + model_ + " --ctx 256 --parallel 1");
+  auto props = s.client().Get("/props");
+  ASSERT_TRUE(props);
+  ASSERT_EQ(props->status, 200);
+  EXPECT_EQ(json::parse(props->body)["chat_template"], source);
+  int status = 0;
+  const json show = s.post("/api/show", {{"model", model_.substr(model_.find_last_of('/') + 1)}}, &status);
+  ASSERT_EQ(status, 200) << show.dump();
+  EXPECT_EQ(show["template"], source);
+}
+
 TEST_F(Chat, SecondTurnReusesTheCache) {
   const std::string input = tmp("input.txt");
   write(input, "Hello there\nAnd now?\n/stats\n/clear\nHello there\n");

@@ -77,6 +77,11 @@ class Model {
   std::string detokenize(std::span<const int32_t> ids) const {
     return text_of([&](char* b, size_t cap, size_t* len) { return vkspec_detokenize(m_, ids.data(), ids.size(), b, cap, len); });
   }
+  // The model's own chat template (its Jinja source); nullopt when it has none.
+  std::optional<std::string> chat_template() const {
+    if (!info().has_chat_template) return std::nullopt;
+    return text_of([&](char* b, size_t cap, size_t* len) { return vkspec_model_chat_template(m_, b, cap, len); });
+  }
   // template_source: nullopt for the model's own template
   std::string apply_chat_template(const std::optional<std::string>& template_source, const std::string& messages_json,
                                   bool add_generation_prompt) const {

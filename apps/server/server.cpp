@@ -357,6 +357,7 @@ int Server::run() {
       enc_.chat = [&model](const std::string& text) { return encode_chat(model, text); };
       try {
         template_ = chat_template_source(model, so_.chat_template);
+        template_text_ = template_ ? *template_ : model.chat_template().value_or("");
         // a template file that cannot render a plain conversation is an error now, not at each request
         if (template_) model.apply_chat_template(template_, R"([{"role": "user", "content": "hi"}])", true);
         enc_.render_chat = [this](const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools) {

@@ -116,6 +116,7 @@ class Server {
   std::string model_id_, drafter_;
   std::unique_ptr<api::Model> model_;
   std::optional<std::string> template_;   // --chat-template's source; nullopt: the model's own
+  std::string template_text_;             // the template chats render with (/props, /api/show); "": none
   PromptEncoder enc_;
   std::unique_ptr<api::Batch> batch_;
   ServerLimits lim_;

@@ -150,7 +150,7 @@ void Server::routes() {
   for (const char* path : {"/completion", "/completions"})
     http_.Post(path, [this](const httplib::Request& req, httplib::Response& res) { llamacpp_completion(req, res); });
   http_.Get("/props", [this](const httplib::Request&, httplib::Response& res) {
-    send_json(res, 200, llamacpp_props(lim_.n_ctx, so_.parallel, o_.model, template_ ? *template_ : "", !drafter_.empty()));
+    send_json(res, 200, llamacpp_props(lim_.n_ctx, so_.parallel, o_.model, template_text_, !drafter_.empty()));
   });
   // Embeddings (apps/server/embeddings_api.h): OpenAI's (also under llama-server's /embeddings), Ollama's two
   for (const char* path : {"/v1/embeddings", "/embeddings"})
@@ -186,7 +186,7 @@ void Server::routes() {
       const json m = ollama_model();
       json caps = json::array({"completion"});
       if (enc_.render_chat) caps.push_back("tools");   // (chat needs a template)
-      send_json(res, 200, {{"modelfile", ""}, {"parameters", ""}, {"template", template_ ? *template_ : ""},
+      send_json(res, 200, {{"modelfile", ""}, {"parameters", ""}, {"template", template_text_},
                            {"details", m["details"]}, {"model_info", {{"general.architecture", "llama"},
                                                                       {"llama.context_length", lim_.n_ctx}}},
                            {"capabilities", caps}});
