@@ -33,7 +33,7 @@ for rnd in range(a.rounds):
     for cache in ("4", "0"):
         port = a.port + rnd * 2 + (cache == "0")
         p = subprocess.Popen([a.vkspec, "serve", "-m", a.model, "--port", str(port), "--parallel", "2",
-                              "--prompt-cache", cache, "--ctx", "2048", "--chat-template", a.chat_template],
+                              "--prompt-cache", cache, "--ctx", "2048", "--chat-template", a.chat_template, "--report-cache"],
                              stderr=subprocess.DEVNULL)
         try:
             for _ in range(600):

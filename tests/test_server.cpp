@@ -96,7 +96,7 @@ void disconnect_mid_stream(int port) {
 
 TEST(Server, ConcurrentStreamsGetTheirSoloTokensAndSurviveHostileClients) {
   const std::vector<std::string> prompts = load_prompts();
-  ServerProcess plain(model_arg() + " --parallel 8 --max-body 65536 --prompt-cache 0");
+  ServerProcess plain(model_arg() + " --parallel 8 --max-body 65536 --prompt-cache 0 --report-cache");
   ASSERT_TRUE(plain.up()) << plain.log();
   const std::vector<std::string> want = solo_texts(plain, prompts);
   for (const auto& w : want) ASSERT_FALSE(w.empty());
@@ -209,6 +209,32 @@ void expect_json_object_or_prefix(const std::string& text, const std::string& fi
   }
 }
 }  // namespace
+
+// Prefix sharing is not an oracle: by default no response tells a client how many of its prompt tokens came
+// from other requests' KV (OpenAI's vkspec fields, llama-server's tokens_cached and prompt_n), though the
+// sharing happens (the /metrics totals, which an operator reads); --report-cache turns the counts on (above).
+TEST(Server, ResponsesDoNotRevealSharedPrefixesByDefault) {
+  ServerProcess s(model_arg() + " --parallel 2");
+  std::string secret;
+  for (int i = 0; i < 12; ++i) secret += "    secret_" + std::to_string(i) + " = load(" + std::to_string(i) + ")\n";
+  int status = 0;
+  const json first = s.post("/v1/completions", {{"prompt", secret + "a"}, {"max_tokens", 2}, {"temperature", 0}}, &status);
+  ASSERT_EQ(status, 200) << first.dump();
+  // a second client's prompt that starts with the first one's: its KV comes from the prompt cache
+  const json second = s.post("/v1/completions", {{"prompt", secret + "b"}, {"max_tokens", 2}, {"temperature", 0}}, &status);
+  ASSERT_EQ(status, 200) << second.dump();
+  for (const json& r : {first, second}) {
+    const json& vk = r["vkspec"]["choices"][0];
+    EXPECT_FALSE(vk.contains("shared_prompt_tokens")) << vk.dump();
+    EXPECT_FALSE(vk.contains("prefilled_tokens")) << vk.dump();
+  }
+  const json native = s.post("/completion", {{"prompt", secret + "c"}, {"n_predict", 2}, {"temperature", 0}}, &status);
+  ASSERT_EQ(status, 200) << native.dump();
+  EXPECT_EQ(native["tokens_cached"], 0);
+  EXPECT_EQ(native["timings"]["prompt_n"], native["tokens_evaluated"]);
+  EXPECT_GT(s.metric("prompt_tokens_shared_total"), 100) << "the prefix was shared all the same";
+  EXPECT_EQ(s.stop(), 0) << s.log();
+}
 
 TEST(Server, JsonModeAndGrammarsConstrainCompletions) {
   const std::vector<std::string> prompts = {"CONFIG = ", "def get_config():\n    return ", "x = [", "data = json.loads("};
@@ -330,7 +356,7 @@ TEST(Server, CompletionLogprobsInTheLegacyFormat) {
 }
 
 TEST(Server, ApiKeyChatTemplateAndLogprobs) {
-  ServerProcess s(model_arg() + " --parallel 2 --api-key s3cret --chat-template " +
+  ServerProcess s(model_arg() + " --parallel 2 --report-cache --api-key s3cret --chat-template " +
                   shared_path("chat-templates/meta-llama-Llama-3.2-3B-Instruct.jinja"));
   ASSERT_TRUE(s.up()) << s.log();
   httplib::Client c = s.client();

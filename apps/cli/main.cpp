@@ -190,6 +190,9 @@ static int run_main(const std::vector<std::string>& argv) {
   serve->add_option("--chat-template", so.chat_template, "Jinja chat template file instead of the model's");
   serve->add_option("--max-body", so.max_body, "Largest request body in bytes")->check(CLI::Range(size_t(1024), size_t(1) << 30));
   serve->add_option("--timeout", so.timeout_s, "Seconds a client may stall a read or write")->check(CLI::Range(1, 3600));
+  serve->add_flag("--report-cache", so.report_cache,
+                  "Responses count the prompt tokens taken from other requests' KV (single-user setups: on a shared "
+                  "server the counts reveal how much of a prompt matches another client's)");
   add_device_options(serve, o);
   add_draft_options(serve, o);
 

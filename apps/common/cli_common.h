@@ -78,6 +78,10 @@ struct ServeOptions {
   int timeout_s = 30;               // socket read/write timeout: a stalled client is dropped
   uint32_t http_threads = 64;       // connections served at once
   std::string pooling = "last";     // embeddings: last | mean (--pooling)
+  // --report-cache: responses say how many of their prompt tokens came from the KV of other requests (prefix
+  // sharing, the prompt cache). Off by default: on a shared server those counts tell a client how much of its
+  // prompt matches another client's, an oracle for their prompts; /metrics keeps the totals either way.
+  bool report_cache = false;
 };
 
 struct EmbedOptions {

@@ -41,9 +41,12 @@ json vkspec_fields(const Job& j, const std::string& drafter) {
   json per = json::array();
   for (const auto& c : j.choices) {
     const vkspec_request_result& r = c.result;
-    json x = {{"prefilled_tokens", r.prefilled_tokens}, {"shared_prompt_tokens", r.shared_tokens},
-              {"queued_s", r.queued_seconds}, {"prefill_s", r.prefill_seconds}, {"decode_s", r.decode_seconds},
+    json x = {{"queued_s", r.queued_seconds}, {"prefill_s", r.prefill_seconds}, {"decode_s", r.decode_seconds},
               {"stop_reason", std::string(r.stop_reason)}};
+    if (j.report_cache) {   // (off by default: the counts are an oracle for other clients' prompts)
+      x["prefilled_tokens"] = r.prefilled_tokens;
+      x["shared_prompt_tokens"] = r.shared_tokens;
+    }
     if (c.text && c.text->stopped()) x["stop_string"] = c.text->stop_string();
     if (r.speculative)
       x["speculative"] = {{"drafter", drafter}, {"drafted", r.drafted}, {"accepted", r.accepted},
@@ -97,6 +100,7 @@ std::shared_ptr<Job> Server::start_job(CompletionSpec spec) {
   job->id = id;
   job->model = model_id_;
   job->drafter = drafter_;
+  job->report_cache = so_.report_cache;
   job->created = std::time(nullptr);
   job->batch = batch_.get();
   job->choices.resize(job->spec.n);

@@ -47,6 +47,7 @@ struct Job {
   api::Batch* batch = nullptr;         // outlives every handler (freed after the HTTP server stopped)
   CompletionSpec spec;
   std::string id, model, drafter;
+  bool report_cache = false;           // --report-cache: per-request prompt-cache counts in the responses
   int64_t created = 0;
   std::mutex mu;
   std::condition_variable cv;
