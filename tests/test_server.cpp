@@ -534,6 +534,30 @@ TEST(Server, EmbeddingsEqualTheClisBesideAGeneration) {
   int status = 0;
   const json too_long = s.post("/v1/embeddings", {{"input", std::vector<int>(300, 7)}}, &status);
   EXPECT_EQ(status, 400) << too_long.dump();
+  // A client that leaves a long embeddings request (60 inputs of 250 tokens) has its inputs cancelled, as a
+  // completion's are: the engine does not run them all for nobody.
+  const double prefilled0 = s.metric("prompt_tokens_prefilled_total");
+  std::vector<json> inputs(60);
+  for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = std::vector<int>(250, int(7 + i));
+  const std::string body = json{{"input", inputs}}.dump();
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(s.port()));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const std::string req = "POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(write(fd, req.data(), req.size()), ssize_t(req.size()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  close(fd);
+  bool idle = false;   // (not wait_idle: this server's prompt cache keeps blocks)
+  for (int i = 0; i < 300 && !idle; ++i) {
+    idle = s.metric("requests_active") == 0 && s.metric("requests_queued") == 0;
+    if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(idle) << "embeddings left running after their client left";
+  EXPECT_LT(s.metric("prompt_tokens_prefilled_total") - prefilled0, 60 * 250) << "every input ran";
   EXPECT_EQ(s.stop(), 0);
   ServerProcess pooled(model_arg() + " --pooling mean");
   ASSERT_TRUE(pooled.up()) << pooled.log();

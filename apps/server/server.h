@@ -102,7 +102,10 @@ class Server {
   void ollama(const httplib::Request& req, httplib::Response& res, OllamaEndpoint ep);
   void llamacpp_completion(const httplib::Request& req, httplib::Response& res);   // llama-server's /completion
   void embeddings(const httplib::Request& req, httplib::Response& res, EmbedEndpoint ep);
-  std::vector<std::vector<float>> embed(const EmbedSpec& spec);   // the inputs' vectors, in order
+  // The inputs of an embeddings request on the batch, one request each (run between steps, beside the
+  // generations); the callbacks hold the shared state.
+  struct EmbedJob;
+  std::shared_ptr<EmbedJob> start_embed(const EmbedSpec& spec);
   // The job's answer: one JSON body, or its stream as it is made (OpenAI's SSE, or Ollama's NDJSON lines).
   void respond(httplib::Response& res, std::shared_ptr<Job> job, const Dialect& dialect);
   std::shared_ptr<Job> start_job(CompletionSpec spec);

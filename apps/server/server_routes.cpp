@@ -39,63 +39,106 @@ void Server::ollama(const httplib::Request& req, httplib::Response& res, OllamaE
   }
 }
 
+struct Server::EmbedJob {
+  api::Batch* batch = nullptr;   // outlives every handler (freed after the HTTP server stopped)
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::vector<float>> vectors;   // the inputs' vectors, in order
+  std::vector<uint64_t> ids;                 // their requests in the batch
+  size_t done = 0;
+  std::string error;
+  bool all_done() const { return done == ids.size(); }
+  void cancel() {   // (an id that has ended is no error)
+    for (const uint64_t id : ids) batch->cancel(id);
+  }
+};
+
 void Server::embeddings(const httplib::Request& req, httplib::Response& res, EmbedEndpoint ep) {
   try {
     const EmbedSpec spec = parse_embeddings(parse_body(req.body, lim_), ep, lim_, enc_, model_id_, n_embd_);
     const auto t0 = Clock::now();
-    const std::vector<std::vector<float>> vectors = embed(spec);
-    send_json(res, 200, embeddings_response(spec, vectors, model_id_, std::chrono::duration<double>(Clock::now() - t0).count()));
+    const std::shared_ptr<EmbedJob> job = start_embed(spec);
+    // the answer in the endpoint's dialect (job->mu held)
+    auto answer = [spec, ep, t0, model = model_id_](const EmbedJob& j) -> std::pair<int, json> {
+      if (!j.error.empty()) {
+        const ApiError e(500, "embedding failed: " + j.error, {}, {}, "server_error");
+        return {e.status, ep == EmbedEndpoint::OpenAi ? json(e.body()) : json(ollama_error(e))};
+      }
+      return {200, embeddings_response(spec, j.vectors, model, std::chrono::duration<double>(Clock::now() - t0).count())};
+    };
+    {   // most answers come within a second: sent whole, with their status
+      std::unique_lock<std::mutex> lock(job->mu);
+      if (job->cv.wait_for(lock, std::chrono::seconds(1), [&] { return job->all_done(); })) {
+        const auto [status, body] = answer(*job);
+        send_json(res, status, body);
+        return;
+      }
+    }
+    // A longer one (many or long inputs) as completions send theirs: a space (JSON allows leading whitespace)
+    // every two seconds meanwhile, so that a client that left is noticed and its inputs cancelled instead of
+    // holding the engine; the status is then 200 even if an input fails (the body is the error object).
+    res.set_chunked_content_provider(
+        "application/json",
+        [job, answer](size_t, httplib::DataSink& sink) {
+          std::unique_lock<std::mutex> lock(job->mu);
+          while (!job->cv.wait_for(lock, std::chrono::seconds(2), [&] { return job->all_done(); })) {
+            lock.unlock();
+            const bool ok = sink.write(" ", 1);
+            lock.lock();
+            if (!ok) {
+              job->cancel();
+              return false;
+            }
+          }
+          const std::string body = dump(answer(*job).second);
+          lock.unlock();
+          if (!sink.write(body.data(), body.size())) return false;
+          sink.done();
+          return true;
+        },
+        [job](bool success) {
+          if (!success) job->cancel();
+        });
   } catch (const ApiError& e) {
     if (ep == EmbedEndpoint::OpenAi) throw;
     send_json(res, e.status, ollama_error(e));
   }
 }
 
-// Each input an embedding request on the batch (run between steps, beside the generations); the handler
-// waits for all of them. The callbacks hold the shared state, so a failed submission can leave at once.
-std::vector<std::vector<float>> Server::embed(const EmbedSpec& spec) {
-  struct Pending {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::vector<std::vector<float>> vectors;
-    size_t done = 0;
-    std::string error;
-  };
+std::shared_ptr<Server::EmbedJob> Server::start_embed(const EmbedSpec& spec) {
   struct Ref {
-    std::shared_ptr<Pending> p;
+    std::shared_ptr<EmbedJob> job;
     size_t index;
   };
-  auto p = std::make_shared<Pending>();
-  p->vectors.resize(spec.inputs.size());
+  auto job = std::make_shared<EmbedJob>();
+  job->batch = batch_.get();
+  job->vectors.resize(spec.inputs.size());
   const vkspec_pooling pooling = so_.pooling == "mean" ? VKSPEC_POOLING_MEAN : VKSPEC_POOLING_LAST;
   const auto on_embedding = [](uint64_t, const float* v, uint32_t n, void* user) {
     const Ref& r = *static_cast<Ref*>(user);
-    std::lock_guard<std::mutex> lock(r.p->mu);
-    r.p->vectors[r.index].assign(v, v + n);
+    std::lock_guard<std::mutex> lock(r.job->mu);
+    r.job->vectors[r.index].assign(v, v + n);
   };
   const auto on_done = [](uint64_t, const vkspec_request_result* res, void* user) {
     std::unique_ptr<Ref> r(static_cast<Ref*>(user));
-    std::lock_guard<std::mutex> lock(r->p->mu);
-    if (std::string(res->stop_reason) != "embedded" && r->p->error.empty())
-      r->p->error = res->error[0] ? res->error : res->stop_reason;
-    r->p->done++;
-    r->p->cv.notify_all();
+    std::lock_guard<std::mutex> lock(r->job->mu);
+    if (std::string(res->stop_reason) != "embedded" && r->job->error.empty())
+      r->job->error = res->error[0] ? res->error : res->stop_reason;
+    r->job->done++;
+    r->job->cv.notify_all();
   };
-  std::vector<uint64_t> ids;
+  std::lock_guard<std::mutex> lock(job->mu);   // (a request may end before the next is submitted)
   for (size_t i = 0; i < spec.inputs.size(); ++i) {
-    auto ref = std::make_unique<Ref>(Ref{p, i});
+    auto ref = std::make_unique<Ref>(Ref{job, i});
     try {
-      ids.push_back(batch_->embed(spec.inputs[i], pooling, spec.normalize, on_embedding, on_done, ref.get()));
+      job->ids.push_back(batch_->embed(spec.inputs[i], pooling, spec.normalize, on_embedding, on_done, ref.get()));
       ref.release();   // its on_done deletes it
     } catch (const std::exception& e) {
-      for (const uint64_t id : ids) batch_->cancel(id);
+      job->cancel();
       throw ApiError(400, e.what());
     }
   }
-  std::unique_lock<std::mutex> lock(p->mu);
-  p->cv.wait(lock, [&] { return p->done == ids.size(); });
-  if (!p->error.empty()) throw ApiError(500, "embedding failed: " + p->error, {}, {}, "server_error");
-  return std::move(p->vectors);
+  return job;
 }
 
 std::string Server::metrics_text() const {
