@@ -49,4 +49,10 @@ SortedTokens VocabBytes::sorted(std::vector<uint32_t> tokens) const {
   return s;
 }
 
+bool TokenConstraint::allows_any(uint32_t n_vocab) const {
+  std::vector<uint32_t> bits(TOKEN_MASK_WORDS(n_vocab));
+  allowed(bits);
+  return !mask_allows_none(bits);
+}
+
 }  // namespace vkspec

@@ -77,6 +77,17 @@ class TokenConstraint {
   virtual void accept(uint32_t token) = 0;
   // The text so far is complete (end-of-generation tokens are allowed).
   virtual bool complete() const = 0;
+
+  // Whether any token of a vocabulary of n_vocab may come next (a grammar may accept no text the vocabulary
+  // can write, say one of an empty character class): refused as the request's fault, before a row whose
+  // every token is masked is sampled.
+  bool allows_any(uint32_t n_vocab) const;
 };
+// A mask that allows no token: the text so far has no continuation the vocabulary can write.
+inline bool mask_allows_none(std::span<const uint32_t> bits) {
+  for (const uint32_t w : bits)
+    if (w) return false;
+  return true;
+}
 
 }  // namespace vkspec

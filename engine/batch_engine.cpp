@@ -112,7 +112,7 @@ void BatchEngine::submit(std::shared_ptr<BatchRequest> r) {
     if (id >= m.hparams().n_vocab) throw Error("token id " + std::to_string(id) + " is outside the vocabulary");
   if (r->max_tokens == 0) throw Error("max_tokens must be at least 1");
   choice_mode(r->sp, m.hparams().n_vocab);   // throws for parameters the device cannot run
-  r->constraint = t_->constraint(r->sp);     // here, so that a grammar that cannot start is refused now
+  r->constraint = t_->startable_constraint(r->sp);   // here, so that a grammar that cannot start is refused now
   if (!admission_->could_ever_fit(admission_->reservation(uint32_t(r->prompt.size()), r->max_tokens, bool(r->embed))))
     throw Error("the request needs more KV cache than the server has (" +
                 std::to_string(m.kv().total_blocks() * m.kv().block_size()) + " tokens)");

@@ -168,7 +168,7 @@ void Engine::begin(Session& session, std::span<const uint32_t> prompt, const Sam
   Sequence& q = *r->seq;
   r->prefill_passes = cancel_ && !prefill_whole_;
   q.result.speculative = speculate && can_speculate(o_.kind(), sp.constrained());
-  q.constraint = t_->constraint(sp);
+  q.constraint = t_->startable_constraint(sp);
   const uint32_t V = m.hparams().n_vocab, max_history = m.n_ctx() + LlamaModel::kMaxBatch;
   if (!chooser_) chooser_ = std::make_unique<TokenChooser>(*t_->ctx, *t_->pipelines, V, max_history);
   if (!rec_) rec_ = std::make_unique<Recorder>(*t_->ctx, profiling_requested());

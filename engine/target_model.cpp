@@ -78,6 +78,13 @@ std::unique_ptr<TokenConstraint> TargetModel::constraint(const SamplingParams& s
   return std::make_unique<JsonConstraint>(json_grammar_);
 }
 
+std::unique_ptr<TokenConstraint> TargetModel::startable_constraint(const SamplingParams& sp) {
+  std::unique_ptr<TokenConstraint> c = constraint(sp);
+  if (c && !c->allows_any(tok->n_vocab()))
+    throw Error("the grammar allows no token at its start: it accepts no text the model's vocabulary can write");
+  return c;
+}
+
 std::unique_ptr<DraftModel> load_draft_model(const TargetModel& t, const DraftOptions& o, uint32_t sequences,
                                              uint32_t pool_sequences) {
   if (o.model_path.empty()) return nullptr;

@@ -64,6 +64,8 @@ struct TargetModel {
   // need are made at the first request that asks (any thread); the last kGrammarsKept grammars are kept
   // parsed with their masks (GbnfMaskCache), for the requests that repeat them.
   std::unique_ptr<TokenConstraint> constraint(const SamplingParams& sp);
+  // The same, refused (a request's error) when no token can start the text it allows.
+  std::unique_ptr<TokenConstraint> startable_constraint(const SamplingParams& sp);
   static constexpr size_t kGrammarsKept = 8;
 
  private:

@@ -61,7 +61,11 @@ class TokenChooser {
   // Returns the history length of a choice made right after the context.
   // Constrained: and the constraint's mask, for one choice after the tokens it has accepted.
   uint32_t set_history(std::span<const uint32_t> context) {
-    if (constraint_) constraint_->allowed(sampler_->mask_words());
+    if (constraint_) {
+      constraint_->allowed(sampler_->mask_words());
+      if (mask_allows_none(sampler_->mask_words()))
+        throw Error("the grammar allows no token here: no token of the vocabulary continues the text it accepted");
+    }
     return sampler_->set_history(device_p_, context);
   }
   // Constrained, with host-written drafts in slots 1..n: the masks of the verify rows after them (row 0's is

@@ -357,6 +357,10 @@ TEST(Cli, HostileInputsAreRefusedByName) {
       {"run " + kStories + " -p hi --device -3", "--device must be"},
       {"run " + kStories + " -p hi --ubatch 513", "--ubatch must be 1..512"},
       {"run " + kStories + " -p hi -ub -1", "--ubatch must be 1..512"},
+      // a grammar whose text no token can start, or continue after its first character: the request's fault,
+      // said so (not a model with broken weights, not an internal error)
+      {"run " + kStories + " -p hi --grammar 'root ::= [^\\x00-\\U0010FFFF]'", "the grammar allows no token at its start"},
+      {"run " + kStories + " -p hi --grammar 'root ::= \"a\" [^\\x00-\\U0010FFFF]'", "the grammar allows no token here"},
       {"VKSPEC_KERNELS=fast run " + kStories + " -p hi", "VKSPEC_KERNELS must be"},
       {"VKSPEC_PROFILE=yes run " + kStories + " -p hi", "VKSPEC_PROFILE must be"},
       {"VKSPEC_SUBMIT=split run " + kStories + " -p hi", "VKSPEC_SUBMIT must be"},

@@ -270,6 +270,11 @@ TEST(Server, JsonModeAndGrammarsConstrainCompletions) {
     const json bad_grammar = s.post("/v1/completions", g, &status);
     EXPECT_EQ(status, 400);
     EXPECT_NE(bad_grammar.dump().find("'item' is used but not defined"), std::string::npos) << bad_grammar.dump();
+    // a grammar no token can start is the client's error too (a 400 saying so), not the model's (a 500)
+    g["grammar"] = "root ::= [^\\x00-\\U0010FFFF]\n";
+    const json dead_grammar = s.post("/v1/completions", g, &status);
+    EXPECT_EQ(status, 400) << dead_grammar.dump();
+    EXPECT_NE(dead_grammar.dump().find("allows no token at its start"), std::string::npos) << dead_grammar.dump();
     // a JSON schema (response_format json_schema): a value of it; an unsupported keyword is a 400 naming it
     json js = body(prompts[0]);
     js["response_format"] = {{"type", "json_schema"},
