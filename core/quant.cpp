@@ -308,6 +308,9 @@ void repack_blocks(DType t, const WeightFormat& f, const uint8_t* blocks, size_t
     }
     float* sc = scales + e0 / f.group * stride;
     for (uint32_t g = 0; g < L.elems / f.group; ++g) {
+      for (size_t k = 0; k < per; ++k)   // (NaN compares unequal: said for what it is, not as a mismatch)
+        if (!std::isfinite(s[g * per + k]) || !std::isfinite(m[g * per + k]))
+          throw Error("a block's scale is not a finite number (NaN or infinity): the tensor's data is damaged");
       for (size_t k = 1; k < per; ++k)   // a wider group is only valid when its canonical groups agree
         if (s[g * per + k] != s[g * per] || m[g * per + k] != m[g * per])
           throw Error("internal: scales differ inside a group");

@@ -25,7 +25,11 @@ HostMatrix decode_matrix(DType type, uint32_t rows, uint32_t cols, const void* b
   }
   m.data.resize(m.format.data_bytes(n));
   m.scales.resize(m.format.scale_floats(n));
-  repack_quant(type, m.format, static_cast<const uint8_t*>(bytes), n, m.data.data(), m.scales.data());
+  try {
+    repack_quant(type, m.format, static_cast<const uint8_t*>(bytes), n, m.data.data(), m.scales.data());
+  } catch (const Error& e) {
+    throw Error(std::string("tensor '") + name + "': " + e.what());
+  }
   return m;
 }
 
@@ -72,8 +76,12 @@ void write_rows(Uploader& up, const DeviceMatrix& m, uint32_t row0, DType type, 
   const WeightFormat& f = m.format;
   const uint64_t data_off = f.data_bytes(first), scale_off = f.scale_floats(first);
   if (m.data.mapped && m.scales.mapped) {   // straight into the device planes
-    repack_quant(type, f, static_cast<const uint8_t*>(bytes), n, m.data.mapped + data_off,
-                 reinterpret_cast<float*>(m.scales.mapped) + scale_off);
+    try {
+      repack_quant(type, f, static_cast<const uint8_t*>(bytes), n, m.data.mapped + data_off,
+                   reinterpret_cast<float*>(m.scales.mapped) + scale_off);
+    } catch (const Error& e) {
+      throw Error(std::string("tensor '") + name + "': " + e.what());
+    }
     return;
   }
   const HostMatrix h = decode_matrix(type, rows, m.cols, bytes, name, &f);

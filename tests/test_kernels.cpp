@@ -139,6 +139,22 @@ TEST(Quant, PartialBlocksAreRefusedWithTheTensorName) {
   }
 }
 
+// A block whose scale is NaN (a damaged file) is refused naming the tensor and the cause, in both of the
+// loader's paths (repacked into mapped device memory, or decoded on the host first).
+TEST(Quant, NonFiniteScalesAreRefusedWithTheTensorName) {
+  for (const DType type : {DType::Q8_0, DType::Q4_K}) {
+    auto blocks = random_blocks(type, 2 * block_layout(type).elems, 1);
+    blocks[0] = 0x00, blocks[1] = 0x7E;   // the first block's f16 d: a NaN
+    try {
+      decode_matrix(type, 1, 2 * block_layout(type).elems, blocks.data(), "blk.3.attn_v.weight");
+      FAIL() << "a NaN scale was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("blk.3.attn_v.weight"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("not a finite number"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // Both matmul paths must be exercised by the cases above: on a device with push descriptors the row-per-lane
 // family reads whole-texel rows through texel buffers and falls back to device addresses otherwise.
 TEST_P(KernelTest, MatmulPathsAreBothCovered) {
