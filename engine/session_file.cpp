@@ -11,7 +11,8 @@
 namespace vkspec {
 namespace {
 
-constexpr char kMagic[8] = {'V', 'K', 'S', 'P', 'K', 'V', '0', '1'};
+// "VKSPKV" and the format's version ("02": the weights sampled into the fingerprint)
+constexpr char kMagic[8] = {'V', 'K', 'S', 'P', 'K', 'V', '0', '2'};
 constexpr uint64_t kFnvOffset = 1469598103934665603ull, kFnvPrime = 1099511628211ull;
 constexpr VkDeviceSize kStagingBytes = 32ull << 20;   // KV read back per device round trip, at most
 
@@ -28,18 +29,23 @@ struct Header {
 };
 constexpr size_t kHeaderBytes = sizeof kMagic + 4 * 4 + 8 + 4;
 
-// The model's identity beyond its shapes: the tensor table and the values of its norms (a few KB each), so
-// that a session of another fine-tune of the same shape is refused.
+// The model's identity beyond its shapes: the tensor table and samples of every tensor's bytes (kSamples
+// stretches of kSampleBytes spread over it, the whole of a small one), so that a session of another model of
+// the same shape is refused: another fine-tune, or a merge that changed matrices and kept the norms. A few
+// hundred KB read whatever the model's size.
+constexpr uint64_t kSamples = 8, kSampleBytes = 256;
 uint64_t fingerprint(const GgufFile& f) {
   uint64_t h = kFnvOffset;
-  std::vector<uint8_t> bytes;
+  uint8_t sample[kSampleBytes];
   for (const GgufTensor& t : f.tensors()) {
     h = fnv(h, t.name.data(), t.name.size());
     h = fnv(h, &t.type, sizeof t.type);
     h = fnv(h, t.dims.data(), t.dims.size() * sizeof(uint64_t));
-    if (t.name.size() >= 11 && t.name.compare(t.name.size() - 11, 11, "norm.weight") == 0) {
-      f.read_tensor(t, bytes);
-      h = fnv(h, bytes.data(), bytes.size());
+    for (uint64_t i = 0; i < kSamples; ++i) {
+      const uint64_t n = std::min(kSampleBytes, t.bytes);
+      const uint64_t at = kSamples > 1 ? (t.bytes - n) * i / (kSamples - 1) : 0;
+      f.read_tensor_part(t, at, sample, n);
+      h = fnv(h, sample, size_t(n));
     }
   }
   return h;
@@ -160,9 +166,13 @@ void load_session(TargetModel& t, Session& s, const std::string& path) {
     // the size the header claims is checked before the whole file is read
     uint8_t head[kHeaderBytes];
     const bool has_head = sized && fread(head, 1, sizeof head, f) == sizeof head;
-    if (!has_head || memcmp(head, kMagic, sizeof kMagic) != 0) {
+    if (!has_head || memcmp(head, kMagic, 6) != 0) {
       fclose(f);
       throw bad("is not a vkspec session file");
+    }
+    if (memcmp(head, kMagic, sizeof kMagic) != 0) {
+      fclose(f);
+      throw bad("was written in another version of vkspec's session format (run the prompt again to make a new one)");
     }
     Header h;
     memcpy(&h.n_layers, head + 8, 4);

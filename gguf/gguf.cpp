@@ -266,13 +266,16 @@ void GgufFile::read_tensor(const GgufTensor& t, std::vector<uint8_t>& out) const
   read_tensor(t, out.data());
 }
 
-void GgufFile::read_tensor(const GgufTensor& t, uint8_t* out) const {
+void GgufFile::read_tensor(const GgufTensor& t, uint8_t* out) const { read_tensor_part(t, 0, out, t.bytes); }
+
+void GgufFile::read_tensor_part(const GgufTensor& t, uint64_t at, uint8_t* out, uint64_t n) const {
+  if (at > t.bytes || n > t.bytes - at) throw Error("internal: a read past the end of tensor '" + t.name + "'");
   if (!file_) {
-    memcpy(out, t.data, t.bytes);
+    memcpy(out, t.data + at, n);
     return;
   }
   try {
-    file_->read(uint64_t(t.data - base_), out, t.bytes);
+    file_->read(uint64_t(t.data - base_) + at, out, n);
   } catch (const std::runtime_error& e) {
     throw Error("'" + path_ + "': cannot read tensor '" + t.name + "' (" + e.what() + ")");
   }

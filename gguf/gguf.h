@@ -79,6 +79,8 @@ class GgufFile {
   // Error (a short read) instead of SIGBUS on a page past the new end of the mapping.
   void read_tensor(const GgufTensor& t, std::vector<uint8_t>& out) const;
   void read_tensor(const GgufTensor& t, uint8_t* out) const;   // into t.bytes bytes at out
+  // `n` bytes of a tensor from byte `at` of it (at + n <= t.bytes), as read_tensor reads them.
+  void read_tensor_part(const GgufTensor& t, uint64_t at, uint8_t* out, uint64_t n) const;
 
  private:
   void parse();

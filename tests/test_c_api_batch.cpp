@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "gguf/gguf.h"   // (the test edits a model file; the library is used through vkspec.h)
 #include "platform/platform.h"
 #include "vkspec.h"
 
@@ -496,6 +497,35 @@ TEST(CApiSession, ASavedContextGoesOnInAnotherProcessesContext) {
     EXPECT_NE(std::string(vkspec_last_error()).find(why), std::string::npos) << vkspec_last_error();
     EXPECT_EQ(cached(b), held) << why;
   }
+  // Another model of the same shape whose matrices differ and norms do not (as a fine-tune or a merge that
+  // froze the norms): every f16 weight of every matrix nudged by its last mantissa bit.
+  {
+    std::ifstream in(target, std::ios::binary);
+    std::string model_bytes((std::istreambuf_iterator<char>(in)), {});
+    const vkspec::GgufFile parsed(reinterpret_cast<const uint8_t*>(model_bytes.data()), model_bytes.size(), "copy");
+    size_t nudged = 0;
+    for (const vkspec::GgufTensor& t : parsed.tensors()) {
+      if (t.type != 1 || t.name.find("norm") != std::string::npos) continue;   // f16 matrices only
+      const size_t at = size_t(t.data - reinterpret_cast<const uint8_t*>(model_bytes.data()));
+      for (size_t i = 0; i < t.bytes; i += 2) model_bytes[at + i] ^= 1, ++nudged;
+    }
+    ASSERT_GT(nudged, 1000000u);
+    write(file + ".other.gguf", model_bytes);
+  }
+  vkspec_model* tuned = load(file + ".other.gguf", 1);
+  vkspec_context* tc = context(tuned);
+  EXPECT_EQ(vkspec_context_load(tc, file.c_str()), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(vkspec_last_error()).find("another model"), std::string::npos) << vkspec_last_error();
+  vkspec_context_free(tc);
+  vkspec_model_free(tuned);
+  std::filesystem::remove(file + ".other.gguf");
+  // a file of the format before this one
+  std::string old_format = bytes;
+  old_format[7] = '1';
+  write(file + ".old", old_format);
+  EXPECT_EQ(vkspec_context_load(b, (file + ".old").c_str()), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(vkspec_last_error()).find("another version of vkspec's session format"), std::string::npos)
+      << vkspec_last_error();
   vkspec_model* short_ctx = load(target, 1, 32);
   vkspec_context* s = context(short_ctx);
   EXPECT_EQ(vkspec_context_load(s, file.c_str()), VKSPEC_ERROR_INVALID_ARGUMENT);
