@@ -61,6 +61,26 @@ bool match_partial(const E* p, uint32_t value, int remain) {
   return !positive;
 }
 
+// The work a grammar may do (rule expansions in `advance`) for one operation: a mask, an accepted token, the
+// start. Nested repetitions make it exponential in their depth, and it runs on the engine thread, so a grammar
+// past the budget is refused (at its first mask, which submission computes: a 400 in the server) instead of
+// stalling every stream beside it. Operations inside one share its budget; `advance` alone (outside any
+// operation) has the budget to itself.
+thread_local uint64_t* t_expansions = nullptr;
+[[noreturn]] void too_costly() {
+  throw Error("the grammar is too costly to follow: one step takes more than " + std::to_string(Gbnf::kMaxExpansions) +
+              " rule expansions (nested repetitions multiply: write them flatter)");
+}
+}  // namespace
+
+GbnfConstraint::Budget::Budget() : owner_(t_expansions == nullptr) {
+  if (owner_) t_expansions = &used_;
+}
+GbnfConstraint::Budget::~Budget() {
+  if (owner_) t_expansions = nullptr;
+}
+
+namespace {
 void add_unique(std::vector<GbnfState::Stack>& out, GbnfState::Stack s) {
   if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(std::move(s));
 }
@@ -69,7 +89,9 @@ void add_unique(std::vector<GbnfState::Stack>& out, GbnfState::Stack s) {
 // (or is empty: the text may end there), into `out`; false when they would be more than Gbnf::kMaxStacks.
 bool advance(const Gbnf& g, GbnfState::Stack stack, std::vector<GbnfState::Stack>& out) {
   std::vector<GbnfState::Stack> todo{std::move(stack)};
+  uint64_t steps = 0;
   while (!todo.empty()) {
+    if (++steps > Gbnf::kMaxExpansions || (t_expansions && ++*t_expansions > Gbnf::kMaxExpansions)) too_costly();
     GbnfState::Stack cur = std::move(todo.back());
     todo.pop_back();
     if (cur.empty() || cur.back()->type != E::RuleRef) {
@@ -157,6 +179,7 @@ GbnfConstraint::GbnfConstraint(std::shared_ptr<const Gbnf> grammar, std::shared_
                                std::shared_ptr<GbnfMaskCache> masks)
     : grammar_(std::move(grammar)), vocab_(std::move(vocab)), masks_(std::move(masks)) {
   if (vocab_->eog.empty()) throw Error("constrained generation needs an end-of-generation token, and this vocabulary has none");
+  const Budget budget;
   const E* alt = grammar_->rules()[grammar_->root()].data();
   while (true) {
     GbnfState::Stack stack;
@@ -261,6 +284,7 @@ class InternedWalk {
 }  // namespace
 
 void GbnfConstraint::allowed(const GbnfState& s, std::span<uint32_t> bits, size_t max_states) const {
+  const Budget budget;
   if (bits.size() != TOKEN_MASK_WORDS(vocab_->n_vocab())) throw Error("internal: a grammar mask of the wrong size");
   std::string k;
   if (masks_) {
@@ -284,6 +308,7 @@ void GbnfConstraint::allowed(std::span<uint32_t> bits) const { allowed(state_, b
 
 uint32_t GbnfConstraint::draft_masks(std::span<const uint32_t> drafts,
                                      const std::function<std::span<uint32_t>(uint32_t row)>& mask) const {
+  const Budget budget;
   GbnfState s = state_;
   for (uint32_t i = 0; i < drafts.size(); ++i) {
     if (!feed(s, drafts[i])) return i;
@@ -293,6 +318,7 @@ uint32_t GbnfConstraint::draft_masks(std::span<const uint32_t> drafts,
 }
 
 void GbnfConstraint::accept(uint32_t token) {
+  const Budget budget;
   if (!feed(state_, token)) throw Error("internal: a token outside the grammar's mask was chosen");
 }
 
@@ -318,6 +344,7 @@ bool TriggeredGbnfConstraint::allows(uint32_t token) const {
 
 uint32_t TriggeredGbnfConstraint::draft_masks(std::span<const uint32_t> drafts,
                                               const std::function<std::span<uint32_t>(uint32_t row)>& mask) const {
+  const GbnfConstraint::Budget budget;
   TriggeredGbnfConstraint c = *this;
   for (uint32_t i = 0; i < drafts.size(); ++i) {
     if (!c.allows(drafts[i])) return i;
@@ -328,6 +355,7 @@ uint32_t TriggeredGbnfConstraint::draft_masks(std::span<const uint32_t> drafts,
 }
 
 void TriggeredGbnfConstraint::accept(uint32_t token) {
+  const GbnfConstraint::Budget budget;
   if (phase_ == Phase::Active) {
     if (!grammar_.feed(grammar_state_, token)) throw Error("internal: a token outside the grammar's mask was chosen");
     return;

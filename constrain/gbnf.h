@@ -39,6 +39,9 @@ struct GbnfElement {
 class Gbnf {
  public:
   static constexpr uint32_t kMaxRules = 8192, kMaxNesting = 256, kMaxStacks = 512;
+  // Rule expansions one operation (a mask, an accepted token) may make: past it the grammar is refused as
+  // too costly (nested repetitions grow exponentially; ordinary grammars use a few thousand).
+  static constexpr uint64_t kMaxExpansions = 4'000'000;
   // Throws Error naming the line for text that is not a grammar (or one with left recursion, an undefined
   // rule, no root rule).
   static std::shared_ptr<const Gbnf> parse(std::string_view text);
@@ -95,6 +98,19 @@ class GbnfConstraint : public TokenConstraint {
                        const std::function<std::span<uint32_t>(uint32_t row)>& mask) const override;
   void accept(uint32_t token) override;
   bool complete() const override;
+
+  // The expansion budget of one operation (Gbnf::kMaxExpansions), shared by the operations inside it.
+  class Budget {
+   public:
+    Budget();
+    ~Budget();
+    Budget(const Budget&) = delete;
+    Budget& operator=(const Budget&) = delete;
+
+   private:
+    uint64_t used_ = 0;
+    bool owner_;
+  };
 
   // One token from `s` (false: the grammar does not allow it there; s is then unspecified).
   bool feed(GbnfState& s, uint32_t token) const;

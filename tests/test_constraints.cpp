@@ -7,6 +7,7 @@
 // one language). Lazy grammars (TriggeredGbnfConstraint): free before the trigger, the grammar's masks after.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -486,5 +487,36 @@ TEST(Gbnf, TriggeredGrammarHoldsFromItsTrigger) {
     }
     EXPECT_TRUE(one.active());
     EXPECT_EQ(rows[n_ok + 1], std::vector<uint32_t>(all.size(), 0u));   // untouched past the refused draft
+  }
+}
+
+// Nested repetitions multiply a grammar's work by their depth: four levels of {0,5} never finished a mask
+// (minutes at a 128k vocabulary, every other stream stalled on the engine thread). The work of one operation is
+// bounded (Gbnf::kMaxExpansions): such a grammar is refused at its first mask, quickly, and one level less,
+// within the budget, still gives the same mask as each token fed alone.
+TEST(Gbnf, NestedRepetitionsAreRefusedWithinABudget) {
+  GgufFile f(shared_path("tokenizer-tests/ggml-vocab-llama-bpe.gguf"));
+  auto tok = Tokenizer::from_gguf(f);
+  const auto vocab = std::make_shared<const VocabBytes>(*tok);
+  std::vector<uint32_t> bits(TOKEN_MASK_WORDS(tok->n_vocab()));
+  const auto deep = Gbnf::parse("root ::= (((( \"a\" \"b\"?){0,5} \"c\"?){0,5} \"d\"?){0,5} \"e\"?){0,5}\n");
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    GbnfConstraint c(deep, vocab);
+    c.allowed(bits);
+    FAIL() << "a grammar past the expansion budget was followed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("too costly"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);
+  const auto shallow = Gbnf::parse("root ::= (( \"a\" \"b\"?){0,5} \"c\"?){0,5}\n");
+  GbnfConstraint c(shallow, vocab);
+  c.allowed(bits);
+  const auto allowed = [&](uint32_t t) { return (bits[TOKEN_MASK_WORD(t)] >> (t % 32)) & 1; };
+  for (const char* text : {"a", "ab", "abc", "b", "x"}) {
+    const std::vector<uint32_t> ids = tok->encode(text, false);
+    if (ids.size() != 1) continue;
+    GbnfState s = c.state();
+    EXPECT_EQ(bool(allowed(ids[0])), c.feed(s, ids[0])) << text;
   }
 }

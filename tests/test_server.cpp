@@ -275,6 +275,13 @@ TEST(Server, JsonModeAndGrammarsConstrainCompletions) {
     const json dead_grammar = s.post("/v1/completions", g, &status);
     EXPECT_EQ(status, 400) << dead_grammar.dump();
     EXPECT_NE(dead_grammar.dump().find("allows no token at its start"), std::string::npos) << dead_grammar.dump();
+    // and so is one whose nested repetitions would stall every stream: refused at submission, at once
+    g["grammar"] = "root ::= (((( \"a\" \"b\"?){0,5} \"c\"?){0,5} \"d\"?){0,5} \"e\"?){0,5}\n";
+    const auto t0 = std::chrono::steady_clock::now();
+    const json costly = s.post("/v1/completions", g, &status);
+    EXPECT_EQ(status, 400) << costly.dump();
+    EXPECT_NE(costly.dump().find("too costly"), std::string::npos) << costly.dump();
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
     // a JSON schema (response_format json_schema): a value of it; an unsupported keyword is a 400 naming it
     json js = body(prompts[0]);
     js["response_format"] = {{"type", "json_schema"},
