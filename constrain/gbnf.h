@@ -42,11 +42,19 @@ class Gbnf {
   // Rule expansions one operation (a mask, an accepted token) may make: past it the grammar is refused as
   // too costly (nested repetitions grow exponentially; ordinary grammars use a few thousand).
   static constexpr uint64_t kMaxExpansions = 4'000'000;
+  // Elements of the parsed grammar, its repetitions' copies included (a small text can ask for hundreds of
+  // millions): past it the grammar is refused. Each is 8 bytes.
+  static constexpr uint64_t kMaxElements = 1'000'000;
   // Throws Error naming the line for text that is not a grammar (or one with left recursion, an undefined
   // rule, no root rule).
   static std::shared_ptr<const Gbnf> parse(std::string_view text);
   const std::vector<std::vector<GbnfElement>>& rules() const { return rules_; }
   uint32_t root() const { return root_; }
+  size_t bytes() const {   // what the parsed grammar holds
+    size_t n = 0;
+    for (const auto& r : rules_) n += r.size() * sizeof(GbnfElement);
+    return n;
+  }
 
  private:
   std::vector<std::vector<GbnfElement>> rules_;   // alternatives separated by Alt, ended by End

@@ -63,7 +63,15 @@ class GbnfParser {
     ids_.emplace(std::string(base) + "_" + std::to_string(id), id);
     return id;
   }
+  // Counts `n` more elements against Gbnf::kMaxElements (before they are made).
+  void grow(uint64_t n) {
+    elements_ += n;
+    if (elements_ > Gbnf::kMaxElements)
+      fail("the grammar expands to more than " + std::to_string(Gbnf::kMaxElements) +
+           " elements (a repetition copies what it repeats)");
+  }
   void add_rule(uint32_t id, std::vector<E> rule) {
+    grow(rule.size());
     if (g_->rules_.size() <= id) g_->rules_.resize(id + 1);
     g_->rules_[id] = std::move(rule);
   }
@@ -120,9 +128,12 @@ class GbnfParser {
   void repeat(std::string_view rule_name, std::vector<E>& out, size_t item, uint32_t min, int64_t max) {
     if (item == out.size()) fail("expecting an item before a repetition operator");
     const std::vector<E> prev(out.begin() + long(item), out.end());
+    const int64_t optional = max < 0 ? 1 : max - int64_t(min);
+    // what the copies will hold, counted before any is made (the rule holding `out` counts it again when
+    // it is added: the bound errs on the safe side)
+    grow(uint64_t(min > 1 ? min - 1 : 0) * prev.size() + uint64_t(optional) * (prev.size() + 3));
     if (min == 0) out.resize(item);
     for (uint32_t i = 1; i < min; ++i) out.insert(out.end(), prev.begin(), prev.end());
-    const int64_t optional = max < 0 ? 1 : max - int64_t(min);
     uint32_t last = 0;
     for (int64_t i = 0; i < optional; ++i) {
       std::vector<E> rec = prev;
@@ -223,6 +234,7 @@ class GbnfParser {
 
   std::string_view src_;
   size_t at_ = 0;
+  uint64_t elements_ = 0;   // counted by grow()
   uint32_t depth_ = 0;   // nested groups
   std::map<std::string, uint32_t> ids_;
   std::shared_ptr<Gbnf> g_ = std::make_shared<Gbnf>();

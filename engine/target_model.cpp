@@ -64,8 +64,15 @@ std::unique_ptr<TokenConstraint> TargetModel::constraint(const SamplingParams& s
   if (!sp.json_object) {
     auto kept = std::find_if(grammars_.begin(), grammars_.end(), [&](const KeptGrammar& k) { return k.text == sp.grammar; });
     if (kept == grammars_.end()) {
-      if (grammars_.size() == kGrammarsKept) grammars_.erase(grammars_.begin());
-      grammars_.push_back({sp.grammar, Gbnf::parse(sp.grammar), std::make_shared<GbnfMaskCache>()});
+      std::shared_ptr<const Gbnf> parsed = Gbnf::parse(sp.grammar);
+      // the least recently used go while the kept ones would be too many or hold too much
+      size_t bytes = parsed->bytes();
+      for (const KeptGrammar& k : grammars_) bytes += k.grammar->bytes();
+      while (!grammars_.empty() && (grammars_.size() >= kGrammarsKept || bytes > kGrammarBytesKept)) {
+        bytes -= grammars_.front().grammar->bytes();
+        grammars_.erase(grammars_.begin());
+      }
+      grammars_.push_back({sp.grammar, std::move(parsed), std::make_shared<GbnfMaskCache>()});
     } else {
       std::rotate(kept, kept + 1, grammars_.end());   // most recently used last
     }

@@ -66,7 +66,7 @@ struct TargetModel {
   std::unique_ptr<TokenConstraint> constraint(const SamplingParams& sp);
   // The same, refused (a request's error) when no token can start the text it allows.
   std::unique_ptr<TokenConstraint> startable_constraint(const SamplingParams& sp);
-  static constexpr size_t kGrammarsKept = 8;
+  static constexpr size_t kGrammarsKept = 8, kGrammarBytesKept = 16u << 20;   // (the grammars, not their masks)
 
  private:
   struct KeptGrammar {

@@ -265,6 +265,18 @@ TEST(Gbnf, RefusesWhatIsNotAGrammar) {
     const std::string got = parse_error(text);
     EXPECT_NE(got.find(want), std::string::npos) << text << " gave: " << got;
   }
+  // a 48 KB grammar whose repetition copies a character class of 8000 characters into 8000 rules (half a GB
+  // of elements before the bound; it stays under the rule count) is refused by its expanded size, at once
+  std::string big_class = "[";
+  for (int i = 0; i < 8000; ++i) {
+    char c[8];
+    snprintf(c, sizeof c, "\\u%04x", 0x100 + 2 * i);
+    big_class += c;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_NE(parse_error("root ::= " + big_class + "]{0,8000}\n").find("expands to more than 1000000 elements"),
+            std::string::npos);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
   EXPECT_EQ(parse_error(kJsonGbnf), "");
   EXPECT_EQ(parse_error("root ::= [a-z]{2,5} (\"-\" [0-9]+)? . # a comment\n"), "");
 }
