@@ -57,13 +57,9 @@ DeviceSampler::DeviceSampler(VulkanDevice& ctx, Pipelines& pipelines, uint32_t n
   draws_ = readback_->alloc(VkDeviceSize(max_rows) * kSlotBytes, "sampled tokens (token slots)");
   if (!history_.mapped || !bias_.mapped || !mask_.mapped || !draws_.mapped || !table_.mapped)
     throw Error("internal: sampling buffers are not mapped");
-  rec_ = std::make_unique<Recorder>(ctx, profiling_requested());
 }
 
-DeviceSampler::~DeviceSampler() {
-  if (rec_->profiling() && !rec_->profile().empty())
-    fprintf(stderr, "sampling %s", rec_->profile_report().c_str());
-}
+DeviceSampler::~DeviceSampler() = default;
 
 uint32_t DeviceSampler::set_history(const SamplingParams& p, std::span<const uint32_t> context,
                                     std::span<const uint32_t> extra) {

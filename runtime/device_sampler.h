@@ -98,7 +98,6 @@ class DeviceSampler {
   uint32_t lanes_;   // lanes per row (workgroup size) of sample_rows
   bool texel_reads_;
   std::unique_ptr<Arena> upload_, readback_;
-  std::unique_ptr<Recorder> rec_;
   Slice history_, bias_, mask_, draws_;   // bias_: SamplingParams::kMaxLogitBias {token, bias} pairs
   // The row table: a ring of SampleRow entries, written at record time and read by the submission.
   // Invariant: one recording (Recorder::recording()) takes at most table_rows_ entries, the slots a

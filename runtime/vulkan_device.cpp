@@ -295,11 +295,9 @@ VulkanDevice::VulkanDevice(const VulkanDeviceOptions& opts) {
     VkPhysicalDeviceVulkan11Features v11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
     VkPhysicalDeviceVulkan12Features v12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
     VkPhysicalDeviceSubgroupSizeControlFeatures sgcf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES};
+    // Only what the shaders use: buffer device addresses (and subgroup size control where the device has
+    // it). 8- and 16-bit types are probed (DeviceFacts) but no kernel uses them, so they are not enabled.
     v11.pNext = &v12;
-    v11.storageBuffer16BitAccess = facts_.storage_16bit;
-    v12.storageBuffer8BitAccess = facts_.storage_8bit;
-    v12.shaderFloat16 = facts_.shader_float16;
-    v12.shaderInt8 = facts_.shader_int8;
     v12.bufferDeviceAddress = VK_TRUE;
     if (facts_.subgroup_size_control) {
       v12.pNext = &sgcf;
