@@ -234,38 +234,9 @@ void Server::respond(httplib::Response& res, std::shared_ptr<Job> job, const Dia
     return dialect.whole ? dialect.whole(full_response(j, drafter)) : full_response(j, drafter);
   };
   if (!job->spec.stream) {
-    // Wait a little for the answer; a longer one is sent by a content provider that writes a space (JSON
-    // allows leading whitespace) every two seconds meanwhile, so that a client that left is noticed and its
-    // choices cancelled. Its status is then 200 even if generation fails (the body is the error object).
-    {
-      std::unique_lock<std::mutex> lock(job->mu);
-      if (job->cv.wait_for(lock, std::chrono::seconds(1), [&] { return job->all_done(); })) {
-        send_json(res, job->error.empty() ? 200 : 500, answer(*job, drafter));
-        return;
-      }
-    }
-    res.set_chunked_content_provider(
-        "application/json",
-        [job, drafter, answer](size_t, httplib::DataSink& sink) {
-          std::unique_lock<std::mutex> lock(job->mu);
-          while (!job->cv.wait_for(lock, std::chrono::seconds(2), [&] { return job->all_done(); })) {
-            lock.unlock();
-            const bool ok = sink.write(" ", 1);
-            lock.lock();
-            if (!ok) {
-              job->cancel();
-              return false;
-            }
-          }
-          const std::string body = dump(answer(*job, drafter));
-          lock.unlock();
-          if (!sink.write(body.data(), body.size())) return false;
-          sink.done();
-          return true;
-        },
-        [job](bool success) {
-          if (!success) job->cancel();
-        });
+    answer_when_done(res, job, [answer, drafter](const Job& j) {
+      return std::pair<int, json>{j.error.empty() ? 200 : 500, answer(j, drafter)};
+    });
     return;
   }
   res.set_header("Cache-Control", "no-cache");

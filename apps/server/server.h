@@ -90,6 +90,44 @@ json full_response(const Job& j, const std::string& drafter);
 bool equal_constant_time(const std::string& a, const std::string& b);
 void send_json(httplib::Response& res, int status, const json& body);
 
+// A whole JSON answer that may take a while (a completion, embeddings): sent with its status when it is ready
+// within a second; else a space (JSON allows leading whitespace) every two seconds until it is, so that a
+// client that left is noticed and `job` cancelled, and then the answer with status 200 whatever it says (an
+// error is its body). J has mu, cv, all_done() and cancel(); answer(const J&) -> {status, body}, mu held.
+template <class J, class Answer>
+void answer_when_done(httplib::Response& res, const std::shared_ptr<J>& job, Answer answer) {
+  {
+    std::unique_lock<std::mutex> lock(job->mu);
+    if (job->cv.wait_for(lock, std::chrono::seconds(1), [&] { return job->all_done(); })) {
+      const auto [status, body] = answer(*job);
+      send_json(res, status, body);
+      return;
+    }
+  }
+  res.set_chunked_content_provider(
+      "application/json",
+      [job, answer](size_t, httplib::DataSink& sink) {
+        std::unique_lock<std::mutex> lock(job->mu);
+        while (!job->cv.wait_for(lock, std::chrono::seconds(2), [&] { return job->all_done(); })) {
+          lock.unlock();
+          const bool ok = sink.write(" ", 1);
+          lock.lock();
+          if (!ok) {
+            job->cancel();
+            return false;
+          }
+        }
+        const std::string body = dump(answer(*job).second);
+        lock.unlock();
+        if (!sink.write(body.data(), body.size())) return false;
+        sink.done();
+        return true;
+      },
+      [job](bool success) {
+        if (!success) job->cancel();
+      });
+}
+
 class Server {
  public:
   Server(const RunOptions& o, const ServeOptions& so) : o_(o), so_(so) {}

@@ -66,39 +66,7 @@ void Server::embeddings(const httplib::Request& req, httplib::Response& res, Emb
       }
       return {200, embeddings_response(spec, j.vectors, model, std::chrono::duration<double>(Clock::now() - t0).count())};
     };
-    {   // most answers come within a second: sent whole, with their status
-      std::unique_lock<std::mutex> lock(job->mu);
-      if (job->cv.wait_for(lock, std::chrono::seconds(1), [&] { return job->all_done(); })) {
-        const auto [status, body] = answer(*job);
-        send_json(res, status, body);
-        return;
-      }
-    }
-    // A longer one (many or long inputs) as completions send theirs: a space (JSON allows leading whitespace)
-    // every two seconds meanwhile, so that a client that left is noticed and its inputs cancelled instead of
-    // holding the engine; the status is then 200 even if an input fails (the body is the error object).
-    res.set_chunked_content_provider(
-        "application/json",
-        [job, answer](size_t, httplib::DataSink& sink) {
-          std::unique_lock<std::mutex> lock(job->mu);
-          while (!job->cv.wait_for(lock, std::chrono::seconds(2), [&] { return job->all_done(); })) {
-            lock.unlock();
-            const bool ok = sink.write(" ", 1);
-            lock.lock();
-            if (!ok) {
-              job->cancel();
-              return false;
-            }
-          }
-          const std::string body = dump(answer(*job).second);
-          lock.unlock();
-          if (!sink.write(body.data(), body.size())) return false;
-          sink.done();
-          return true;
-        },
-        [job](bool success) {
-          if (!success) job->cancel();
-        });
+    answer_when_done(res, job, answer);
   } catch (const ApiError& e) {
     if (ep == EmbedEndpoint::OpenAi) throw;
     send_json(res, e.status, ollama_error(e));
