@@ -134,11 +134,15 @@ class StopSignal {
   static const char* name(Cause c);
 };
 
-// A listening socket's options: a port already in use must be an error, never shared (POSIX: SO_REUSEADDR
-// alone, so that a restarted server binds at once; Windows: SO_EXCLUSIVEADDRUSE), and a deeper backlog than
-// cpp-httplib's 5 (a burst of 32 clients overflowed it) once bound.
+// A listening socket's options, before it is bound: a port already in use must be an error, never shared
+// (POSIX: SO_REUSEADDR alone, so that a restarted server binds at once; Windows: SO_EXCLUSIVEADDRUSE).
 void set_listen_socket_options(std::intptr_t socket);
-void raise_listen_backlog(std::intptr_t socket);
+// Raises the process's limit of open descriptors to what the system allows it (at most 65536) and returns it
+// (Windows, whose sockets have no such limit: 65536).
+uint64_t raise_open_file_limit();
+
+// The most memory the process has had resident so far, in bytes.
+size_t peak_resident_bytes();
 
 // Runs a program (argv[0] looked up on the PATH; never through a shell: arguments may hold quotes or `$(...)`)
 // with stderr discarded and stdin read from stdin_path (empty: nothing), and returns its standard output and,

@@ -5,12 +5,14 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <wctype.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -187,7 +189,22 @@ void set_listen_socket_options(std::intptr_t socket) {
   setsockopt(int(socket), SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
 }
 
-void raise_listen_backlog(std::intptr_t socket) { ::listen(int(socket), SOMAXCONN); }
+size_t peak_resident_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return size_t(u.ru_maxrss) * 1024;   // (Linux: kilobytes)
+}
+
+uint64_t raise_open_file_limit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0) return 1024;
+  const rlim_t want = r.rlim_max == RLIM_INFINITY ? rlim_t(65536) : std::min<rlim_t>(r.rlim_max, 65536);
+  if (r.rlim_cur != RLIM_INFINITY && r.rlim_cur < want) {
+    r.rlim_cur = want;
+    if (setrlimit(RLIMIT_NOFILE, &r) != 0) getrlimit(RLIMIT_NOFILE, &r);
+  }
+  return r.rlim_cur == RLIM_INFINITY ? 65536 : uint64_t(r.rlim_cur);
+}
 
 ChildOutput run_capturing_stdout(const std::vector<std::string>& args, const std::string& stdin_path) {
   ChildOutput r;

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <io.h>
 #include <shellapi.h>
+#include <psapi.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -300,7 +301,13 @@ void set_listen_socket_options(std::intptr_t socket) {
   setsockopt(SOCKET(socket), SOL_SOCKET, SO_EXCLUSIVEADDRUSE, reinterpret_cast<const char*>(&yes), sizeof yes);
 }
 
-void raise_listen_backlog(std::intptr_t socket) { ::listen(SOCKET(socket), SOMAXCONN); }
+uint64_t raise_open_file_limit() { return 65536; }
+
+size_t peak_resident_bytes() {
+  PROCESS_MEMORY_COUNTERS c{};
+  c.cb = sizeof c;
+  return K32GetProcessMemoryInfo(GetCurrentProcess(), &c, sizeof c) ? size_t(c.PeakWorkingSetSize) : 0;
+}
 
 namespace {
 // One argument as CommandLineToArgvW reads it back (backslashes doubled before a quote).

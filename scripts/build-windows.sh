@@ -35,7 +35,7 @@ cp docs/WINDOWS.md docs/CLI.md docs/SERVER.md docs/C_API.md "$pkg/docs/"   # (th
 for f in "$pkg"/vkspec.exe "$pkg"/vkspec.dll "$pkg"/generate.exe; do
   for dll in $(x86_64-w64-mingw32-objdump -p "$f" | awk '/DLL Name:/ {print tolower($3)}'); do
     case "$dll" in
-      kernel32.dll|user32.dll|advapi32.dll|shell32.dll|ws2_32.dll|crypt32.dll|msvcrt.dll|ucrtbase.dll|vkspec.dll|api-ms-win-*) ;;
+      kernel32.dll|user32.dll|advapi32.dll|shell32.dll|ws2_32.dll|mswsock.dll|crypt32.dll|msvcrt.dll|ucrtbase.dll|vkspec.dll|api-ms-win-*) ;;
       *) echo "build-windows: $f imports $dll, which Windows does not have" >&2; exit 1 ;;
     esac
   done

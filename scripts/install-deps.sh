@@ -29,8 +29,8 @@ packages=(
   googletest libgtest-dev libgmock-dev
   # Chat templates: the reference renderer of tests/test_chat_template.cpp; JSON schemas: the reference validator
   python3 python3-jinja2 python3-jsonschema
-  # Loader / tokenizers / apps
-  libsentencepiece-dev libpcre2-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
+  # Loader / tokenizers / apps (Boost: Beast and Asio, the server's HTTP layer; cpp-httplib: the tests' client)
+  libsentencepiece-dev libpcre2-dev nlohmann-json3-dev libcli11-dev libboost-dev libcpp-httplib-dev
   # Sanitizer and fuzzer runtimes (clang's libFuzzer)
   clang libclang-rt-14-dev
 )

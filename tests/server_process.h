@@ -59,6 +59,7 @@ class ServerProcess {
   }
   bool up() const { return port_ != 0; }
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }   // the server's own (the shell execs it)
   httplib::Client client() const {
     httplib::Client c("127.0.0.1", port_);
     c.set_read_timeout(300, 0);

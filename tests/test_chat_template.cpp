@@ -3,6 +3,7 @@
 // text must equal jinja2's byte for byte, or both must fail.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -313,6 +314,53 @@ TEST(ChatTemplate, HostileTemplatesAreBounded) {
   EXPECT_FALSE(o.ok);
   // Deep JSON in the messages.
   EXPECT_THROW(jinja::Value::from_json(ojson::parse(std::string(1000, '[') + std::string(1000, ']'))), Error);
+  // Work (Limits::max_work): values that share their parts (a list doubled by reference 60 times has 2^60
+  // leaves in 60 steps) compared, serialized, written, searched, sorted; a growing string or list copied each
+  // iteration (quadratic); a quadratic search. Each ran for ever (or to 10 GB) and is now refused within seconds.
+  const std::string doubled = "{% set ns = namespace(x=[1], y=[1]) %}{% for i in range(60) %}"
+                              "{% set ns.x = [ns.x, ns.x] %}{% set ns.y = [ns.y, ns.y] %}{% endfor %}";
+  for (const std::string& t :
+       {doubled + "{{ ns.x == ns.y }}", doubled + "{{ ns.x | tojson }}", doubled + "{{ ns.x }}",
+        doubled + "{{ ns.x in [ns.y] }}", doubled + "{{ [ns.x, ns.y] | sort }}", doubled + "{{ [ns.x, ns.y] | unique | list }}",
+        doubled + "{{ ns.x is eq ns.y }}", std::string("{% set x = [[1] * 100000] * 100000 %}{{ x == x }}"),
+        "{% set ns = namespace(s='') %}{% for i in range(100000) %}{% set ns.s = ns.s ~ '" + std::string(600, 'x') +
+            "' %}{% endfor %}",
+        std::string("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = ns.l + [i] %}{% endfor %}"),
+        std::string("{{ range(100000) | unique | list | length }}")}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    o = render_vkspec({"", t, ojson::object()});
+    EXPECT_FALSE(o.ok) << t;
+    EXPECT_NE(o.text.find("units of work"), std::string::npos) << t << ": " << o.text;
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0) << t;
+  }
+  // A list doubled by copying: refused at a million items (it reached 10 GB).
+  o = render_vkspec({"", "{% set ns = namespace(x=[1]) %}{% for i in range(60) %}{% set ns.x = ns.x + ns.x %}{% endfor %}", ojson::object()});
+  EXPECT_NE(o.text.find("a list of more than 1000000 items"), std::string::npos) << o.text;
+  EXPECT_LT(platform::peak_resident_bytes(), size_t(2) << 30);
+}
+
+// The work budget leaves room for what real templates do with a long conversation: 2,000 messages of 1 KB
+// (2 MB of text) render with every shared template.
+TEST(ChatTemplate, LongConversationsRenderWithinTheLimits) {
+  const fs::path dir = fs::path(shared_dir()) / "chat-templates";
+  if (!fs::exists(dir)) GTEST_SKIP() << dir << " is missing";
+  ojson messages = ojson::array({{{"role", "system"}, {"content", std::string(1000, 's')}}});
+  for (int k = 0; k < 2000; ++k)
+    messages.push_back({{"role", k % 2 ? "assistant" : "user"}, {"content", std::to_string(k) + std::string(1000, 'm')}});
+  const ChatInputs in = parse_chat_request(ojson{{"messages", messages}}.dump());
+  int templates = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".jinja") continue;
+    ++templates;
+    try {
+      EXPECT_GT(ChatTemplate(read_file(entry.path())).apply(in).size(), 2000u * 1000) << entry.path();
+    } catch (const Error& e) {
+      // (a template may refuse the roles; never the limits)
+      EXPECT_EQ(std::string(e.what()).find("units of work"), std::string::npos) << entry.path() << ": " << e.what();
+      EXPECT_EQ(std::string(e.what()).find("exceeds"), std::string::npos) << entry.path() << ": " << e.what();
+    }
+  }
+  EXPECT_GE(templates, 6);
 }
 
 TEST(ChatTemplate, StrftimeNowUsesVkspecToday) {

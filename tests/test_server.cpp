@@ -3,11 +3,9 @@
 // prompt's run alone (plain, n-gram and draft-model speculation); a burst of malformed requests and abrupt
 // disconnects after which the server is healthy, correct and holds no KV block; n = 4 prefilling its prompt
 // once; JSON mode, grammars and schemas; logprobs; the API key; tool calls; embeddings beside a generation.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <sstream>
@@ -16,6 +14,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/raw_http.h"
 #include "tests/run_command.h"
 #include "tests/server_process.h"
 #include "tests/vk_test_env.h"
@@ -68,16 +67,9 @@ bool wait_idle(const ServerProcess& s) {
 
 // Opens a raw connection and sends a streamed completion request on it; returns the socket, unread.
 int raw_stream_request(int port, const std::string& body) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(uint16_t(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-    const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
-                            std::to_string(body.size()) + "\r\n\r\n" + body;
-    (void)!write(fd, req.data(), req.size());
-  }
+  const int fd = raw_http::connect_to(port);
+  raw_http::send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                             std::to_string(body.size()) + "\r\n\r\n" + body);
   return fd;
 }
 
@@ -233,6 +225,77 @@ TEST(Server, ResponsesDoNotRevealSharedPrefixesByDefault) {
   EXPECT_EQ(native["tokens_cached"], 0);
   EXPECT_EQ(native["timings"]["prompt_n"], native["tokens_evaluated"]);
   EXPECT_GT(s.metric("prompt_tokens_shared_total"), 100) << "the prefix was shared all the same";
+  EXPECT_EQ(s.stop(), 0) << s.log();
+}
+
+// The HTTP layer's attacks against the real server (the layer alone: tests/test_http_server.cpp): 200
+// connections trickling header lines, 4 floods of 25 MB of headers and 4 chunked bodies of 16 MB (over
+// --max-body) at once. A completion beside them gets its exact tokens within seconds, the server's resident
+// memory grows by less than 64 MiB, the slow connections are closed at --timeout, and two completions
+// pipelined on one connection are both answered, in order.
+TEST(Server, AttacksOnTheHttpLayerLeaveOthersTheirTokens) {
+  ServerProcess s(model_arg() + " --parallel 2 --prompt-cache 0 --timeout 2 --max-body 65536");
+  ASSERT_TRUE(s.up()) << s.log();
+  const json request = {{"prompt", "def f(x):\n"}, {"max_tokens", 12}, {"temperature", 0}};
+  const json want = s.post("/v1/completions", request);
+  ASSERT_TRUE(want.contains("choices")) << want.dump();
+  const size_t rss0 = raw_http::resident_bytes_of(s.pid());
+  std::vector<int> slow;
+  for (int i = 0; i < 200; ++i) {
+    slow.push_back(raw_http::connect_to(s.port()));
+    raw_http::send_all(slow.back(), "POST /v1/completions HTTP/1.1\r\n");
+  }
+  std::atomic<bool> attacking{true};
+  std::vector<std::string> refused(8);
+  std::vector<std::thread> attacks;
+  attacks.emplace_back([&] {
+    for (int round = 0; attacking && round < 30; ++round) {
+      for (const int fd : slow) raw_http::send_all(fd, "X-Slow: " + std::to_string(round) + "\r\n");
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+  });
+  for (int c = 0; c < 8; ++c)
+    attacks.emplace_back([&, c] {
+      const int fd = raw_http::connect_to(s.port());
+      std::string block;
+      if (c < 4) {   // headers
+        raw_http::send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n");
+        for (int i = 0; i < 100; ++i) block += "X-Flood: " + std::string(1000, 'a') + "\r\n";
+      } else {       // a chunked body
+        raw_http::send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
+        block = "10000\r\n" + std::string(0x10000, ' ') + "\r\n";
+      }
+      for (int i = 0; i < 250 && raw_http::send_all(fd, block); ++i) {
+      }
+      refused[c] = raw_http::read_until_closed(fd, std::chrono::milliseconds(5000));
+      close(fd);
+    });
+  const auto t0 = std::chrono::steady_clock::now();
+  const json beside = s.post("/v1/completions", request);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  EXPECT_EQ(beside["choices"][0]["text"], want["choices"][0]["text"]) << beside.dump();
+  for (size_t i = 1; i < attacks.size(); ++i) attacks[i].join();
+  for (int c = 0; c < 8; ++c) EXPECT_EQ(refused[c].substr(0, 12), c < 4 ? "HTTP/1.1 431" : "HTTP/1.1 413") << refused[c].substr(0, 300);
+  EXPECT_LT(raw_http::resident_bytes_of(s.pid()), rss0 + (64u << 20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));   // past --timeout
+  attacking = false;
+  attacks[0].join();
+  int closed = 0;
+  for (const int fd : slow) {
+    bool timed_out = false;
+    raw_http::read_until_closed(fd, std::chrono::milliseconds(100), &timed_out);
+    closed += !timed_out;
+    close(fd);
+  }
+  EXPECT_EQ(closed, 200);
+  const std::string body = request.dump();
+  const std::string one = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                          std::to_string(body.size()) + "\r\n";
+  const std::string both = raw_http::exchange(s.port(), one + "\r\n" + body + one + "Connection: close\r\n\r\n" + body, std::chrono::milliseconds(30000));
+  const std::string text = json(want["choices"][0]["text"]).dump();
+  const size_t first = both.find(text);
+  ASSERT_NE(first, std::string::npos) << both;
+  EXPECT_NE(both.find(text, first + text.size()), std::string::npos) << both;
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
 

@@ -6,8 +6,9 @@
 //   render(): Template + variables -> text (text/jinja_render.cpp: statements, expressions, scopes;
 //             text/jinja_builtins.cpp: filters, tests, methods and global functions)
 // Errors are vkspec::Error whose message starts with "line L, column C:" of the template.
-// Bounded (Limits): output and string sizes, loop iterations plus calls, call depth, expression nesting, so
-// a hostile template ends with an error instead of hanging or exhausting memory.
+// Bounded (Limits): output and string sizes, loop iterations plus calls, the work of operations on values
+// (what each visits or builds), call depth, expression nesting, so a hostile template ends with an error
+// instead of hanging or exhausting memory.
 #include <map>
 #include <memory>
 #include <string>
@@ -18,8 +19,12 @@
 namespace vkspec::jinja {
 
 struct Limits {
-  size_t max_output_bytes = 64u << 20;   // the rendered text, and any one string a template builds
+  size_t max_output_bytes = kMaxStringBytes;   // the rendered text, and any one string a template builds
   uint64_t max_steps = 1'000'000;        // loop iterations and macro calls
+  // Value::weight of what operations visit (compare, serialize, sort, search) or build (lists, dicts,
+  // strings): a render that copies a growing string or list each iteration is quadratic, and a value that
+  // shares its parts can be exponentially larger than its memory. (64M: about a second here.)
+  uint64_t max_work = 64'000'000;
   uint32_t max_call_depth = 100;         // nested macro calls
 };
 constexpr uint32_t kMaxNesting = 200;    // parser: nested expressions and statements

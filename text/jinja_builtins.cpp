@@ -389,6 +389,7 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
 }
 
 Value binary_op(Interpreter& in, const std::string& op, const Value& a, const Value& b) {
+  if (op != "~" && op != "*") in.charge(a.weight() + b.weight());   // compared, searched or copied
   if (op == "==") return Value::boolean(equal(a, b));
   if (op == "!=") return Value::boolean(!equal(a, b));
   if (op == "~") {
@@ -432,6 +433,8 @@ Value binary_op(Interpreter& in, const std::string& op, const Value& a, const Va
     const size_t unit = a.is_str() ? a.s.size() : a.items().size();
     if (unit && uint64_t(n) > (uint64_t(1) << 40) / unit) in.check_size(~size_t(0));
     in.check_size(unit * size_t(n));
+    if (a.is_list() && unit * size_t(n) > kMaxItems) throw Error("a list of more than " + std::to_string(kMaxItems) + " items");
+    in.charge(a.weight() > UINT64_MAX / uint64_t(std::max<int64_t>(n, 1)) ? UINT64_MAX : a.weight() * uint64_t(n));
     if (a.is_str()) {
       std::string s;
       for (int64_t k = 0; k < n; ++k) s += a.s;

@@ -44,6 +44,7 @@ Value sorted(Interpreter& in, std::vector<Value> items, bool reverse, bool case_
   for (Value& v : items) keyed.emplace_back(sort_key(v, attribute, case_sensitive), std::move(v));
   in.check_size(keyed.size());
   std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
+    in.charge(x.first.weight() + y.first.weight());
     return reverse ? compare(y.first, x.first) < 0 : compare(x.first, y.first) < 0;
   });
   std::vector<Value> out;
@@ -126,6 +127,8 @@ void add_globals(Scope& s) {
 }
 
 Value apply_filter(Interpreter& in, const std::string& f, const Value& v, CallArgs& a) {
+  if (f != "default" && f != "d" && f != "safe" && f != "length" && f != "count" && f != "first" && f != "last")
+    in.charge(v.weight());   // (the others look at the value without visiting all of it)
   if (f == "default" || f == "d") {
     const bool boolean = arg(a, 1, "boolean", kFalse).truthy();
     return v.is_undefined() || (boolean && !v.truthy()) ? arg(a, 0, "default_value", Value::str("")) : v;
@@ -224,7 +227,10 @@ Value apply_filter(Interpreter& in, const std::string& f, const Value& v, CallAr
     for (const Value& x : iterate(v)) {
       in.step();
       Value key = sort_key(x, attribute, cs);
-      if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equal(s, key); }))
+      if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) {
+            in.charge(s.weight() + key.weight());
+            return equal(s, key);
+          }))
         seen.push_back(key), out.push_back(x);
     }
     return Value::make_list(std::move(out));
@@ -259,6 +265,7 @@ Value apply_filter(Interpreter& in, const std::string& f, const Value& v, CallAr
     if (items.empty()) return Value::undefined();
     size_t best = 0;
     for (size_t k = 1; k < items.size(); ++k) {
+      in.charge(items[k].weight() + items[best].weight());
       const int c = compare(sort_key(items[k], attribute, cs), sort_key(items[best], attribute, cs));
       if (f == "min" ? c < 0 : c > 0) best = k;
     }
@@ -332,8 +339,11 @@ Value apply_filter(Interpreter& in, const std::string& f, const Value& v, CallAr
 }
 
 bool apply_test(Interpreter& in, const std::string& t, const Value& v, CallArgs& a) {
-  (void)in;
   const Value& x = arg(a, 0, "other", kUndef);
+  if (t == "eq" || t == "equalto" || t == "==" || t == "ne" || t == "!=" || t == "lt" || t == "lessthan" ||
+      t == "<" || t == "le" || t == "<=" || t == "gt" || t == "greaterthan" || t == ">" || t == "ge" || t == ">=" ||
+      t == "sameas")
+    in.charge(v.weight() + x.weight());   // compared ("in" is charged by binary_op)
   if (t == "defined") return !v.is_undefined();
   if (t == "undefined") return v.is_undefined();
   if (t == "none") return v.is_none();

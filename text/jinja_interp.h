@@ -35,6 +35,12 @@ class Interpreter {
     if (++steps_ > limits_.max_steps)
       throw Error("the template ran more than " + std::to_string(limits_.max_steps) + " loop iterations and calls");
   }
+  void charge(uint64_t units) {   // work (Limits::max_work): Value::weight of what an operation visits or builds
+    work_ = work_ + units < work_ ? UINT64_MAX : work_ + units;
+    if (work_ > limits_.max_work)
+      throw Error("the template did more than " + std::to_string(limits_.max_work) +
+                  " units of work (elements of values compared, copied or written; 64 bytes of text count one)");
+  }
   void check_size(size_t bytes) const {
     if (bytes > limits_.max_output_bytes)
       throw Error("the template's output exceeds " + std::to_string(limits_.max_output_bytes) + " bytes");
@@ -55,6 +61,7 @@ class Interpreter {
 
   const Limits& limits_;
   uint64_t steps_ = 0;
+  uint64_t work_ = 0;
   uint32_t call_depth_ = 0;
 };
 

@@ -85,10 +85,13 @@ Interpreter::Flow Interpreter::exec_node(const Node& n, const std::shared_ptr<Sc
         out += n.text;
         check_size(out.size());
         return Flow::Normal;
-      case Node::Kind::Output:
-        out += to_str(eval(*n.exprs[0], scope));
+      case Node::Kind::Output: {
+        const Value v = eval(*n.exprs[0], scope);
+        charge(v.weight());   // (written out)
+        out += to_str(v);
         check_size(out.size());
         return Flow::Normal;
+      }
       case Node::Kind::If:
         for (size_t k = 0; k < n.exprs.size(); ++k)
           if (eval(*n.exprs[k], scope).truthy()) return exec(n.bodies[k], scope, out);
@@ -221,7 +224,13 @@ Interpreter::Flow Interpreter::exec_node(const Node& n, const std::shared_ptr<Sc
 
 Value Interpreter::eval(const Expr& e, const std::shared_ptr<Scope>& scope) {
   try {
-    return eval_inner(e, scope);
+    Value v = eval_inner(e, scope);
+    // what an operation made is charged as built (a name, an attribute, an item or a branch is a value that
+    // exists already)
+    if (e.kind != Expr::Kind::Literal && e.kind != Expr::Kind::Name && e.kind != Expr::Kind::GetAttr &&
+        e.kind != Expr::Kind::GetItem && e.kind != Expr::Kind::Cond)
+      charge(v.weight());
+    return v;
   } catch (const Error& err) {
     if (has_position(err)) throw;
     throw Error(at(e.line, e.col) + err.what());

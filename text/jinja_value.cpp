@@ -76,8 +76,14 @@ void json_str(std::string_view s, std::string& out) {
   out += '"';
 }
 
+void check_serialized(const std::string& out) {
+  if (out.size() > kMaxStringBytes)
+    throw Error("the value's text exceeds " + std::to_string(kMaxStringBytes) + " bytes");
+}
+
 void json_value(const Value& v, int indent, int level, std::string& out) {
   using K = Value::Kind;
+  check_serialized(out);
   auto newline = [&](int lvl) { out += '\n'; out.append(size_t(indent) * size_t(lvl), ' '); };
   switch (v.kind) {
     case K::None: out += "null"; return;
@@ -170,10 +176,30 @@ std::string py_strip(std::string_view s, const std::string* chars, bool left, bo
   return std::string(first, size_t(last - first));
 }
 
+namespace {
+uint64_t add_saturating(uint64_t a, uint64_t b) { return a + b < a ? UINT64_MAX : a + b; }
+}  // namespace
+
+uint64_t Value::weight() const {
+  switch (kind) {
+    case Kind::Str: return 1 + s.size() / 64;
+    case Kind::List: return list->weight;
+    case Kind::Dict: return dict->weight;
+    case Kind::Namespace: {
+      uint64_t w = 1;
+      for (const auto& [k, v] : dict->items) w = add_saturating(w, add_saturating(k.weight(), v.weight()));
+      return w;
+    }
+    default: return 1;
+  }
+}
+
 Value Value::make_list(std::vector<Value> items, bool tuple) {
+  if (items.size() > kMaxItems) throw Error("a list of more than " + std::to_string(kMaxItems) + " items");
   auto l = std::make_shared<List>();
   for (const Value& v : items) {
     l->depth = std::max(l->depth, v.depth() + 1);
+    l->weight = add_saturating(l->weight, v.weight());
     l->has_namespace |= v.kind == Kind::Namespace || (v.list && v.list->has_namespace) ||
                         (v.kind == Kind::Dict && v.dict->has_namespace);
   }
@@ -187,8 +213,11 @@ Value Value::make_list(std::vector<Value> items, bool tuple) {
 }
 
 Value Value::make_dict(Dict d) {
+  if (d.items.size() > kMaxItems) throw Error("a dict of more than " + std::to_string(kMaxItems) + " items");
+  d.weight = 1;
   for (const auto& [k, v] : d.items) {
     d.depth = std::max(d.depth, v.depth() + 1);
+    d.weight = add_saturating(d.weight, add_saturating(k.weight(), v.weight()));
     d.has_namespace |= v.kind == Kind::Namespace || (v.list && v.list->has_namespace) ||
                        (v.kind == Kind::Dict && v.dict->has_namespace);
   }
@@ -345,31 +374,51 @@ std::string to_str(const Value& v) {
   }
 }
 
-std::string repr(const Value& v) {
+namespace {
+void repr_into(const Value& v, std::string& out) {
   using K = Value::Kind;
+  check_serialized(out);
   switch (v.kind) {
-    case K::Str: return repr_str(v.s);
+    case K::Str: out += repr_str(v.s); return;
     case K::List: {
       const bool t = v.list->tuple;
-      std::string out = t ? "(" : "[";
-      for (size_t k = 0; k < v.list->items.size(); ++k) out += (k ? ", " : "") + repr(v.list->items[k]);
+      out += t ? "(" : "[";
+      for (size_t k = 0; k < v.list->items.size(); ++k) {
+        if (k) out += ", ";
+        repr_into(v.list->items[k], out);
+      }
       if (t && v.list->items.size() == 1) out += ",";
-      return out + (t ? ")" : "]");
+      out += t ? ")" : "]";
+      return;
     }
     case K::Dict: case K::Namespace: {
-      std::string out = v.kind == K::Namespace ? "<Namespace {" : "{";
-      for (size_t k = 0; k < v.dict->items.size(); ++k)
-        out += (k ? ", " : "") + repr(v.dict->items[k].first) + ": " + repr(v.dict->items[k].second);
-      return out + (v.kind == K::Namespace ? "}>" : "}");
+      out += v.kind == K::Namespace ? "<Namespace {" : "{";
+      for (size_t k = 0; k < v.dict->items.size(); ++k) {
+        if (k) out += ", ";
+        repr_into(v.dict->items[k].first, out);
+        out += ": ";
+        repr_into(v.dict->items[k].second, out);
+      }
+      out += v.kind == K::Namespace ? "}>" : "}";
+      return;
     }
-    case K::Func: return "<function " + v.fn->name + ">";
-    default: return to_str(v);
+    case K::Func: out += "<function " + v.fn->name + ">"; return;
+    default: out += to_str(v);
   }
+}
+}  // namespace
+
+std::string repr(const Value& v) {
+  std::string out;
+  repr_into(v, out);
+  check_serialized(out);
+  return out;
 }
 
 std::string to_json(const Value& v, int indent) {
   std::string out;
   json_value(v, indent, 0, out);
+  check_serialized(out);
   return out;
 }
 

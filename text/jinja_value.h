@@ -8,7 +8,11 @@
 //     contain itself; a namespace is the one mutable container and may not be stored inside a namespace,
 //     which keeps every value a finite tree;
 //   - a container records its nesting depth, bounded by kMaxDepth at construction: printing, comparing,
-//     serializing and destroying a value never recurse deeper than that.
+//     serializing and destroying a value never recurse deeper than that;
+//   - a container records its weight (Value::weight), what visiting all of it costs, shared parts counted as
+//     often as they are reached: the interpreter charges it to the render's work budget (Limits::max_work)
+//     before an operation visits a value, so [x, x] doubled 60 times is refused, not compared for ever;
+//   - serializing (repr, str, tojson) stops with an error past kMaxStringBytes.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -24,6 +28,8 @@
 namespace vkspec::jinja {
 
 constexpr uint32_t kMaxDepth = 256;
+constexpr size_t kMaxStringBytes = 64u << 20;   // any one string a template builds (Limits::max_output_bytes)
+constexpr size_t kMaxItems = 1'000'000;          // any one list or dict (a Value is ~100 bytes)
 
 struct Value;
 struct List;
@@ -70,6 +76,8 @@ struct Value {
   int64_t as_int() const { return kind == Kind::Bool ? int64_t(b) : i; }
   double as_double() const { return kind == Kind::Float ? f : double(as_int()); }
   uint32_t depth() const;
+  // 1 per element reachable (a shared one each time it is reached), a string 1 + its bytes / 64; saturates.
+  uint64_t weight() const;
   const std::vector<Value>& items() const;   // List only
 
   bool truthy() const;
@@ -80,6 +88,7 @@ struct List {
   std::vector<Value> items;
   bool tuple = false;   // printed as (a, b) like Python
   uint32_t depth = 1;
+  uint64_t weight = 1;
   bool has_namespace = false;
 };
 
@@ -88,6 +97,7 @@ struct Dict {
   std::vector<std::pair<Value, Value>> items;
   std::unordered_map<std::string, size_t> index;   // hash_key(key) -> position in items
   uint32_t depth = 1;
+  uint64_t weight = 1;   // (a namespace's, which changes, is counted when asked: Value::weight)
   bool has_namespace = false;
 
   const Value* find(const Value& key) const;

@@ -1,4 +1,4 @@
-// `vkspec serve`: an OpenAI-compatible HTTP server (cpp-httplib) on the C API's continuous batching
+// `vkspec serve`: an OpenAI-compatible HTTP server (server/http_server.h) on the C API's continuous batching
 // (vkspec_batch, through common/api.h): a request's job, its responses and the server's life. The endpoints
 // are server_routes.cpp.
 #include "server/server.h"
@@ -86,10 +86,7 @@ bool equal_constant_time(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-void send_json(httplib::Response& res, int status, const json& body) {
-  res.status = status;
-  res.set_content(dump(body), "application/json");
-}
+void send_json(http::Response& res, int status, const json& body) { res.set(status, dump(body)); }
 
 std::shared_ptr<Job> Server::start_job(CompletionSpec spec) {
   auto job = std::make_shared<Job>();
@@ -223,7 +220,7 @@ std::shared_ptr<Job> Server::start_job(CompletionSpec spec) {
   return job;
 }
 
-void Server::respond(httplib::Response& res, std::shared_ptr<Job> job, const Dialect& dialect) {
+void Server::respond(http::Response& res, std::shared_ptr<Job> job, const Dialect& dialect) {
   const std::string drafter = drafter_;
   // the whole response, in the request's dialect
   auto answer = [dialect](const Job& j, const std::string& drafter) {
@@ -239,77 +236,53 @@ void Server::respond(httplib::Response& res, std::shared_ptr<Job> job, const Dia
     });
     return;
   }
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      dialect.stream_type,
-      [job, dialect](size_t, httplib::DataSink& sink) {
-        // Sends what is ready; a write that fails (the client left) cancels every choice of the job.
-        auto last_write = Clock::now();
-        for (;;) {
-          std::deque<std::string> ready;
-          {
-            std::unique_lock<std::mutex> lock(job->mu);
-            job->cv.wait_for(lock, std::chrono::milliseconds(250), [&] { return !job->events.empty(); });
-            ready.swap(job->events);
-          }
-          for (const std::string& e : ready) {
-            const std::string frame = dialect.frame ? dialect.frame(e) : "data: " + e + "\n\n";
-            if (!frame.empty() && !sink.write(frame.data(), frame.size())) {
-              job->cancel();
-              return false;
-            }
-            last_write = Clock::now();
-            if (e == "[DONE]") {
-              sink.done();
-              return true;
-            }
-          }
-          // An SSE comment every two seconds also notices a client that left (NDJSON has no comments: its
-          // client is noticed at the next line).
-          if (dialect.sse && Clock::now() - last_write > std::chrono::seconds(2)) {
-            static const char ping[] = ": keep-alive\n\n";
-            if (!sink.write(ping, sizeof ping - 1)) {
-              job->cancel();
-              return false;
-            }
-            last_write = Clock::now();
-          }
-        }
-      },
-      [job](bool success) {
-        if (!success) job->cancel();
-      });
+  res.headers.emplace_back("Cache-Control", "no-cache");
+  res.content_type = dialect.stream_type;
+  res.stream = [job, dialect](http::Sink& sink) {
+    // Sends what is ready; a write that fails (the client left) cancels every choice of the job.
+    auto last_write = Clock::now();
+    for (;;) {
+      std::deque<std::string> ready;
+      {
+        std::unique_lock<std::mutex> lock(job->mu);
+        job->cv.wait_for(lock, std::chrono::milliseconds(250), [&] { return !job->events.empty(); });
+        ready.swap(job->events);
+      }
+      for (const std::string& e : ready) {
+        if (!sink.write(dialect.frame ? dialect.frame(e) : "data: " + e + "\n\n")) return job->cancel();
+        last_write = Clock::now();
+        if (e == "[DONE]") return;
+      }
+      // An SSE comment every two seconds also notices a client that left (NDJSON has no comments: its
+      // client is noticed at the next line).
+      if (dialect.sse && Clock::now() - last_write > std::chrono::seconds(2)) {
+        if (!sink.write(": keep-alive\n\n")) return job->cancel();
+        last_write = Clock::now();
+      }
+    }
+  };
 }
 
 int Server::run() {
   // Ctrl-C and termination go to the main thread's wait only (made before any thread starts here).
   platform::StopSignal signals;
 
-  http_.new_task_queue = [n = so_.http_threads] { return new httplib::ThreadPool(n); };
-  http_.set_payload_max_length(lim_.max_body = so_.max_body);
-  http_.set_read_timeout(so_.timeout_s, 0);
-  http_.set_write_timeout(so_.timeout_s, 0);
-  http_.set_keep_alive_timeout(5);
+  http::Limits limits;
+  limits.max_body_bytes = lim_.max_body = so_.max_body;
+  limits.body_budget_bytes = std::max<size_t>(size_t(256) << 20, 16 * so_.max_body);
+  limits.request_timeout_s = so_.timeout_s;
+  limits.workers = so_.http_threads;
+  limits.max_queued = 4 * so_.http_threads;
+  http_ = std::make_unique<http::Server>(limits);
   routes();
-  // httplib listens with a backlog of 5: a burst of clients connecting at once (32 streams) overflowed it and
-  // some connections were reset. The listening socket is captured here and its backlog raised after bind.
-  // SO_REUSEADDR only (httplib's default adds SO_REUSEPORT, with which a second server could bind the same
-  // port and silently take half of the connections): a port in use is an error.
-  socket_t listen_fd = INVALID_SOCKET;
-  http_.set_socket_options([&listen_fd](socket_t sock) {
-    platform::set_listen_socket_options(std::intptr_t(sock));
-    listen_fd = sock;
-  });
-  int port = so_.port;
-  if (port == 0) {
-    port = http_.bind_to_any_port(so_.host);
-    if (port < 0) throw Error("cannot listen on " + so_.host);
-  } else if (!http_.bind_to_port(so_.host, port)) {
-    throw Error("cannot listen on " + so_.host + ":" + std::to_string(port) + " (in use, or not an address of this machine)");
+  int port = 0;
+  try {
+    port = http_->bind(so_.host, so_.port);
+  } catch (const std::exception& e) {
+    throw Error(e.what());   // (it names the address and why)
   }
-  if (listen_fd != INVALID_SOCKET) platform::raise_listen_backlog(std::intptr_t(listen_fd));
   fprintf(stderr, "vkspec: listening on http://%s:%d\n", so_.host.c_str(), port);
-  std::thread listener([this] { http_.listen_after_bind(); });
+  std::thread listener([this] { http_->run(); });
 
   // Load (/health answers 503 meanwhile), then step the engine until a signal.
   std::string load_error;
@@ -372,7 +345,7 @@ int Server::run() {
   }
   worker.join();
   if (batch_) batch_->shutdown();   // ends what is left: waiting handlers answer, streams end
-  http_.stop();
+  http_->stop();
   listener.join();
   batch_.reset();
   model_.reset();

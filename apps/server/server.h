@@ -1,21 +1,22 @@
 #pragma once
 // `vkspec serve`'s insides, shared by server.cpp (jobs, responses, the server's life) and server_routes.cpp
-// (the endpoints). Threads: httplib's pool serves connections; one engine thread runs the batch; the
-// requests' callbacks (on the engine thread) only append to their Job under its mutex, so a slow or stalled
-// client never blocks the engine or other clients (its connection times out, its sequence is cancelled and
-// freed).
+// (the endpoints). Threads: the HTTP layer's I/O thread reads requests and its workers run the handlers
+// (server/http_server.h); one engine thread runs the batch; the requests' callbacks (on the engine thread) only
+// append to their Job under its mutex, so a slow or stalled client never blocks the engine or other clients
+// (its writes time out, its sequence is cancelled and freed).
+#include <condition_variable>
 #include <cstdio>
 #include <ctime>
 #include <deque>
 #include <filesystem>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
 
-#include <httplib.h>
-
 #include "common/cli_common.h"
 #include "server/embeddings_api.h"
+#include "server/http_server.h"
 #include "server/llamacpp_api.h"
 #include "server/ollama_api.h"
 #include "server/server_api.h"
@@ -88,14 +89,14 @@ json usage(const Job& j);
 json vkspec_fields(const Job& j, const std::string& drafter);   // vkspec's own figures per response
 json full_response(const Job& j, const std::string& drafter);
 bool equal_constant_time(const std::string& a, const std::string& b);
-void send_json(httplib::Response& res, int status, const json& body);
+void send_json(http::Response& res, int status, const json& body);
 
 // A whole JSON answer that may take a while (a completion, embeddings): sent with its status when it is ready
 // within a second; else a space (JSON allows leading whitespace) every two seconds until it is, so that a
 // client that left is noticed and `job` cancelled, and then the answer with status 200 whatever it says (an
 // error is its body). J has mu, cv, all_done() and cancel(); answer(const J&) -> {status, body}, mu held.
 template <class J, class Answer>
-void answer_when_done(httplib::Response& res, const std::shared_ptr<J>& job, Answer answer) {
+void answer_when_done(http::Response& res, const std::shared_ptr<J>& job, Answer answer) {
   {
     std::unique_lock<std::mutex> lock(job->mu);
     if (job->cv.wait_for(lock, std::chrono::seconds(1), [&] { return job->all_done(); })) {
@@ -104,28 +105,19 @@ void answer_when_done(httplib::Response& res, const std::shared_ptr<J>& job, Ans
       return;
     }
   }
-  res.set_chunked_content_provider(
-      "application/json",
-      [job, answer](size_t, httplib::DataSink& sink) {
-        std::unique_lock<std::mutex> lock(job->mu);
-        while (!job->cv.wait_for(lock, std::chrono::seconds(2), [&] { return job->all_done(); })) {
-          lock.unlock();
-          const bool ok = sink.write(" ", 1);
-          lock.lock();
-          if (!ok) {
-            job->cancel();
-            return false;
-          }
-        }
-        const std::string body = dump(answer(*job).second);
-        lock.unlock();
-        if (!sink.write(body.data(), body.size())) return false;
-        sink.done();
-        return true;
-      },
-      [job](bool success) {
-        if (!success) job->cancel();
-      });
+  res.content_type = "application/json";
+  res.stream = [job, answer](http::Sink& sink) {
+    std::unique_lock<std::mutex> lock(job->mu);
+    while (!job->cv.wait_for(lock, std::chrono::seconds(2), [&] { return job->all_done(); })) {
+      lock.unlock();
+      const bool ok = sink.write(" ");
+      lock.lock();
+      if (!ok) return job->cancel();
+    }
+    const std::string body = dump(answer(*job).second);
+    lock.unlock();
+    sink.write(body);
+  };
 }
 
 class Server {
@@ -136,22 +128,22 @@ class Server {
 
  private:
   void routes();
-  void completion(const httplib::Request& req, httplib::Response& res, bool chat);
-  void ollama(const httplib::Request& req, httplib::Response& res, OllamaEndpoint ep);
-  void llamacpp_completion(const httplib::Request& req, httplib::Response& res);   // llama-server's /completion
-  void embeddings(const httplib::Request& req, httplib::Response& res, EmbedEndpoint ep);
+  void completion(const http::Request& req, http::Response& res, bool chat);
+  void ollama(const http::Request& req, http::Response& res, OllamaEndpoint ep);
+  void llamacpp_completion(const http::Request& req, http::Response& res);   // llama-server's /completion
+  void embeddings(const http::Request& req, http::Response& res, EmbedEndpoint ep);
   // The inputs of an embeddings request on the batch, one request each (run between steps, beside the
   // generations); the callbacks hold the shared state.
   struct EmbedJob;
   std::shared_ptr<EmbedJob> start_embed(const EmbedSpec& spec);
   // The job's answer: one JSON body, or its stream as it is made (OpenAI's SSE, or Ollama's NDJSON lines).
-  void respond(httplib::Response& res, std::shared_ptr<Job> job, const Dialect& dialect);
+  void respond(http::Response& res, std::shared_ptr<Job> job, const Dialect& dialect);
   std::shared_ptr<Job> start_job(CompletionSpec spec);
   std::string metrics_text() const;
 
   RunOptions o_;
   ServeOptions so_;
-  httplib::Server http_;
+  std::unique_ptr<http::Server> http_;   // made by run(), with the limits of the options
   std::atomic<bool> ready_{false};
   std::mutex stop_mutex_;   // guards stop_ and the batch's creation against a signal meanwhile
   bool stop_ = false;

@@ -3,12 +3,12 @@
 
 namespace vkspec::cli::serve {
 
-void Server::completion(const httplib::Request& req, httplib::Response& res, bool chat) {
+void Server::completion(const http::Request& req, http::Response& res, bool chat) {
   const nlohmann::ordered_json body = llamacpp_openai_extensions(parse_body(req.body, lim_), lim_.n_ctx);
   respond(res, start_job(parse_completion(body, chat, lim_, enc_, model_id_)), Dialect{});
 }
 
-void Server::llamacpp_completion(const httplib::Request& req, httplib::Response& res) {
+void Server::llamacpp_completion(const http::Request& req, http::Response& res) {
   try {
     const LlamaCppRequest l = llamacpp_request(parse_body(req.body, lim_), lim_.n_ctx);
     auto stream = std::make_shared<LlamaCppStream>(model_id_, l.settings);
@@ -22,7 +22,7 @@ void Server::llamacpp_completion(const httplib::Request& req, httplib::Response&
   }
 }
 
-void Server::ollama(const httplib::Request& req, httplib::Response& res, OllamaEndpoint ep) {
+void Server::ollama(const http::Request& req, http::Response& res, OllamaEndpoint ep) {
   try {
     const OllamaRequest o = ollama_request(parse_body(req.body, lim_), ep, bool(enc_.render_chat), model_id_);
     if (o.load_only) return send_json(res, 200, ollama_loaded(ep, model_id_));
@@ -53,7 +53,7 @@ struct Server::EmbedJob {
   }
 };
 
-void Server::embeddings(const httplib::Request& req, httplib::Response& res, EmbedEndpoint ep) {
+void Server::embeddings(const http::Request& req, http::Response& res, EmbedEndpoint ep) {
   try {
     const EmbedSpec spec = parse_embeddings(parse_body(req.body, lim_), ep, lim_, enc_, model_id_, n_embd_);
     const auto t0 = Clock::now();
@@ -152,22 +152,24 @@ std::string Server::metrics_text() const {
 }
 
 void Server::routes() {
+  auto post = [this](const char* path, http::Handler h) { http_->route(http::Method::Post, path, std::move(h)); };
+  auto get = [this](const char* path, http::Handler h) { http_->route(http::Method::Get, path, std::move(h)); };
   // (every route but /health and /metrics needs the model: the pre-routing handler answers 503 while it loads)
-  http_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completion(req, res, false); });
-  http_.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { completion(req, res, true); });
+  post("/v1/completions", [this](const http::Request& req, http::Response& res) { completion(req, res, false); });
+  post("/v1/chat/completions", [this](const http::Request& req, http::Response& res) { completion(req, res, true); });
   // Ollama's API (apps/server/ollama_api.h): generation, and the model as its listings describe one
-  http_.Post("/api/generate", [this](const httplib::Request& req, httplib::Response& res) { ollama(req, res, OllamaEndpoint::Generate); });
-  http_.Post("/api/chat", [this](const httplib::Request& req, httplib::Response& res) { ollama(req, res, OllamaEndpoint::Chat); });
+  post("/api/generate", [this](const http::Request& req, http::Response& res) { ollama(req, res, OllamaEndpoint::Generate); });
+  post("/api/chat", [this](const http::Request& req, http::Response& res) { ollama(req, res, OllamaEndpoint::Chat); });
   for (const char* path : {"/completion", "/completions"})
-    http_.Post(path, [this](const httplib::Request& req, httplib::Response& res) { llamacpp_completion(req, res); });
-  http_.Get("/props", [this](const httplib::Request&, httplib::Response& res) {
+    post(path, [this](const http::Request& req, http::Response& res) { llamacpp_completion(req, res); });
+  get("/props", [this](const http::Request&, http::Response& res) {
     send_json(res, 200, llamacpp_props(lim_.n_ctx, so_.parallel, o_.model, template_text_, !drafter_.empty()));
   });
   // Embeddings (apps/server/embeddings_api.h): OpenAI's (also under llama-server's /embeddings), Ollama's two
   for (const char* path : {"/v1/embeddings", "/embeddings"})
-    http_.Post(path, [this](const httplib::Request& req, httplib::Response& res) { embeddings(req, res, EmbedEndpoint::OpenAi); });
-  http_.Post("/api/embed", [this](const httplib::Request& req, httplib::Response& res) { embeddings(req, res, EmbedEndpoint::OllamaEmbed); });
-  http_.Post("/api/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
+    post(path, [this](const http::Request& req, http::Response& res) { embeddings(req, res, EmbedEndpoint::OpenAi); });
+  post("/api/embed", [this](const http::Request& req, http::Response& res) { embeddings(req, res, EmbedEndpoint::OllamaEmbed); });
+  post("/api/embeddings", [this](const http::Request& req, http::Response& res) {
     embeddings(req, res, EmbedEndpoint::OllamaEmbeddings);
   });
   auto ollama_model = [this] {
@@ -178,16 +180,16 @@ void Server::routes() {
                 {"details", {{"parent_model", ""}, {"format", "gguf"}, {"family", "llama"}, {"families", {"llama"}},
                              {"parameter_size", ""}, {"quantization_level", ""}}}};
   };
-  http_.Get("/api/tags", [ollama_model](const httplib::Request&, httplib::Response& res) {
+  get("/api/tags", [ollama_model](const http::Request&, http::Response& res) {
     send_json(res, 200, {{"models", json::array({ollama_model()})}});
   });
-  http_.Get("/api/ps", [ollama_model](const httplib::Request&, httplib::Response& res) {
+  get("/api/ps", [ollama_model](const http::Request&, http::Response& res) {
     json m = ollama_model();
     m["expires_at"] = "2999-01-01T00:00:00Z";   // loaded for the server's life
     m["size_vram"] = m["size"];
     send_json(res, 200, {{"models", json::array({m})}});
   });
-  http_.Post("/api/show", [this, ollama_model](const httplib::Request& req, httplib::Response& res) {
+  post("/api/show", [this, ollama_model](const http::Request& req, http::Response& res) {
     try {
       const nlohmann::ordered_json body = parse_body(req.body, lim_);
       const auto name = body.find(body.contains("model") ? "model" : "name");
@@ -206,7 +208,7 @@ void Server::routes() {
     }
   });
   // llama.cpp's server utilities
-  http_.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+  post("/tokenize", [this](const http::Request& req, http::Response& res) {
     const TokenizeSpec t = parse_tokenize(parse_body(req.body, lim_));
     const std::vector<int32_t> ids = model_->tokenize(t.content, t.add_special ? VKSPEC_ADD_BOS : 0, t.parse_special);
     json tokens = json::array();
@@ -215,34 +217,34 @@ void Server::routes() {
       else tokens.push_back(id);
     send_json(res, 200, {{"tokens", tokens}});
   });
-  http_.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+  post("/detokenize", [this](const http::Request& req, http::Response& res) {
     send_json(res, 200, {{"content", model_->detokenize(parse_detokenize(parse_body(req.body, lim_), lim_))}});
   });
-  http_.Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
+  post("/apply-template", [this](const http::Request& req, http::Response& res) {
     send_json(res, 200, {{"prompt", apply_template(parse_body(req.body, lim_), enc_)}});
   });
   // the Ollama API version whose endpoints these are (clients check it for features such as tools)
-  http_.Get("/api/version", [](const httplib::Request&, httplib::Response& res) { send_json(res, 200, {{"version", "0.6.0"}}); });
-  http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+  get("/api/version", [](const http::Request&, http::Response& res) { send_json(res, 200, {{"version", "0.6.0"}}); });
+  get("/v1/models", [this](const http::Request&, http::Response& res) {
     send_json(res, 200, {{"object", "list"},
                          {"data", json::array({{{"id", model_id_}, {"object", "model"}, {"created", started_},
                                                 {"owned_by", "vkspec"}}})}});
   });
-  http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+  get("/health", [this](const http::Request&, http::Response& res) {
     if (ready_) send_json(res, 200, {{"status", "ok"}});
     else send_json(res, 503, {{"status", "loading"}});
   });
-  http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_text(), "text/plain; version=0.0.4");
+  get("/metrics", [this](const http::Request&, http::Response& res) {
+    res.set(200, metrics_text(), "text/plain; version=0.0.4");
   });
-  http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+  http_->before = [this](const http::Request& req, http::Response& res) {
     // errors in the shape of the request's API: Ollama's under /api/, OpenAI's elsewhere
     auto refuse = [&](const ApiError& e) {
       send_json(res, e.status, req.path.rfind("/api/", 0) == 0 ? ollama_error(e) : e.body());
-      return httplib::Server::HandlerResponse::Handled;
+      return true;
     };
     if (!so_.api_key.empty() && req.path != "/health") {
-      const std::string auth = req.get_header_value("Authorization");
+      const std::string auth = req.header("Authorization");
       const std::string prefix = "Bearer ";
       const std::string given = auth.rfind(prefix, 0) == 0 ? auth.substr(prefix.size()) : std::string();
       if (!equal_constant_time(given, so_.api_key))
@@ -250,9 +252,9 @@ void Server::routes() {
     }
     if (!ready_ && req.path != "/health" && req.path != "/metrics")   // (the model and its name are being made)
       return refuse(ApiError(503, "the model is still loading", {}, {}, "server_error"));
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-  http_.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    return false;
+  };
+  http_->on_exception = [](const http::Request&, http::Response& res, std::exception_ptr ep) {
     try {
       std::rethrow_exception(ep);
     } catch (const ApiError& e) {
@@ -262,20 +264,16 @@ void Server::routes() {
     } catch (...) {
       send_json(res, 500, ApiError(500, "unknown error", {}, {}, "server_error").body());
     }
-  });
-  // Errors httplib answers itself (unknown path, body too large, bad request line) in OpenAI's shape too.
-  http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    std::string message = "HTTP error " + std::to_string(res.status);
-    if (res.status == 404) message = "no route for " + req.method + " " + req.path;
-    if (res.status == 413) message = "the request body is too large";
-    if (res.status == 400) message = "malformed HTTP request";
+  };
+  // What the HTTP layer refuses itself (no route, a wrong method, a body or headers too large, a malformed
+  // request, too busy) in OpenAI's shape too.
+  http_->on_error = [](const http::Request*, http::Response& res, const std::string& message) {
     send_json(res, res.status, ApiError(res.status, message).body());
-  });
-  http_.set_logger([this](const httplib::Request&, const httplib::Response& res) {
+  };
+  http_->after = [this](const http::Response& res) {
     if (res.status >= 500) ++http_5xx_;
     else if (res.status >= 400) ++http_4xx_;
-  });
+  };
 }
 
 }  // namespace vkspec::cli::serve

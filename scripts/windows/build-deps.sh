@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Cross-builds the Windows build's libraries into $1/prefix (default build-win-deps): sentencepiece and pcre2
-# from Debian 12's source packages (static), GoogleTest from /usr/src/googletest, and cpp-httplib's
-# header-only httplib.h from its source package (Debian's -dev package splits it into a header and a Linux
-# library). nlohmann-json, CLI11 and the Vulkan headers come from their Debian packages (/usr/include; see
-# cmake/windows_cross_deps.cmake). Skips what is built already.
+# from Debian 12's source packages (static) and GoogleTest from /usr/src/googletest. nlohmann-json, CLI11,
+# Boost (Beast, Asio: headers) and the Vulkan headers come from their Debian packages (/usr/include; see
+# cmake/windows_deps.cmake). Skips what is built already.
 set -euo pipefail
 root=$(realpath -m "${1:-build-win-deps}")
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -37,5 +36,4 @@ if [ ! -f "$root/sentencepiece.done" ]; then
   cp "$spm/src/sentencepiece_processor.h" "$prefix/include/"
 fi
 build googletest /usr/src/googletest all -DBUILD_GMOCK=ON
-cp "$(ls -d "$root"/src/cpp-httplib-*/ | head -1)/httplib.h" "$prefix/include/"
 echo "build-deps: $prefix"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fetches Debian 12's own source packages of the libraries vkspec links (sentencepiece, pcre2, cpp-httplib,
-# whose Debian package ships a compiled part for Linux only) for the Windows cross build, into $1 (default build-win-deps/src). The deb-src entry is derived from this machine's
+# Fetches Debian 12's own source packages of the compiled libraries vkspec links (sentencepiece, pcre2) for
+# the Windows cross build, into $1 (default build-win-deps/src). The deb-src entry is derived from this machine's
 # apt sources (the same archive, Types: deb-src), so no host is named here.
 set -euo pipefail
 dest=${1:-build-win-deps/src}
@@ -17,7 +17,7 @@ if ! apt-get source --print-uris -qq sentencepiece >/dev/null 2>&1; then
 fi
 mkdir -p "$dest"
 cd "$dest"
-for p in sentencepiece pcre2 cpp-httplib; do
+for p in sentencepiece pcre2; do
   if ! ls -d "$p"-*/ >/dev/null 2>&1; then
     # newest version first; a security update's source can be missing from a snapshot mirror
     for v in $(apt-cache showsrc "$p" | awk '/^Version:/ {print $2}' | sort -rV); do

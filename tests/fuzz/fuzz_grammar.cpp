@@ -4,8 +4,10 @@
 // words); the text also goes through JSON mode's recognizer with the same masks. When the grammar part is JSON,
 // it is also taken as a JSON schema, and the grammar part as a schema's `pattern`: a schema or pattern the
 // converter accepts must become a grammar that parses (only the rule limit may refuse it). Any exception
-// other than vkspec::Error, a crash, ASan/UBSan finding or a hang (libFuzzer's -timeout) is a bug. Seeds:
-// tests/fuzz/grammar-seeds.
+// other than vkspec::Error, a crash, ASan/UBSan finding, a hang (libFuzzer's -timeout) or one mask that
+// takes more than 3 s (the expansion budget, Gbnf::kMaxExpansions, bounds each far under that) is a bug.
+// Seeds: tests/fuzz/grammar-seeds.
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -65,7 +67,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     vkspec::GbnfState s = g.state();
     for (size_t i = 0; i < text.size() && i < 256; ++i) {
       if (!g.feed_byte(s, uint8_t(text[i]))) break;
+      const auto t0 = std::chrono::steady_clock::now();
       g.allowed(s, bits);
+      if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(3)) abort();   // the mask's work was not bounded
     }
   } catch (const vkspec::Error&) {
   }
