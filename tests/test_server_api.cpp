@@ -234,6 +234,7 @@ TEST_F(ServerApiParse, ToolsReachTheTemplateAndTheGrammar) {
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "retrieval", "function": {"name": "a"}}]})", "tools"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"function": {"name": "a"}}, {"function": {"name": "a"}}]})", "tools"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"function": {"name": "a", "parameters": 5}}]})", "tools"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"function": {"name": "a", "parameters": {"type": "object", "$defs": 5}}}]})", "tools"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"function": {"name": "a"}}], "tool_choice": "sometimes"})", "tool_choice"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"function": {"name": "a"}}], "tool_choice": {"type": "function", "function": {"name": "b"}}})", "tool_choice"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})", "tool_choice"},

@@ -195,7 +195,11 @@ ojson chat_tools(const ojson& body, bool chat, CompletionSpec& s) {
     std::erase_if(callable, [&](const ToolFunction& t) { return t.name != forced; });
     if (callable.empty()) bad("tool_choice", "'tool_choice' names '" + forced + "', which is not among the tools");
   }
-  s.json_schema = tool_call_schema(callable).dump();   // converted (and checked) at submission
+  try {
+    s.json_schema = tool_call_schema(callable).dump();   // converted (and checked) at submission
+  } catch (const std::invalid_argument& e) {   // a tool's schema that cannot be combined ('$defs' not an object)
+    bad("tools", e.what());
+  }
   if (mode == "auto") s.grammar_trigger = kToolCallTrigger;
   return *tools;
 }
