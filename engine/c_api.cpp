@@ -442,13 +442,25 @@ void begin_generation(vkspec_context* ctx, const int32_t* prompt, size_t n_promp
   });
 }
 
-// One step on a claimed context; at the end, the metrics (and CANCELLED when vkspec_cancel stopped it).
-vkspec_status step_generation(vkspec_context* ctx, int32_t* done) {
+void end_generation(vkspec_context* ctx);
+
+// One step on a claimed context (a step submitted asynchronously is collected first); at the end, the
+// metrics (and CANCELLED when vkspec_cancel stopped it).
+void step_generation(vkspec_context* ctx, int32_t* done) {
   Engine& e = *ctx->engine;
   if (!e.running()) throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, "no generation was begun on this context"};
   *done = 0;
-  if (e.step()) return VKSPEC_OK;
-  *done = 1;
+  if (e.step_pending()) e.collect(UINT64_MAX);
+  else if (!e.step()) {
+    *done = 1;
+    end_generation(ctx);
+  }
+}
+
+// The generation has ended: its result, the last piece, the metrics (and CANCELLED when vkspec_cancel
+// stopped it).
+void end_generation(vkspec_context* ctx) {
+  Engine& e = *ctx->engine;
   const SequenceResult c = e.finish();
   const std::string tail = ctx->utf8.finish();   // an unfinished UTF-8 sequence at the end: U+FFFD
   if (!tail.empty() && ctx->params.on_token) ctx->params.on_token(-1, tail.c_str(), tail.size(), 0, ctx->params.user);
@@ -474,7 +486,14 @@ vkspec_status step_generation(vkspec_context* ctx, int32_t* done) {
   m.round_tokens = c.spec.tokens;
   copy_field(m.stop_reason, stop_reason_name(c.stop));
   if (c.stop == StopReason::Cancelled) throw Failure{VKSPEC_ERROR_CANCELLED, "cancelled by vkspec_cancel()"};
-  return VKSPEC_OK;
+}
+
+// Collects a submitted step within timeout_ns: *ready = 1 when it was (its tokens delivered).
+void collect_step(vkspec_context* ctx, uint64_t timeout_ns, int32_t* ready) {
+  Engine& e = *ctx->engine;
+  if (!e.running() || !e.step_pending())
+    throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, "no step was submitted on this context (vkspec_step_submit)"};
+  *ready = e.collect(timeout_ns) ? 1 : 0;
 }
 
 }  // namespace
@@ -491,6 +510,38 @@ vkspec_status vkspec_step(vkspec_context* ctx, int32_t* done) {
     require(done != nullptr, "done is null");
     Claim claim(ctx);
     step_generation(ctx, done);
+  });
+}
+
+vkspec_status vkspec_step_submit(vkspec_context* ctx, int32_t* done) {
+  return api_call([&] {
+    require(done != nullptr, "done is null");
+    Claim claim(ctx);
+    Engine& e = *ctx->engine;
+    if (!e.running()) throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, "no generation was begun on this context"};
+    if (e.step_pending())
+      throw Failure{VKSPEC_ERROR_BUSY, "a step is in flight: collect it first (vkspec_step_poll, vkspec_step_wait)"};
+    *done = 0;
+    if (!e.submit(/*wait_for_model=*/false)) {
+      *done = 1;
+      end_generation(ctx);
+    }
+  });
+}
+
+vkspec_status vkspec_step_poll(vkspec_context* ctx, int32_t* ready) {
+  return api_call([&] {
+    require(ready != nullptr, "ready is null");
+    Claim claim(ctx);
+    collect_step(ctx, 0, ready);
+  });
+}
+
+vkspec_status vkspec_step_wait(vkspec_context* ctx, uint64_t timeout_ns, int32_t* ready) {
+  return api_call([&] {
+    require(ready != nullptr, "ready is null");
+    Claim claim(ctx);
+    collect_step(ctx, timeout_ns, ready);
   });
 }
 

@@ -41,6 +41,9 @@ vkspec_status api_call(F&& f, vkspec_status on_error = VKSPEC_ERROR_FAILED) {
   } catch (const Failure& e) {
     t_last_error = e.message;
     return e.status;
+  } catch (const ModelBusy& e) {
+    t_last_error = e.what();
+    return VKSPEC_ERROR_BUSY;
   } catch (const std::bad_alloc&) {
     t_last_error = "out of host memory";
     return VKSPEC_ERROR_OUT_OF_MEMORY;

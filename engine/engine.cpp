@@ -14,10 +14,26 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
+// One completion in progress: the prompt's passes, then decoding steps or speculative rounds.
+struct Engine::Run {
+  Session* session = nullptr;
+  std::unique_ptr<Sequence> seq;
+  bool prefilling = true, done = false;
+  bool prefill_passes = false;     // the prompt in passes of a chunk, one per step (cancellable)
+  uint32_t next = 0;               // plain decoding: the choice not yet fed back
+  uint64_t submissions0 = 0, parts0 = 0, dispatches0 = 0;
+  // The step submitted and not yet collected (Unit::None: none), what it covers and when it began.
+  enum class Unit { None, PromptPart, PromptEnd, Decode, Round };
+  Unit pending = Unit::None;
+  uint32_t tokens = 0;             // PromptPart, PromptEnd: the prompt tokens it prefills
+  StepMarks marks{};               // PromptEnd, Decode: its device time
+  std::chrono::steady_clock::time_point t0;
+};
+
 Engine::Engine(std::shared_ptr<TargetModel> target, const DraftOptions& o) : o_(o), t_(std::move(target)) {
   check_draft_options(o);
   const auto t_load = std::chrono::steady_clock::now();
-  std::lock_guard<std::mutex> lock(t_->busy);   // the draft's upload uses the shared queue
+  const auto lock = t_->claim(this);   // the draft's upload uses the shared queue
   draft_model_ = load_draft_model(*t_, o_, 1);
   if (o_.kind() != DrafterKind::None)
     drafter_ = make_drafter(o_.kind(), draft_model_ ? draft_model_->model.get() : nullptr, o_.p_min);
@@ -26,7 +42,8 @@ Engine::Engine(std::shared_ptr<TargetModel> target, const DraftOptions& o) : o_(
 
 Engine::~Engine() {
   if (rec_ && rec_->profiling()) fprintf(stderr, "decoding steps %s", rec_->profile_report().c_str());
-  std::lock_guard<std::mutex> lock(t_->busy);   // other Engines may be submitting on the shared device
+  const auto lock = t_->claim(this);   // other Engines may be submitting on the shared device
+  if (run_ && step_pending()) abandon_run();   // (waits for the device)
   run_.reset();
   chooser_.reset();
   rec_.reset();
@@ -35,32 +52,33 @@ Engine::~Engine() {
 }
 
 Session Engine::open_session() {
-  std::lock_guard<std::mutex> lock(t_->busy);
+  const auto lock = t_->claim(this);
   return Session{t_->model->kv().new_sequence(), {}};
 }
 
 void Engine::close_session(Session& s) {
-  std::lock_guard<std::mutex> lock(t_->busy);
+  const auto lock = t_->claim(this);
+  if (run_ && run_->session == &s && step_pending()) abandon_run();   // the device is done with it first
   if (s.seq >= 0) t_->model->kv().free_sequence(s.seq);
   s = Session{};
 }
 
 void Engine::clear_session(Session& s) {
   if (run_) throw Error("internal: clear_session() during a completion");
-  std::lock_guard<std::mutex> lock(t_->busy);
+  const auto lock = t_->claim(this);
   t_->model->kv().truncate(s.seq, 0);
   s.tokens.clear();
 }
 
 void Engine::save_session(const Session& s, const std::string& path) {
   if (run_) throw Error("internal: save_session() during a completion");
-  std::lock_guard<std::mutex> lock(t_->busy);
+  const auto lock = t_->claim(this);
   vkspec::save_session(*t_, s, path);
 }
 
 void Engine::load_session(Session& s, const std::string& path) {
   if (run_) throw Error("internal: load_session() during a completion");
-  std::lock_guard<std::mutex> lock(t_->busy);
+  const auto lock = t_->claim(this);
   vkspec::load_session(*t_, s, path);
 }
 
@@ -83,7 +101,7 @@ std::optional<std::vector<double>> Engine::score(Session& session, std::span<con
     throw Error("score needs 1 <= first < n_tokens <= n_ctx (" + std::to_string(m.n_ctx()) + ")");
   const uint32_t V = m.hparams().n_vocab;   // (ids are checked by write_tokens)
   clear_session(session);
-  std::lock_guard<std::mutex> lock(t_->busy);
+  const auto lock = t_->claim(this);
   auto cancelled = [&] { return cancel_ && cancel_->load(std::memory_order_relaxed); };
   std::vector<double> out;
   out.reserve(tokens.size() - first);
@@ -109,7 +127,7 @@ std::vector<float> Engine::embed(Session& session, std::span<const uint32_t> tok
   if (tokens.empty() || tokens.size() > m.n_ctx())
     throw Error("an embedding needs 1 to n_ctx (" + std::to_string(m.n_ctx()) + ") tokens, not " + std::to_string(tokens.size()));
   clear_session(session);
-  std::lock_guard<std::mutex> lock(t_->busy);
+  const auto lock = t_->claim(this);
   std::vector<float> out = m.embed(session.seq, tokens, pooling);
   session.tokens.assign(tokens.begin(), tokens.end());
   if (normalize) normalize_embedding(out);
@@ -141,16 +159,6 @@ SequenceResult Engine::generate(Session& session, std::span<const uint32_t> prom
   return finish();
 }
 
-// One completion in progress: the prompt's passes, then decoding steps or speculative rounds.
-struct Engine::Run {
-  Session* session = nullptr;
-  std::unique_ptr<Sequence> seq;
-  bool prefilling = true, done = false;
-  bool prefill_passes = false;     // the prompt in passes of a chunk, one per step (cancellable)
-  uint32_t next = 0;               // plain decoding: the choice not yet fed back
-  uint64_t submissions0 = 0, parts0 = 0, dispatches0 = 0;
-};
-
 void Engine::begin(Session& session, std::span<const uint32_t> prompt, const SamplingParams& sp, int n, bool ignore_eos,
                    bool speculate, const TokenCallback& on_token) {
   if (n <= 0) throw Error("-n must be positive (got " + std::to_string(n) + ")");
@@ -159,7 +167,7 @@ void Engine::begin(Session& session, std::span<const uint32_t> prompt, const Sam
   if (prompt.size() >= m.n_ctx())
     throw Error("the prompt is " + std::to_string(prompt.size()) + " tokens, which does not fit the context of " +
                 std::to_string(m.n_ctx()) + " (use --ctx)");
-  std::lock_guard<std::mutex> lock(t_->busy);
+  const auto lock = t_->claim(this);
   auto r = std::make_unique<Run>();
   r->session = &session;
   TokenSink sink;
@@ -184,87 +192,156 @@ void Engine::begin(Session& session, std::span<const uint32_t> prompt, const Sam
 }
 
 bool Engine::step() {
-  if (!run_) throw Error("internal: step() without begin()");
+  if (submit(true)) collect(UINT64_MAX);
+  return !run_->done;
+}
+
+bool Engine::step_pending() const { return run_ && run_->pending != Run::Unit::None; }
+
+// The end: the cache holds the context's tokens that were fed back (the last choice never is; a verify pass
+// may have kept accepted drafts after the one that stopped generation).
+void Engine::end_run(size_t fed) {
   Run& r = *run_;
-  if (r.done) return false;
-  std::lock_guard<std::mutex> lock(t_->busy);
-  LlamaModel& m = *t_->model;
-  PagedKvCache& kv = m.kv();
-  Session& session = *r.session;
   Sequence& q = *r.seq;
   SequenceResult& c = q.result;
-  const int seq = session.seq;
-  TokenChooser& chooser = *chooser_;
-  Recorder& rec = *rec_;
-  const auto t0 = std::chrono::steady_clock::now();
-  struct EndOnThrow {   // an exception ends the completion and leaves the session empty (and consistent)
-    Engine& e;
-    bool armed = true;
-    ~EndOnThrow() {
-      if (!armed) return;
-      e.t_->model->kv().truncate(e.run_->session->seq, 0);
-      e.run_->session->tokens.clear();
-      if (e.run_->seq->drafter) e.drafter_ = std::move(e.run_->seq->drafter);   // lent for the completion
-      e.run_.reset();
-    }
-  } guard{*this};
-  // The end: the cache holds the context's tokens that were fed back (the last choice never is; a verify
-  // pass may have kept accepted drafts after the one that stopped generation).
-  auto finish = [&](size_t fed) {
-    const size_t held = std::min<size_t>(kv.length(seq), fed);
-    kv.truncate(seq, uint32_t(held));
-    session.tokens.assign(q.context.begin(), q.context.begin() + long(held));
-    if (kv.length(seq) != session.tokens.size()) throw Error("internal: the KV cache and the session disagree");
-    c.decode_submissions = Recorder::total_submissions() - r.submissions0;
-    c.decode_parts = Recorder::total_parts() - r.parts0;
-    c.decode_dispatches = Recorder::total_dispatches() - r.dispatches0;
-    if (q.spec) c.spec = q.spec->stats();
-    q.spec.reset();
-    if (q.drafter) drafter_ = std::move(q.drafter);
-    r.done = true;
-  };
+  PagedKvCache& kv = t_->model->kv();
+  const int seq = r.session->seq;
+  const size_t held = std::min<size_t>(kv.length(seq), fed);
+  kv.truncate(seq, uint32_t(held));
+  r.session->tokens.assign(q.context.begin(), q.context.begin() + long(held));
+  if (kv.length(seq) != r.session->tokens.size()) throw Error("internal: the KV cache and the session disagree");
+  c.decode_submissions = Recorder::total_submissions() - r.submissions0;
+  c.decode_parts = Recorder::total_parts() - r.parts0;
+  c.decode_dispatches = Recorder::total_dispatches() - r.dispatches0;
+  if (q.spec) c.spec = q.spec->stats();
+  q.spec.reset();
+  if (q.drafter) drafter_ = std::move(q.drafter);
+  r.done = true;
+}
 
-  if (r.prefilling) {
-    // The prompt: one chunk (ubatch tokens) per step, without logits, while more than a chunk remains;
-    // then the last part and the choice of the first token. A cancel request is seen between chunks.
-    const uint32_t chunk = m.ubatch();
-    if (q.cancelled()) {
-      q.end(StopReason::Cancelled);
-      finish(q.cached);
-    } else if (q.context.size() - q.cached > chunk && r.prefill_passes) {
-      rec.begin();
-      m.record_forward(rec, seq, m.write_tokens(std::span(q.context).subspan(q.cached, chunk)), chunk, Logits::None);
-      rec.submit_and_wait();
-      q.cached += chunk;
-      c.prefilled += chunk;
-    } else {   // not cancellable: the whole rest in one submission
-      const uint32_t rest = uint32_t(q.context.size() - q.cached);
-      r.next = decode_step(m, seq, chooser, rec, m.write_tokens(std::span(q.context).subspan(q.cached)), rest, q.context);
-      q.cached = uint32_t(q.context.size());
-      c.prefilled += rest;
-      r.prefilling = false;
-      r.submissions0 = Recorder::total_submissions();
-      r.parts0 = Recorder::total_parts();
-      r.dispatches0 = Recorder::total_dispatches();
-      if (c.speculative) {
-        q.drafter = std::move(drafter_);   // lent to the sequence until the completion ends
-        q.start_speculating(m, seq, chooser, rec, {o_.max, o_.min, o_.policy});
-      }
-    }
-    c.prefill_s += seconds_since(t0);
-  } else {
-    if (q.spec) {
-      if (!q.spec->round()) q.end(StopReason::Context);   // (unless the stop rule ended it first)
-      c.spec = q.spec->stats();
-      c.decode_gpu_s = c.spec.gpu_s;
-    } else if (q.take(r.next, false) && q.feed_back(r.next, m.n_ctx())) {
-      r.next = decode_step(m, seq, chooser, rec, chooser.input(0), 1, q.context, &c.decode_gpu_s);
-    }
-    if (q.stop() != StopReason::None) finish(q.context.size());
-    c.decode_s += seconds_since(t0);
+// After an exception: the completion ends and leaves the session empty (and consistent), the device done with
+// anything submitted, the model free for others. The caller holds the model.
+void Engine::abandon_run() {
+  if (rec_ && rec_->in_flight()) rec_->wait(UINT64_MAX);
+  if (t_->in_flight == this) {
+    t_->in_flight = nullptr;
+    t_->collected.notify_all();
   }
-  guard.armed = false;
-  return !r.done;
+  if (run_->session->seq >= 0) t_->model->kv().truncate(run_->session->seq, 0);
+  run_->session->tokens.clear();
+  if (run_->seq->drafter) drafter_ = std::move(run_->seq->drafter);   // lent for the completion
+  run_.reset();
+}
+
+bool Engine::submit(bool wait_for_model) {
+  if (!run_) throw Error("internal: submit() without begin()");
+  Run& r = *run_;
+  if (r.done) return false;
+  if (r.pending != Run::Unit::None) throw Error("internal: submit() while a step is in flight");
+  const auto lock = t_->claim(this, wait_for_model);
+  try {
+    LlamaModel& m = *t_->model;
+    Sequence& q = *r.seq;
+    const int seq = r.session->seq;
+    r.t0 = std::chrono::steady_clock::now();
+    if (r.prefilling) {
+      // The prompt: one chunk (ubatch tokens) per step, without logits, while more than a chunk remains;
+      // then the last part and the choice of the first token. A cancel request is seen between chunks.
+      const uint32_t chunk = m.ubatch();
+      if (q.cancelled()) {
+        q.end(StopReason::Cancelled);
+        end_run(q.cached);
+        return false;
+      }
+      if (q.context.size() - q.cached > chunk && r.prefill_passes) {
+        rec_->begin();
+        m.record_forward(*rec_, seq, m.write_tokens(std::span(q.context).subspan(q.cached, chunk)), chunk, Logits::None);
+        rec_->submit();
+        r.pending = Run::Unit::PromptPart;
+        r.tokens = chunk;
+      } else {   // not cancellable: the whole rest in one submission
+        r.tokens = uint32_t(q.context.size() - q.cached);
+        r.marks = submit_decode_step(m, seq, *chooser_, *rec_, m.write_tokens(std::span(q.context).subspan(q.cached)),
+                                     r.tokens, q.context);
+        r.pending = Run::Unit::PromptEnd;
+      }
+    } else if (q.spec) {
+      if (!q.spec->submit_round()) {   // the sequence ended before a round (its last token emitted)
+        q.end(StopReason::Context);   // (unless the stop rule ended it first)
+        end_run(q.context.size());
+        return false;
+      }
+      r.pending = Run::Unit::Round;
+    } else {
+      if (!q.take(r.next, false) || !q.feed_back(r.next, m.n_ctx())) {
+        end_run(q.context.size());
+        return false;
+      }
+      r.marks = submit_decode_step(m, seq, *chooser_, *rec_, chooser_->input(0), 1, q.context);
+      r.pending = Run::Unit::Decode;
+    }
+    t_->in_flight = this;
+    t_->in_flight_thread = std::this_thread::get_id();
+    return true;
+  } catch (...) {
+    abandon_run();
+    throw;
+  }
+}
+
+bool Engine::collect(uint64_t timeout_ns) {
+  if (!run_ || run_->pending == Run::Unit::None) throw Error("internal: collect() with no step in flight");
+  Run& r = *run_;
+  if (!rec_->wait(timeout_ns)) return false;   // (its own fence: the model's lock is not needed to look)
+  const auto lock = t_->claim(this);
+  try {
+    LlamaModel& m = *t_->model;
+    Sequence& q = *r.seq;
+    SequenceResult& c = q.result;
+    const Run::Unit unit = r.pending;
+    r.pending = Run::Unit::None;
+    t_->in_flight = nullptr;
+    t_->collected.notify_all();
+    const double wall_s = seconds_since(r.t0);
+    switch (unit) {
+      case Run::Unit::PromptPart:
+        q.cached += r.tokens;
+        c.prefilled += r.tokens;
+        c.prefill_s += wall_s;
+        break;
+      case Run::Unit::PromptEnd:
+        r.next = chooser_->token(0);
+        q.cached = uint32_t(q.context.size());
+        c.prefilled += r.tokens;
+        c.prefill_s += wall_s;
+        r.prefilling = false;
+        r.submissions0 = Recorder::total_submissions();
+        r.parts0 = Recorder::total_parts();
+        r.dispatches0 = Recorder::total_dispatches();
+        if (c.speculative) {
+          q.drafter = std::move(drafter_);   // lent to the sequence until the completion ends
+          q.start_speculating(m, r.session->seq, *chooser_, *rec_, {o_.max, o_.min, o_.policy});
+        }
+        break;
+      case Run::Unit::Decode:
+        r.next = chooser_->token(0);
+        c.decode_gpu_s += std::max(0.0, rec_->seconds_between(r.marks.begin, r.marks.end));
+        c.decode_s += wall_s;
+        break;
+      case Run::Unit::Round:
+        if (!q.spec->collect_round()) q.end(StopReason::Context);   // (unless the stop rule ended it first)
+        c.spec = q.spec->stats();
+        c.decode_gpu_s = c.spec.gpu_s;
+        c.decode_s += wall_s;
+        if (q.stop() != StopReason::None) end_run(q.context.size());
+        break;
+      case Run::Unit::None: break;
+    }
+    return true;
+  } catch (...) {
+    abandon_run();
+    throw;
+  }
 }
 
 SequenceResult Engine::finish() {

@@ -64,6 +64,15 @@ class Engine {
   bool step();
   SequenceResult finish();
   bool running() const { return run_ != nullptr; }
+  // step() in two halves, for a frame loop: submit() records the step and submits it without waiting (true),
+  // or ends the completion without device work (false: the tokens before were its last); collect() waits up
+  // to timeout_ns (0: a look) for the device and commits the step: its tokens reach on_token, and false means
+  // it is not done yet. Both on the caller's thread; on_token runs inside either. While a step is in flight
+  // the model serves no other completion (TargetModel::in_flight): another Engine's submit() waits for its
+  // collection, or with wait_for_model = false throws ModelBusy.
+  bool submit(bool wait_for_model = true);
+  bool collect(uint64_t timeout_ns);
+  bool step_pending() const;
 
   Session open_session();
   void close_session(Session& s);
@@ -86,6 +95,8 @@ class Engine {
  private:
   struct Run;
   std::unique_ptr<Run> run_;   // the completion in progress
+  void end_run(size_t fed);
+  void abandon_run();
 
   DraftOptions o_;
   std::shared_ptr<TargetModel> t_;

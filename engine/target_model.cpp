@@ -56,6 +56,14 @@ TargetModel::TargetModel(const Options& o) {
   load_s = loaded();
 }
 
+std::unique_lock<std::mutex> TargetModel::claim(const void* owner, bool wait) {
+  std::unique_lock<std::mutex> lock(busy);
+  if (in_flight && in_flight != owner && (!wait || in_flight_thread == std::this_thread::get_id()))
+    throw ModelBusy("another context's submitted step holds the model: collect it first");
+  collected.wait(lock, [&] { return !in_flight || in_flight == owner; });
+  return lock;
+}
+
 std::unique_ptr<TokenConstraint> TargetModel::constraint(const SamplingParams& sp) {
   if (!sp.constrained()) return nullptr;
   if (sp.json_object && !sp.grammar.empty()) throw Error("JSON mode and a grammar exclude each other");

@@ -2,11 +2,13 @@
 // What the engines share: a target model loaded once (file, tokenizer, device, pipelines, the model with its
 // paged KV pool), the constraints its requests ask for, and the drafting options with the one function that
 // loads a draft model beside it. Engine (one request at a time) and BatchEngine (continuous batching) run on it.
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "constrain/gbnf.h"
@@ -38,6 +40,11 @@ void check_draft_options(const DraftOptions& o);
 SamplingParams checked_sampling(const SamplingParams& sp);
 
 // A target model loaded once and shared by the engines on it.
+// Another completion's submitted step holds the model (TargetModel::claim without waiting).
+struct ModelBusy : Error {
+  using Error::Error;
+};
+
 struct TargetModel {
   struct Options {
     std::string path;
@@ -58,8 +65,17 @@ struct TargetModel {
   std::unique_ptr<Pipelines> pipelines;
   std::unique_ptr<LlamaModel> model;
   double load_s = 0;
-  // Held for a whole completion: the model's activations and the device queue serve one at a time.
+  // Held while a completion records or commits a step: the model's activations and the device queue serve
+  // one at a time. Between an asynchronous step's submission and its collection (Engine::submit, collect)
+  // the model's buffers still belong to that step: `in_flight` names its owner, and no other completion
+  // records until it is collected. claim() takes `busy` once no other owner's step is in flight: waiting for
+  // that (wait), or else throwing ModelBusy; also when the step was submitted by the calling thread, which
+  // would otherwise wait for itself.
   std::mutex busy;
+  const void* in_flight = nullptr;
+  std::thread::id in_flight_thread;
+  std::condition_variable collected;
+  std::unique_lock<std::mutex> claim(const void* owner, bool wait = true);
   // The constraint of a request's settings (JSON mode, a grammar; null: none). The vocabulary's views they
   // need are made at the first request that asks (any thread); the last kGrammarsKept grammars are kept
   // parsed with their masks (GbnfMaskCache), for the requests that repeat them.

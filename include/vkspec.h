@@ -48,7 +48,7 @@
 extern "C" {
 #endif
 
-#define VKSPEC_API_VERSION 9
+#define VKSPEC_API_VERSION 10
 #define VKSPEC_MAX_LOGIT_BIAS 1024   /* vkspec_sampling_params.n_logit_bias's bound */
 #define VKSPEC_MAX_JSON_DEPTH 64     /* JSON text given to the library (messages, schemas) nests at most this deep */
 #define VKSPEC_LOGIT_BIAS_BOUND 100  /* each logit bias lies in [-VKSPEC_LOGIT_BIAS_BOUND, VKSPEC_LOGIT_BIAS_BOUND] */
@@ -308,6 +308,21 @@ VKSPEC_API vkspec_status vkspec_generate(vkspec_context* ctx, const int32_t* pro
 VKSPEC_API vkspec_status vkspec_begin(vkspec_context* ctx, const int32_t* prompt, size_t n_prompt,
                                       const vkspec_generate_params* params);
 VKSPEC_API vkspec_status vkspec_step(vkspec_context* ctx, int32_t* done);
+
+/* vkspec_step() in two halves, for a frame loop that must never block (API version 10):
+ * vkspec_step_submit() records the next unit of the generation (a prompt part, a decoding step or a
+ * speculative round), submits it and returns without waiting for the device (*done = 0); or, when the
+ * generation has ended, submits nothing and sets *done = 1 (metrics ready, as vkspec_step's end).
+ * vkspec_step_poll() looks without waiting, vkspec_step_wait() waits up to timeout_ns: *ready = 1 once the
+ * device has finished the unit and its tokens have gone through on_token; then submit the next. on_token
+ * runs on the thread that calls these functions, inside them. The tokens are exactly vkspec_step's.
+ * A second submit before the unit is collected is VKSPEC_ERROR_BUSY; so is a submit while another context
+ * of the same model has a unit in flight (collect that one first: they share the model's buffers).
+ * vkspec_step() collects a submitted unit; vkspec_context_free() waits for it. The host work of each call
+ * is the recording or the commit of one unit; no call waits for the device but vkspec_step_wait. */
+VKSPEC_API vkspec_status vkspec_step_submit(vkspec_context* ctx, int32_t* done);
+VKSPEC_API vkspec_status vkspec_step_poll(vkspec_context* ctx, int32_t* ready);
+VKSPEC_API vkspec_status vkspec_step_wait(vkspec_context* ctx, uint64_t timeout_ns, int32_t* ready);
 
 /* Stops the running (or next) generation of ctx within one forward pass — including during a long prefill,
  * which runs in passes of 16 tokens. Any thread, any time. */

@@ -32,6 +32,7 @@ Recorder::Recorder(VulkanDevice& ctx, bool profile) : ctx_(ctx), each_(profile &
 
 Recorder::~Recorder() {
   try {
+    if (in_flight_) wait(UINT64_MAX);
     wait_unwaited();
   } catch (...) {   // device lost: nothing left to wait for
   }
@@ -79,6 +80,7 @@ void Recorder::wait_unwaited() {
 }
 
 void Recorder::begin() {
+  if (in_flight_) throw Error("internal: a recording begun while the last one is in flight");
   wait_unwaited();
   begin_part(0);
   using Split = DeviceFacts::SubmitSplit;
@@ -157,7 +159,7 @@ void Recorder::copy(const Slice& src, const Slice& dst) {
   vk::vkCmdCopyBuffer(cmd_, src.buffer, dst.buffer, 1, &region);
 }
 
-void Recorder::submit_and_wait() {
+void Recorder::submit() {
   // Make device writes visible to host reads of mapped memory after the wait.
   VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
   mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
@@ -166,7 +168,15 @@ void Recorder::submit_and_wait() {
                            VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
   submit_part(fence_);   // its completion is every part's: each part began with a barrier on the ones before
   submissions_++;
-  vk_check(vk::vkWaitForFences(ctx_.device(), 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+  in_flight_ = true;
+}
+
+bool Recorder::wait(uint64_t timeout_ns) {
+  if (!in_flight_) throw Error("internal: a wait with no recording in flight");
+  const VkResult r = vk::vkWaitForFences(ctx_.device(), 1, &fence_, VK_TRUE, timeout_ns);
+  if (r == VK_TIMEOUT) return false;
+  vk_check(r, "vkWaitForFences");
+  in_flight_ = false;
   vk_check(vk::vkResetFences(ctx_.device(), 1, &fence_), "vkResetFences");
   if (marks_used_ > 0)
     vk_check(vk::vkGetQueryPoolResults(ctx_.device(), marks_pool_, 0, marks_used_, sizeof mark_ticks_, mark_ticks_, 8,
@@ -183,6 +193,7 @@ void Recorder::submit_and_wait() {
       k.calls++;
     }
   }
+  return true;
 }
 
 std::string Recorder::profile_report() const {

@@ -13,6 +13,7 @@
 // Process-wide counters of recordings submitted (host waits), parts and dispatches let tests and `bench`
 // check "one wait per step".
 #include <atomic>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -44,7 +45,16 @@ class Recorder {
                 uint32_t gy = 1, uint32_t gz = 1);
   void barrier();
   void copy(const Slice& src, const Slice& dst);
-  void submit_and_wait();
+  // The recording's end: submitted, then waited for. submit() returns at once; wait() waits up to
+  // timeout_ns (0: a look without waiting) and says whether the device has finished it, after which its
+  // results (mapped memory, marks) can be read. Invariant: nothing is recorded while one is in flight.
+  void submit();
+  bool wait(uint64_t timeout_ns);
+  bool in_flight() const { return in_flight_; }
+  void submit_and_wait() {
+    submit();
+    wait(UINT64_MAX);
+  }
 
   // Timestamp after everything recorded so far; its index. seconds_between(a, b) after the wait: the time
   // from mark a to mark b, or -1 when the device has no timestamps.
@@ -75,6 +85,7 @@ class Recorder {
   uint32_t part_dispatches_ = 0;           // dispatches recorded into the current part
   uint32_t split_after_ = 0;               // a barrier after this many of them ends the part
   bool unwaited_ = false;                  // parts submitted that no fence wait has covered yet
+  bool in_flight_ = false;                 // submitted (with fence_), not yet waited for
   VkFence fence_ = VK_NULL_HANDLE;
   VkQueryPool query_pool_ = VK_NULL_HANDLE;
   static constexpr uint32_t kMaxQueries = 4096;

@@ -149,16 +149,23 @@ void TokenChooser::throw_non_finite(uint32_t id) {
                         " is outside the vocabulary): the model produced non-finite logits or probabilities");
 }
 
-uint32_t decode_step(LlamaModel& m, int seq, TokenChooser& chooser, Recorder& rec, const TokenInput& in, uint32_t n,
-                     std::span<const uint32_t> context, double* gpu_s) {
+StepMarks submit_decode_step(LlamaModel& m, int seq, TokenChooser& chooser, Recorder& rec, const TokenInput& in,
+                             uint32_t n, std::span<const uint32_t> context) {
   rec.begin();
   const uint32_t m0 = rec.mark();
   m.record_forward(rec, seq, in, n, Logits::Last);
   const uint32_t history_len = chooser.mode() == ChoiceMode::Device ? chooser.set_history(context) : 0;
   chooser.record_choice(rec, m.kernels(), m.logits_rows(), 1, 0, history_len, context.size());
   const uint32_t m1 = rec.mark();
-  rec.submit_and_wait();
-  if (gpu_s) *gpu_s += std::max(0.0, rec.seconds_between(m0, m1));
+  rec.submit();
+  return {m0, m1};
+}
+
+uint32_t decode_step(LlamaModel& m, int seq, TokenChooser& chooser, Recorder& rec, const TokenInput& in, uint32_t n,
+                     std::span<const uint32_t> context, double* gpu_s) {
+  const StepMarks marks = submit_decode_step(m, seq, chooser, rec, in, n, context);
+  rec.wait(UINT64_MAX);
+  if (gpu_s) *gpu_s += std::max(0.0, rec.seconds_between(marks.begin, marks.end));
   return chooser.token(0);
 }
 

@@ -138,5 +138,12 @@ class BatchedChoices {
 // gpu_s, when given, accumulates the step's device time (timestamps; nothing without them).
 uint32_t decode_step(LlamaModel& m, int seq, TokenChooser& chooser, Recorder& rec, const TokenInput& in, uint32_t n,
                      std::span<const uint32_t> context, double* gpu_s = nullptr);
+// The same, split: recorded and submitted without waiting; once rec.wait() says it is done, the choice is
+// chooser.token(0) and rec.seconds_between(begin, end) its device time.
+struct StepMarks {
+  uint32_t begin, end;
+};
+StepMarks submit_decode_step(LlamaModel& m, int seq, TokenChooser& chooser, Recorder& rec, const TokenInput& in,
+                             uint32_t n, std::span<const uint32_t> context);
 
 }  // namespace vkspec

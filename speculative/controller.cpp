@@ -38,23 +38,33 @@ SpeculativeDecoder::SpeculativeDecoder(LlamaModel& target, int seq, Drafter& dra
 }
 
 bool SpeculativeDecoder::round() {
+  if (!submit_round()) return false;
+  rec_.wait(UINT64_MAX);   // the round's one wait
+  return collect_round();
+}
+
+bool SpeculativeDecoder::submit_round() {
   if (!start()) return false;
   rec_.begin();
-  const uint32_t m_draft = rec_.mark();
-  const uint32_t rows = record_drafts();
-  const uint32_t m_verify = rec_.mark();
-  target_.record_forward(rec_, seq_, verify_input(), rows, Logits::All);
+  m_draft_ = rec_.mark();
+  rows_ = record_drafts();
+  m_verify_ = rec_.mark();
+  target_.record_forward(rec_, seq_, verify_input(), rows_, Logits::All);
   record_verify(target_.logits_rows());
-  const uint32_t m_end = rec_.mark();
-  rec_.submit_and_wait();   // the round's one wait
-  stats_.gpu_s += std::max(0.0, rec_.seconds_between(m_draft, m_end));
+  m_end_ = rec_.mark();
+  rec_.submit();
+  return true;
+}
+
+bool SpeculativeDecoder::collect_round() {
+  stats_.gpu_s += std::max(0.0, rec_.seconds_between(m_draft_, m_end_));
   const bool caught_up = round_.catch_up_end >= 0;   // the drafter caught up first, timed apart
-  const uint32_t m_steps = caught_up ? uint32_t(round_.catch_up_end) : m_draft;
+  const uint32_t m_steps = caught_up ? uint32_t(round_.catch_up_end) : m_draft_;
   if (rec_.profiling_each())   // what a round's parts cost on the device: the figures adaptive K weighs
     fprintf(stderr, "speculative round: %u drafts %.3f ms, verify pass of %u rows %.3f ms\n", k_,
-            1e3 * rec_.seconds_between(m_steps, m_verify), rows, 1e3 * rec_.seconds_between(m_verify, m_end));
-  return finish(rec_.seconds_between(m_steps, m_verify), rec_.seconds_between(m_verify, m_end),
-                caught_up ? rec_.seconds_between(m_draft, m_steps) : -1.0);
+            1e3 * rec_.seconds_between(m_steps, m_verify_), rows_, 1e3 * rec_.seconds_between(m_verify_, m_end_));
+  return finish(rec_.seconds_between(m_steps, m_verify_), rec_.seconds_between(m_verify_, m_end_),
+                caught_up ? rec_.seconds_between(m_draft_, m_steps) : -1.0);
 }
 
 bool SpeculativeDecoder::start() {

@@ -61,14 +61,17 @@ struct SpeculativeStats {
 //   5. the caller records the target's pass over them (Logits::All) and record_verify() on their logits rows;
 //   6. after the one submission, finish() reads the verdict, truncates the KV and emits the accepted drafts
 //      (false: the sequence has ended).
-// round() runs 1-6 for one sequence on its own recorder; a batch (engine/batch_step.cpp) runs the same steps
-// for every sequence into one submission.
+// round() runs 1-6 for one sequence on its own recorder: submit_round() 1-5 and submits (false: the sequence
+// ended at step 1, nothing submitted), collect_round() 6 once the recorder's wait says the device is done; a
+// batch (engine/batch_step.cpp) runs the same steps for every sequence into one submission.
 class SpeculativeDecoder {
  public:
   using Emit = std::function<bool(uint32_t token, bool from_draft)>;
   SpeculativeDecoder(LlamaModel& target, int seq, Drafter& drafter, TokenChooser& chooser, Recorder& rec,
                      std::vector<uint32_t>& context, const SpeculativeOptions& opts, Emit emit);
   bool round();
+  bool submit_round();
+  bool collect_round();
   const SpeculativeStats& stats() const { return stats_; }
 
   bool start();
@@ -97,6 +100,7 @@ class SpeculativeDecoder {
   uint32_t g_;                      // the target's latest choice, emitted at the start of the next round
   std::vector<uint32_t> drafts_;
   uint32_t k_ = 0, history_len_ = 0, base_ = 0;   // of the round being recorded
+  uint32_t m_draft_ = 0, m_verify_ = 0, m_end_ = 0, rows_ = 0;   // its marks and verify rows (submit_round)
   DraftRound round_;
   SpeculativeStats stats_;
 };

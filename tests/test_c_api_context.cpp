@@ -158,6 +158,133 @@ TEST(CApi, StepsAreBoundedAndGiveGenerateTokens) {
   }
 }
 
+// Submit now, collect later (vkspec_step_submit / poll / wait): the tokens are exactly the blocking
+// generation's, plain and speculative (n-gram, draft model), greedy and sampled with a seed, collected by
+// polling or by waiting; the calls' misuse is refused; a second context of the model cannot submit while a
+// unit is in flight, and can once it is collected; a cancel between prompt parts ends the generation and
+// leaves the model free.
+namespace {
+// Runs a begun generation to its end with submit + poll (poll_only) or submit + wait; counts the polls.
+vkspec_status run_async(vkspec_context* c, bool poll_only, int* units, int* polls) {
+  for (int32_t done = 0;;) {
+    vkspec_status s = vkspec_step_submit(c, &done);
+    if (s != VKSPEC_OK || done) return s;
+    ++*units;
+    for (int32_t ready = 0; !ready;) {
+      s = poll_only ? vkspec_step_poll(c, &ready) : vkspec_step_wait(c, 1'000'000, &ready);
+      if (s != VKSPEC_OK) return s;
+      ++*polls;
+    }
+  }
+}
+}  // namespace
+
+TEST(CApi, AsynchronousStepsGiveTheBlockingTokens) {
+  Model model(shared("models/pycode-target-f16.gguf"), 2, 0, 16);
+  const std::vector<int32_t> prompt =
+      tokenize(model.m, "for i in range(10):\n    print(i)\nfor j in range(20):\n    print(j)\nfor k in range(30):\n    print(k)\n");
+  vkspec_context_params sampled = vkspec_context_default_params();
+  sampled.sampling.temperature = 0.8f;
+  sampled.sampling.seed = 5;
+  struct Setting {
+    const char* name;
+    vkspec_context_params p;
+  };
+  std::vector<Setting> settings = {{"greedy", Ctx::greedy()}, {"sampled", sampled}};
+  for (const vkspec_context_params& base : {Ctx::greedy(), sampled}) {
+    vkspec_context_params ngram = base;
+    ngram.draft.ngram = 1;
+    ngram.draft.max = 4;
+    settings.push_back({base.sampling.temperature > 0 ? "sampled, n-gram" : "greedy, n-gram", ngram});
+  }
+  const std::string draft_path = shared("models/pycode-draft-f16.gguf");
+  vkspec_context_params with_model = Ctx::greedy();
+  with_model.draft.model = draft_path.c_str();
+  with_model.draft.max = 4;
+  settings.push_back({"greedy, draft model", with_model});
+  for (const Setting& setting : settings) {
+    Ctx ctx(model.m, setting.p);
+    for (int speculative : {0, 1}) {
+      Streamed blocking;
+      ASSERT_EQ(generate(ctx.c, prompt, 40, blocking, speculative), VKSPEC_OK) << vkspec_last_error();
+      for (bool poll_only : {true, false}) {
+        Streamed async;
+        vkspec_generate_params g = vkspec_generate_default_params();
+        g.n_predict = 40;
+        g.ignore_eos = 1;
+        g.speculative = speculative;
+        g.on_token = collect;
+        g.user = &async;
+        Streamed flush;   // another prompt first, so that the prompt is prefilled again, in parts
+        ASSERT_EQ(generate(ctx.c, tokenize(model.m, "x = 1"), 2, flush), VKSPEC_OK);
+        ASSERT_EQ(vkspec_begin(ctx.c, prompt.data(), prompt.size(), &g), VKSPEC_OK) << vkspec_last_error();
+        int units = 0, polls = 0;
+        ASSERT_EQ(run_async(ctx.c, poll_only, &units, &polls), VKSPEC_OK) << setting.name << ": " << vkspec_last_error();
+        EXPECT_EQ(async.ids, blocking.ids) << setting.name << ", speculative " << speculative << ", poll " << poll_only;
+        EXPECT_GE(units, speculative ? 4 : 40) << setting.name;   // prompt parts and one unit per step
+        EXPECT_GE(polls, units);
+        vkspec_metrics m{};
+        ASSERT_EQ(vkspec_get_metrics(ctx.c, &m), VKSPEC_OK);
+        EXPECT_EQ(m.generated_tokens, 40u);
+      }
+    }
+  }
+}
+
+TEST(CApi, AsynchronousStepsMisuseBusyAndCancel) {
+  Model model(shared("models/pycode-target-f16.gguf"), 3, 0, 16);
+  std::string text;
+  for (int i = 0; i < 12; ++i) text += "total_" + std::to_string(i) + " = compute(values[" + std::to_string(i) + "])\n";
+  const std::vector<int32_t> prompt = tokenize(model.m, text);
+  ASSERT_GT(prompt.size(), 64u);
+  Ctx a(model.m), b(model.m);
+  int32_t done = 0, ready = 0;
+  EXPECT_EQ(vkspec_step_submit(a.c, &done), VKSPEC_ERROR_INVALID_ARGUMENT);   // nothing begun
+  Streamed sa, sb;
+  vkspec_generate_params ga = vkspec_generate_default_params();
+  ga.n_predict = 8;
+  ga.on_token = collect;
+  ga.user = &sa;
+  vkspec_generate_params gb = ga;
+  gb.user = &sb;
+  ASSERT_EQ(vkspec_begin(a.c, prompt.data(), prompt.size(), &ga), VKSPEC_OK);
+  EXPECT_EQ(vkspec_step_poll(a.c, &ready), VKSPEC_ERROR_INVALID_ARGUMENT);   // nothing submitted
+  ASSERT_EQ(vkspec_step_submit(a.c, &done), VKSPEC_OK);
+  ASSERT_EQ(done, 0);
+  EXPECT_EQ(vkspec_step_submit(a.c, &done), VKSPEC_ERROR_BUSY);   // the unit is not collected yet
+  // the other context shares the model's buffers: nothing on it until a's unit is collected (this thread
+  // submitted that unit: a wait would never end)
+  EXPECT_EQ(vkspec_begin(b.c, prompt.data(), prompt.size(), &gb), VKSPEC_ERROR_BUSY);
+  Streamed blocked;
+  EXPECT_EQ(generate(b.c, prompt, 4, blocked), VKSPEC_ERROR_BUSY);
+  // a cancel between prompt parts: the part in flight is collected, the next submit ends the generation
+  ASSERT_EQ(vkspec_cancel(a.c), VKSPEC_OK);
+  ASSERT_EQ(vkspec_step_wait(a.c, UINT64_MAX, &ready), VKSPEC_OK);
+  EXPECT_EQ(ready, 1);
+  EXPECT_EQ(vkspec_step_submit(a.c, &done), VKSPEC_ERROR_CANCELLED);
+  EXPECT_TRUE(sa.ids.empty());
+  EXPECT_EQ(vkspec_step_submit(a.c, &done), VKSPEC_ERROR_INVALID_ARGUMENT);   // ended
+  ASSERT_EQ(vkspec_begin(b.c, prompt.data(), prompt.size(), &gb), VKSPEC_OK) << vkspec_last_error();
+  // b runs to its end, asynchronously, and gives what a blocking generation gives
+  int units = 0, polls = 0;
+  ASSERT_EQ(run_async(b.c, false, &units, &polls), VKSPEC_OK) << vkspec_last_error();
+  Streamed again;
+  ASSERT_EQ(generate(a.c, prompt, 8, again, 0), VKSPEC_OK) << vkspec_last_error();
+  EXPECT_EQ(sb.ids.size(), 8u);
+  EXPECT_EQ(sb.ids, again.ids);
+  // a context freed with a unit in flight waits for it: the model is then free for the other
+  ASSERT_EQ(vkspec_begin(b.c, prompt.data(), prompt.size(), &gb), VKSPEC_OK);
+  {
+    Ctx c(model.m);
+    vkspec_generate_params gc = ga;
+    Streamed sc;
+    gc.user = &sc;
+    ASSERT_EQ(vkspec_begin(c.c, prompt.data(), prompt.size(), &gc), VKSPEC_OK);
+    ASSERT_EQ(vkspec_step_submit(c.c, &done), VKSPEC_OK);
+  }
+  EXPECT_EQ(vkspec_step(b.c, &done), VKSPEC_OK) << vkspec_last_error();
+}
+
 TEST(CApi, ThreadingRules) {
   Model model(kStories, 2);
   const std::vector<int32_t> prompt = tokenize(model.m, "Once upon a time");
