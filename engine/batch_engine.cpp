@@ -75,6 +75,7 @@ void BatchEngine::warm_up() {
 }
 
 void BatchEngine::shutdown() {
+  if (pending_) collect_step(UINT64_MAX);   // (its tokens delivered, then every request ends)
   for (auto& s : slots_)
     if (s->req) end(*s, StopReason::Cancelled);
   if (admission_) admission_->evict_all();
@@ -305,6 +306,14 @@ uint32_t BatchEngine::run_embedding(RequestSlot& s, uint32_t max_tokens) {
 // A step: admit, plan, record, submit, commit (engine/batch_engine.h). Recording and committing live in
 // engine/batch_step.cpp.
 bool BatchEngine::step() {
+  if (step_in_flight()) return collect_step(UINT64_MAX);
+  const Submitted s = submit_step();
+  if (s == Submitted::Pass) collect_step(UINT64_MAX);
+  return s != Submitted::Idle;
+}
+
+BatchEngine::Submitted BatchEngine::submit_step() {
+  if (step_in_flight()) throw Error("internal: submit_step() while a step is in flight");
   admit();
   for (auto& s : slots_)
     if (s->req && s->sequence->cancelled()) end(*s, StopReason::Cancelled);
@@ -324,7 +333,7 @@ bool BatchEngine::step() {
   try {
     draft_and_demand(demand, drafts);
     plan = build_plan(demand, opts_.step_rows, LlamaModel::kMaxBatch);
-    if (plan.empty()) return embedded > 0;
+    if (plan.empty()) return embedded > 0 ? Submitted::Worked : Submitted::Idle;
     const std::vector<SeqRows> rows = pass_rows(plan);
     pass_begin = rec.mark();
     t_->model->record_batch(rec, rows, logits_);
@@ -341,9 +350,24 @@ bool BatchEngine::step() {
       if (slots_[i]->req && (in_step[i] || d == StepPart::Verify || d == StepPart::PlainRound || d == StepPart::Decode))
         end(*slots_[i], StopReason::Error, e.what());
     }
-    return true;
+    return Submitted::Worked;
   }
-  rec.submit_and_wait();
+  rec.submit();
+  pending_ = PendingStep{std::move(plan), drafts, pass_begin, pass_end};
+  return Submitted::Pass;
+}
+
+bool BatchEngine::step_in_flight() const { return pending_.has_value(); }
+
+bool BatchEngine::collect_step(uint64_t timeout_ns) {
+  if (!pending_) throw Error("internal: collect_step() with no step in flight");
+  Recorder& rec = *rec_;
+  if (!rec.wait(timeout_ns)) return false;
+  const PendingStep p = std::move(*pending_);
+  pending_.reset();
+  const StepPlan& plan = p.plan;
+  const DraftSteps& drafts = p.drafts;
+  const uint32_t pass_begin = p.pass_begin, pass_end = p.pass_end;
   // This step's costs (seconds_between is -1 without timestamps, or where the recording ran out of marks)
   if (const double pass_s = rec.seconds_between(pass_begin, pass_end); pass_s > 0 && plan.prefill_rows == 0) {
     pass_costs_.add(plan.n_rows, pass_s);

@@ -23,6 +23,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "engine/kv_admission.h"
 #include "engine/sequence.h"
@@ -85,6 +86,14 @@ class BatchEngine {
   void warm_up();
   // One step when there is work (false: idle). Engine thread only.
   bool step();
+  // step() in two halves, for a frame loop (vkspec_batch_step_submit): submit_step() admits, plans, records
+  // and submits the step's pass without waiting (Pass; Worked: only embedding parts ran, or a recording
+  // failed and ended its sequences; Idle: nothing to do); collect_step() waits up to timeout_ns (0: a look)
+  // and commits the pass (false: not done yet). Embedding parts run and are waited for inside submit_step.
+  enum class Submitted { Idle, Worked, Pass };
+  Submitted submit_step();
+  bool collect_step(uint64_t timeout_ns);
+  bool step_in_flight() const;
   // Steps until `stop` is set, sleeping while idle.
   void run(const std::atomic<bool>& stop);
   void wake();   // makes run() look at `stop` now
@@ -111,6 +120,13 @@ class BatchEngine {
   struct DraftSteps {
     uint32_t steps = 0, rows = 0, begin = 0, end = 0;
   };
+  // A step submitted and not yet collected: its plan and the recorder's marks around its passes.
+  struct PendingStep {
+    StepPlan plan;
+    DraftSteps drafts;
+    uint32_t pass_begin = 0, pass_end = 0;
+  };
+  std::optional<PendingStep> pending_;
   void admit();
   bool admit_one(const std::shared_ptr<BatchRequest>& r);
   // An admitted embedding request's next part (at most max_tokens), ended when it was the last; returns the

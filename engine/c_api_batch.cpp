@@ -204,6 +204,36 @@ vkspec_status vkspec_batch_step(vkspec_batch* batch, int32_t* worked) {
   });
 }
 
+vkspec_status vkspec_batch_step_submit(vkspec_batch* batch, int32_t* in_flight, int32_t* worked) {
+  return api_call([&] {
+    vkspec_batch* b = live_batch(batch);
+    require(in_flight != nullptr && worked != nullptr, "in_flight or worked is null");
+    if (b->engine->step_in_flight())
+      throw Failure{VKSPEC_ERROR_BUSY, "a step is in flight: collect it first (vkspec_batch_step_poll, vkspec_batch_step_wait)"};
+    const BatchEngine::Submitted s = b->engine->submit_step();
+    *in_flight = s == BatchEngine::Submitted::Pass;
+    *worked = s != BatchEngine::Submitted::Idle;
+  });
+}
+
+namespace {
+void collect_batch_step(vkspec_batch* batch, uint64_t timeout_ns, int32_t* ready) {
+  vkspec_batch* b = live_batch(batch);
+  require(ready != nullptr, "ready is null");
+  if (!b->engine->step_in_flight())
+    throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, "no step was submitted on this batch (vkspec_batch_step_submit)"};
+  *ready = b->engine->collect_step(timeout_ns) ? 1 : 0;
+}
+}  // namespace
+
+vkspec_status vkspec_batch_step_poll(vkspec_batch* batch, int32_t* ready) {
+  return api_call([&] { collect_batch_step(batch, 0, ready); });
+}
+
+vkspec_status vkspec_batch_step_wait(vkspec_batch* batch, uint64_t timeout_ns, int32_t* ready) {
+  return api_call([&] { collect_batch_step(batch, timeout_ns, ready); });
+}
+
 vkspec_status vkspec_batch_run(vkspec_batch* batch) {
   return api_call([&] { live_batch(batch)->engine->run(batch->stop); });
 }

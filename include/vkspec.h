@@ -422,6 +422,15 @@ VKSPEC_API vkspec_status vkspec_batch_cancel(vkspec_batch* batch, uint64_t id);
 VKSPEC_API vkspec_status vkspec_batch_warm_up(vkspec_batch* batch);
 /* One step when there is work; *worked = 0 when there was none. */
 VKSPEC_API vkspec_status vkspec_batch_step(vkspec_batch* batch, int32_t* worked);
+/* vkspec_batch_step() in two halves (API version 10), as vkspec_step_submit / poll / wait for a context:
+ * submit admits, plans, records and submits the step's pass without waiting (*in_flight = 1: collect it
+ * before the next submit) or finds no pass to run (*in_flight = 0; *worked = 0 when there was nothing to do);
+ * poll looks without waiting, wait waits up to timeout_ns: *ready = 1 once the pass is committed (its tokens
+ * went through the callbacks, on this thread). An embedding request's part runs, and is waited for, inside
+ * submit. vkspec_batch_step() collects a submitted pass. */
+VKSPEC_API vkspec_status vkspec_batch_step_submit(vkspec_batch* batch, int32_t* in_flight, int32_t* worked);
+VKSPEC_API vkspec_status vkspec_batch_step_poll(vkspec_batch* batch, int32_t* ready);
+VKSPEC_API vkspec_status vkspec_batch_step_wait(vkspec_batch* batch, uint64_t timeout_ns, int32_t* ready);
 /* Steps until vkspec_batch_stop(), sleeping while idle. */
 VKSPEC_API vkspec_status vkspec_batch_run(vkspec_batch* batch);
 VKSPEC_API vkspec_status vkspec_batch_stop(vkspec_batch* batch);

@@ -98,14 +98,28 @@ vkspec_request_params request(const vkspec_sampling_params& s, uint32_t n, Reque
 void drain(vkspec_batch* b) {
   for (int32_t worked = 1, guard = 0; worked && guard < 100000; ++guard) ASSERT_EQ(vkspec_batch_step(b, &worked), VKSPEC_OK);
 }
+// The same with each step in two halves (vkspec_batch_step_submit, then polls until it is collected); a second
+// submit before the collection is BUSY, a poll with nothing submitted an invalid argument.
+void drain_async(vkspec_batch* b) {
+  int32_t in_flight = 0, worked = 1, ready = 0;
+  EXPECT_EQ(vkspec_batch_step_poll(b, &ready), VKSPEC_ERROR_INVALID_ARGUMENT);
+  for (int guard = 0; worked && guard < 100000; ++guard) {
+    ASSERT_EQ(vkspec_batch_step_submit(b, &in_flight, &worked), VKSPEC_OK) << vkspec_last_error();
+    if (!in_flight) continue;
+    int32_t again = 0, again_worked = 0;
+    EXPECT_EQ(vkspec_batch_step_submit(b, &again, &again_worked), VKSPEC_ERROR_BUSY);
+    for (ready = 0; !ready;) ASSERT_EQ(vkspec_batch_step_poll(b, &ready), VKSPEC_OK) << vkspec_last_error();
+  }
+}
 
 // Three requests on two sequences (one waits for admission), greedy and sampled: each gets exactly the
-// tokens a context gives it alone, and the batch ends idle with no KV block held.
+// tokens a context gives it alone, stepped whole or in halves (submitted, then polled), and the batch ends
+// idle with no KV block held.
 TEST(CApiBatch, RequestsGetTheTokensOfTheirContextRuns) {
   vkspec_model* m = load(kStories, 3);
   const char* prompts[] = {"Once upon a time", "The little dog", "She was happy because"};
-  for (const float temp : {0.0f, 0.9f}) {
-    SCOPED_TRACE(temp);
+  for (const auto& [temp, async] : {std::pair{0.0f, false}, {0.9f, false}, {0.0f, true}, {0.9f, true}}) {
+    SCOPED_TRACE(std::to_string(temp) + (async ? " async" : ""));
     vkspec_batch_params bp = vkspec_batch_default_params();
     bp.parallel = 2;
     vkspec_batch* b = nullptr;
@@ -129,7 +143,8 @@ TEST(CApiBatch, RequestsGetTheTokensOfTheirContextRuns) {
       ASSERT_EQ(vkspec_batch_submit(b, prompt.data(), prompt.size(), &rp, &id), VKSPEC_OK) << vkspec_last_error();
       EXPECT_GT(id, 0u);
     }
-    drain(b);
+    if (async) drain_async(b);
+    else drain(b);
     for (size_t i = 0; i < 3; ++i) {
       ASSERT_EQ(runs[i].done, 1) << i;
       EXPECT_STREQ(runs[i].result.stop_reason, "length") << runs[i].result.error;
