@@ -432,6 +432,7 @@ void begin_generation(vkspec_context* ctx, const int32_t* prompt, size_t n_promp
   ctx->params = *params;
   ctx->utf8 = Utf8Stream();
   e.set_prefill_one_submission(params->prefill_one_submission != 0);
+  e.set_device_budget(double(params->max_device_us) * 1e-6);
   const vkspec_generate_params& p = ctx->params;
   const int n = p.n_predict > 0 ? p.n_predict : int(n_ctx);
   e.begin(ctx->session, ids, ctx->sp, n, p.ignore_eos != 0, p.speculative != 0, [ctx](uint32_t id, bool from_draft) {
@@ -484,6 +485,7 @@ void end_generation(vkspec_context* ctx) {
   m.queue_submissions = c.decode_parts;
   m.device_seconds = c.decode_gpu_s;
   m.round_tokens = c.spec.tokens;
+  m.max_step_device_seconds = c.max_unit_gpu_s;
   copy_field(m.stop_reason, stop_reason_name(c.stop));
   if (c.stop == StopReason::Cancelled) throw Failure{VKSPEC_ERROR_CANCELLED, "cancelled by vkspec_cancel()"};
 }

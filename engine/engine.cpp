@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 #include "engine/session_file.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -26,7 +27,8 @@ struct Engine::Run {
   enum class Unit { None, PromptPart, PromptEnd, Decode, Round };
   Unit pending = Unit::None;
   uint32_t tokens = 0;             // PromptPart, PromptEnd: the prompt tokens it prefills
-  StepMarks marks{};               // PromptEnd, Decode: its device time
+  StepMarks marks{};               // PromptPart, PromptEnd, Decode: its device time
+  double budget_s = 0;             // Engine::set_device_budget when it began
   std::chrono::steady_clock::time_point t0;
 };
 
@@ -174,7 +176,8 @@ void Engine::begin(Session& session, std::span<const uint32_t> prompt, const Sam
   if (on_token) sink = [on_token](uint32_t t, bool from_draft, const float*) { return on_token(t, from_draft); };
   r->seq = std::make_unique<Sequence>(prompt, uint32_t(n), ignore_eos, *t_->tok, cancel_, std::move(sink));
   Sequence& q = *r->seq;
-  r->prefill_passes = cancel_ && !prefill_whole_;
+  r->budget_s = budget_s_;
+  r->prefill_passes = (cancel_ && !prefill_whole_) || budget_s_ > 0;
   q.result.speculative = speculate && can_speculate(o_.kind(), sp.constrained());
   q.constraint = t_->startable_constraint(sp);
   const uint32_t V = m.hparams().n_vocab, max_history = m.n_ctx() + LlamaModel::kMaxBatch;
@@ -233,6 +236,24 @@ void Engine::abandon_run() {
   run_.reset();
 }
 
+// A prompt part that fits the budget: the last part's size scaled by budget / its measured time (a pass's time
+// is a + g n; scaled so, it stays within the budget however large the fixed part a), at most 4x the last and
+// at least one token; one token first, to measure.
+uint32_t Engine::budget_prompt_part(uint32_t chunk) const {
+  if (last_part_s_ <= 0 || last_part_tokens_ == 0) return 1;
+  const double scaled = double(last_part_tokens_) * budget_s_ / last_part_s_;
+  return uint32_t(std::clamp(std::floor(scaled), 1.0, double(std::min<uint32_t>(chunk, 4 * last_part_tokens_))));
+}
+
+// A speculative round's drafts within the budget: the last round's rows (K + 1) scaled by budget / its time,
+// less the one row the round always verifies; one draft in the first round, to measure.
+void Engine::budget_round(Sequence& q) const {
+  const double last_s = q.spec->last_round_seconds();
+  if (last_s <= 0) return q.spec->cap_drafts(1);
+  const double rows = std::floor(double(q.spec->last_drafts() + 1) * budget_s_ / last_s);
+  q.spec->cap_drafts(uint32_t(std::clamp(rows - 1, 0.0, double(2 * q.spec->last_drafts() + 2))));
+}
+
 bool Engine::submit(bool wait_for_model) {
   if (!run_) throw Error("internal: submit() without begin()");
   Run& r = *run_;
@@ -247,7 +268,7 @@ bool Engine::submit(bool wait_for_model) {
     if (r.prefilling) {
       // The prompt: one chunk (ubatch tokens) per step, without logits, while more than a chunk remains;
       // then the last part and the choice of the first token. A cancel request is seen between chunks.
-      const uint32_t chunk = m.ubatch();
+      const uint32_t chunk = r.budget_s > 0 ? budget_prompt_part(m.ubatch()) : m.ubatch();
       if (q.cancelled()) {
         q.end(StopReason::Cancelled);
         end_run(q.cached);
@@ -255,7 +276,9 @@ bool Engine::submit(bool wait_for_model) {
       }
       if (q.context.size() - q.cached > chunk && r.prefill_passes) {
         rec_->begin();
+        r.marks.begin = rec_->mark();
         m.record_forward(*rec_, seq, m.write_tokens(std::span(q.context).subspan(q.cached, chunk)), chunk, Logits::None);
+        r.marks.end = rec_->mark();
         rec_->submit();
         r.pending = Run::Unit::PromptPart;
         r.tokens = chunk;
@@ -266,6 +289,7 @@ bool Engine::submit(bool wait_for_model) {
         r.pending = Run::Unit::PromptEnd;
       }
     } else if (q.spec) {
+      if (r.budget_s > 0) budget_round(q);
       if (!q.spec->submit_round()) {   // the sequence ended before a round (its last token emitted)
         q.end(StopReason::Context);   // (unless the stop rule ended it first)
         end_run(q.context.size());
@@ -303,6 +327,12 @@ bool Engine::collect(uint64_t timeout_ns) {
     t_->in_flight = nullptr;
     t_->collected.notify_all();
     const double wall_s = seconds_since(r.t0);
+    const double unit_s = unit == Run::Unit::Round ? -1 : rec_->seconds_between(r.marks.begin, r.marks.end);
+    if (unit == Run::Unit::PromptPart || unit == Run::Unit::PromptEnd) {
+      last_part_tokens_ = r.tokens;
+      last_part_s_ = unit_s;
+    }
+    c.max_unit_gpu_s = std::max(c.max_unit_gpu_s, unit_s);
     switch (unit) {
       case Run::Unit::PromptPart:
         q.cached += r.tokens;
@@ -330,6 +360,7 @@ bool Engine::collect(uint64_t timeout_ns) {
         break;
       case Run::Unit::Round:
         if (!q.spec->collect_round()) q.end(StopReason::Context);   // (unless the stop rule ended it first)
+        c.max_unit_gpu_s = std::max(c.max_unit_gpu_s, q.spec->last_round_seconds());
         c.spec = q.spec->stats();
         c.decode_gpu_s = c.spec.gpu_s;
         c.decode_s += wall_s;

@@ -288,6 +288,12 @@ typedef struct vkspec_generate_params {
   int32_t prefill_one_submission;
   vkspec_token_fn on_token;
   void* user;
+  /* API version 10: a device-time budget per step, in microseconds (0: none), for frame loops: the prompt
+   * goes in parts sized to fit it (from the last part's measured time; the first part is one token, to
+   * measure), a speculative round drafts what fits; a decoding step is one pass whatever it costs. The
+   * tokens do not change. Needs device timestamps (vkspec_device_info; without them it does nothing);
+   * vkspec_metrics.max_step_device_seconds reports the costliest step. */
+  uint32_t max_device_us;
 } vkspec_generate_params;
 
 VKSPEC_API vkspec_generate_params vkspec_generate_default_params(void);
@@ -343,6 +349,8 @@ typedef struct vkspec_metrics {
                                                 round_tokens / verify_passes) */
   uint64_t queue_submissions;                /* command buffers submitted after the first token (API version
                                                 3): host_waits on CPU devices, a step's parts on GPUs */
+  double max_step_device_seconds;            /* the device time of the generation's costliest step, its
+                                                prompt's included (API version 10; 0 without timestamps) */
 } vkspec_metrics;
 
 /* The metrics of the context's last vkspec_generate. */

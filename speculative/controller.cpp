@@ -57,7 +57,8 @@ bool SpeculativeDecoder::submit_round() {
 }
 
 bool SpeculativeDecoder::collect_round() {
-  stats_.gpu_s += std::max(0.0, rec_.seconds_between(m_draft_, m_end_));
+  last_round_s_ = rec_.seconds_between(m_draft_, m_end_);
+  stats_.gpu_s += std::max(0.0, last_round_s_);
   const bool caught_up = round_.catch_up_end >= 0;   // the drafter caught up first, timed apart
   const uint32_t m_steps = caught_up ? uint32_t(round_.catch_up_end) : m_draft_;
   if (rec_.profiling_each())   // what a round's parts cost on the device: the figures adaptive K weighs
@@ -84,7 +85,7 @@ uint32_t SpeculativeDecoder::drafts_planned(uint32_t sharing, const std::optiona
   // K is chosen before recording; never past the end of the context (K = 0: a plain decoding pass).
   policy_.share_passes(sharing, costs);
   const uint32_t room = target_.n_ctx() - uint32_t(context_.size());
-  uint32_t k_max = std::min({policy_.next_k(drafter_.next_round_free(context_)), room, LlamaModel::kMaxBatch - 1});
+  uint32_t k_max = std::min({policy_.next_k(drafter_.next_round_free(context_)), room, LlamaModel::kMaxBatch - 1, k_cap_});
   if (k_max < opts_.draft_min) k_max = 0;
   chooser_.set_token(0, g_);
   history_len_ = chooser_.mode() == ChoiceMode::Device ? chooser_.set_history(context_) : 0;

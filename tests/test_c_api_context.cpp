@@ -285,6 +285,58 @@ TEST(CApi, AsynchronousStepsMisuseBusyAndCancel) {
   EXPECT_EQ(vkspec_step(b.c, &done), VKSPEC_OK) << vkspec_last_error();
 }
 
+// A device-time budget per step (vkspec_generate_params.max_device_us) changes no token (plain, and n-gram
+// speculation), puts the prompt in more, smaller parts, and keeps each step's measured device time (the
+// recorder's timestamps, vkspec_metrics.max_step_device_seconds) within the budget and one pass; here within
+// twice that, for lavapipe's noise. Without a budget the costliest step is a 64-token prompt part.
+TEST(CApi, DeviceBudgetSplitsStepsAndKeepsTheTokens) {
+  Model model(shared("models/pycode-target-f16.gguf"), 1, 0, 64);
+  std::string text;
+  for (int i = 0; i < 16; ++i) text += "    total_" + std::to_string(i) + " += values[" + std::to_string(i) + "]\n";
+  const std::vector<int32_t> prompt = tokenize(model.m, text);
+  ASSERT_GT(prompt.size(), 128u);
+  vkspec_context_params p = Ctx::greedy();
+  p.draft.ngram = 1;
+  p.draft.max = 8;
+  Ctx ctx(model.m, p);
+  // Runs the prompt from an empty cache a step at a time: the tokens, the steps before the first one, the metrics.
+  struct Run {
+    Streamed s;
+    int prompt_steps = 0;
+    vkspec_metrics m{};
+  };
+  auto run = [&](int speculative, uint32_t budget_us) {
+    Run r;
+    EXPECT_EQ(vkspec_context_clear(ctx.c), VKSPEC_OK);
+    vkspec_generate_params g = vkspec_generate_default_params();
+    g.n_predict = 32;
+    g.ignore_eos = 1;
+    g.speculative = speculative;
+    g.max_device_us = budget_us;
+    g.on_token = collect;
+    g.user = &r.s;
+    EXPECT_EQ(vkspec_begin(ctx.c, prompt.data(), prompt.size(), &g), VKSPEC_OK) << vkspec_last_error();
+    for (int32_t done = 0; !done;) {
+      EXPECT_EQ(vkspec_step(ctx.c, &done), VKSPEC_OK) << vkspec_last_error();
+      if (r.s.ids.empty()) ++r.prompt_steps;
+    }
+    EXPECT_EQ(vkspec_get_metrics(ctx.c, &r.m), VKSPEC_OK);
+    return r;
+  };
+  for (int speculative : {0, 1}) {
+    const Run free = run(speculative, 0);
+    if (free.m.max_step_device_seconds <= 0) GTEST_SKIP() << "the device has no timestamps";
+    const double one_pass = run(0, 0).m.device_seconds / 31;   // a decoding step's pass (31 after the first token)
+    const double budget = std::max(free.m.max_step_device_seconds / 4, 2 * one_pass);
+    const Run held = run(speculative, uint32_t(budget * 1e6));
+    EXPECT_EQ(held.s.ids, free.s.ids) << "speculative " << speculative;
+    EXPECT_GT(held.prompt_steps, free.prompt_steps) << "speculative " << speculative;
+    EXPECT_LE(held.m.max_step_device_seconds, 2 * (budget + one_pass))
+        << "speculative " << speculative << ": budget " << budget << " s, a pass " << one_pass << " s, without "
+        << free.m.max_step_device_seconds << " s";
+  }
+}
+
 TEST(CApi, ThreadingRules) {
   Model model(kStories, 2);
   const std::vector<int32_t> prompt = tokenize(model.m, "Once upon a time");
