@@ -152,6 +152,24 @@ vkspec_status vkspec_list_devices(vkspec_device_info* out, uint32_t capacity, ui
   }, VKSPEC_ERROR_DEVICE);
 }
 
+vkspec_status vkspec_device_requirements_get(void* instance, void* physical_device, void (*get_instance_proc_addr)(void),
+                                             vkspec_device_requirements* out) {
+  return api_call([&] {
+    require(instance && physical_device && out, "a null instance, physical device or output");
+    const DeviceRequirements r = device_requirements(static_cast<VkInstance>(instance),
+                                                     static_cast<VkPhysicalDevice>(physical_device),
+                                                     reinterpret_cast<PFN_vkGetInstanceProcAddr>(get_instance_proc_addr));
+    *out = vkspec_device_requirements{};
+    out->api_version = r.api_version;
+    out->buffer_device_address = r.buffer_device_address;
+    out->subgroup_size_control = r.subgroup_size_control;
+    for (const char* e : r.extensions)
+      if (out->n_extensions < std::size(out->extensions)) out->extensions[out->n_extensions++] = e;
+    copy_field(out->missing, r.missing);
+    if (!r.missing.empty()) throw Failure{VKSPEC_ERROR_DEVICE, "the device lacks what vkspec needs: " + r.missing};
+  }, VKSPEC_ERROR_DEVICE);
+}
+
 vkspec_model_params vkspec_model_default_params(void) {
   vkspec_model_params p{};
   p.device = -1;

@@ -121,6 +121,23 @@ typedef struct vkspec_external_device {
   void* lock_user;
 } vkspec_external_device;
 
+/* What vkspec needs of a device, for an engine to merge into the VkDeviceCreateInfo of the device it will
+ * hand over (API version 10). For `physical_device` of `instance` (get_instance_proc_addr as above; NULL: the
+ * system's libvulkan): the Vulkan version, the features to enable and the device extensions to enable (the
+ * optional ones the device has), and in `missing` each thing the device lacks, named (then the status is
+ * VKSPEC_ERROR_DEVICE: vkspec cannot run on it). Declare what was enabled in vkspec_external_device. */
+typedef struct vkspec_device_requirements {
+  uint32_t api_version;            /* VK_API_VERSION_1_2: the least apiVersion for VkApplicationInfo */
+  int32_t buffer_device_address;   /* 1: enable VkPhysicalDeviceVulkan12Features.bufferDeviceAddress (required) */
+  int32_t subgroup_size_control;   /* 1: the device has subgroupSizeControl; enable it (optional, faster) */
+  uint32_t n_extensions;
+  const char* extensions[4];       /* device extension names to enable (static strings) */
+  char missing[256];               /* "" when the device has everything vkspec needs */
+} vkspec_device_requirements;
+VKSPEC_API vkspec_status vkspec_device_requirements_get(void* instance, void* physical_device,
+                                                        void (*get_instance_proc_addr)(void),
+                                                        vkspec_device_requirements* out);
+
 /* Called while weights are uploaded with the fraction done (0..1); return non-zero to cancel loading. */
 typedef int (*vkspec_progress_fn)(float fraction, void* user);
 

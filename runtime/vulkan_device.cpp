@@ -197,6 +197,34 @@ VkResult VulkanDevice::submit(const VkSubmitInfo* si, VkFence fence) const {
   return r;
 }
 
+DeviceRequirements device_requirements(const DeviceFacts& f, bool has_compute_queue) {
+  DeviceRequirements r;
+  std::vector<std::string> lacks;
+  if (f.api_version < r.api_version) lacks.push_back("Vulkan 1.2 (the device offers " + std::to_string(VK_API_VERSION_MAJOR(f.api_version)) + "." + std::to_string(VK_API_VERSION_MINOR(f.api_version)) + ")");
+  if (!f.buffer_device_address) lacks.push_back("bufferDeviceAddress (Vulkan 1.2)");
+  if (!f.subgroup_arithmetic) lacks.push_back("subgroup arithmetic in compute shaders");
+  if (!has_compute_queue) lacks.push_back("a compute queue");
+  for (const std::string& l : lacks) r.missing += (r.missing.empty() ? "" : ", ") + l;
+  r.subgroup_size_control = f.subgroup_size_control;
+  if (f.push_descriptor) r.extensions.push_back(VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+  return r;
+}
+
+DeviceRequirements device_requirements(VkInstance instance, VkPhysicalDevice physical, PFN_vkGetInstanceProcAddr gipa) {
+  if (!instance || !physical) throw Error("device requirements: an instance and a physical device are required");
+  if (gipa) vk::use_loader(gipa);
+  else vk::load_loader();
+  vk::load_instance(instance);
+  const DeviceFacts f = probe(physical, 0);
+  uint32_t nq = 0;
+  vk::vkGetPhysicalDeviceQueueFamilyProperties(physical, &nq, nullptr);
+  std::vector<VkQueueFamilyProperties> qf(nq);
+  vk::vkGetPhysicalDeviceQueueFamilyProperties(physical, &nq, qf.data());
+  bool compute = false;
+  for (const VkQueueFamilyProperties& q : qf) compute |= (q.queueFlags & VK_QUEUE_COMPUTE_BIT) != 0;
+  return device_requirements(f, compute);
+}
+
 void VulkanDevice::adopt(const ExternalDevice& e) {
   if (!e.instance || !e.physical || !e.device || !e.queue) throw Error("external device: instance, physical device, device and queue are required");
   if (!!e.lock_queue != !!e.unlock_queue) throw Error("external device: give both queue lock callbacks or neither");
@@ -208,9 +236,10 @@ void VulkanDevice::adopt(const ExternalDevice& e) {
   physical_ = e.physical;
   facts_ = probe(physical_, 0);
   // What the application enabled bounds what the kernels use.
-  if (!e.buffer_device_address || !facts_.buffer_device_address)
-    throw Error("external device '" + facts_.name + "': vkspec needs bufferDeviceAddress (Vulkan 1.2) enabled on the device");
-  if (!facts_.subgroup_arithmetic) throw Error("external device '" + facts_.name + "' lacks subgroup arithmetic in compute shaders");
+  std::string missing = device_requirements(facts_, true).missing;
+  if (!e.buffer_device_address && facts_.buffer_device_address)
+    missing += std::string(missing.empty() ? "" : ", ") + "bufferDeviceAddress enabled at vkCreateDevice (vkspec_device_requirements_get)";
+  if (!missing.empty()) throw Error("external device '" + facts_.name + "' lacks what vkspec needs: " + missing);
   facts_.storage_16bit &= e.storage_16bit;
   facts_.storage_8bit &= e.storage_8bit;
   facts_.shader_float16 &= e.shader_float16;
@@ -271,10 +300,6 @@ VulkanDevice::VulkanDevice(const VulkanDeviceOptions& opts) {
     }
     physical_ = pds[index];
     facts_ = probe(physical_, uint32_t(index));
-    if (!facts_.buffer_device_address)
-      throw Error("device '" + facts_.name + "' lacks bufferDeviceAddress (Vulkan 1.2), which vkspec needs");
-    if (!facts_.subgroup_arithmetic)
-      throw Error("device '" + facts_.name + "' lacks subgroup arithmetic in compute shaders");
     vk::vkGetPhysicalDeviceMemoryProperties(physical_, &mem_props_);
 
     uint32_t nq = 0;
@@ -284,7 +309,8 @@ VulkanDevice::VulkanDevice(const VulkanDeviceOptions& opts) {
     queue_family_ = UINT32_MAX;
     for (uint32_t i = 0; i < nq && queue_family_ == UINT32_MAX; ++i)
       if (qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) queue_family_ = i;
-    if (queue_family_ == UINT32_MAX) throw Error("device '" + facts_.name + "' has no compute queue");
+    if (const std::string missing = device_requirements(facts_, queue_family_ != UINT32_MAX).missing; !missing.empty())
+      throw Error("device '" + facts_.name + "' lacks what vkspec needs: " + missing);
     if (qf[queue_family_].timestampValidBits == 0) facts_.timestamps = false;
 
     float prio = 1.0f;

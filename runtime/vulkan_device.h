@@ -86,6 +86,19 @@ struct ExternalDevice {
   void* lock_user = nullptr;
 };
 
+// What vkspec needs of a device: the one source of the checks at device creation, at adoption and in
+// device_requirements(). missing: each thing the device lacks ("" when none), comma-separated.
+struct DeviceRequirements {
+  uint32_t api_version = VK_API_VERSION_1_2;
+  bool buffer_device_address = true;        // required
+  bool subgroup_size_control = false;       // optional: enabled where the device has it
+  std::vector<const char*> extensions;      // optional ones the device has (VK_KHR_push_descriptor)
+  std::string missing;
+};
+DeviceRequirements device_requirements(const DeviceFacts& f, bool has_compute_queue);
+// The same for a device of the application's instance (before it creates its VkDevice).
+DeviceRequirements device_requirements(VkInstance instance, VkPhysicalDevice physical, PFN_vkGetInstanceProcAddr gipa);
+
 struct VulkanDeviceOptions {
   int device_index = -1;      // -1: VKSPEC_DEVICE env, else best device (discrete > integrated > virtual > CPU)
   bool validation = false;    // also enabled by VKSPEC_VALIDATION=1

@@ -324,8 +324,10 @@ TEST(CApi, SampledEqualsCliForTheSameSeed) {
   EXPECT_EQ(nlohmann::json::parse(cli.out)["ids"].get<std::vector<int32_t>>(), s.ids);
 }
 
-// A device created without bufferDeviceAddress is refused with a message that names it.
-TEST(CApi, ExternalDeviceWithoutRequiredFeatureIsRefused) {
+// What a device must offer and enable (vkspec_device_requirements_get: lavapipe has all, and the push
+// descriptors vkspec uses), and a device created without bufferDeviceAddress is refused with a message that
+// names it.
+TEST(CApi, ExternalDeviceRequirementsAndARefusal) {
   void* lib = vkspec::platform::open_vulkan_loader();
   ASSERT_NE(lib, nullptr);
   auto gipa = reinterpret_cast<PFN_vkGetInstanceProcAddr>(vkspec::platform::library_symbol(lib, "vkGetInstanceProcAddr"));
@@ -344,6 +346,15 @@ TEST(CApi, ExternalDeviceWithoutRequiredFeatureIsRefused) {
   uint32_t n = 1;
   VkPhysicalDevice pd = VK_NULL_HANDLE;
   vkEnumeratePhysicalDevices(instance, &n, &pd);
+  vkspec_device_requirements req{};
+  EXPECT_EQ(vkspec_device_requirements_get(instance, nullptr, nullptr, &req), VKSPEC_ERROR_INVALID_ARGUMENT);
+  ASSERT_EQ(vkspec_device_requirements_get(instance, pd, reinterpret_cast<void (*)(void)>(gipa), &req), VKSPEC_OK)
+      << vkspec_last_error();
+  EXPECT_EQ(req.api_version, uint32_t(VK_API_VERSION_1_2));
+  EXPECT_EQ(req.buffer_device_address, 1);
+  EXPECT_STREQ(req.missing, "");
+  ASSERT_GE(req.n_extensions, 1u);
+  EXPECT_STREQ(req.extensions[0], VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
   float prio = 1.0f;
   VkDeviceQueueCreateInfo qci{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
   qci.queueCount = 1;

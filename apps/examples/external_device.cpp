@@ -53,37 +53,23 @@ void create(Device& d) {
   vkGetPhysicalDeviceQueueFamilyProperties(d.physical, &nq, qf.data());
   while (d.family < nq && !(qf[d.family].queueFlags & VK_QUEUE_COMPUTE_BIT)) ++d.family;
 
-  // Enable what the device supports of what vkspec can use, and tell vkspec exactly that.
-  VkPhysicalDeviceSubgroupSizeControlFeatures sgc{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES};
-  VkPhysicalDeviceVulkan12Features v12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
-  VkPhysicalDeviceVulkan11Features v11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
-  VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
-  f2.pNext = &v11;
-  v11.pNext = &v12;
-  v12.pNext = &sgc;
-  vkGetPhysicalDeviceFeatures2(d.physical, &f2);
+  // Enable what vkspec asks of this device (merged into the application's own features, in an engine), and
+  // tell vkspec exactly that.
+  vkspec_device_requirements req{};
+  if (vkspec_device_requirements_get(d.instance, d.physical, reinterpret_cast<void (*)(void)>(&vkGetInstanceProcAddr),
+                                     &req) != VKSPEC_OK) {
+    fprintf(stderr, "external_device: %s\n", vkspec_last_error());
+    exit(1);
+  }
   VkPhysicalDeviceVulkan12Features e12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
-  VkPhysicalDeviceVulkan11Features e11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
   VkPhysicalDeviceSubgroupSizeControlFeatures esgc{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES};
   VkPhysicalDeviceFeatures2 ef2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
-  ef2.pNext = &e11;
-  e11.pNext = &e12;
-  e12.pNext = &esgc;
-  e11.storageBuffer16BitAccess = v11.storageBuffer16BitAccess;
-  e12.storageBuffer8BitAccess = v12.storageBuffer8BitAccess;
-  e12.shaderFloat16 = v12.shaderFloat16;
-  e12.shaderInt8 = v12.shaderInt8;
-  e12.bufferDeviceAddress = v12.bufferDeviceAddress;
-  esgc.subgroupSizeControl = sgc.subgroupSizeControl;
-
-  uint32_t ne = 0;
-  vkEnumerateDeviceExtensionProperties(d.physical, nullptr, &ne, nullptr);
-  std::vector<VkExtensionProperties> exts(ne);
-  vkEnumerateDeviceExtensionProperties(d.physical, nullptr, &ne, exts.data());
-  bool push = false;
-  for (auto& e : exts) push |= strcmp(e.extensionName, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME) == 0;
-  const char* push_name = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
-
+  ef2.pNext = &e12;
+  e12.bufferDeviceAddress = req.buffer_device_address ? VK_TRUE : VK_FALSE;
+  if (req.subgroup_size_control) {
+    e12.pNext = &esgc;
+    esgc.subgroupSizeControl = VK_TRUE;
+  }
   float prio = 1.0f;
   VkDeviceQueueCreateInfo qci{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
   qci.queueFamilyIndex = d.family;
@@ -93,8 +79,8 @@ void create(Device& d) {
   dci.pNext = &ef2;
   dci.queueCreateInfoCount = 1;
   dci.pQueueCreateInfos = &qci;
-  dci.enabledExtensionCount = push ? 1 : 0;
-  dci.ppEnabledExtensionNames = &push_name;
+  dci.enabledExtensionCount = req.n_extensions;
+  dci.ppEnabledExtensionNames = req.extensions;
   check(vkCreateDevice(d.physical, &dci, nullptr, &d.device), "vkCreateDevice");
   vkGetDeviceQueue(d.device, d.family, 0, &d.queue);
 
@@ -106,12 +92,9 @@ void create(Device& d) {
   h.queue = d.queue;
   h.get_instance_proc_addr = reinterpret_cast<void (*)(void)>(&vkGetInstanceProcAddr);
   h.buffer_device_address = e12.bufferDeviceAddress;
-  h.storage_buffer_16bit = e11.storageBuffer16BitAccess;
-  h.storage_buffer_8bit = e12.storageBuffer8BitAccess;
-  h.shader_float16 = e12.shaderFloat16;
-  h.shader_int8 = e12.shaderInt8;
   h.subgroup_size_control = esgc.subgroupSizeControl;
-  h.push_descriptor = push;
+  for (uint32_t i = 0; i < req.n_extensions; ++i)
+    h.push_descriptor |= strcmp(req.extensions[i], VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME) == 0;
   h.lock_user = &d;
   h.lock_queue = [](void* u) {
     auto* dev = static_cast<Device*>(u);
