@@ -125,6 +125,7 @@ inline TargetModel::Options target_options(const char* path, const vkspec_model_
   require(p.n_ubatch <= VKSPEC_MAX_UBATCH, "n_ubatch must be 0..VKSPEC_MAX_UBATCH (512; 0: the device's)");
   o.ubatch = p.n_ubatch;
   o.vocab_only = p.vocab_only != 0;
+  if (p.pipeline_cache) o.pipeline_cache = std::string(p.pipeline_cache);
   if (const vkspec_external_device* x = p.external) {
     ExternalDevice e;
     e.instance = static_cast<VkInstance>(x->instance);

@@ -43,7 +43,7 @@ TargetModel::TargetModel(const Options& o) {
     return;
   }
   ctx = std::make_unique<VulkanDevice>(VulkanDeviceOptions{o.device, false, o.external ? &*o.external : nullptr});
-  pipelines = std::make_unique<Pipelines>(*ctx);
+  pipelines = std::make_unique<Pipelines>(*ctx, o.pipeline_cache);
   ModelOptions mo;
   mo.n_ctx = o.n_ctx;
   mo.max_sequences = o.max_sequences;

@@ -57,6 +57,7 @@ struct TargetModel {
     std::function<void(uint64_t done, uint64_t total)> progress;
     std::optional<ExternalDevice> external;   // the application's device (C API external device mode)
     bool vocab_only = false;      // the file and tokenizer only: no device, no model (ctx, pipelines, model null)
+    std::optional<std::string> pipeline_cache;   // Pipelines' cache file (nullopt: the default place; "": none)
   };
   explicit TargetModel(const Options& o);
   std::unique_ptr<GgufFile> file;

@@ -155,6 +155,10 @@ typedef struct vkspec_model_params {
   int32_t vocab_only;        /* 1: only the tokenizer and chat template (no device, no weights, no contexts) */
   uint32_t n_ubatch;         /* tokens per forward chunk of a prompt (llama.cpp's ubatch), 1..VKSPEC_MAX_UBATCH; 0: the
                                 device's (16 on CPU devices, 256 on GPUs). Results do not depend on it. */
+  /* API version 10: the file the compiled pipelines are kept in between runs (read at load, written when the
+   * model is freed; a game's own cache folder); NULL: $XDG_CACHE_HOME/vkspec (or the platform's cache
+   * folder); "": none (nothing read or written). */
+  const char* pipeline_cache;
 } vkspec_model_params;
 
 VKSPEC_API vkspec_model_params vkspec_model_default_params(void);

@@ -13,7 +13,7 @@
 namespace vkspec {
 namespace fs = std::filesystem;
 
-Pipelines::Pipelines(VulkanDevice& ctx) : ctx_(ctx) {
+Pipelines::Pipelines(VulkanDevice& ctx, const std::optional<std::string>& cache_file) : ctx_(ctx) {
   VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushConstantBytes};
   VkPipelineLayoutCreateInfo li{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
   li.pushConstantRangeCount = 1;
@@ -35,8 +35,9 @@ Pipelines::Pipelines(VulkanDevice& ctx) : ctx_(ctx) {
   }
 
   std::vector<char> initial;
-  if (std::string dir = platform::cache_dir(); !dir.empty()) {
-    cache_path_ = dir + "/pipelines-" + ctx.facts().uuid_hex + ".bin";
+  if (cache_file) cache_path_ = *cache_file;
+  else if (std::string dir = platform::cache_dir(); !dir.empty()) cache_path_ = dir + "/pipelines-" + ctx.facts().uuid_hex + ".bin";
+  if (!cache_path_.empty()) {
     // Only a regular file of plausible size is read (a FIFO placed there would block, /dev/zero never end);
     // anything else is ignored like a missing cache.
     const platform::FileInfo st = platform::file_info(cache_path_);

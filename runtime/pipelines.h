@@ -2,10 +2,12 @@
 // Compute pipelines built from the embedded SPIR-V, keyed by (shader variant, specialization constants).
 // Every pipeline has one push-constant range (buffers are passed by device address); kernels that read
 // through texel buffers also have set 0 = kTexelBindings uniform texel buffers, bound per dispatch with
-// push descriptors (no descriptor pools or sets to manage). The VkPipelineCache is persisted under $XDG_CACHE_HOME/vkspec (or ~/.cache/vkspec),
-// one file per device UUID, so a second start does not recompile.
+// push descriptors (no descriptor pools or sets to manage). The VkPipelineCache is persisted under
+// $XDG_CACHE_HOME/vkspec (or ~/.cache/vkspec), one file per device UUID, so a second start does not recompile;
+// or in the file the model's options name, or nowhere.
 #include <initializer_list>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -29,7 +31,8 @@ class Pipelines {
   static constexpr uint32_t kTexelBindings = 4;
   enum class Layout { PushConstants, Texels };
 
-  explicit Pipelines(VulkanDevice& ctx);
+  // cache_file: where the VkPipelineCache is kept (nullopt: the platform's cache folder, per device; "": none).
+  explicit Pipelines(VulkanDevice& ctx, const std::optional<std::string>& cache_file = std::nullopt);
   ~Pipelines();   // saves the pipeline cache
   Pipelines(const Pipelines&) = delete;
   Pipelines& operator=(const Pipelines&) = delete;

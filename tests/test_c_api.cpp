@@ -324,6 +324,54 @@ TEST(CApi, SampledEqualsCliForTheSameSeed) {
   EXPECT_EQ(nlohmann::json::parse(cli.out)["ids"].get<std::vector<int32_t>>(), s.ids);
 }
 
+// vkspec_model_params.pipeline_cache: a file of the application's is written when the model is freed and
+// read at the next load (the same tokens); "" writes nothing, not even in the default cache folder.
+TEST(CApi, PipelineCacheFileOfTheApplicationsOrNone) {
+  const std::string file = ::testing::TempDir() + "/vkspec-pipelines-" + std::to_string(vkspec::platform::process_id()) + ".bin";
+  const std::string folder = ::testing::TempDir() + "/vkspec-xdg-" + std::to_string(vkspec::platform::process_id());
+  std::filesystem::remove(file);
+  std::filesystem::remove_all(folder);
+  std::vector<int32_t> first;
+  for (int load = 0; load < 2; ++load) {
+    vkspec_model_params p = vkspec_model_default_params();
+    p.pipeline_cache = file.c_str();
+    vkspec_model* m = nullptr;
+    ASSERT_EQ(vkspec_model_load(kStories.c_str(), &p, &m), VKSPEC_OK) << vkspec_last_error();
+    {
+      Ctx ctx(m);
+      Streamed s;
+      ASSERT_EQ(generate(ctx.c, tokenize(m, "Once upon a time"), 8, s), VKSPEC_OK);
+      if (load == 0) first = s.ids;
+      else EXPECT_EQ(s.ids, first);
+    }
+    ASSERT_EQ(vkspec_model_free(m), VKSPEC_OK);
+    ASSERT_TRUE(std::filesystem::exists(file)) << "load " << load;
+    EXPECT_GT(std::filesystem::file_size(file), 0u);
+  }
+  const char* xdg = getenv("XDG_CACHE_HOME");
+  const std::string saved = xdg ? xdg : "";
+  vkspec::platform::set_env("XDG_CACHE_HOME", folder);
+  vkspec_model_params p = vkspec_model_default_params();
+  p.pipeline_cache = "";
+  vkspec_model* m = nullptr;
+  const vkspec_status loaded = vkspec_model_load(kStories.c_str(), &p, &m);
+  if (loaded == VKSPEC_OK) {
+    {
+      Ctx ctx(m);
+      Streamed s;
+      EXPECT_EQ(generate(ctx.c, tokenize(m, "Once upon a time"), 8, s), VKSPEC_OK);
+      EXPECT_EQ(s.ids, first);
+    }
+    EXPECT_EQ(vkspec_model_free(m), VKSPEC_OK);
+  }
+  if (xdg) vkspec::platform::set_env("XDG_CACHE_HOME", saved);
+  else vkspec::platform::unset_env("XDG_CACHE_HOME");
+  ASSERT_EQ(loaded, VKSPEC_OK) << vkspec_last_error();
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(folder) / "vkspec")) << "a cache was written";
+  std::filesystem::remove(file);
+  std::filesystem::remove_all(folder);
+}
+
 // What a device must offer and enable (vkspec_device_requirements_get: lavapipe has all, and the push
 // descriptors vkspec uses), and a device created without bufferDeviceAddress is refused with a message that
 // names it.
