@@ -194,11 +194,13 @@ vkspec_status vkspec_estimate_memory(const char* path, const vkspec_model_params
   }, VKSPEC_ERROR_LOAD);
 }
 
-vkspec_status vkspec_model_load(const char* path, const vkspec_model_params* params, vkspec_model** out) {
+namespace {
+vkspec_status load_model(const char* path, std::span<const uint8_t> memory, const vkspec_model_params* params, vkspec_model** out) {
   return api_call([&] {
     require(params && out, "params or out is null");
     *out = nullptr;
     TargetModel::Options o = target_options(path, *params);
+    o.memory = memory;
     if (params->progress) {
       const vkspec_progress_fn fn = params->progress;
       void* user = params->progress_user;
@@ -222,6 +224,20 @@ vkspec_status vkspec_model_load(const char* path, const vkspec_model_params* par
       throw Failure{memory ? VKSPEC_ERROR_OUT_OF_MEMORY : device ? VKSPEC_ERROR_DEVICE : VKSPEC_ERROR_LOAD, e.what()};
     }
   }, VKSPEC_ERROR_DEVICE);
+}
+}  // namespace
+
+vkspec_status vkspec_model_load(const char* path, const vkspec_model_params* params, vkspec_model** out) {
+  return load_model(path, {}, params, out);
+}
+
+vkspec_status vkspec_model_load_from_memory(const void* data, size_t size, const vkspec_model_params* params,
+                                            vkspec_model** out) {
+  if (!data || size == 0) {
+    t_last_error = "a null or empty buffer";
+    return VKSPEC_ERROR_INVALID_ARGUMENT;
+  }
+  return load_model("(memory)", std::span(static_cast<const uint8_t*>(data), size), params, out);
 }
 
 vkspec_status vkspec_model_free(vkspec_model* model) {

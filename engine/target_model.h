@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -58,6 +59,7 @@ struct TargetModel {
     std::optional<ExternalDevice> external;   // the application's device (C API external device mode)
     bool vocab_only = false;      // the file and tokenizer only: no device, no model (ctx, pipelines, model null)
     std::optional<std::string> pipeline_cache;   // Pipelines' cache file (nullopt: the default place; "": none)
+    std::span<const uint8_t> memory;   // non-empty: the GGUF's bytes (outliving the model), `path` its label
   };
   explicit TargetModel(const Options& o);
   std::unique_ptr<GgufFile> file;

@@ -173,6 +173,10 @@ typedef struct vkspec_memory_estimate {
 VKSPEC_API vkspec_status vkspec_estimate_memory(const char* path, const vkspec_model_params* params,
                                                 vkspec_memory_estimate* out);
 VKSPEC_API vkspec_status vkspec_model_load(const char* path, const vkspec_model_params* params, vkspec_model** out);
+/* The same from a GGUF file's bytes in memory (a game's asset pack; API version 10): not copied, so the
+ * buffer must stay unchanged until vkspec_model_free. The model is the same as the file's. */
+VKSPEC_API vkspec_status vkspec_model_load_from_memory(const void* data, size_t size, const vkspec_model_params* params,
+                                                       vkspec_model** out);
 VKSPEC_API vkspec_status vkspec_model_free(vkspec_model* model);
 VKSPEC_API uint32_t vkspec_model_n_ctx(const vkspec_model* model);
 VKSPEC_API uint32_t vkspec_model_n_vocab(const vkspec_model* model);

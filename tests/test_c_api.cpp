@@ -324,6 +324,35 @@ TEST(CApi, SampledEqualsCliForTheSameSeed) {
   EXPECT_EQ(nlohmann::json::parse(cli.out)["ids"].get<std::vector<int32_t>>(), s.ids);
 }
 
+// vkspec_model_load_from_memory: the file's bytes in memory make the same model (the same tokens); a null,
+// empty or truncated buffer is refused.
+TEST(CApi, ModelFromMemoryEqualsTheFile) {
+  std::ifstream in(kStories, std::ios::binary);
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), {});
+  ASSERT_GT(bytes.size(), 1000u);
+  vkspec_model_params p = vkspec_model_default_params();
+  vkspec_model* m = nullptr;
+  EXPECT_EQ(vkspec_model_load_from_memory(nullptr, 10, &p, &m), VKSPEC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(vkspec_model_load_from_memory(bytes.data(), bytes.size() / 2, &p, &m), VKSPEC_ERROR_LOAD);
+  EXPECT_EQ(m, nullptr);
+  std::vector<int32_t> ids[2];
+  for (int from_memory = 0; from_memory < 2; ++from_memory) {
+    ASSERT_EQ(from_memory ? vkspec_model_load_from_memory(bytes.data(), bytes.size(), &p, &m)
+                          : vkspec_model_load(kStories.c_str(), &p, &m),
+              VKSPEC_OK)
+        << vkspec_last_error();
+    {
+      Ctx ctx(m);
+      Streamed s;
+      ASSERT_EQ(generate(ctx.c, tokenize(m, "Once upon a time"), 16, s), VKSPEC_OK);
+      ids[from_memory] = s.ids;
+    }
+    ASSERT_EQ(vkspec_model_free(m), VKSPEC_OK);
+  }
+  EXPECT_EQ(ids[1], ids[0]);
+  EXPECT_EQ(ids[0].size(), 16u);
+}
+
 // vkspec_model_params.pipeline_cache: a file of the application's is written when the model is freed and
 // read at the next load (the same tokens); "" writes nothing, not even in the default cache folder.
 TEST(CApi, PipelineCacheFileOfTheApplicationsOrNone) {
