@@ -63,8 +63,10 @@ class ServerProcess {
   httplib::Client client() const {
     httplib::Client c("127.0.0.1", port_);
     c.set_read_timeout(300, 0);
+    if (!api_key_.empty()) c.set_bearer_token_auth(api_key_.c_str());
     return c;
   }
+  void use_api_key(const std::string& key) { api_key_ = key; }   // for the calls below
   nlohmann::json post(const std::string& path, const nlohmann::json& body, int* status = nullptr) const {
     auto r = client().Post(path.c_str(), body.dump(), "application/json");
     if (!r) return nlohmann::json{{"transport_error", int(r.error())}};
@@ -128,7 +130,7 @@ class ServerProcess {
   static inline int counter_ = 0;
   pid_t pid_ = -1;
   int port_ = 0;
-  std::string log_;
+  std::string log_, api_key_;
 };
 
 // The pycode target at a context of 256.

@@ -299,6 +299,58 @@ TEST(Server, AttacksOnTheHttpLayerLeaveOthersTheirTokens) {
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
 
+// CORS (apps/server/cors.h): a page on loopback or of a --cors-origin may call the server: its preflight gets a
+// 204 with the origin, the methods and the headers it asked for (answered before the API key, which browsers
+// do not send with it), and its answers, errors too, name the origin. Any other origin gets a 403, preflight
+// or not, and its request does not run; a request without an Origin (curl, the client libraries) is as before.
+TEST(Server, CorsAllowsLoopbackPagesAndListedOrigins) {
+  ServerProcess s(model_arg() + " --parallel 1 --api-key k3y --cors-origin https://app.example");
+  ASSERT_TRUE(s.up()) << s.log();
+  s.use_api_key("k3y");
+  const auto preflight = [&](const std::string& origin) {
+    return raw_http::exchange(s.port(), "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nOrigin: " + origin +
+                                            "\r\nAccess-Control-Request-Method: POST\r\n"
+                                            "Access-Control-Request-Headers: authorization, content-type\r\n\r\n");
+  };
+  for (const std::string origin : {"http://localhost:5173", "http://127.0.0.1", "https://[::1]:8443", "https://app.example"}) {
+    const std::string r = preflight(origin);
+    EXPECT_EQ(r.substr(0, 12), "HTTP/1.1 204") << origin << "\n" << r;
+    EXPECT_NE(r.find("Access-Control-Allow-Origin: " + origin + "\r\n"), std::string::npos) << r;
+    EXPECT_NE(r.find("Access-Control-Allow-Headers: authorization, content-type\r\n"), std::string::npos) << r;
+    EXPECT_NE(r.find("Access-Control-Allow-Methods: GET, POST, OPTIONS\r\n"), std::string::npos) << r;
+    EXPECT_EQ(r.find("Access-Control-Allow-Credentials"), std::string::npos) << r;
+  }
+  const double requests0 = s.metric("requests_total");
+  for (const std::string origin : {"https://evil.example", "http://localhost.evil.example", "http://127.0.0.1.evil:80", "null"}) {
+    const std::string r = preflight(origin);
+    EXPECT_EQ(r.substr(0, 12), "HTTP/1.1 403") << origin << "\n" << r;
+    EXPECT_EQ(r.find("Access-Control-Allow-Origin"), std::string::npos) << r;
+  }
+  const std::string body = R"({"prompt": "def f(x):", "max_tokens": 2, "temperature": 0})";
+  const auto post = [&](const std::string& origin, const std::string& key) {
+    return raw_http::exchange(s.port(), "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" +
+                                            (origin.empty() ? "" : "Origin: " + origin + "\r\n") +
+                                            (key.empty() ? "" : "Authorization: Bearer " + key + "\r\n") +
+                                            "Content-Type: application/json\r\nContent-Length: " +
+                                            std::to_string(body.size()) + "\r\n\r\n" + body,
+                              std::chrono::milliseconds(30000));
+  };
+  const std::string allowed = post("http://localhost:3000", "k3y");
+  EXPECT_EQ(allowed.substr(0, 15), "HTTP/1.1 200 OK") << allowed;
+  EXPECT_NE(allowed.find("Access-Control-Allow-Origin: http://localhost:3000\r\n"), std::string::npos) << allowed;
+  const std::string unauthorized = post("https://app.example", "");
+  EXPECT_EQ(unauthorized.substr(0, 12), "HTTP/1.1 401") << unauthorized;
+  EXPECT_NE(unauthorized.find("Access-Control-Allow-Origin: https://app.example\r\n"), std::string::npos) << unauthorized;
+  const std::string refused = post("https://evil.example", "k3y");
+  EXPECT_EQ(refused.substr(0, 12), "HTTP/1.1 403") << refused;
+  EXPECT_NE(refused.find("--cors-origin"), std::string::npos) << refused;
+  const std::string plain = post("", "k3y");
+  EXPECT_EQ(plain.substr(0, 15), "HTTP/1.1 200 OK") << plain;
+  EXPECT_EQ(plain.find("Access-Control-Allow-Origin"), std::string::npos) << plain;
+  EXPECT_EQ(s.metric("requests_total") - requests0, 2) << "only the allowed page's and the plain request ran";
+  EXPECT_EQ(s.stop(), 0) << s.log();
+}
+
 TEST(Server, JsonModeAndGrammarsConstrainCompletions) {
   const std::vector<std::string> prompts = {"CONFIG = ", "def get_config():\n    return ", "x = [", "data = json.loads("};
   const auto body = [](const std::string& p) {

@@ -186,6 +186,8 @@ static int run_main(const std::vector<std::string>& argv) {
       ->check(CLI::Range(0u, 256u));
   serve->add_option("-c,--ctx", o.ctx, "Context per sequence (0 = model's, capped at 4096)");
   serve->add_option("--api-key", so.api_key, "Require 'Authorization: Bearer KEY'");
+  serve->add_option("--cors-origin", so.cors_origins,
+                    "A browser origin allowed to call the server besides loopback pages (repeatable; '*': any)");
   serve->add_option("--alias", so.alias, "The model's id in the API (default: the file name)");
   serve->add_option("--chat-template", so.chat_template, "Jinja chat template file instead of the model's");
   serve->add_option("--max-body", so.max_body, "Largest request body in bytes")->check(CLI::Range(size_t(1024), size_t(1) << 30));

@@ -82,6 +82,8 @@ struct ServeOptions {
   // sharing, the prompt cache). Off by default: on a shared server those counts tell a client how much of its
   // prompt matches another client's, an oracle for their prompts; /metrics keeps the totals either way.
   bool report_cache = false;
+  // --cors-origin: browser origins allowed besides loopback pages ("*": any)
+  std::vector<std::string> cors_origins;
 };
 
 struct EmbedOptions {

@@ -97,6 +97,7 @@ struct Server::Impl {
   Response answer(Request& req);
   Response refusal(const Request* req, int status, const std::string& message);
   void report(const Response& r);   // the `after` hook
+  void decorate(const Request& req, Response& r);   // the `decorate` hook
   bool is_stopping() {
     std::lock_guard<std::mutex> lock(mu);
     return stopping;
@@ -139,6 +140,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void serve() {
     Request req = request(true);
     Response res = s_.answer(req);
+    s_.decorate(req, res);
     const bool ok = write_response(res, req.method_name == "HEAD");
     s_.report(res);
     release_body();
@@ -245,7 +247,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // An answer the transport makes itself, then the end of the connection. I/O thread.
   void refuse(const Request* req, int status, const std::string& message) {
     reading_ = false;
-    const Response res = s_.refusal(req, status, message);
+    Response res = s_.refusal(req, status, message);
+    if (req) s_.decorate(*req, res);
     s_.report(res);
     out_ = status_line(res.status) + "Content-Type: " + res.content_type + "\r\nContent-Length: " +
            std::to_string(res.body.size()) + "\r\nConnection: close\r\n";
@@ -392,6 +395,13 @@ Response Server::Impl::refusal(const Request* req, int status, const std::string
   }
   r.status = status;
   return r;
+}
+
+void Server::Impl::decorate(const Request& req, Response& r) {
+  try {
+    if (owner.decorate) owner.decorate(req, r);
+  } catch (...) {
+  }
 }
 
 void Server::Impl::report(const Response& r) {

@@ -79,6 +79,8 @@ class Server {
   std::function<void(const Request&, Response&, std::exception_ptr)> on_exception;
   std::function<void(const Request*, Response&, const std::string& message)> on_error;
   std::function<void(const Response&)> after;
+  // Sees every answer to a request that was read, last, to add headers (CORS).
+  std::function<void(const Request&, Response&)> decorate;
 
   // Listens on host:port (0: any free port) and returns the port; throws std::runtime_error naming it.
   int bind(const std::string& host, int port);

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/cli_common.h"
+#include "server/cors.h"
 #include "server/embeddings_api.h"
 #include "server/http_server.h"
 #include "server/llamacpp_api.h"

@@ -243,6 +243,18 @@ void Server::routes() {
       send_json(res, e.status, req.path.rfind("/api/", 0) == 0 ? ollama_error(e) : e.body());
       return true;
     };
+    // a browser page's request (server/cors.h): its origin first; a preflight is answered here (before the API
+    // key, which browsers do not send with it)
+    if (const std::string origin = req.header("Origin"); !origin.empty()) {
+      if (!cors_origin_allowed(origin, so_.cors_origins))
+        return refuse(ApiError(403, "origin '" + origin + "' may not call this server (vkspec serve --cors-origin ORIGIN)"));
+      if (req.method == http::Method::Options) {
+        res.status = 204;
+        res.content_type = "text/plain";
+        res.headers = cors_preflight_headers(origin, req.header("Access-Control-Request-Headers"), so_.cors_origins);
+        return true;
+      }
+    }
     if (!so_.api_key.empty() && req.path != "/health") {
       const std::string auth = req.header("Authorization");
       const std::string prefix = "Bearer ";
@@ -269,6 +281,14 @@ void Server::routes() {
   // request, too busy) in OpenAI's shape too.
   http_->on_error = [](const http::Request*, http::Response& res, const std::string& message) {
     send_json(res, res.status, ApiError(res.status, message).body());
+  };
+  // every answer to an allowed page's request says so (errors too, so that the page can read them)
+  http_->decorate = [this](const http::Request& req, http::Response& res) {
+    const std::string origin = req.header("Origin");
+    if (origin.empty() || !cors_origin_allowed(origin, so_.cors_origins)) return;
+    for (const auto& [name, value] : res.headers)
+      if (name == "Access-Control-Allow-Origin") return;
+    for (auto& h : cors_answer_headers(origin, so_.cors_origins)) res.headers.push_back(std::move(h));
   };
   http_->after = [this](const http::Response& res) {
     if (res.status >= 500) ++http_5xx_;
