@@ -287,14 +287,18 @@ TEST(CApi, AsynchronousStepsMisuseBusyAndCancel) {
 
 // A device-time budget per step (vkspec_generate_params.max_device_us) changes no token (plain, and n-gram
 // speculation), puts the prompt in more, smaller parts, and keeps each step's measured device time (the
-// recorder's timestamps, vkspec_metrics.max_step_device_seconds) within the budget and one pass; here within
-// twice that, for lavapipe's noise. Without a budget the costliest step is a 64-token prompt part.
+// recorder's timestamps, vkspec_metrics.max_step_device_seconds) near the budget. Without a budget the
+// costliest step is a 128-token prompt part; with a quarter of that, it is about the budget and a pass (on an
+// idle machine: docs/perf-log/2026-11-29.md). lavapipe's device time moves with the load of the suites beside
+// it (ctest -j), so the test asks for less than 0.6 of the unbudgeted step and within 3x budget + a pass. A
+// recording submitted in parts (VKSPEC_SUBMIT, GPUs' default) is timed from its first part to its last, host
+// recording between them included (a new pass width's pipeline too): there the times are not checked.
 TEST(CApi, DeviceBudgetSplitsStepsAndKeepsTheTokens) {
-  Model model(shared("models/pycode-target-f16.gguf"), 1, 0, 64);
+  Model model(shared("models/pycode-target-f16.gguf"), 1, 0, 128);
   std::string text;
-  for (int i = 0; i < 16; ++i) text += "    total_" + std::to_string(i) + " += values[" + std::to_string(i) + "]\n";
+  for (int i = 0; i < 30; ++i) text += "    total_" + std::to_string(i) + " += values[" + std::to_string(i) + "]\n";
   const std::vector<int32_t> prompt = tokenize(model.m, text);
-  ASSERT_GT(prompt.size(), 128u);
+  ASSERT_GT(prompt.size(), 256u);
   vkspec_context_params p = Ctx::greedy();
   p.draft.ngram = 1;
   p.draft.max = 8;
@@ -327,11 +331,15 @@ TEST(CApi, DeviceBudgetSplitsStepsAndKeepsTheTokens) {
     const Run free = run(speculative, 0);
     if (free.m.max_step_device_seconds <= 0) GTEST_SKIP() << "the device has no timestamps";
     const double one_pass = run(0, 0).m.device_seconds / 31;   // a decoding step's pass (31 after the first token)
-    const double budget = std::max(free.m.max_step_device_seconds / 4, 2 * one_pass);
+    const double budget = free.m.max_step_device_seconds / 4;
     const Run held = run(speculative, uint32_t(budget * 1e6));
     EXPECT_EQ(held.s.ids, free.s.ids) << "speculative " << speculative;
     EXPECT_GT(held.prompt_steps, free.prompt_steps) << "speculative " << speculative;
-    EXPECT_LE(held.m.max_step_device_seconds, 2 * (budget + one_pass))
+    const char* submit = getenv("VKSPEC_SUBMIT");
+    if (submit && std::string(submit) != "whole") continue;
+    EXPECT_LT(held.m.max_step_device_seconds, 0.6 * free.m.max_step_device_seconds)
+        << "speculative " << speculative << ": budget " << budget << " s";
+    EXPECT_LE(held.m.max_step_device_seconds, 3 * (budget + one_pass))
         << "speculative " << speculative << ": budget " << budget << " s, a pass " << one_pass << " s, without "
         << free.m.max_step_device_seconds << " s";
   }
