@@ -379,7 +379,10 @@ void Server::Impl::work() {
       s = std::move(queue.front());
       queue.pop_front();
     }
-    s->serve();
+    try {
+      s->serve();
+    } catch (...) {   // a stream that threw (or no memory): the connection ends, the server goes on
+    }
   }
 }
 
