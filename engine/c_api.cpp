@@ -163,6 +163,7 @@ vkspec_status vkspec_device_requirements_get(void* instance, void* physical_devi
     out->api_version = r.api_version;
     out->buffer_device_address = r.buffer_device_address;
     out->subgroup_size_control = r.subgroup_size_control;
+    out->timeline_semaphore = r.timeline_semaphore;
     for (const char* e : r.extensions)
       if (out->n_extensions < std::size(out->extensions)) out->extensions[out->n_extensions++] = e;
     copy_field(out->missing, r.missing);

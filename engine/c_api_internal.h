@@ -144,6 +144,19 @@ inline TargetModel::Options target_options(const char* path, const vkspec_model_
     e.lock_queue = x->lock_queue;
     e.unlock_queue = x->unlock_queue;
     e.lock_user = x->lock_user;
+    e.timeline_semaphore = x->timeline_semaphore != 0;
+    if (x->submit) {
+      e.hand_over = [submit = x->submit, user = x->submit_user](const Handover& h) {
+        static_assert(sizeof(void*) == sizeof(VkCommandBuffer));
+        vkspec_submission s{};
+        s.n_command_buffers = h.n_command_buffers;
+        s.command_buffers = reinterpret_cast<void* const*>(h.command_buffers);
+        s.semaphore = h.semaphore;
+        s.wait_value = h.wait_value;
+        s.signal_value = h.signal_value;
+        return submit(&s, user) == 0;
+      };
+    }
     o.external = e;
   }
   return o;

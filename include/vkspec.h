@@ -48,7 +48,7 @@
 extern "C" {
 #endif
 
-#define VKSPEC_API_VERSION 10
+#define VKSPEC_API_VERSION 11
 #define VKSPEC_MAX_LOGIT_BIAS 1024   /* vkspec_sampling_params.n_logit_bias's bound */
 #define VKSPEC_MAX_JSON_DEPTH 64     /* JSON text given to the library (messages, schemas) nests at most this deep */
 #define VKSPEC_LOGIT_BIAS_BOUND 100  /* each logit bias lies in [-VKSPEC_LOGIT_BIAS_BOUND, VKSPEC_LOGIT_BIAS_BOUND] */
@@ -101,10 +101,31 @@ VKSPEC_API vkspec_status vkspec_environment_json(char* text, size_t capacity, si
 typedef struct vkspec_model vkspec_model;
 typedef struct vkspec_context vkspec_context;
 
+/* One recording of vkspec's, handed to the application in the engine-submits mode (API version 11): submit
+ * the command buffers, in order, on a queue of queue_family_index, with a VkTimelineSemaphoreSubmitInfo that
+ * waits for `semaphore` to reach wait_value (at VK_PIPELINE_STAGE_ALL_COMMANDS_BIT) and signals signal_value
+ * when they are done. The struct and its array are valid during the callback only (copy the handles); the
+ * command buffers stay valid until vkspec has seen signal_value. Each handed recording waits for the one
+ * before, so recordings may be submitted late, batched or in any order, but every one must be submitted. */
+typedef struct vkspec_submission {
+  uint32_t n_command_buffers;
+  void* const* command_buffers;   /* VkCommandBuffer (primary) */
+  void* semaphore;                /* VkSemaphore of type VK_SEMAPHORE_TYPE_TIMELINE, vkspec's */
+  uint64_t wait_value, signal_value;
+} vkspec_submission;
+
 /* The application's Vulkan objects (handles passed as pointers, so this header needs no Vulkan headers):
  * VkInstance, VkPhysicalDevice, VkDevice, VkQueue and PFN_vkGetInstanceProcAddr. The device must have been
  * created with bufferDeviceAddress (Vulkan 1.2) enabled; the optional features below are used only when the
- * application says it enabled them. All must outlive the model. */
+ * application says it enabled them. All must outlive the model.
+ * Two modes: vkspec submits on `queue` (taking lock_queue/unlock_queue around each vkQueueSubmit, when given),
+ * or the engine submits: with `submit` set, vkspec never touches a queue (`queue` may be NULL) and hands each
+ * recording to submit() instead, on the thread of the vkspec call that records it; it learns of completion
+ * from its timeline semaphore (timelineSemaphore must be enabled) and never waits on a queue. submit() returns
+ * 0 when it took the recording. Calls that block (vkspec_model_load, vkspec_generate, vkspec_step,
+ * vkspec_context_save/load, vkspec_context_free with a unit in flight) wait for what they handed over: an
+ * engine that submits only on its render thread calls them from another thread, or uses vkspec_step_submit
+ * and vkspec_step_poll. */
 typedef struct vkspec_external_device {
   void* instance;
   void* physical_device;
@@ -119,6 +140,10 @@ typedef struct vkspec_external_device {
   void (*lock_queue)(void* user);
   void (*unlock_queue)(void* user);
   void* lock_user;
+  /* API version 11: the engine-submits mode (NULL: vkspec submits on `queue`) */
+  int32_t (*submit)(const vkspec_submission* submission, void* user);
+  void* submit_user;
+  int32_t timeline_semaphore;           /* VkPhysicalDeviceVulkan12Features.timelineSemaphore enabled */
 } vkspec_external_device;
 
 /* What vkspec needs of a device, for an engine to merge into the VkDeviceCreateInfo of the device it will
@@ -133,6 +158,8 @@ typedef struct vkspec_device_requirements {
   uint32_t n_extensions;
   const char* extensions[4];       /* device extension names to enable (static strings) */
   char missing[256];               /* "" when the device has everything vkspec needs */
+  int32_t timeline_semaphore;      /* 1: the device has timelineSemaphore (Vulkan 1.2); enable it for the
+                                      engine-submits mode (API version 11) */
 } vkspec_device_requirements;
 VKSPEC_API vkspec_status vkspec_device_requirements_get(void* instance, void* physical_device,
                                                         void (*get_instance_proc_addr)(void),

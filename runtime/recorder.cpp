@@ -85,7 +85,8 @@ void Recorder::begin() {
   begin_part(0);
   using Split = DeviceFacts::SubmitSplit;
   const Split split = ctx_.facts().submit_split;
-  split_after_ = split == Split::Whole ? UINT32_MAX : split == Split::Parts ? 8 : 1;
+  // (handed to an application whole: it submits a recording when it chooses, so parts would not overlap)
+  split_after_ = split == Split::Whole || ctx_.engine_submits() ? UINT32_MAX : split == Split::Parts ? 8 : 1;
   recording_ = ++recordings_;
   queries_used_ = 0;
   query_labels_.clear();
@@ -166,18 +167,29 @@ void Recorder::submit() {
   mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
   vk::vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                            VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
-  submit_part(fence_);   // its completion is every part's: each part began with a barrier on the ones before
+  if (ctx_.engine_submits()) {
+    vk_check(vk::vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
+    handed_value_ = ctx_.hand_over(&cmd_, 1);
+    parts_++;
+  } else {
+    submit_part(fence_);   // its completion is every part's: each part began with a barrier on the ones before
+  }
   submissions_++;
   in_flight_ = true;
 }
 
 bool Recorder::wait(uint64_t timeout_ns) {
   if (!in_flight_) throw Error("internal: a wait with no recording in flight");
-  const VkResult r = vk::vkWaitForFences(ctx_.device(), 1, &fence_, VK_TRUE, timeout_ns);
-  if (r == VK_TIMEOUT) return false;
-  vk_check(r, "vkWaitForFences");
-  in_flight_ = false;
-  vk_check(vk::vkResetFences(ctx_.device(), 1, &fence_), "vkResetFences");
+  if (ctx_.engine_submits()) {
+    if (!ctx_.reached(handed_value_, timeout_ns)) return false;
+    in_flight_ = false;
+  } else {
+    const VkResult r = vk::vkWaitForFences(ctx_.device(), 1, &fence_, VK_TRUE, timeout_ns);
+    if (r == VK_TIMEOUT) return false;
+    vk_check(r, "vkWaitForFences");
+    in_flight_ = false;
+    vk_check(vk::vkResetFences(ctx_.device(), 1, &fence_), "vkResetFences");
+  }
   if (marks_used_ > 0)
     vk_check(vk::vkGetQueryPoolResults(ctx_.device(), marks_pool_, 0, marks_used_, sizeof mark_ticks_, mark_ticks_, 8,
                                        VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),

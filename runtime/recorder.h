@@ -7,6 +7,8 @@
 // order, so parts need no other synchronization). Parts grow 8, 16, 32, ... dispatches. Invariant: data the
 // host writes for a command is written before that command's part is submitted, i.e. while or before it is
 // recorded (never after recording it: an earlier part may be running).
+// In the engine-submits mode (VulkanDevice::engine_submits) a recording is one command buffer, handed to the
+// application at submit(); wait() watches the device's timeline semaphore instead of a fence.
 // With VKSPEC_PROFILE=1 each dispatch is bracketed by timestamps and per-kernel times are accumulated.
 // mark() timestamps the boundaries between sections of a recording (the draft steps and the verify pass of
 // a round), for the adaptive draft policy.
@@ -87,6 +89,7 @@ class Recorder {
   bool unwaited_ = false;                  // parts submitted that no fence wait has covered yet
   bool in_flight_ = false;                 // submitted (with fence_), not yet waited for
   VkFence fence_ = VK_NULL_HANDLE;
+  uint64_t handed_value_ = 0;              // the engine-submits mode: the timeline value of the one in flight
   VkQueryPool query_pool_ = VK_NULL_HANDLE;
   static constexpr uint32_t kMaxQueries = 4096;
   uint64_t recording_ = 0;

@@ -28,7 +28,8 @@
   X(vkGetQueryPoolResults) X(vkQueueSubmit) X(vkCreateFence) X(vkDestroyFence) X(vkWaitForFences)  \
   X(vkResetFences) X(vkDeviceWaitIdle) X(vkFlushMappedMemoryRanges)                                \
   X(vkInvalidateMappedMemoryRanges) X(vkCreateBufferView) X(vkDestroyBufferView)                  \
-  X(vkCreateDescriptorSetLayout) X(vkDestroyDescriptorSetLayout)
+  X(vkCreateDescriptorSetLayout) X(vkDestroyDescriptorSetLayout) X(vkCreateSemaphore)              \
+  X(vkDestroySemaphore) X(vkWaitSemaphores)
 
 namespace vkspec {
 

@@ -113,6 +113,7 @@ DeviceFacts probe(VkPhysicalDevice pd, uint32_t index) {
   f.shader_float16 = v12.shaderFloat16;
   f.shader_int8 = v12.shaderInt8;
   f.buffer_device_address = v12.bufferDeviceAddress;
+  f.timeline_semaphore = v12.timelineSemaphore;
   f.subgroup_size_control = sgcf.subgroupSizeControl;
 
   VkPhysicalDeviceMemoryProperties mp;
@@ -206,6 +207,7 @@ DeviceRequirements device_requirements(const DeviceFacts& f, bool has_compute_qu
   if (!has_compute_queue) lacks.push_back("a compute queue");
   for (const std::string& l : lacks) r.missing += (r.missing.empty() ? "" : ", ") + l;
   r.subgroup_size_control = f.subgroup_size_control;
+  r.timeline_semaphore = f.timeline_semaphore;
   if (f.push_descriptor) r.extensions.push_back(VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
   return r;
 }
@@ -226,8 +228,10 @@ DeviceRequirements device_requirements(VkInstance instance, VkPhysicalDevice phy
 }
 
 void VulkanDevice::adopt(const ExternalDevice& e) {
-  if (!e.instance || !e.physical || !e.device || !e.queue) throw Error("external device: instance, physical device, device and queue are required");
+  if (!e.instance || !e.physical || !e.device) throw Error("external device: instance, physical device and device are required");
+  if (!e.queue && !e.hand_over) throw Error("external device: a queue, or a submit callback (the engine-submits mode), is required");
   if (!!e.lock_queue != !!e.unlock_queue) throw Error("external device: give both queue lock callbacks or neither");
+  if (e.hand_over && e.lock_queue) throw Error("external device: queue lock callbacks or a submit callback, not both");
   if (e.get_instance_proc_addr) vk::use_loader(e.get_instance_proc_addr);
   else vk::load_loader();
   vk::load_instance(e.instance);
@@ -239,6 +243,8 @@ void VulkanDevice::adopt(const ExternalDevice& e) {
   std::string missing = device_requirements(facts_, true).missing;
   if (!e.buffer_device_address && facts_.buffer_device_address)
     missing += std::string(missing.empty() ? "" : ", ") + "bufferDeviceAddress enabled at vkCreateDevice (vkspec_device_requirements_get)";
+  if (e.hand_over && !(e.timeline_semaphore && facts_.timeline_semaphore))
+    missing += std::string(missing.empty() ? "" : ", ") + "timelineSemaphore enabled at vkCreateDevice (the engine-submits mode)";
   if (!missing.empty()) throw Error("external device '" + facts_.name + "' lacks what vkspec needs: " + missing);
   facts_.storage_16bit &= e.storage_16bit;
   facts_.storage_8bit &= e.storage_8bit;
@@ -261,6 +267,37 @@ void VulkanDevice::adopt(const ExternalDevice& e) {
   unlock_queue_ = e.unlock_queue;
   lock_user_ = e.lock_user;
   vk::load_device(instance_, device_);
+  if (e.hand_over) {
+    VkSemaphoreTypeCreateInfo ti{VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO};
+    ti.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
+    VkSemaphoreCreateInfo si{VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO};
+    si.pNext = &ti;
+    vk_check(vk::vkCreateSemaphore(device_, &si, nullptr, &timeline_), "vkCreateSemaphore (timeline)");
+    hand_over_ = e.hand_over;
+  }
+}
+
+uint64_t VulkanDevice::hand_over(const VkCommandBuffer* cmds, uint32_t n) {
+  std::lock_guard<std::mutex> lock(hand_over_mutex_);
+  Handover h;
+  h.command_buffers = cmds;
+  h.n_command_buffers = n;
+  h.semaphore = timeline_;
+  h.wait_value = handed_;
+  h.signal_value = handed_ + 1;
+  if (!hand_over_(h)) throw Error("the application's submit callback did not take vkspec's recording");
+  return ++handed_;
+}
+
+bool VulkanDevice::reached(uint64_t value, uint64_t timeout_ns) const {
+  VkSemaphoreWaitInfo wi{VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO};
+  wi.semaphoreCount = 1;
+  wi.pSemaphores = &timeline_;
+  wi.pValues = &value;
+  const VkResult r = vk::vkWaitSemaphores(device_, &wi, timeout_ns);
+  if (r == VK_TIMEOUT) return false;
+  vk_check(r, "vkWaitSemaphores");
+  return true;
 }
 
 VulkanDevice::VulkanDevice(const VulkanDeviceOptions& opts) {
@@ -352,6 +389,7 @@ VulkanDevice::VulkanDevice(const VulkanDeviceOptions& opts) {
 
 VulkanDevice::~VulkanDevice() {
   if (external_) {   // the application's: vkspec's own objects are gone by now (they belong to its owners)
+    if (timeline_) vk::vkDestroySemaphore(device_, timeline_, nullptr);
     return;
   }
   if (device_) {

@@ -3,6 +3,8 @@
 // variants are chosen from. Invariant: a VulkanDevice is fully usable once constructed or it threw.
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,7 @@ struct DeviceFacts {
   bool storage_16bit = false;
   bool storage_8bit = false;
   bool buffer_device_address = false;
+  bool timeline_semaphore = false;   // Vulkan 1.2 (the engine-submits mode's completion)
   bool push_descriptor = false;      // VK_KHR_push_descriptor (texel-buffer kernels bind through it)
   uint64_t max_texel_buffer_elements = 0;
   uint64_t max_storage_buffer_range = 0;
@@ -67,9 +70,22 @@ struct DeviceFacts {
   bool texel_reads() const { return push_descriptor && max_texel_buffer_elements >= (1u << 24); }
 };
 
-// A device the embedding application created and owns (a game engine's): vkspec records and submits on
-// its queue and never destroys anything of it. Vulkan cannot report which features a VkDevice was created
-// with, so the application says which of those vkspec uses it enabled; vkspec uses no feature beyond them.
+// One recording handed to the application in the engine-submits mode: it submits the command buffers, in
+// order, on a queue of the device's queue family, waiting for `semaphore` (a timeline) to reach wait_value
+// and signalling signal_value when they are done. Pointers are valid during the call only.
+struct Handover {
+  const VkCommandBuffer* command_buffers = nullptr;
+  uint32_t n_command_buffers = 0;
+  VkSemaphore semaphore = VK_NULL_HANDLE;
+  uint64_t wait_value = 0, signal_value = 0;
+};
+
+// A device the embedding application created and owns (a game engine's): vkspec records on it and never
+// destroys anything of it. Either vkspec submits on the application's queue (inside the lock callbacks, if
+// given) or, with hand_over, the application submits what vkspec recorded (Unity's AccessQueue, Godot's
+// RenderingDevice): vkspec then never touches a queue and learns of completion from its timeline semaphore.
+// Vulkan cannot report which features a VkDevice was created with, so the application says which of those
+// vkspec uses it enabled; vkspec uses no feature beyond them.
 struct ExternalDevice {
   VkInstance instance = VK_NULL_HANDLE;
   VkPhysicalDevice physical = VK_NULL_HANDLE;
@@ -84,6 +100,10 @@ struct ExternalDevice {
   void (*lock_queue)(void* user) = nullptr;
   void (*unlock_queue)(void* user) = nullptr;
   void* lock_user = nullptr;
+  // The engine-submits mode (needs timeline_semaphore enabled): returns false when the application could
+  // not take the recording. Called on the thread of the vkspec call that submits.
+  std::function<bool(const Handover&)> hand_over;
+  bool timeline_semaphore = false;
 };
 
 // What vkspec needs of a device: the one source of the checks at device creation, at adoption and in
@@ -92,6 +112,7 @@ struct DeviceRequirements {
   uint32_t api_version = VK_API_VERSION_1_2;
   bool buffer_device_address = true;        // required
   bool subgroup_size_control = false;       // optional: enabled where the device has it
+  bool timeline_semaphore = false;          // where the device has it: needed by the engine-submits mode
   std::vector<const char*> extensions;      // optional ones the device has (VK_KHR_push_descriptor)
   std::string missing;
 };
@@ -126,6 +147,14 @@ class VulkanDevice {
   // Every queue submission goes through this (the external device's lock callbacks around it). si null:
   // no work, the fence only (signalled once all work submitted before it has completed).
   VkResult submit(const VkSubmitInfo* si, VkFence fence) const;
+  // The engine-submits mode (ExternalDevice::hand_over): the application submits vkspec's recordings.
+  // hand_over() gives it one and returns the timeline value its completion signals; reached() says whether
+  // the timeline has got there, waiting up to timeout_ns (0: a look). Invariant: values are handed in
+  // increasing order, each submission waiting for the one before (so their order on the device is vkspec's
+  // whatever the order the application submits them in).
+  bool engine_submits() const { return static_cast<bool>(hand_over_); }
+  uint64_t hand_over(const VkCommandBuffer* cmds, uint32_t n);
+  bool reached(uint64_t value, uint64_t timeout_ns) const;
   // Validation-layer warnings + errors seen so far (tests assert this stays 0).
   uint64_t validation_messages() const { return validation_messages_.load(); }
   std::string last_validation_message() const;
@@ -141,6 +170,10 @@ class VulkanDevice {
   void (*lock_queue_)(void*) = nullptr;
   void (*unlock_queue_)(void*) = nullptr;
   void* lock_user_ = nullptr;
+  std::function<bool(const Handover&)> hand_over_;
+  VkSemaphore timeline_ = VK_NULL_HANDLE;   // the engine-submits mode's (vkspec's own object)
+  std::mutex hand_over_mutex_;
+  uint64_t handed_ = 0;                     // the last value handed over
   DeviceFacts facts_;
   VkPhysicalDeviceMemoryProperties mem_props_{};
   std::atomic<uint64_t> validation_messages_{0};

@@ -26,6 +26,7 @@ rm -rf build-win/pkg && mkdir -p build-win/pkg && (cd build-win/pkg && unzip -q 
 xvfb-run -a bash -c '
   set -u
   wineboot -i >/dev/null 2>&1
+  wineserver -p   # one persistent wineserver for every run: no run meets one that is shutting down
   failed=0
   suite() {   # one suite; its verdict in $tmp/$t.result
     local t=$1 filter=$2 s=$SECONDS

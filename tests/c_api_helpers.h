@@ -104,4 +104,18 @@ inline vkspec_status generate(vkspec_context* c, const std::vector<int32_t>& pro
   return vkspec_generate(c, prompt.data(), prompt.size(), &g);
 }
 
+// Runs a begun generation to its end with submit + poll (poll_only) or submit + wait; counts the polls.
+inline vkspec_status run_async(vkspec_context* c, bool poll_only, int* units, int* polls) {
+  for (int32_t done = 0;;) {
+    vkspec_status s = vkspec_step_submit(c, &done);
+    if (s != VKSPEC_OK || done) return s;
+    ++*units;
+    for (int32_t ready = 0; !ready;) {
+      s = poll_only ? vkspec_step_poll(c, &ready) : vkspec_step_wait(c, 1'000'000, &ready);
+      if (s != VKSPEC_OK) return s;
+      ++*polls;
+    }
+  }
+}
+
 }  // namespace

@@ -1,7 +1,7 @@
 // The C API (include/vkspec.h, libvkspec.so): results equal the CLI's and the reference ids, streaming and
-// stopping, logit bias and constraints, memory estimates, the examples and an external device's checks. The
-// contexts' lifecycle (cache reuse, speculation, cancellation, steps, threads, freed handles):
-// test_c_api_context.cpp.
+// stopping, logit bias and constraints, memory estimates and the examples. The contexts' lifecycle (cache
+// reuse, speculation, cancellation, steps, threads, freed handles): test_c_api_context.cpp; an application's
+// own device: test_c_api_external.cpp.
 #include "tests/c_api_helpers.h"
 
 namespace {
@@ -400,73 +400,5 @@ TEST(CApi, PipelineCacheFileOfTheApplicationsOrNone) {
   std::filesystem::remove(file);
   std::filesystem::remove_all(folder);
 }
-
-// What a device must offer and enable (vkspec_device_requirements_get: lavapipe has all, and the push
-// descriptors vkspec uses), and a device created without bufferDeviceAddress is refused with a message that
-// names it.
-TEST(CApi, ExternalDeviceRequirementsAndARefusal) {
-  void* lib = vkspec::platform::open_vulkan_loader();
-  ASSERT_NE(lib, nullptr);
-  auto gipa = reinterpret_cast<PFN_vkGetInstanceProcAddr>(vkspec::platform::library_symbol(lib, "vkGetInstanceProcAddr"));
-#define GET(name) auto name = reinterpret_cast<PFN_##name>(gipa(instance, #name))
-  VkInstance instance = VK_NULL_HANDLE;
-  auto create_instance = reinterpret_cast<PFN_vkCreateInstance>(gipa(nullptr, "vkCreateInstance"));
-  VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
-  app.apiVersion = VK_API_VERSION_1_2;
-  VkInstanceCreateInfo ici{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
-  ici.pApplicationInfo = &app;
-  ASSERT_EQ(create_instance(&ici, nullptr, &instance), VK_SUCCESS);
-  GET(vkEnumeratePhysicalDevices);
-  GET(vkCreateDevice);
-  GET(vkGetDeviceProcAddr);
-  GET(vkDestroyInstance);
-  uint32_t n = 1;
-  VkPhysicalDevice pd = VK_NULL_HANDLE;
-  vkEnumeratePhysicalDevices(instance, &n, &pd);
-  vkspec_device_requirements req{};
-  EXPECT_EQ(vkspec_device_requirements_get(instance, nullptr, nullptr, &req), VKSPEC_ERROR_INVALID_ARGUMENT);
-  ASSERT_EQ(vkspec_device_requirements_get(instance, pd, reinterpret_cast<void (*)(void)>(gipa), &req), VKSPEC_OK)
-      << vkspec_last_error();
-  EXPECT_EQ(req.api_version, uint32_t(VK_API_VERSION_1_2));
-  EXPECT_EQ(req.buffer_device_address, 1);
-  EXPECT_STREQ(req.missing, "");
-  ASSERT_GE(req.n_extensions, 1u);
-  EXPECT_STREQ(req.extensions[0], VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
-  float prio = 1.0f;
-  VkDeviceQueueCreateInfo qci{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
-  qci.queueCount = 1;
-  qci.pQueuePriorities = &prio;
-  VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
-  dci.queueCreateInfoCount = 1;
-  dci.pQueueCreateInfos = &qci;
-  VkDevice device = VK_NULL_HANDLE;
-  ASSERT_EQ(vkCreateDevice(pd, &dci, nullptr, &device), VK_SUCCESS);
-  auto get_queue = reinterpret_cast<PFN_vkGetDeviceQueue>(vkGetDeviceProcAddr(device, "vkGetDeviceQueue"));
-  auto destroy_device = reinterpret_cast<PFN_vkDestroyDevice>(vkGetDeviceProcAddr(device, "vkDestroyDevice"));
-  VkQueue queue = VK_NULL_HANDLE;
-  get_queue(device, 0, 0, &queue);
-#undef GET
-  vkspec_external_device x{};
-  x.instance = instance;
-  x.physical_device = pd;
-  x.device = device;
-  x.queue = queue;
-  x.get_instance_proc_addr = reinterpret_cast<void (*)(void)>(gipa);
-  x.buffer_device_address = 0;   // not enabled above
-  vkspec_model_params p = vkspec_model_default_params();
-  p.external = &x;
-  vkspec_model* m = nullptr;
-  EXPECT_EQ(vkspec_model_load(kStories.c_str(), &p, &m), VKSPEC_ERROR_DEVICE);
-  EXPECT_NE(std::string(vkspec_last_error()).find("bufferDeviceAddress"), std::string::npos) << vkspec_last_error();
-  x.buffer_device_address = 1;
-  x.queue = nullptr;
-  EXPECT_EQ(vkspec_model_load(kStories.c_str(), &p, &m), VKSPEC_ERROR_DEVICE);
-  EXPECT_EQ(m, nullptr);
-  destroy_device(device, nullptr);
-  vkDestroyInstance(instance, nullptr);
-}
-
-// The cache is kept between calls: a prompt that extends the last call's tokens prefills only the new part,
-// and gives the same tokens as a fresh context.
 
 }  // namespace

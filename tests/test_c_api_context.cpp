@@ -162,23 +162,7 @@ TEST(CApi, StepsAreBoundedAndGiveGenerateTokens) {
 // generation's, plain and speculative (n-gram, draft model), greedy and sampled with a seed, collected by
 // polling or by waiting; the calls' misuse is refused; a second context of the model cannot submit while a
 // unit is in flight, and can once it is collected; a cancel between prompt parts ends the generation and
-// leaves the model free.
-namespace {
-// Runs a begun generation to its end with submit + poll (poll_only) or submit + wait; counts the polls.
-vkspec_status run_async(vkspec_context* c, bool poll_only, int* units, int* polls) {
-  for (int32_t done = 0;;) {
-    vkspec_status s = vkspec_step_submit(c, &done);
-    if (s != VKSPEC_OK || done) return s;
-    ++*units;
-    for (int32_t ready = 0; !ready;) {
-      s = poll_only ? vkspec_step_poll(c, &ready) : vkspec_step_wait(c, 1'000'000, &ready);
-      if (s != VKSPEC_OK) return s;
-      ++*polls;
-    }
-  }
-}
-}  // namespace
-
+// leaves the model free (run_async: tests/c_api_helpers.h).
 TEST(CApi, AsynchronousStepsGiveTheBlockingTokens) {
   Model model(shared("models/pycode-target-f16.gguf"), 2, 0, 16);
   const std::vector<int32_t> prompt =

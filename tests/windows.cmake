@@ -23,7 +23,7 @@ target_compile_definitions(test_chat_template PRIVATE VKSPEC_SOURCE_DIR="${CMAKE
 add_executable(test_c_api_batch test_c_api_batch.cpp)
 target_link_libraries(test_c_api_batch PRIVATE vkspec_shared vkspec_platform vkspec_gguf GTest::gtest GTest::gtest_main)
 target_include_directories(test_c_api_batch PRIVATE ${CMAKE_SOURCE_DIR})
-foreach(t test_c_api test_c_api_context)
+foreach(t test_c_api test_c_api_context test_c_api_external)
   add_executable(${t} ${t}.cpp)
   target_link_libraries(${t} PRIVATE vkspec_shared vkspec_platform GTest::gtest GTest::gtest_main nlohmann_json::nlohmann_json
                         Vulkan::Headers)
@@ -31,7 +31,7 @@ foreach(t test_c_api test_c_api_context)
   target_compile_definitions(${t} PRIVATE VKSPEC_BIN="$<TARGET_FILE:vkspec>" EXAMPLE_GENERATE="" EXAMPLE_GENERATE_STATIC=""
                              EXAMPLE_EXTERNAL_DEVICE="")
 endforeach()
-list(APPEND VKSPEC_WINDOWS_SUITES test_c_api_batch test_c_api test_c_api_context)
+list(APPEND VKSPEC_WINDOWS_SUITES test_c_api_batch test_c_api test_c_api_context test_c_api_external)
 # What scripts/test-windows.sh runs: one suite a line, with the tests it leaves out. Those compare with
 # Debian's python3 (jinja2, the UTF-8 decoder), a Linux program whose output Wine does not hand back to a
 # Windows process, need the validation layer, a Linux library that winevulkan does not offer to Windows

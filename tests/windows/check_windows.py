@@ -60,7 +60,7 @@ def no_crash(err):
 def run_json(argv):
     code, out, err = argv
     try:
-        return json.loads(out) if code == 0 else {"error": err}
+        return json.loads(out) if code == 0 else {"error": err, "exit": code}
     except json.JSONDecodeError:
         return {"error": "not JSON: " + out[:200] + err[-300:]}
 
