@@ -1,5 +1,7 @@
 #include "runtime/vk_loader.h"
 
+#include <mutex>
+
 #include "platform/platform.h"
 
 namespace vkspec {
@@ -37,6 +39,7 @@ PFN_vkCmdPushDescriptorSetKHR vkCmdPushDescriptorSetKHR = nullptr;
 PFN_vkCreateInstance vkCreateInstance = nullptr;
 PFN_vkEnumerateInstanceLayerProperties vkEnumerateInstanceLayerProperties = nullptr;
 PFN_vkEnumerateInstanceExtensionProperties vkEnumerateInstanceExtensionProperties = nullptr;
+std::mutex g_loader_mutex;   // loads (model loads, device listings) from several threads
 
 void load_loader() {
   if (vkGetInstanceProcAddr) return;
@@ -47,10 +50,24 @@ void load_loader() {
   use_loader(gipa);
 }
 
+// The entry points are process-wide: every model of the process (an engine's plugin beside another's) uses
+// one Vulkan loader. Each is stored only where it changes, so that a second model's load, which finds the
+// same trampolines, writes nothing that a running model reads.
+template <class F>
+void store(F& slot, F value) {
+  if (slot != value) slot = value;
+}
+
 void use_loader(PFN_vkGetInstanceProcAddr gipa) {
 #ifdef VKSPEC_SANITIZED_BUILD
   platform::pin_vulkan_driver_modules();   // lavapipe's process-wide caches stay named for LeakSanitizer
 #endif
+  std::lock_guard<std::mutex> lock(g_loader_mutex);
+  if (vkGetInstanceProcAddr && vkGetInstanceProcAddr != gipa && vkCreateInstance &&
+      reinterpret_cast<PFN_vkCreateInstance>(gipa(nullptr, "vkCreateInstance")) != vkCreateInstance)
+    throw Error("vkspec already uses another Vulkan loader in this process: every device handed to it must come "
+                "from the same loader (its vkGetInstanceProcAddr)");
+  if (vkGetInstanceProcAddr) return;
   vkGetInstanceProcAddr = gipa;
   vkCreateInstance = reinterpret_cast<PFN_vkCreateInstance>(vkGetInstanceProcAddr(nullptr, "vkCreateInstance"));
   vkEnumerateInstanceLayerProperties = reinterpret_cast<PFN_vkEnumerateInstanceLayerProperties>(
@@ -60,7 +77,8 @@ void use_loader(PFN_vkGetInstanceProcAddr gipa) {
 }
 
 void load_instance(VkInstance instance) {
-#define LOAD(name) name = reinterpret_cast<PFN_##name>(vkGetInstanceProcAddr(instance, #name));
+  std::lock_guard<std::mutex> lock(g_loader_mutex);
+#define LOAD(name) store(name, reinterpret_cast<PFN_##name>(vkGetInstanceProcAddr(instance, #name)));
   VKSPEC_INSTANCE_FUNCS(LOAD)
 #undef LOAD
 }
@@ -72,13 +90,14 @@ void load_instance(VkInstance instance) {
 // dispatch): a VulkanDevice destroyed after another was created made the first one crash in vkDestroyQueryPool.
 void load_device(VkInstance instance, VkDevice device) {
   (void)device;
-#define LOAD(name)                                                                  \
-  name = reinterpret_cast<PFN_##name>(vkGetInstanceProcAddr(instance, #name));      \
+  std::lock_guard<std::mutex> lock(g_loader_mutex);
+#define LOAD(name)                                                                       \
+  store(name, reinterpret_cast<PFN_##name>(vkGetInstanceProcAddr(instance, #name)));     \
   if (!name) throw Error("Vulkan driver lacks " #name);
   VKSPEC_DEVICE_FUNCS(LOAD)
 #undef LOAD
-  vkCmdPushDescriptorSetKHR =
-      reinterpret_cast<PFN_vkCmdPushDescriptorSetKHR>(vkGetInstanceProcAddr(instance, "vkCmdPushDescriptorSetKHR"));
+  store(vkCmdPushDescriptorSetKHR,
+        reinterpret_cast<PFN_vkCmdPushDescriptorSetKHR>(vkGetInstanceProcAddr(instance, "vkCmdPushDescriptorSetKHR")));
 }
 }  // namespace vk
 }  // namespace vkspec

@@ -384,6 +384,36 @@ TEST(CApiExternal, EngineSubmitsModeRefusals) {
   EXPECT_EQ(app.validation_messages.load(), 0) << app.last_message;
 }
 
+// The frame-loop example (apps/examples/frame_loop.cpp) in both modes: the text of `vkspec run`, with and
+// without a budget; with one, more units, none costlier than the budget and a decoding pass (with a margin:
+// lavapipe's timestamps measure CPU threads that the frame's copies share).
+TEST(CApiExternal, FrameLoopExampleKeepsTheBudgetAndTheTokens) {
+  if (std::string(EXAMPLE_FRAME_LOOP).empty()) GTEST_SKIP() << "the examples are Linux programs here";
+  const std::string target = shared("models/pycode-target-f16.gguf");
+  std::string prompt;
+  for (int i = 0; i < 20; ++i) prompt += "    total_" + std::to_string(i) + " += values[" + std::to_string(i) + "]\n";
+  const auto cli = vkspec::test::run_binary(VKSPEC_BIN, {"run", "-m", target, "-p", prompt, "-n", "16", "--temp", "0"});
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  for (const char* mode : {"lock", "engine"}) {
+    nlohmann::json free, held;
+    for (const char* budget : {"0", "4"}) {
+      const auto r = vkspec::test::run_binary(EXAMPLE_FRAME_LOOP, {target, prompt, "16", mode, budget});
+      ASSERT_EQ(r.code, 0) << mode << ": " << r.err;
+      const size_t figures = r.out.rfind("\n{");   // the text, then a line of JSON
+      ASSERT_NE(figures, std::string::npos) << r.out;
+      EXPECT_EQ(r.out.substr(0, figures + 1), cli.out) << mode << ", budget " << budget;
+      (std::string(budget) == "0" ? free : held) = nlohmann::json::parse(r.out.substr(figures + 1));
+    }
+    EXPECT_EQ(held["tokens"], 16);
+    EXPECT_GE(held["frames"].get<int>(), held["units"].get<int>());
+    EXPECT_GT(held["units"].get<int>(), free["units"].get<int>()) << mode;
+    const double one_pass = held["device_ms"].get<double>() / 15;   // a decoding step (after the first token)
+    if (held["max_unit_device_ms"].get<double>() > 0) {
+      EXPECT_LE(held["max_unit_device_ms"].get<double>(), 3 * (4 + one_pass)) << mode << ": " << held.dump();
+    }
+  }
+}
+
 // What a device must offer and enable (vkspec_device_requirements_get: lavapipe has all, and the push
 // descriptors vkspec uses), and a device created without bufferDeviceAddress is refused with a message that
 // names it; a device without a queue or a submit callback is refused.

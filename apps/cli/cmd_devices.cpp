@@ -6,6 +6,14 @@
 
 namespace vkspec::cli {
 
+int cmd_version() {
+  std::string text = std::string("vkspec ") + VKSPEC_VERSION_STRING + " (C API " + std::to_string(vkspec_api_version()) + ")\n";
+  for (const vkspec_device_info& f : api::list_devices())
+    text += "device " + std::to_string(f.index) + ": " + f.name + " (" + f.type + ", Vulkan " + f.api_version + ")\n";
+  write_stdout(text);
+  return 0;
+}
+
 int cmd_devices(bool json) {
   nlohmann::json out = nlohmann::json::array();
   for (const vkspec_device_info& f : api::list_devices()) {

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/llama_flags.h"
 #include "common/cli_common.h"
 #include "platform/platform.h"
 
@@ -83,7 +84,10 @@ void add_chat_options(CLI::App* c, vkspec::cli::ChatOptions& chat) {
 
 static int run_main(const std::vector<std::string>& argv) {
   CLI::App app{"vkspec: portable Llama inference on Vulkan with lossless speculative decoding"};
-  app.require_subcommand(1);
+  app.option_defaults()->always_capture_default();   // help shows each option's default
+  app.require_subcommand(0, 1);
+  bool version = false;
+  app.add_flag("--version", version, "Print vkspec's version, the C API's and the Vulkan devices");
   vkspec::cli::RunOptions o;
   bool devices_json = false;
   auto* devices = app.add_subcommand("devices", "List Vulkan devices and the facts kernels rely on");
@@ -92,7 +96,7 @@ static int run_main(const std::vector<std::string>& argv) {
   auto* run = app.add_subcommand("run", "Generate text from a prompt");
   run->add_option("-m,--model", o.model, "GGUF model file (default: ../shared/models/stories260K.gguf)");
   add_prompt_options(run, o);
-  run->add_option("-n,--n-predict", o.n_predict, "Tokens to generate");
+  run->add_option("-n,--n-predict", o.n_predict, "Tokens to generate (-1: until end of generation or the context)");
   run->add_option("--temp", o.temp, "Temperature (0 = greedy)");
   add_sampling_options(run, o);
   std::string seed = "-1";
@@ -198,24 +202,24 @@ static int run_main(const std::vector<std::string>& argv) {
   add_device_options(serve, o);
   add_draft_options(serve, o);
 
-  // llama.cpp spells the draft model -md; CLI11 wants one-letter short options.
-  std::vector<std::string> args(argv.begin() + 1, argv.end());
-  for (auto& a : args) {
-    if (a == "-md") a = "--model-draft";
-    else if (a.rfind("-md=", 0) == 0) a = "--model-draft=" + a.substr(4);
-    else if (a == "-sys") a = "--system";
-    else if (a == "-jf") a = "--json-schema-file";
-    else if (a == "-ub") a = "--ubatch";
-    else if (a.rfind("-ub=", 0) == 0) a = "--ubatch=" + a.substr(4);
-    else if (a.rfind("-sys=", 0) == 0) a = "--system=" + a.substr(5);
+  std::vector<std::string> args;
+  try {
+    std::vector<std::string> notes;
+    args = vkspec::cli::translate_llama_flags({argv.begin() + 1, argv.end()}, &notes);
+    for (const std::string& n : notes) fprintf(stderr, "vkspec: %s\n", n.c_str());
+  } catch (const std::exception& e) {
+    fprintf(stderr, "vkspec: error: %s\n", vkspec::cli::escape_controls(e.what()).c_str());
+    return 1;
   }
   std::reverse(args.begin(), args.end());
   try {
     app.parse(args);
+    if (!version && app.get_subcommands().empty()) throw CLI::RequiredError("A subcommand");
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   try {
+    if (version) return vkspec::cli::cmd_version();
     if (*devices) return vkspec::cli::cmd_devices(devices_json);
     o.seed = vkspec::cli::parse_seed(seed);
     if (*run && !run->count("--model")) {
@@ -244,6 +248,8 @@ static int run_main(const std::vector<std::string>& argv) {
     }
     if (*run && !chat.chat && (run->count("--system") || run->count("--chat-template")))
       throw vkspec::cli::Error("--system and --chat-template go with --chat");
+    for (auto* c : {run, chat_cmd})   // llama.cpp's -n -1: no limit but the end of generation and the context
+      if (*c && c->count("-n") && o.n_predict == -1) o.n_predict = 1 << 30;
     if (*run) return vkspec::cli::cmd_run(o, chat);
     if (*chat_cmd) {
       if (!chat_cmd->count("-n")) o.n_predict = 1 << 30;   // a reply ends at end of generation or the context

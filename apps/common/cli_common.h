@@ -129,6 +129,7 @@ nlohmann::json speculative_json(const RunOptions& o, const std::string& drafter,
 std::string cli_stop_reason(const char* library_reason);
 
 int cmd_devices(bool json);
+int cmd_version();   // vkspec's version, the C API's and the Vulkan devices, one line each
 int cmd_perplexity(const RunOptions& o, const PerplexityOptions& p);
 int cmd_embed(const RunOptions& o, const EmbedOptions& e);
 int cmd_run(const RunOptions& o, const ChatOptions& chat = {});
