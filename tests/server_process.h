@@ -12,6 +12,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -44,6 +45,7 @@ class ServerProcess {
     for (int i = 0; i < 600; ++i) {
       auto r = client().Get("/health");
       if (r && r->status == 200) return;
+      if (r) loading_health_.push_back(nlohmann::json::parse(r->body, nullptr, false));
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     port_ = 0;
@@ -58,6 +60,8 @@ class ServerProcess {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
   }
   bool up() const { return port_ != 0; }
+  // What /health answered while the model loaded (every 100 ms from the moment the server listened).
+  const std::vector<nlohmann::json>& loading_health() const { return loading_health_; }
   int port() const { return port_; }
   pid_t pid() const { return pid_; }   // the server's own (the shell execs it)
   httplib::Client client() const {
@@ -127,6 +131,7 @@ class ServerProcess {
   }
 
  private:
+  std::vector<nlohmann::json> loading_health_;
   static inline int counter_ = 0;
   pid_t pid_ = -1;
   int port_ = 0;

@@ -1,6 +1,7 @@
 // `vkspec serve`'s HTTP layer under attack and from browsers, over loopback (the layer alone, in process:
 // tests/test_http_server.cpp): slow, flooding and pipelining clients beside a completion that keeps its exact
-// tokens; CORS preflights and requests from allowed and refused origins.
+// tokens; CORS preflights and requests from allowed and refused origins; /health while loading, a model by
+// id and the error shapes of each API.
 #include <unistd.h>
 
 #include <atomic>
@@ -137,6 +138,63 @@ TEST(Server, CorsAllowsLoopbackPagesAndListedOrigins) {
   EXPECT_EQ(plain.substr(0, 15), "HTTP/1.1 200 OK") << plain;
   EXPECT_EQ(plain.find("Access-Control-Allow-Origin"), std::string::npos) << plain;
   EXPECT_EQ(s.metric("requests_total") - requests0, 2) << "only the allowed page's and the plain request ran";
+  EXPECT_EQ(s.stop(), 0) << s.log();
+}
+
+// /health says how far the weights are while the model loads (503, then 200); /v1/models/{id} (percent-escapes
+// decoded) answers the one model and a model_not_found 404 for others; errors under /api/ come in Ollama's
+// shape ({"error": "..."}: its client prints only that), elsewhere in OpenAI's, also for an unknown path.
+TEST(Server, LoadProgressModelByIdAndErrorShapes) {
+  ServerProcess s(model_arg() + " --parallel 1");
+  ASSERT_TRUE(s.up()) << s.log();
+  ASSERT_FALSE(s.loading_health().empty()) << "the pipelines' warm-up alone takes longer than one poll";
+  double last = 0;
+  for (const json& h : s.loading_health()) {
+    EXPECT_EQ(h["status"], "loading") << h.dump();
+    ASSERT_TRUE(h.contains("progress")) << h.dump();
+    const double p = h["progress"].get<double>();
+    EXPECT_GE(p, last) << h.dump();
+    EXPECT_LE(p, 1.0);
+    last = p;
+  }
+  httplib::Client c = s.client();
+  auto model = c.Get("/v1/models/pycode-target-f16.gguf");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(model->status, 200) << model->body;
+  EXPECT_EQ(json::parse(model->body)["id"], "pycode-target-f16.gguf");
+  EXPECT_EQ(json::parse(model->body)["object"], "model");
+  auto escaped = c.Get("/v1/models/pycode-target-f16%2Egguf");
+  ASSERT_TRUE(escaped);
+  EXPECT_EQ(escaped->status, 200) << escaped->body;
+  auto other = c.Get("/v1/models/gpt-4o");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 404);
+  EXPECT_EQ(json::parse(other->body)["error"]["code"], "model_not_found") << other->body;
+  struct Case {
+    const char* method;
+    std::string path, body;
+    int status;
+  };
+  const std::vector<Case> cases = {
+      {"POST", "/api/generate", R"({"model": 5, "prompt": "x"})", 400},
+      {"POST", "/api/chat", "{not json", 400},
+      {"POST", "/api/show", R"({"model": "llama3"})", 404},
+      {"GET", "/api/pull", "", 404},
+      {"GET", "/api/generate", "", 405},
+      {"POST", "/v1/completions", R"({"prompt": 5})", 400},
+      {"GET", "/v1/nothing", "", 404},
+  };
+  for (const Case& k : cases) {
+    auto r = std::string(k.method) == "GET" ? c.Get(k.path) : c.Post(k.path, k.body, "application/json");
+    ASSERT_TRUE(r) << k.path;
+    EXPECT_EQ(r->status, k.status) << k.path << ": " << r->body;
+    const json body = json::parse(r->body, nullptr, false);
+    if (k.path.rfind("/api/", 0) == 0) {
+      EXPECT_TRUE(body["error"].is_string()) << k.path << ": " << r->body;
+    } else {
+      EXPECT_TRUE(body["error"]["message"].is_string()) << k.path << ": " << r->body;
+    }
+  }
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
 

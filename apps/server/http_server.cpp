@@ -33,6 +33,20 @@ namespace bhttp = beast::http;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
+std::string percent_decoded(std::string_view s) {
+  const auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; };
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+      out += char(hex(s[i + 1]) * 16 + hex(s[i + 2]));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
 std::string Request::header(std::string_view name) const {
   for (const auto& [k, v] : headers)
     if (beast::iequals(k, name)) return v;
@@ -418,7 +432,18 @@ Response Server::Impl::answer(Request& req) {
   Response res;
   try {
     if (owner.before && owner.before(req, res)) return res;
-    const auto route = routes.find(req.path);
+    auto route = routes.find(req.path);
+    if (route == routes.end()) {
+      size_t longest = 0;
+      for (auto r = routes.begin(); r != routes.end(); ++r) {
+        if (r->first.empty() || r->first.back() != '*') continue;
+        const std::string_view prefix(r->first.data(), r->first.size() - 1);
+        if (prefix.size() >= longest && std::string_view(req.path).substr(0, prefix.size()) == prefix) {
+          longest = prefix.size();
+          route = r;
+        }
+      }
+    }
     if (route == routes.end()) return refusal(&req, 404, "no route for " + req.method_name + " " + req.path);
     std::string allowed;
     for (const auto& [method, handler] : route->second) {

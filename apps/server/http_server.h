@@ -71,6 +71,8 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
+  // A path ending in '*' takes every path that begins with what precedes it, when no exact path matches
+  // (the longest such prefix wins): /v1/models/* for /v1/models/{id}.
   void route(Method method, const std::string& path, Handler handler);
   // Hooks (set before bind): `before` sees every routed request first (true: it answered it); `on_exception`
   // answers a handler's exception; `on_error` fills the answer to a request the transport refuses (400, 404,
@@ -93,5 +95,8 @@ class Server {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+// A path segment with its %XX escapes decoded (a malformed escape is kept as it is).
+std::string percent_decoded(std::string_view s);
 
 }  // namespace vkspec::http

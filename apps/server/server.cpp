@@ -294,6 +294,11 @@ int Server::run() {
       mp.n_ctx = uint32_t(o_.ctx);
       mp.max_contexts = so_.parallel + so_.prompt_cache;   // the cached ones share the pool of `parallel`
       mp.kv_contexts = so_.parallel;
+      mp.progress = [](float fraction, void* self) {
+        static_cast<Server*>(self)->load_fraction_ = fraction;
+        return 0;
+      };
+      mp.progress_user = this;
       model_ = std::make_unique<api::Model>(o_.model, mp);
       const vkspec_model_info& mi = model_->info();
       lim_.n_ctx = mi.n_ctx;

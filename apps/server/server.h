@@ -146,6 +146,7 @@ class Server {
   ServeOptions so_;
   std::unique_ptr<http::Server> http_;   // made by run(), with the limits of the options
   std::atomic<bool> ready_{false};
+  std::atomic<float> load_fraction_{0};   // the weights uploaded so far (/health while loading)
   std::mutex stop_mutex_;   // guards stop_ and the batch's creation against a signal meanwhile
   bool stop_ = false;
   std::string model_id_, drafter_;

@@ -1,6 +1,8 @@
 // `vkspec serve`'s endpoints: every route, each dialect's handler, embeddings and /metrics.
 #include "server/server.h"
 
+#include <cstring>
+
 namespace vkspec::cli::serve {
 
 void Server::completion(const http::Request& req, http::Response& res, bool chat) {
@@ -230,17 +232,26 @@ void Server::routes() {
                          {"data", json::array({{{"id", model_id_}, {"object", "model"}, {"created", started_},
                                                 {"owned_by", "vkspec"}}})}});
   });
+  // OpenAI's model retrieval: the one model, or model_not_found
+  get("/v1/models/*", [this](const http::Request& req, http::Response& res) {
+    const std::string id = http::percent_decoded(req.path.substr(std::strlen("/v1/models/")));
+    if (id != model_id_) throw ApiError(404, "the model '" + id + "' does not exist", "model", "model_not_found");
+    send_json(res, 200, {{"id", model_id_}, {"object", "model"}, {"created", started_}, {"owned_by", "vkspec"}});
+  });
   get("/health", [this](const http::Request&, http::Response& res) {
     if (ready_) send_json(res, 200, {{"status", "ok"}});
-    else send_json(res, 503, {{"status", "loading"}});
+    else send_json(res, 503, {{"status", "loading"}, {"progress", load_fraction_.load()}});   // (weights uploaded, 0..1)
   });
   get("/metrics", [this](const http::Request&, http::Response& res) {
     res.set(200, metrics_text(), "text/plain; version=0.0.4");
   });
-  http_->before = [this](const http::Request& req, http::Response& res) {
-    // errors in the shape of the request's API: Ollama's under /api/, OpenAI's elsewhere
+  // errors in the shape of the request's API: Ollama's under /api/ (its client prints only that), OpenAI's elsewhere
+  auto error_body = [](const http::Request* req, const ApiError& e) {
+    return req && req->path.rfind("/api/", 0) == 0 ? ollama_error(e) : e.body();
+  };
+  http_->before = [this, error_body](const http::Request& req, http::Response& res) {
     auto refuse = [&](const ApiError& e) {
-      send_json(res, e.status, req.path.rfind("/api/", 0) == 0 ? ollama_error(e) : e.body());
+      send_json(res, e.status, error_body(&req, e));
       return true;
     };
     // a browser page's request (server/cors.h): its origin first; a preflight is answered here (before the API
@@ -266,21 +277,21 @@ void Server::routes() {
       return refuse(ApiError(503, "the model is still loading", {}, {}, "server_error"));
     return false;
   };
-  http_->on_exception = [](const http::Request&, http::Response& res, std::exception_ptr ep) {
+  http_->on_exception = [error_body](const http::Request& req, http::Response& res, std::exception_ptr ep) {
     try {
       std::rethrow_exception(ep);
     } catch (const ApiError& e) {
-      send_json(res, e.status, e.body());
+      send_json(res, e.status, error_body(&req, e));
     } catch (const std::exception& e) {
-      send_json(res, 500, ApiError(500, e.what(), {}, {}, "server_error").body());
+      send_json(res, 500, error_body(&req, ApiError(500, e.what(), {}, {}, "server_error")));
     } catch (...) {
-      send_json(res, 500, ApiError(500, "unknown error", {}, {}, "server_error").body());
+      send_json(res, 500, error_body(&req, ApiError(500, "unknown error", {}, {}, "server_error")));
     }
   };
   // What the HTTP layer refuses itself (no route, a wrong method, a body or headers too large, a malformed
-  // request, too busy) in OpenAI's shape too.
-  http_->on_error = [](const http::Request*, http::Response& res, const std::string& message) {
-    send_json(res, res.status, ApiError(res.status, message).body());
+  // request, too busy) in the same shapes.
+  http_->on_error = [error_body](const http::Request* req, http::Response& res, const std::string& message) {
+    send_json(res, res.status, error_body(req, ApiError(res.status, message)));
   };
   // every answer to an allowed page's request says so (errors too, so that the page can read them)
   http_->decorate = [this](const http::Request& req, http::Response& res) {
