@@ -6,8 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <iterator>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -325,6 +327,60 @@ TEST_F(Chat, SigintStopsTheReplyNotTheSession) {
   std::ifstream in(out);
   const std::string reply((std::istreambuf_iterator<char>(in)), {});
   EXPECT_FALSE(reply.empty());
+}
+
+// The chat on a terminal (tmux drives one): /help and /? list the commands, an unknown command is refused,
+// a pasted page shows its reading progress and Ctrl-C stops that reading within a chunk (the reply never
+// starts; the session goes on), the arrow keys recall earlier lines and the line can be edited, /bye ends
+// the session with status 0.
+TEST_F(Chat, TerminalStopsAPrefillKeepsHistoryAndTakesCommands) {
+  const std::string socket = "vkspec-test-" + std::to_string(platform::process_id());
+  const std::string tmux = "tmux -L " + socket + " ";
+  const auto pane = [&] { return run_command(tmux + "capture-pane -p -J -S - -t chat").out; };
+  const auto keys = [&](const std::string& k) { EXPECT_EQ(run_command(tmux + "send-keys -t chat " + k).code, 0) << k; };
+  const auto wait_for = [&](const std::string& text, int count = 1) {
+    for (int i = 0; i < 300; ++i) {   // up to 30 s
+      const std::string p = pane();
+      int n = 0;
+      for (size_t at = p.find(text); at != std::string::npos; at = p.find(text, at + 1)) ++n;
+      if (n >= count) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ADD_FAILURE() << "never saw " << count << " x '" << text << "' in:\n" << pane();
+    return false;
+  };
+  std::string page;   // ~6000 tokens: seconds of reading even on a fast machine
+  for (int i = 0; i < 6000; ++i) page += i % 7 ? "tree " : "cat ";
+  write(tmp("page.txt"), page);
+  const Result started = run_command(tmux + "new-session -d -s chat -x 200 -y 50 '" + VKSPEC_BIN + " chat -m " + model_ +
+                                     " --ctx 8192 -ub 16 --temp 0 -n 8; echo EXITED $?; sleep 60'");
+  ASSERT_EQ(started.code, 0) << started.err;
+  ASSERT_TRUE(wait_for("/help lists the commands"));
+  keys("/help Enter");
+  ASSERT_TRUE(wait_for("/exit, /quit, /bye"));
+  keys("/? Enter");
+  ASSERT_TRUE(wait_for("/exit, /quit, /bye", 2));
+  keys("/nonsense Enter");
+  ASSERT_TRUE(wait_for("unknown command /nonsense"));
+  EXPECT_EQ(run_command(tmux + "load-buffer " + tmp("page.txt") + " && " + tmux + "paste-buffer -t chat").code, 0);
+  keys("Enter");
+  ASSERT_TRUE(wait_for("(reading your message: "));
+  keys("C-c");
+  ASSERT_TRUE(wait_for("(reply stopped)"));
+  keys("/stats Enter");
+  ASSERT_TRUE(wait_for("1 turns;"));
+  const std::string p = pane();
+  const size_t at = p.find("prompt: ");
+  ASSERT_NE(at, std::string::npos) << p;
+  EXPECT_LT(std::atoi(p.c_str() + at + 8), 3000) << "the reading was not stopped:\n" << p;
+  EXPECT_NE(p.find("reply: 0 tokens"), std::string::npos) << p;
+  keys("Up Enter");   // the history: /stats again
+  ASSERT_TRUE(wait_for("1 turns;", 2));
+  keys("/statz BSpace s Enter");   // edited before it is sent
+  ASSERT_TRUE(wait_for("1 turns;", 3));
+  keys("/bye Enter");
+  ASSERT_TRUE(wait_for("EXITED 0"));
+  run_command(tmux + "kill-server");
 }
 
 // The vocabulary's end-of-generation markers end a reply (the random model seldom writes one, so the

@@ -34,7 +34,8 @@ void Conversation::load(const nlohmann::ordered_json& messages) {
 }
 
 Conversation::Turn Conversation::reply(const std::string& user_text, int n,
-                                       const std::function<bool(const std::string&)>& on_text) {
+                                       const std::function<bool(const std::string&)>& on_text,
+                                       const std::function<bool(float)>& on_prompt) {
   nlohmann::ordered_json messages = messages_;
   messages.push_back({{"role", "user"}, {"content", user_text}});
   Turn t;
@@ -69,9 +70,13 @@ Conversation::Turn Conversation::reply(const std::string& user_text, int n,
 
   vkspec_generate_params gp = vkspec_generate_default_params();
   gp.n_predict = n;
-  gp.prefill_one_submission = 1;
+  gp.prefill_one_submission = on_prompt ? 0 : 1;   // (in chunks, one per step, when someone watches)
+  // the new tokens: those past what the cache holds (the last turn's, as far as they agree)
+  size_t cached = 0;
+  while (cached < context.size() && cached < last_tokens_.size() && context[cached] == last_tokens_[cached]) ++cached;
+  const double to_read = double(context.size() - cached), chunk = double(std::max<uint32_t>(model_.info().n_ubatch, 1));
   bool go_on = true;
-  t.m = ctx_.generate(context, gp, [&](int32_t id, std::string_view piece, bool) {
+  const auto on_token = [&](int32_t id, std::string_view piece, bool) {
     if (id >= 0) t.ids.push_back(id);
     t.reply += piece;
     if (!piece.empty() && on_text && (go_on || id < 0)) {   // (a U+FFFD tail comes after a stop too)
@@ -79,7 +84,11 @@ Conversation::Turn Conversation::reply(const std::string& user_text, int n,
       if (id >= 0) go_on = more;
     }
     return go_on;
-  });
+  };
+  const auto on_step = [&](uint64_t steps) {   // (each step before the first token read a chunk)
+    return !t.ids.empty() || on_prompt(float(std::min(1.0, double(steps) * chunk / std::max(to_read, 1.0))));
+  };
+  t.m = on_prompt ? ctx_.generate(context, gp, on_token, on_step) : ctx_.generate(context, gp, on_token);
 
   messages.push_back({{"role", "assistant"}, {"content", t.reply}});
   messages_ = std::move(messages);

@@ -34,7 +34,10 @@ class Conversation {
   // and returns false to stop it (the reply so far stays in the conversation). A conversation that would
   // leave less than reply_reserve(n_ctx, n) tokens for the reply first loses its oldest exchanges, for good,
   // until it is at most half the context (the system message stays). Throws Error when even the new message does not fit (then nothing was added).
-  Turn reply(const std::string& user_text, int n, const std::function<bool(const std::string&)>& on_text);
+  // on_prompt (optional): called between the chunks of the prompt's new tokens with the fraction read so
+  // far; false stops the reply there (Ctrl-C while a pasted page is read).
+  Turn reply(const std::string& user_text, int n, const std::function<bool(const std::string&)>& on_text,
+             const std::function<bool(float)>& on_prompt = {});
   void clear();   // a new conversation (same system message); the cache is reused where it matches
   // The conversation as messages ({role, content}: apply-template's --messages format), and a saved one
   // taken back (the next turn continues it; the cache is reused where it matches). load() throws Error for

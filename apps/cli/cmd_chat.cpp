@@ -8,6 +8,7 @@
 
 #include "cli/chat.h"
 #include "common/cli_common.h"
+#include "platform/line_editor.h"
 #include "platform/platform.h"
 #include "common/json_text.h"
 
@@ -58,16 +59,16 @@ bool ends_with_quotes(const std::string& s) { return s.size() >= 3 && s.compare(
 // One user message from stdin (nullopt at the end of the input): a line; a line that ends in '\' goes on
 // with the next (llama-cli's convention); a message that begins with """ goes on until a line that ends with
 // """ (Ollama's), the quotes left out. Either keeps the newlines, so that pasted code stays one message.
+// On a terminal each line is read with editing and history (platform/line_editor.h).
 std::optional<std::string> read_message(bool tty) {
   std::string line, more;
-  if (!platform::read_line(line)) return std::nullopt;
-  strip_cr(line);
-  const auto next = [&] {
-    if (tty) write_stdout("... ");
-    if (!platform::read_line(more)) return false;
-    strip_cr(more);
+  const auto read = [&](const char* prompt, std::string& into) {
+    if (!(tty ? platform::read_edited_line(prompt, into) : platform::read_line(into))) return false;
+    strip_cr(into);
     return true;
   };
+  if (!read("> ", line)) return std::nullopt;
+  const auto next = [&] { return read("... ", more); };
   if (line.rfind("\"\"\"", 0) == 0) {
     std::string text = line.substr(3);
     if (ends_with_quotes(text)) return text.substr(0, text.size() - 3);
@@ -88,6 +89,16 @@ std::optional<std::string> read_message(bool tty) {
   }
   return line;
 }
+
+// /help (also /?): Ollama's and llama-cli's spellings of what a session can do.
+constexpr const char* kCommands =
+    "  /exit, /quit, /bye    end the session (Ctrl-D too)\n"
+    "  /clear                start a new conversation\n"
+    "  /stats                speed, cache and speculation of the session\n"
+    "  /save FILE, /load FILE  keep a conversation as messages JSON\n"
+    "  /help, /?             this list\n"
+    "  \"\"\" ... \"\"\"           a message of several lines (or end each line but the last with \\)\n"
+    "  Ctrl-C                stops a reply, also while a long message is read; the arrow keys recall earlier lines\n";
 
 }  // namespace
 
@@ -110,20 +121,21 @@ int cmd_chat(const RunOptions& o, const ChatOptions& chat) {
   api::Context ctx(model, context_params(o, o.seed ? *o.seed : std::random_device{}()));
   const ChatInfo info{o, mi.n_ctx, ctx.info().drafter};
   Conversation conv(model, ctx, std::move(source), chat.system);
-  if (tty)
-    fprintf(stderr, "vkspec chat on %s (context %u tokens). /exit ends, /clear starts a new conversation, /stats "
-                    "shows speed and acceptance, /save FILE and /load FILE keep a conversation; Ctrl-C stops a reply; "
-                    "\"\"\" begins and ends a message of several lines (or end a line with \\).\n",
-            mi.device, mi.n_ctx);
+  if (tty) fprintf(stderr, "vkspec chat on %s (context %u tokens). /help lists the commands; Ctrl-C stops a reply.\n", mi.device, mi.n_ctx);
   for (uint64_t turn = 1;; ) {
-    if (tty) write_stdout("\n> ");
+    if (tty) write_stdout("\n");
     const std::optional<std::string> message = read_message(tty);
     if (!message) {
       if (tty) write_stdout("\n");
       break;
     }
     const std::string& line = *message;
-    if (line == "/exit" || line == "/quit") break;
+    if (tty) platform::remember_line(line);
+    if (line == "/exit" || line == "/quit" || line == "/bye") break;
+    if (line == "/help" || line == "/?") {
+      fprintf(stderr, "%s", kCommands);
+      continue;
+    }
     if (line == "/clear") {
       conv.clear();
       if (tty) fprintf(stderr, "(a new conversation)\n");
@@ -156,13 +168,37 @@ int cmd_chat(const RunOptions& o, const ChatOptions& chat) {
       continue;
     }
     if (line.empty()) continue;
+    if (line[0] == '/' && line.find_first_of(" \n") == std::string::npos) {   // (a path or a message with spaces is text)
+      const std::string why = "unknown command " + line + " (/help lists them)";
+      if (!tty) throw Error(why);
+      fprintf(stderr, "vkspec: %s\n", why.c_str());
+      continue;
+    }
     Conversation::Turn t;
     try {
       platform::InterruptScope sigint;   // Ctrl-C stops this reply, not the session (outside replies it ends vkspec)
-      t = conv.reply(line, o.n_predict, [&](const std::string& piece) {
-        if (!o.json) write_stdout(piece);
-        return !platform::InterruptScope::interrupted();
-      });
+      // a long message's reading shows its progress on a terminal (erased by the reply's first piece)
+      const bool show = tty && platform::is_terminal(platform::Stream::Err);
+      bool shown = false;
+      const auto erase = [&] {
+        if (shown) fprintf(stderr, "\r\033[K");
+        shown = false;
+      };
+      t = conv.reply(
+          line, o.n_predict,
+          [&](const std::string& piece) {
+            erase();
+            if (!o.json) write_stdout(piece);
+            return !platform::InterruptScope::interrupted();
+          },
+          [&](float read) {
+            if (show && read < 1.0f) {
+              fprintf(stderr, "\r(reading your message: %d%%)", int(read * 100));
+              shown = true;
+            }
+            return !platform::InterruptScope::interrupted();
+          });
+      erase();
     } catch (const std::exception& e) {
       if (!tty) throw;   // scripted: a clear error and a non-zero exit
       fprintf(stderr, "vkspec: %s\n", e.what());
@@ -185,7 +221,8 @@ int cmd_chat(const RunOptions& o, const ChatOptions& chat) {
     } else {
       write_stdout("\n");
     }
-    if (cli_stop_reason(t.m.stop_reason) == "interrupted") fprintf(stderr, "(reply stopped)\n");
+    const std::string stop = cli_stop_reason(t.m.stop_reason);
+    if (stop == "interrupted" || stop == "cancelled") fprintf(stderr, "(reply stopped)\n");
     if (cli_stop_reason(t.m.stop_reason) == "context")
       fprintf(stderr, "vkspec: the context of %u tokens is full: the reply was cut short (the next turn leaves out the "
                       "oldest messages; /clear starts a new conversation)\n", mi.n_ctx);

@@ -117,7 +117,12 @@ class Context {
   // whether it was a verified draft; false stops the generation. An exception thrown by the callback stops
   // it too and is rethrown here.
   using OnToken = std::function<bool(int32_t token, std::string_view piece, bool from_draft)>;
-  vkspec_metrics generate(std::span<const int32_t> prompt, vkspec_generate_params p, const OnToken& on_token) {
+  // on_step (optional) runs after each step (vkspec_step: a prompt chunk, a decoding step, a round) with the
+  // steps so far; false cancels the generation there (vkspec_cancel), also in the middle of a prompt: it then
+  // ends with the stop reason "cancelled", not an error.
+  using OnStep = std::function<bool(uint64_t steps)>;
+  vkspec_metrics generate(std::span<const int32_t> prompt, vkspec_generate_params p, const OnToken& on_token,
+                          const OnStep& on_step = {}) {
     struct Call {
       const OnToken* fn;
       std::exception_ptr error;
@@ -133,7 +138,19 @@ class Context {
         return 1;
       }
     };
-    const vkspec_status s = vkspec_generate(c_, prompt.data(), prompt.size(), &p);
+    vkspec_status s = VKSPEC_OK;
+    if (!on_step) {
+      s = vkspec_generate(c_, prompt.data(), prompt.size(), &p);
+    } else if ((s = vkspec_begin(c_, prompt.data(), prompt.size(), &p)) == VKSPEC_OK) {
+      int32_t done = 0;
+      bool cancelled = false;
+      for (uint64_t steps = 1; s == VKSPEC_OK && !done; ++steps)
+        if ((s = vkspec_step(c_, &done)) == VKSPEC_OK && !done && !cancelled && !on_step(steps)) {
+          vkspec_cancel(c_);
+          cancelled = true;
+        }
+      if (cancelled && s == VKSPEC_ERROR_CANCELLED) s = VKSPEC_OK;
+    }
     if (call.error) std::rethrow_exception(call.error);
     check(s);
     vkspec_metrics m;
