@@ -30,6 +30,7 @@ struct Engine::Run {
   StepMarks marks{};               // PromptPart, PromptEnd, Decode: its device time
   double budget_s = 0;             // Engine::set_device_budget when it began
   std::chrono::steady_clock::time_point t0;
+  double pipelines_s0 = 0;   // Pipelines::total_creation_seconds() at t0
 };
 
 Engine::Engine(std::shared_ptr<TargetModel> target, const DraftOptions& o) : o_(o), t_(std::move(target)) {
@@ -265,6 +266,7 @@ bool Engine::submit(bool wait_for_model) {
     Sequence& q = *r.seq;
     const int seq = r.session->seq;
     r.t0 = std::chrono::steady_clock::now();
+    r.pipelines_s0 = Pipelines::total_creation_seconds();
     if (r.prefilling) {
       // The prompt: one chunk (ubatch tokens) per step, without logits, while more than a chunk remains;
       // then the last part and the choice of the first token. A cancel request is seen between chunks.
@@ -327,6 +329,7 @@ bool Engine::collect(uint64_t timeout_ns) {
     t_->in_flight = nullptr;
     t_->collected.notify_all();
     const double wall_s = seconds_since(r.t0);
+    const double pipelines_s = Pipelines::total_creation_seconds() - r.pipelines_s0;   // (while it was recorded)
     const double unit_s = unit == Run::Unit::Round ? -1 : rec_->seconds_between(r.marks.begin, r.marks.end);
     if (unit == Run::Unit::PromptPart || unit == Run::Unit::PromptEnd) {
       last_part_tokens_ = r.tokens;
@@ -338,12 +341,14 @@ bool Engine::collect(uint64_t timeout_ns) {
         q.cached += r.tokens;
         c.prefilled += r.tokens;
         c.prefill_s += wall_s;
+        c.prefill_pipelines_s += pipelines_s;
         break;
       case Run::Unit::PromptEnd:
         r.next = chooser_->token(0);
         q.cached = uint32_t(q.context.size());
         c.prefilled += r.tokens;
         c.prefill_s += wall_s;
+        c.prefill_pipelines_s += pipelines_s;
         r.prefilling = false;
         r.submissions0 = Recorder::total_submissions();
         r.parts0 = Recorder::total_parts();
@@ -357,6 +362,7 @@ bool Engine::collect(uint64_t timeout_ns) {
         r.next = chooser_->token(0);
         c.decode_gpu_s += std::max(0.0, rec_->seconds_between(r.marks.begin, r.marks.end));
         c.decode_s += wall_s;
+        c.decode_pipelines_s += pipelines_s;
         break;
       case Run::Unit::Round:
         if (!q.spec->collect_round()) q.end(StopReason::Context);   // (unless the stop rule ended it first)
@@ -364,6 +370,7 @@ bool Engine::collect(uint64_t timeout_ns) {
         c.spec = q.spec->stats();
         c.decode_gpu_s = c.spec.gpu_s;
         c.decode_s += wall_s;
+        c.decode_pipelines_s += pipelines_s;
         if (q.stop() != StopReason::None) end_run(q.context.size());
         break;
       case Run::Unit::None: break;

@@ -41,6 +41,7 @@ struct SequenceResult {
   bool speculative = false;
   SpeculativeStats spec;
   double queued_s = 0, prefill_s = 0, decode_s = 0;   // admission wait (batches), first token, the rest
+  double prefill_pipelines_s = 0, decode_pipelines_s = 0;   // Engine only: of those, creating pipelines (a first run)
   // Engine only: submissions (host waits), command buffers and dispatches after the first token, and their
   // device time (timestamps).
   uint64_t decode_submissions = 0, decode_parts = 0, decode_dispatches = 0;

@@ -36,8 +36,9 @@ void check_draft_options(const DraftOptions& o) {
 TargetModel::TargetModel(const Options& o) {
   const auto t_load = std::chrono::steady_clock::now();
   const auto loaded = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count(); };
-  file = o.memory.empty() ? std::make_unique<GgufFile>(o.path)
-                         : std::make_unique<GgufFile>(o.memory.data(), o.memory.size(), o.path);
+  file = o.reader           ? std::make_unique<GgufFile>(o.reader, o.reader_size, o.path)
+         : o.memory.empty() ? std::make_unique<GgufFile>(o.path)
+                            : std::make_unique<GgufFile>(o.memory.data(), o.memory.size(), o.path);
   tok = Tokenizer::from_gguf(*file);
   if (o.vocab_only) {
     load_s = loaded();

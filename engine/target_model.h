@@ -60,6 +60,8 @@ struct TargetModel {
     bool vocab_only = false;      // the file and tokenizer only: no device, no model (ctx, pipelines, model null)
     std::optional<std::string> pipeline_cache;   // Pipelines' cache file (nullopt: the default place; "": none)
     std::span<const uint8_t> memory;   // non-empty: the GGUF's bytes (outliving the model), `path` its label
+    GgufFile::Reader reader;           // set: the GGUF read through it (reader_size bytes; outliving the model)
+    uint64_t reader_size = 0;
   };
   explicit TargetModel(const Options& o);
   std::unique_ptr<GgufFile> file;

@@ -106,19 +106,41 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
     throw Error(e.what());
   }
   base_ = file_->data();
-  size_ = file_->size();
+  base_bytes_ = size_ = file_->size();
   parse();
 }
 
-GgufFile::GgufFile(const uint8_t* data, size_t size, std::string label) : path_(std::move(label)), base_(data), size_(size) {
+GgufFile::GgufFile(const uint8_t* data, size_t size, std::string label)
+    : path_(std::move(label)), base_(data), base_bytes_(size), size_(size) {
   parse();
+}
+
+GgufFile::GgufFile(Reader read, uint64_t size, std::string label) : path_(std::move(label)), size_(size), reader_(std::move(read)) {
+  if (size == 0) throw Error("'" + path_ + "' is empty, not a GGUF file");
+  // The metadata's length is known only once it is parsed: a start that ends inside it is read again, 4x
+  // longer, until it holds it (or is the whole file, or the limit).
+  for (uint64_t want = std::min<uint64_t>(size, 1u << 20);; want = std::min({size, want * 4, kMaxMetadataBytes})) {
+    head_.resize(size_t(want));
+    reader_(0, head_.data(), want);
+    base_ = head_.data();
+    base_bytes_ = head_.size();
+    try {
+      kv_.clear();
+      tensors_.clear();
+      tensor_index_.clear();
+      parse();
+      return;
+    } catch (const Error&) {
+      if (want == size || want == kMaxMetadataBytes) throw;
+    }
+  }
 }
 
 GgufFile::~GgufFile() = default;
 
 void GgufFile::parse() {
-  Cursor c(base_, size_, path_);
-  if (size_ < 4 || memcmp(base_, "GGUF", 4) != 0) throw Error("'" + path_ + "' is not a GGUF file (bad magic)");
+  Cursor c(base_, base_bytes_, path_);
+  if (base_bytes_ < 4 || memcmp(base_, "GGUF", 4) != 0) throw Error("'" + path_ + "' is not a GGUF file (bad magic)");
   c.read<uint32_t>("magic");
   version_ = c.read<uint32_t>("version");
   if (version_ != 2 && version_ != 3)
@@ -204,7 +226,8 @@ void GgufFile::parse() {
   for (auto& t : tensors_) {
     if (t.offset > data_size || t.bytes > data_size - t.offset)
       throw Error("tensor '" + t.name + "': data lies outside the file (truncated or corrupt)");
-    t.data = base_ + data_start + t.offset;
+    t.file_offset = data_start + t.offset;
+    t.data = reader_ ? nullptr : base_ + t.file_offset;
   }
 }
 
@@ -270,12 +293,13 @@ void GgufFile::read_tensor(const GgufTensor& t, uint8_t* out) const { read_tenso
 
 void GgufFile::read_tensor_part(const GgufTensor& t, uint64_t at, uint8_t* out, uint64_t n) const {
   if (at > t.bytes || n > t.bytes - at) throw Error("internal: a read past the end of tensor '" + t.name + "'");
-  if (!file_) {
+  if (!file_ && !reader_) {
     memcpy(out, t.data + at, n);
     return;
   }
   try {
-    file_->read(uint64_t(t.data - base_) + at, out, n);
+    if (reader_) reader_(t.file_offset + at, out, n);
+    else file_->read(t.file_offset + at, out, n);
   } catch (const std::runtime_error& e) {
     throw Error("'" + path_ + "': cannot read tensor '" + t.name + "' (" + e.what() + ")");
   }

@@ -5,6 +5,7 @@
 // vkspec::Error naming the key or tensor at fault.
 #include <cstdint>
 #include <map>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,7 +43,8 @@ struct GgufTensor {
   uint32_t type = 0;            // ggml type code
   uint64_t offset = 0;          // from the start of the data section
   uint64_t bytes = 0;
-  const uint8_t* data = nullptr;
+  uint64_t file_offset = 0;     // from the start of the file
+  const uint8_t* data = nullptr;   // in the mapping or buffer (null for a file read through a Reader)
   uint64_t elements() const;
 };
 
@@ -53,6 +55,12 @@ class GgufFile {
   explicit GgufFile(const std::string& path);
   // Parse from memory (fuzzing, tests). The buffer must outlive the object.
   GgufFile(const uint8_t* data, size_t size, std::string label);
+  // Read through an application's callback (an asset pack): read(offset, out, n) fills out or throws. The
+  // metadata is read into memory at construction (as much of the file's start as it needs, at most
+  // kMaxMetadataBytes); tensors are read through it when asked. It must outlive the object.
+  using Reader = std::function<void(uint64_t offset, uint8_t* out, uint64_t n)>;
+  GgufFile(Reader read, uint64_t size, std::string label);
+  static constexpr uint64_t kMaxMetadataBytes = 256ull << 20;
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
@@ -85,8 +93,11 @@ class GgufFile {
  private:
   void parse();
   std::string path_;
-  const uint8_t* base_ = nullptr;
-  size_t size_ = 0;
+  const uint8_t* base_ = nullptr;   // the metadata (and for a mapping or buffer, all of the file)
+  size_t base_bytes_ = 0;           // bytes at base_
+  uint64_t size_ = 0;               // the file's
+  Reader reader_;                   // a file read through the application's callback
+  std::vector<uint8_t> head_;       // its first bytes, holding the metadata
   std::unique_ptr<platform::MappedFile> file_;   // null when parsed from memory
   uint32_t version_ = 0;
   std::map<std::string, GgufValue> kv_;

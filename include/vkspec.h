@@ -204,6 +204,19 @@ VKSPEC_API vkspec_status vkspec_model_load(const char* path, const vkspec_model_
  * buffer must stay unchanged until vkspec_model_free. The model is the same as the file's. */
 VKSPEC_API vkspec_status vkspec_model_load_from_memory(const void* data, size_t size, const vkspec_model_params* params,
                                                        vkspec_model** out);
+/* API version 11: a GGUF read through the application's callback (a game's asset pack, an archive):
+ * read(user, offset, dst, n) copies the n bytes at `offset` of the GGUF (0 <= offset, offset + n <= size)
+ * into dst and returns 0, or non-zero for a read error (the load fails with VKSPEC_ERROR_LOAD). The metadata
+ * is read at the start and kept; each weight is read once while loading; a context's session save or load
+ * reads a few hundred KB again (the weights' fingerprint), so the callback stays valid until the model is
+ * freed. It is called on the thread of the vkspec call that reads. */
+typedef struct vkspec_reader {
+  uint64_t size;
+  int32_t (*read)(void* user, uint64_t offset, void* dst, size_t n);
+  void* user;
+} vkspec_reader;
+VKSPEC_API vkspec_status vkspec_model_load_from_reader(const vkspec_reader* reader, const vkspec_model_params* params,
+                                                       vkspec_model** out);
 VKSPEC_API vkspec_status vkspec_model_free(vkspec_model* model);
 VKSPEC_API uint32_t vkspec_model_n_ctx(const vkspec_model* model);
 VKSPEC_API uint32_t vkspec_model_n_vocab(const vkspec_model* model);
@@ -403,6 +416,9 @@ typedef struct vkspec_metrics {
                                                 3): host_waits on CPU devices, a step's parts on GPUs */
   double max_step_device_seconds;            /* the device time of the generation's costliest step, its
                                                 prompt's included (API version 10; 0 without timestamps) */
+  /* API version 11: of prefill_seconds and decode_seconds, the time spent creating pipelines (the driver
+   * compiling shaders: a first run's first passes; 0 once the process has them) */
+  double prefill_pipeline_seconds, decode_pipeline_seconds;
 } vkspec_metrics;
 
 /* The metrics of the context's last vkspec_generate. */

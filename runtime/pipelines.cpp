@@ -1,5 +1,6 @@
 #include "runtime/pipelines.h"
 
+#include <chrono>
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -94,6 +95,7 @@ const Pipeline& Pipelines::get(std::string_view shader, std::initializer_list<ui
   const std::span<const uint32_t> spec(spec_list.begin(), spec_list.size());
   if (auto it = pipelines_.find(KeyRef(shader, spec)); it != pipelines_.end()) return it->second;
 
+  const auto started = std::chrono::steady_clock::now();
   auto mit = modules_.find(shader);
   if (mit == modules_.end()) mit = modules_.emplace(std::string(shader), VkShaderModule(VK_NULL_HANDLE)).first;
   VkShaderModule& module = mit->second;
@@ -125,6 +127,7 @@ const Pipeline& Pipelines::get(std::string_view shader, std::initializer_list<ui
   p.texel_bindings = layout == Layout::Texels;
   p.workgroup_size = spec.empty() ? 1 : spec[0];
   p.name = shader;
+  creation_ns_ += uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count());
   return pipelines_.emplace(Key{std::string(shader), std::vector<uint32_t>(spec.begin(), spec.end())}, p).first->second;
 }
 

@@ -5,6 +5,7 @@
 // push descriptors (no descriptor pools or sets to manage). The VkPipelineCache is persisted under
 // $XDG_CACHE_HOME/vkspec (or ~/.cache/vkspec), one file per device UUID, so a second start does not recompile;
 // or in the file the model's options name, or nowhere.
+#include <atomic>
 #include <initializer_list>
 #include <map>
 #include <optional>
@@ -43,6 +44,9 @@ class Pipelines {
                       Layout layout = Layout::PushConstants);
   const std::string& cache_path() const { return cache_path_; }
   size_t created() const { return pipelines_.size(); }
+  // Seconds the process has spent creating shader modules and pipelines (a driver compiles them: a first
+  // run's first passes are mostly this), so that a step's time can be told apart from it.
+  static double total_creation_seconds() { return double(creation_ns_.load()) * 1e-9; }
 
  private:
   VulkanDevice& ctx_;
@@ -68,6 +72,7 @@ class Pipelines {
   };
   std::map<std::string, VkShaderModule, std::less<>> modules_;
   std::map<Key, Pipeline, KeyLess> pipelines_;
+  static inline std::atomic<uint64_t> creation_ns_{0};
 };
 
 }  // namespace vkspec

@@ -31,8 +31,9 @@ packages=(
   python3 python3-jinja2 python3-jsonschema
   # Loader / tokenizers / apps (Boost: Beast and Asio, the server's HTTP layer; cpp-httplib: the tests' client)
   libsentencepiece-dev libpcre2-dev nlohmann-json3-dev libcli11-dev libboost-dev libcpp-httplib-dev
-  # The chat's line editing and history (libedit: BSD licence); the REPL's test drives a terminal with tmux
-  libedit-dev tmux
+  # The chat's line editing and history (libedit: BSD licence); the REPL's test drives a terminal with tmux,
+  # the chat page's a headless Chromium
+  libedit-dev tmux chromium
   # Sanitizer and fuzzer runtimes (clang's libFuzzer)
   clang libclang-rt-14-dev
 )

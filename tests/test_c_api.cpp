@@ -353,6 +353,75 @@ TEST(CApi, ModelFromMemoryEqualsTheFile) {
   EXPECT_EQ(ids[0].size(), 16u);
 }
 
+// vkspec_model_load_from_reader: the GGUF read through a callback (an asset pack) makes the model of the file
+// (the same tokens, also after a session's save and load, which read the weights' fingerprint through it);
+// it reads little more than the file once; a failing read and a bad reader are refused, never a crash.
+TEST(CApi, ModelFromAReaderEqualsTheFile) {
+  std::ifstream in(kStories, std::ios::binary);
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), {});
+  struct Pack {
+    const std::vector<char>* bytes;
+    uint64_t fail_at = UINT64_MAX, read = 0;
+  } pack{&bytes};
+  vkspec_reader r{bytes.size(), [](void* user, uint64_t offset, void* dst, size_t n) -> int32_t {
+                    auto* p = static_cast<Pack*>(user);
+                    if (offset + n > p->fail_at) return 1;
+                    memcpy(dst, p->bytes->data() + offset, n);
+                    p->read += n;
+                    return 0;
+                  }, &pack};
+  vkspec_model_params p = vkspec_model_default_params();
+  vkspec_model* m = nullptr;
+  EXPECT_EQ(vkspec_model_load_from_reader(nullptr, &p, &m), VKSPEC_ERROR_INVALID_ARGUMENT);
+  pack.fail_at = bytes.size() / 2;   // inside the weights
+  EXPECT_EQ(vkspec_model_load_from_reader(&r, &p, &m), VKSPEC_ERROR_LOAD);
+  EXPECT_NE(std::string(vkspec_last_error()).find("could not read"), std::string::npos) << vkspec_last_error();
+  EXPECT_EQ(m, nullptr);
+  vkspec_reader shorter = r;   // a truncated pack: the last tensor lies past its end
+  shorter.size = bytes.size() - 1000;
+  pack.fail_at = UINT64_MAX;
+  EXPECT_EQ(vkspec_model_load_from_reader(&shorter, &p, &m), VKSPEC_ERROR_LOAD);
+  EXPECT_NE(std::string(vkspec_last_error()).find("outside the file"), std::string::npos) << vkspec_last_error();
+  pack.read = 0;
+  ASSERT_EQ(vkspec_model_load_from_reader(&r, &p, &m), VKSPEC_OK) << vkspec_last_error();
+  EXPECT_GE(pack.read, bytes.size() * 9 / 10);
+  EXPECT_LE(pack.read, bytes.size() + (2u << 20)) << "the weights are read once (and the metadata's first MiB)";
+  std::vector<int32_t> want;
+  {
+    Model file(kStories);
+    Ctx ctx(file.m);
+    Streamed s;
+    ASSERT_EQ(generate(ctx.c, tokenize(file.m, "Once upon a time"), 16, s), VKSPEC_OK);
+    want = s.ids;
+  }
+  {
+    Ctx ctx(m);
+    Streamed s;
+    ASSERT_EQ(generate(ctx.c, tokenize(m, "Once upon a time"), 16, s), VKSPEC_OK);
+    EXPECT_EQ(s.ids, want);
+    const std::string session = ::testing::TempDir() + "/vkspec-reader-" + std::to_string(vkspec::platform::process_id()) + ".kv";
+    ASSERT_EQ(vkspec_context_save(ctx.c, session.c_str()), VKSPEC_OK) << vkspec_last_error();
+    ASSERT_EQ(vkspec_context_load(ctx.c, session.c_str()), VKSPEC_OK) << vkspec_last_error();
+    std::filesystem::remove(session);
+  }
+  EXPECT_EQ(vkspec_model_free(m), VKSPEC_OK);
+  // metadata longer than the first MiB read (a 128k-token vocabulary): read again, longer, until it fits
+  const std::string vocab = shared("tokenizer-tests/ggml-vocab-llama-bpe.gguf");
+  std::ifstream vin(vocab, std::ios::binary);
+  const std::vector<char> vbytes((std::istreambuf_iterator<char>(vin)), {});
+  ASSERT_GT(vbytes.size(), 2u << 20);
+  Pack vpack{&vbytes};
+  vkspec_reader vr{vbytes.size(), r.read, &vpack};
+  vkspec_model_params vp = vkspec_model_default_params();
+  vp.vocab_only = 1;
+  vkspec_model *from_reader = nullptr, *from_file = nullptr;
+  ASSERT_EQ(vkspec_model_load_from_reader(&vr, &vp, &from_reader), VKSPEC_OK) << vkspec_last_error();
+  ASSERT_EQ(vkspec_model_load(vocab.c_str(), &vp, &from_file), VKSPEC_OK) << vkspec_last_error();
+  EXPECT_EQ(tokenize(from_reader, "Hello world, Grüße ✓"), tokenize(from_file, "Hello world, Grüße ✓"));
+  EXPECT_EQ(vkspec_model_free(from_reader), VKSPEC_OK);
+  EXPECT_EQ(vkspec_model_free(from_file), VKSPEC_OK);
+}
+
 // vkspec_model_params.pipeline_cache: a file of the application's is written when the model is freed and
 // read at the next load (the same tokens); "" writes nothing, not even in the default cache folder.
 TEST(CApi, PipelineCacheFileOfTheApplicationsOrNone) {

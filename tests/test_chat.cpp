@@ -147,6 +147,43 @@ TEST_F(Chat, ServerReportsTheModelsOwnTemplate) {
   EXPECT_EQ(show["template"], source);
 }
 
+// The chat page at / in a real headless Chromium (tests/webui_check.py over the DevTools protocol): served
+// without the API key, it shows the server's refusal until the key is entered, then the model's name and a
+// streamed reply equal to the server's own greedy answer to the same messages; --no-webui leaves / a 404.
+TEST_F(Chat, ChatPageInChromiumStreamsTheReply) {
+  ServerProcess s("-m " + model_ + " --ctx 512 --parallel 1 --api-key s3cret");
+  ASSERT_TRUE(s.up()) << s.log();
+  auto index = s.client().Get("/");
+  ASSERT_TRUE(index);
+  EXPECT_EQ(index->status, 200);
+  EXPECT_NE(index->body.find("<title>vkspec chat</title>"), std::string::npos);
+  EXPECT_EQ(index->get_header_value("Content-Type"), "text/html; charset=utf-8");
+  const std::string profile = tmp("chromium-profile");
+  const Result r = run_command("python3 " + std::string(VKSPEC_SOURCE_DIR) + "/tests/webui_check.py " + std::to_string(s.port()) +
+                               " s3cret " + profile);
+  run_command("rm -rf " + profile);
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  const json page = json::parse(r.out);
+  EXPECT_EQ(page["unauthorized"]["cls"], "msg error") << page.dump();
+  EXPECT_NE(page["unauthorized"]["text"].get<std::string>().find("API key"), std::string::npos) << page.dump();
+  const std::string id = model_.substr(model_.find_last_of('/') + 1);
+  EXPECT_EQ(page["model"], id);
+  s.use_api_key("s3cret");
+  int status = 0;
+  const json want = s.post("/v1/chat/completions", {{"model", id}, {"messages", {{{"role", "user"}, {"content", "Hello"}}}},
+                                                    {"temperature", 0}, {"max_tokens", 12}}, &status);
+  ASSERT_EQ(status, 200) << want.dump();
+  EXPECT_EQ(page["reply"]["cls"], "msg assistant") << page.dump();
+  EXPECT_EQ(page["reply"]["text"], want["choices"][0]["message"]["content"]) << page.dump();
+  EXPECT_GE(page["lengths_seen"].get<int>(), 2) << "the reply was not seen growing: " << page.dump();
+  EXPECT_EQ(s.stop(), 0);
+  ServerProcess off("-m " + model_ + " --ctx 256 --parallel 1 --no-webui");
+  ASSERT_TRUE(off.up()) << off.log();
+  auto none = off.client().Get("/");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 404);
+}
+
 TEST_F(Chat, SecondTurnReusesTheCache) {
   const std::string input = tmp("input.txt");
   write(input, "Hello there\nAnd now?\n/stats\n/clear\nHello there\n");

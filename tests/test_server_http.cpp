@@ -134,6 +134,15 @@ TEST(Server, CorsAllowsLoopbackPagesAndListedOrigins) {
   const std::string refused = post("https://evil.example", "k3y");
   EXPECT_EQ(refused.substr(0, 12), "HTTP/1.1 403") << refused;
   EXPECT_NE(refused.find("--cors-origin"), std::string::npos) << refused;
+  // the server's own page opened by address (a LAN address in Host and Origin) may call it; a domain name
+  // in both is what a DNS-rebinding page sends, and is refused
+  const auto own_page = [&](const std::string& host) {
+    return raw_http::exchange(s.port(), "GET /v1/models HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\nOrigin: http://" +
+                                            host + "\r\nAuthorization: Bearer k3y\r\n\r\n");
+  };
+  EXPECT_EQ(own_page("192.168.1.5:8080").substr(0, 15), "HTTP/1.1 200 OK");
+  EXPECT_EQ(own_page("[fd00::5]:8080").substr(0, 15), "HTTP/1.1 200 OK");
+  EXPECT_EQ(own_page("rebound.example:8080").substr(0, 12), "HTTP/1.1 403");
   const std::string plain = post("", "k3y");
   EXPECT_EQ(plain.substr(0, 15), "HTTP/1.1 200 OK") << plain;
   EXPECT_EQ(plain.find("Access-Control-Allow-Origin"), std::string::npos) << plain;

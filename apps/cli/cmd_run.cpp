@@ -39,10 +39,12 @@ nlohmann::json completion_json(const RunOptions& o, const RunInfo& info, const s
 void print_completion(const RunOptions& o, const RunInfo& info, const std::vector<int32_t>& prompt,
                       const std::vector<int32_t>& ids, const std::string& text, uint64_t seed,
                       const std::string& stop_reason, double prefill_s, double decode_s, const SpecTotals* spec,
-                      uint32_t n_ctx, uint64_t reused = 0) {
+                      uint32_t n_ctx, uint64_t reused = 0, double pipelines_s = 0) {
+  // (prefill_s and decode_s without pipelines_s: the driver's shader compilation, a first run's, said apart)
   if (o.json) {
     nlohmann::json j = completion_json(o, info, prompt, ids, text, seed, stop_reason, prefill_s, decode_s, spec);
     if (!o.prompt_cache.empty()) j["reused_tokens"] = reused;   // from the --prompt-cache file
+    j["timings"]["pipelines_s"] = pipelines_s;
     write_stdout(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   } else {
     write_stdout("\n");   // flushed: the text's last line comes before the stats, also on one pipe
@@ -50,6 +52,8 @@ void print_completion(const RunOptions& o, const RunInfo& info, const std::vecto
   if (stop_reason == "context")
     fprintf(stderr, "vkspec: the context of %u tokens is full: generation stopped after %zu tokens (use --ctx)\n", n_ctx,
             ids.size());
+  if (!o.json && pipelines_s >= 0.01)
+    fprintf(stderr, "vkspec: %.3f s creating pipelines (the driver compiling shaders; later runs find them cached)\n", pipelines_s);
   if (!o.json)
     fprintf(stderr, "vkspec: %zu prompt tokens in %.3f s (%.1f tok/s), %zu generated in %.3f s (%.1f tok/s) on %s\n",
             prompt.size(), prefill_s, double(prompt.size()) / prefill_s, ids.size(), decode_s,
@@ -175,8 +179,10 @@ int cmd_run(const RunOptions& o, const ChatOptions& chat) {
   SpecTotals spec;
   spec += m;
   if (!o.prompt_cache.empty()) ctx.save(o.prompt_cache);
-  print_completion(o, info, prompt, ids, out, base_seed, cli_stop_reason(m.stop_reason), m.prefill_seconds, m.decode_seconds,
-                   info.drafter.empty() ? nullptr : &spec, mi.n_ctx, m.reused_tokens);
+  print_completion(o, info, prompt, ids, out, base_seed, cli_stop_reason(m.stop_reason),
+                   m.prefill_seconds - m.prefill_pipeline_seconds, m.decode_seconds - m.decode_pipeline_seconds,
+                   info.drafter.empty() ? nullptr : &spec, mi.n_ctx, m.reused_tokens,
+                   m.prefill_pipeline_seconds + m.decode_pipeline_seconds);
   return 0;
 }
 

@@ -78,6 +78,7 @@ bool is_number(const std::string& s) {
 
 std::vector<std::string> translate_llama_flags(std::vector<std::string> args, std::vector<std::string>* notes) {
   std::vector<std::string> out;
+  const bool serve = !args.empty() && args[0] == "serve";
   for (size_t i = 0; i < args.size(); ++i) {
     std::string a = args[i], inline_value;
     bool has_inline = false;
@@ -90,6 +91,11 @@ std::vector<std::string> translate_llama_flags(std::vector<std::string> args, st
     if (a == "--draft" && (has_inline ? is_number(inline_value) : i + 1 < args.size() && is_number(args[i + 1]))) {
       out.push_back("--draft-max");
       if (has_inline) out.push_back(inline_value);
+      continue;
+    }
+    // llama-server's -c is the context of all its sequences together (divided among -np); vkspec's --ctx is each one's
+    if (serve && (a == "-c" || a == "--ctx-size")) {
+      out.push_back(has_inline ? "--ctx-total=" + inline_value : "--ctx-total");
       continue;
     }
     const LlamaFlag* f = nullptr;

@@ -26,9 +26,10 @@ std::string default_model(const std::string& argv0) {
 }
 
 void add_prompt_options(CLI::App* c, vkspec::cli::RunOptions& o) {
-  c->add_option("-p,--prompt", o.prompt, "Prompt text (taken exactly as given)");
-  c->add_option("-f,--file", o.prompt_file, "Read the prompt from a file");
-  c->add_flag("--escape", o.escape, "Process escapes (\\n, \\t, ...) in the prompt");
+  c->add_option("-p,--prompt", o.prompt, "Prompt text (escapes such as \\n processed, as llama.cpp)");
+  c->add_option("-f,--file", o.prompt_file, "Read the prompt from a file (taken as it is)");
+  c->add_flag("--escape", o.escape, "Process escapes (\\n, \\t, ...) in a prompt file too");
+  c->add_flag("--no-escape", o.no_escape, "Take -p exactly as given");
   c->add_flag("--json", o.json, "Print JSON");
 }
 // The sampling transforms besides the temperature (run and bench take the same ones).
@@ -188,8 +189,12 @@ static int run_main(const std::vector<std::string>& argv) {
                     "Finished sequences whose KV is kept for later prompts that start the same way (a chat's next "
                     "turn); evicted when running requests need the blocks. 0: off (default: 4)")
       ->check(CLI::Range(0u, 256u));
-  serve->add_option("-c,--ctx", o.ctx, "Context per sequence (0 = model's, capped at 4096)");
+  serve->add_option("--ctx", o.ctx, "Context per sequence (0 = model's, capped at 4096)");
+  uint32_t ctx_total = 0;
+  serve->add_option("-c,--ctx-size,--ctx-total", ctx_total,
+                    "Context of all sequences together, divided among --parallel (llama-server's -c)");
   serve->add_option("--api-key", so.api_key, "Require 'Authorization: Bearer KEY'");
+  serve->add_flag("--no-webui", so.no_webui, "No chat page at / (llama-server's flag)");
   serve->add_option("--cors-origin", so.cors_origins,
                     "A browser origin allowed to call the server besides loopback pages (repeatable; '*': any)");
   serve->add_option("--alias", so.alias, "The model's id in the API (default: the file name)");
@@ -264,7 +269,16 @@ static int run_main(const std::vector<std::string>& argv) {
     if (*tokenize) return vkspec::cli::cmd_tokenize(o);
     if (*perplexity) return vkspec::cli::cmd_perplexity(o, po);
     if (*embed) return vkspec::cli::cmd_embed(o, eo);
-    if (*serve) return vkspec::cli::cmd_serve(o, so);
+    if (*serve) {
+      if (serve->count("--ctx") && serve->count("--ctx-total")) throw vkspec::cli::Error("give --ctx (per sequence) or -c (in all), not both");
+      if (serve->count("--ctx-total")) {
+        if (ctx_total / std::max<uint32_t>(so.parallel, 1) < 16)
+          throw vkspec::cli::Error("-c " + std::to_string(ctx_total) + " leaves fewer than 16 tokens for each of the " +
+                                   std::to_string(so.parallel) + " sequences (--parallel)");
+        o.ctx = int(ctx_total / std::max<uint32_t>(so.parallel, 1));
+      }
+      return vkspec::cli::cmd_serve(o, so);
+    }
   } catch (const std::exception& e) {
     // the library escapes control characters in its messages; other exceptions (options, JSON) may quote raw input
     fprintf(stderr, "vkspec: error: %s\n", vkspec::cli::escape_controls(e.what()).c_str());

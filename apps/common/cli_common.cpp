@@ -62,7 +62,8 @@ std::string read_text_file(const std::string& path, uint64_t max_bytes, const ch
 std::string read_prompt(const RunOptions& o, uint64_t max_bytes) {
   std::string text = o.prompt;
   if (!o.prompt_file.empty()) text = read_text_file(o.prompt_file, max_bytes, "prompt file");
-  return o.escape ? process_escapes(text) : text;
+  const bool escape = o.prompt_file.empty() ? !o.no_escape : o.escape;
+  return escape ? process_escapes(text) : text;
 }
 
 std::optional<uint64_t> parse_seed(const std::string& text) {

@@ -23,7 +23,8 @@ std::string escape_controls(const std::string& s);
 struct RunOptions {
   std::string model;
   std::string prompt, prompt_file;
-  bool escape = false;
+  bool escape = false;      // --escape: also in a prompt file
+  bool no_escape = false;   // --no-escape: -p taken as given (escapes in -p are processed by default, as llama.cpp)
   int n_predict = 128;
   float temp = 0.8f, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f, frequency_penalty = 0.0f,
         presence_penalty = 0.0f;
@@ -68,6 +69,7 @@ struct ChatOptions {
 
 struct ServeOptions {
   std::string host = "127.0.0.1";   // loopback unless asked
+  bool no_webui = false;            // no chat page at /
   int port = 8080;                  // 0: any free port (printed)
   uint32_t parallel = 4;            // sequences decoded together (--parallel)
   uint32_t prompt_cache = 4;        // finished sequences kept for their prefix (--prompt-cache; 0: off)

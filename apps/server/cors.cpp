@@ -24,7 +24,32 @@ bool loopback_origin(std::string_view origin) {
   return false;
 }
 
+// host[:port] whose host is an IPv4 or a bracketed IPv6 literal or localhost.
+bool address_host(std::string_view host) {
+  const size_t colon = host.rfind(':');
+  const bool bracketed = !host.empty() && host[0] == '[';
+  std::string_view name = host;
+  if (bracketed) name = host.substr(0, host.find(']') == std::string_view::npos ? 0 : host.find(']') + 1);
+  else if (colon != std::string_view::npos) name = host.substr(0, colon);
+  if (name.empty()) return false;
+  if (bracketed) return name.back() == ']' && name.find_first_not_of("[]0123456789abcdefABCDEF:.") == std::string_view::npos;
+  if (name == "localhost") return true;
+  int dots = 0;
+  for (const char c : name) {
+    if (c == '.') ++dots;
+    else if (c < '0' || c > '9') return false;
+  }
+  return dots == 3;
+}
+
 }  // namespace
+
+bool same_origin_by_address(std::string_view origin, std::string_view host) {
+  if (host.empty() || !address_host(host)) return false;
+  for (std::string_view scheme : {"http://", "https://"})
+    if (origin.substr(0, scheme.size()) == scheme && origin.substr(scheme.size()) == host) return true;
+  return false;
+}
 
 bool cors_origin_allowed(std::string_view origin, const std::vector<std::string>& listed) {
   if (loopback_origin(origin) || any_origin(listed)) return true;

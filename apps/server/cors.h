@@ -13,6 +13,11 @@ namespace vkspec::cli {
 
 bool cors_origin_allowed(std::string_view origin, const std::vector<std::string>& listed);
 
+// The server's own page calling it (the chat page at /, opened as http://192.168.1.5:8080/): the Origin is
+// the request's Host, and that host is an address or localhost. A domain name is not enough: a page of
+// evil.example whose name was rebound to this machine's address would pass that test (DNS rebinding).
+bool same_origin_by_address(std::string_view origin, std::string_view host);
+
 // The headers of a preflight's answer (OPTIONS with Origin and Access-Control-Request-*), for an allowed origin:
 // the methods the API has, the headers the page asked for (token characters only), a 10-minute cache.
 std::vector<std::pair<std::string, std::string>> cors_preflight_headers(std::string_view origin,

@@ -3,6 +3,9 @@
 
 #include <cstring>
 
+extern const char kChatPage[];   // (generated from apps/server/webui/chat.html by cmake/embed_file.cmake)
+extern const size_t kChatPageSize;
+
 namespace vkspec::cli::serve {
 
 void Server::completion(const http::Request& req, http::Response& res, bool chat) {
@@ -238,6 +241,8 @@ void Server::routes() {
     if (id != model_id_) throw ApiError(404, "the model '" + id + "' does not exist", "model", "model_not_found");
     send_json(res, 200, {{"id", model_id_}, {"object", "model"}, {"created", started_}, {"owned_by", "vkspec"}});
   });
+  if (!so_.no_webui)   // the chat page (apps/server/webui/chat.html, embedded at build time)
+    get("/", [](const http::Request&, http::Response& res) { res.set(200, std::string(kChatPage, kChatPageSize), "text/html; charset=utf-8"); });
   get("/health", [this](const http::Request&, http::Response& res) {
     if (ready_) send_json(res, 200, {{"status", "ok"}});
     else send_json(res, 503, {{"status", "loading"}, {"progress", load_fraction_.load()}});   // (weights uploaded, 0..1)
@@ -256,7 +261,7 @@ void Server::routes() {
     };
     // a browser page's request (server/cors.h): its origin first; a preflight is answered here (before the API
     // key, which browsers do not send with it)
-    if (const std::string origin = req.header("Origin"); !origin.empty()) {
+    if (const std::string origin = req.header("Origin"); !origin.empty() && !same_origin_by_address(origin, req.header("Host"))) {
       if (!cors_origin_allowed(origin, so_.cors_origins))
         return refuse(ApiError(403, "origin '" + origin + "' may not call this server (vkspec serve --cors-origin ORIGIN)"));
       if (req.method == http::Method::Options) {
@@ -266,14 +271,15 @@ void Server::routes() {
         return true;
       }
     }
-    if (!so_.api_key.empty() && req.path != "/health") {
+    const bool page = req.path == "/" && req.method == http::Method::Get && !so_.no_webui;   // (holds no data)
+    if (!so_.api_key.empty() && req.path != "/health" && !page) {
       const std::string auth = req.header("Authorization");
       const std::string prefix = "Bearer ";
       const std::string given = auth.rfind(prefix, 0) == 0 ? auth.substr(prefix.size()) : std::string();
       if (!equal_constant_time(given, so_.api_key))
         return refuse(ApiError(401, "invalid or missing API key (Authorization: Bearer KEY)", {}, "invalid_api_key"));
     }
-    if (!ready_ && req.path != "/health" && req.path != "/metrics")   // (the model and its name are being made)
+    if (!ready_ && req.path != "/health" && req.path != "/metrics" && !page)   // (the model and its name are being made)
       return refuse(ApiError(503, "the model is still loading", {}, {}, "server_error"));
     return false;
   };
