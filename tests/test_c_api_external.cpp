@@ -408,7 +408,11 @@ TEST(CApiExternal, FrameLoopExampleKeepsTheBudgetAndTheTokens) {
     EXPECT_GE(held["frames"].get<int>(), held["units"].get<int>());
     EXPECT_GT(held["units"].get<int>(), free["units"].get<int>()) << mode;
     const double one_pass = held["device_ms"].get<double>() / 15;   // a decoding step (after the first token)
-    if (held["max_unit_device_ms"].get<double>() > 0) {
+    // (a unit submitted in parts, VKSPEC_SUBMIT=parts|barriers, is timed with the host's recording between
+    // them; the engine-submits mode takes recordings whole)
+    const char* submit = getenv("VKSPEC_SUBMIT");
+    const bool whole = !submit || std::string(submit) == "whole" || std::string(mode) == "engine";
+    if (whole && held["max_unit_device_ms"].get<double>() > 0) {
       EXPECT_LE(held["max_unit_device_ms"].get<double>(), 3 * (4 + one_pass)) << mode << ": " << held.dump();
     }
   }
