@@ -317,6 +317,27 @@ TEST_F(Chat, MessagesOfSeveralLines) {
   }
 }
 
+// llama-cli's /regen (the last reply again, to the same prompt: greedy, the same reply) and /read FILE (a
+// file's text as the message); /regen with no reply yet ends a scripted chat with exit 1 and the reason.
+TEST_F(Chat, RegenAndReadAsLlamaCli) {
+  write(tmp("read-me.txt"), "Grüße from a file");
+  write(tmp("regen.txt"), "hello there\n/regen\n/read " + tmp("read-me.txt") + "\n");
+  Result r = run_command("VKSPEC_TODAY=2026-01-31 " + std::string(VKSPEC_BIN) + " chat -m " + model_ + " -n 6 --temp 0 --json < " +
+                         tmp("regen.txt"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::vector<json> turns = json_lines(r.out);
+  ASSERT_EQ(turns.size(), 3u) << r.out;
+  EXPECT_EQ(turns[1]["prompt"], turns[0]["prompt"]);
+  EXPECT_EQ(turns[1]["ids"], turns[0]["ids"]);
+  EXPECT_EQ(turns[2]["prompt"].get<std::string>().find("hello there<|eot_id|>"), turns[0]["prompt"].get<std::string>().find("hello there<|eot_id|>"));
+  EXPECT_NE(turns[2]["prompt"].get<std::string>().find("<|start_header_id|>user<|end_header_id|>\n\nGrüße from a file<|eot_id|>"),
+            std::string::npos) << turns[2]["prompt"];
+  write(tmp("regen-first.txt"), "/regen\n");
+  Result first = run_command(std::string(VKSPEC_BIN) + " chat -m " + model_ + " -n 2 --temp 0 < " + tmp("regen-first.txt"));
+  EXPECT_EQ(first.code, 1);
+  EXPECT_NE(first.err.find("no reply to generate again"), std::string::npos) << first.err;
+}
+
 // /save writes the conversation as apply-template's messages; /load takes it back, and the next turn is the
 // turn the conversation would have had without the round trip (same prompt, same greedy reply). A file
 // that is not a conversation ends a scripted chat with exit 1 and the reason.

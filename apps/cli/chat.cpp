@@ -18,6 +18,17 @@ void Conversation::clear() {
   last_tokens_.clear();
 }
 
+std::optional<std::string> Conversation::take_back_last_exchange() {
+  const size_t n = messages_.size();
+  if (n < 2 || messages_[n - 1]["role"] != "assistant" || messages_[n - 2]["role"] != "user") return std::nullopt;
+  std::string user = messages_[n - 2]["content"].get<std::string>();
+  messages_.erase(n - 1);
+  messages_.erase(n - 2);
+  last_text_.clear();   // (the next turn tokenizes the whole conversation; the cache keeps the common prefix)
+  last_tokens_.clear();
+  return user;
+}
+
 void Conversation::load(const nlohmann::ordered_json& messages) {
   if (!messages.is_array()) throw Error("a saved conversation is a JSON array of {\"role\", \"content\"} messages");
   for (const auto& m : messages) {

@@ -39,6 +39,9 @@ class Conversation {
   Turn reply(const std::string& user_text, int n, const std::function<bool(const std::string&)>& on_text,
              const std::function<bool(float)>& on_prompt = {});
   void clear();   // a new conversation (same system message); the cache is reused where it matches
+  // Takes the last exchange back (llama-cli's /regen): its user message, to be sent again; nullopt when the
+  // conversation does not end with a reply.
+  std::optional<std::string> take_back_last_exchange();
   // The conversation as messages ({role, content}: apply-template's --messages format), and a saved one
   // taken back (the next turn continues it; the cache is reused where it matches). load() throws Error for
   // anything but an array of objects with a string role (system, user, assistant) and a string content.

@@ -96,6 +96,8 @@ constexpr const char* kCommands =
     "  /clear                start a new conversation\n"
     "  /stats                speed, cache and speculation of the session\n"
     "  /save FILE, /load FILE  keep a conversation as messages JSON\n"
+    "  /regen                the last reply again (llama-cli's)\n"
+    "  /read FILE            send a file's text as the message (llama-cli's)\n"
     "  /help, /?             this list\n"
     "  \"\"\" ... \"\"\"           a message of several lines (or end each line but the last with \\)\n"
     "  Ctrl-C                stops a reply, also while a long message is read; the arrow keys recall earlier lines\n";
@@ -130,6 +132,7 @@ int cmd_chat(const RunOptions& o, const ChatOptions& chat) {
       break;
     }
     const std::string& line = *message;
+    std::string text = line;   // what is sent: the line, or what a command makes of it
     if (tty) platform::remember_line(line);
     if (line == "/exit" || line == "/quit" || line == "/bye") break;
     if (line == "/help" || line == "/?") {
@@ -167,8 +170,25 @@ int cmd_chat(const RunOptions& o, const ChatOptions& chat) {
       else fprintf(stderr, "%s\n", stats_text(info, conv).c_str());
       continue;
     }
-    if (line.empty()) continue;
-    if (line[0] == '/' && line.find_first_of(" \n") == std::string::npos) {   // (a path or a message with spaces is text)
+    if (line == "/regen") {   // llama-cli's: the last reply again, to the same message
+      const std::optional<std::string> last = conv.take_back_last_exchange();
+      if (!last) {
+        if (!tty) throw Error("/regen: there is no reply to generate again");
+        fprintf(stderr, "vkspec: /regen: there is no reply to generate again\n");
+        continue;
+      }
+      text = *last;
+    } else if (line.rfind("/read ", 0) == 0) {   // llama-cli's: a file's text as the message
+      try {
+        text = read_text_file(line.substr(6), 16u << 20, "message file");
+      } catch (const std::exception& e) {
+        if (!tty) throw;
+        fprintf(stderr, "vkspec: %s\n", e.what());
+        continue;
+      }
+    } else if (line.empty()) {
+      continue;
+    } else if (line[0] == '/' && line.find_first_of(" \n") == std::string::npos) {   // (a path or a message with spaces is text)
       const std::string why = "unknown command " + line + " (/help lists them)";
       if (!tty) throw Error(why);
       fprintf(stderr, "vkspec: %s\n", why.c_str());
@@ -185,7 +205,7 @@ int cmd_chat(const RunOptions& o, const ChatOptions& chat) {
         shown = false;
       };
       t = conv.reply(
-          line, o.n_predict,
+          text, o.n_predict,
           [&](const std::string& piece) {
             erase();
             if (!o.json) write_stdout(piece);
