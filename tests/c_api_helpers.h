@@ -94,13 +94,19 @@ inline Generated generate_on_new_context(vkspec_model* m, const std::vector<int3
   return o;
 }
 
-inline vkspec_status generate(vkspec_context* c, const std::vector<int32_t>& prompt, int n, Streamed& out, int speculative = 1) {
+// n tokens (EOS ignored) streamed into `out`, speculating when the context has a drafter and `speculative`.
+inline vkspec_generate_params streamed_params(int n, Streamed& out, int speculative = 1) {
   vkspec_generate_params g = vkspec_generate_default_params();
   g.n_predict = n;
   g.ignore_eos = 1;
   g.speculative = speculative;
   g.on_token = collect;
   g.user = &out;
+  return g;
+}
+
+inline vkspec_status generate(vkspec_context* c, const std::vector<int32_t>& prompt, int n, Streamed& out, int speculative = 1) {
+  const vkspec_generate_params g = streamed_params(n, out, speculative);
   return vkspec_generate(c, prompt.data(), prompt.size(), &g);
 }
 

@@ -127,12 +127,7 @@ TEST(CApi, StepsAreBoundedAndGiveGenerateTokens) {
     Streamed all;
     ASSERT_EQ(generate(ctx.c, prompt, 40, all, speculative), VKSPEC_OK);
     Streamed stepped;
-    vkspec_generate_params g = vkspec_generate_default_params();
-    g.n_predict = 40;
-    g.ignore_eos = 1;
-    g.speculative = speculative;
-    g.on_token = collect;
-    g.user = &stepped;
+    const vkspec_generate_params g = streamed_params(40, stepped, speculative);
     // another prompt in between, so that the stepped run prefills (all but BOS) in several steps
     Streamed flush;
     ASSERT_EQ(generate(ctx.c, tokenize(model.m, "x = 1"), 2, flush), VKSPEC_OK);
@@ -193,12 +188,7 @@ TEST(CApi, AsynchronousStepsGiveTheBlockingTokens) {
       ASSERT_EQ(generate(ctx.c, prompt, 40, blocking, speculative), VKSPEC_OK) << vkspec_last_error();
       for (bool poll_only : {true, false}) {
         Streamed async;
-        vkspec_generate_params g = vkspec_generate_default_params();
-        g.n_predict = 40;
-        g.ignore_eos = 1;
-        g.speculative = speculative;
-        g.on_token = collect;
-        g.user = &async;
+        const vkspec_generate_params g = streamed_params(40, async, speculative);
         Streamed flush;   // another prompt first, so that the prompt is prefilled again, in parts
         ASSERT_EQ(generate(ctx.c, tokenize(model.m, "x = 1"), 2, flush), VKSPEC_OK);
         ASSERT_EQ(vkspec_begin(ctx.c, prompt.data(), prompt.size(), &g), VKSPEC_OK) << vkspec_last_error();
@@ -296,13 +286,8 @@ TEST(CApi, DeviceBudgetSplitsStepsAndKeepsTheTokens) {
   auto run = [&](int speculative, uint32_t budget_us) {
     Run r;
     EXPECT_EQ(vkspec_context_clear(ctx.c), VKSPEC_OK);
-    vkspec_generate_params g = vkspec_generate_default_params();
-    g.n_predict = 32;
-    g.ignore_eos = 1;
-    g.speculative = speculative;
+    vkspec_generate_params g = streamed_params(32, r.s, speculative);
     g.max_device_us = budget_us;
-    g.on_token = collect;
-    g.user = &r.s;
     EXPECT_EQ(vkspec_begin(ctx.c, prompt.data(), prompt.size(), &g), VKSPEC_OK) << vkspec_last_error();
     for (int32_t done = 0; !done;) {
       EXPECT_EQ(vkspec_step(ctx.c, &done), VKSPEC_OK) << vkspec_last_error();

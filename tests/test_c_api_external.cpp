@@ -314,12 +314,7 @@ TEST(CApiExternal, EngineSubmitsModeGivesTheSameTokens) {
       Ctx ctx(theirs, s.p);
       ASSERT_EQ(generate(ctx.c, prompt, 32, blocking, speculative), VKSPEC_OK) << s.name << ": " << vkspec_last_error();
       EXPECT_EQ(blocking.ids, reference.ids) << s.name << ", speculative " << speculative;
-      vkspec_generate_params g = vkspec_generate_default_params();
-      g.n_predict = 32;
-      g.ignore_eos = 1;
-      g.speculative = speculative;
-      g.on_token = collect;
-      g.user = &async;
+      const vkspec_generate_params g = streamed_params(32, async, speculative);
       ASSERT_EQ(vkspec_context_clear(ctx.c), VKSPEC_OK);
       ASSERT_EQ(vkspec_begin(ctx.c, prompt.data(), prompt.size(), &g), VKSPEC_OK) << vkspec_last_error();
       int units = 0, polls = 0;
