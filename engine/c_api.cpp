@@ -247,6 +247,8 @@ void end_generation(vkspec_context* ctx) {
   m.device_seconds = c.decode_gpu_s;
   m.round_tokens = c.spec.tokens;
   m.max_step_device_seconds = c.max_unit_gpu_s;
+  m.max_release_device_seconds = c.max_release_gpu_s;
+  m.max_group_device_seconds = c.max_group_gpu_s;
   m.prefill_pipeline_seconds = c.prefill_pipelines_s;
   m.decode_pipeline_seconds = c.decode_pipelines_s;
   copy_field(m.stop_reason, stop_reason_name(c.stop));

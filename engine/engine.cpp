@@ -237,24 +237,6 @@ void Engine::abandon_run() {
   run_.reset();
 }
 
-// A prompt part that fits the budget: the last part's size scaled by budget / its measured time (a pass's time
-// is a + g n; scaled so, it stays within the budget however large the fixed part a), at most 4x the last and
-// at least one token; one token first, to measure.
-uint32_t Engine::budget_prompt_part(uint32_t chunk) const {
-  if (last_part_s_ <= 0 || last_part_tokens_ == 0) return 1;
-  const double scaled = double(last_part_tokens_) * budget_s_ / last_part_s_;
-  return uint32_t(std::clamp(std::floor(scaled), 1.0, double(std::min<uint32_t>(chunk, 4 * last_part_tokens_))));
-}
-
-// A speculative round's drafts within the budget: the last round's rows (K + 1) scaled by budget / its time,
-// less the one row the round always verifies; one draft in the first round, to measure.
-void Engine::budget_round(Sequence& q) const {
-  const double last_s = q.spec->last_round_seconds();
-  if (last_s <= 0) return q.spec->cap_drafts(1);
-  const double rows = std::floor(double(q.spec->last_drafts() + 1) * budget_s_ / last_s);
-  q.spec->cap_drafts(uint32_t(std::clamp(rows - 1, 0.0, double(2 * q.spec->last_drafts() + 2))));
-}
-
 bool Engine::submit(bool wait_for_model) {
   if (!run_) throw Error("internal: submit() without begin()");
   Run& r = *run_;
@@ -266,11 +248,12 @@ bool Engine::submit(bool wait_for_model) {
     Sequence& q = *r.seq;
     const int seq = r.session->seq;
     r.t0 = std::chrono::steady_clock::now();
+    rec_->set_budget(r.budget_s);
     r.pipelines_s0 = Pipelines::total_creation_seconds();
     if (r.prefilling) {
       // The prompt: one chunk (ubatch tokens) per step, without logits, while more than a chunk remains;
       // then the last part and the choice of the first token. A cancel request is seen between chunks.
-      const uint32_t chunk = r.budget_s > 0 ? budget_prompt_part(m.ubatch()) : m.ubatch();
+      const uint32_t chunk = m.ubatch();
       if (q.cancelled()) {
         q.end(StopReason::Cancelled);
         end_run(q.cached);
@@ -291,7 +274,6 @@ bool Engine::submit(bool wait_for_model) {
         r.pending = Run::Unit::PromptEnd;
       }
     } else if (q.spec) {
-      if (r.budget_s > 0) budget_round(q);
       if (!q.spec->submit_round()) {   // the sequence ended before a round (its last token emitted)
         q.end(StopReason::Context);   // (unless the stop rule ended it first)
         end_run(q.context.size());
@@ -331,11 +313,9 @@ bool Engine::collect(uint64_t timeout_ns) {
     const double wall_s = seconds_since(r.t0);
     const double pipelines_s = Pipelines::total_creation_seconds() - r.pipelines_s0;   // (while it was recorded)
     const double unit_s = unit == Run::Unit::Round ? -1 : rec_->seconds_between(r.marks.begin, r.marks.end);
-    if (unit == Run::Unit::PromptPart || unit == Run::Unit::PromptEnd) {
-      last_part_tokens_ = r.tokens;
-      last_part_s_ = unit_s;
-    }
     c.max_unit_gpu_s = std::max(c.max_unit_gpu_s, unit_s);
+    c.max_release_gpu_s = std::max(c.max_release_gpu_s, rec_->max_release_seconds());
+    c.max_group_gpu_s = std::max(c.max_group_gpu_s, rec_->max_group_seconds());
     switch (unit) {
       case Run::Unit::PromptPart:
         q.cached += r.tokens;

@@ -40,10 +40,10 @@ class Engine {
   // With a cancel flag: true prefills the whole prompt in one submission anyway (the flag is then seen after
   // it); for the completions begun from now on.
   void set_prefill_one_submission(bool whole) { prefill_whole_ = whole; }
-  // A device-time budget per submission (seconds; 0: none), for the completions begun from now on: prompt
-  // parts are sized from the last part's measured time to fit it (at least a token: a pass costs what it
-  // costs), a speculative round's drafts from the last round's. It changes no token (every kernel is
-  // batch-invariant and speculation lossless). Needs timestamps; without them it does nothing.
+  // A device-time budget per call (seconds; 0: none), for the completions begun from now on: the prompt goes
+  // in chunks (one step each), and each step's recording is released a budget's worth per call (Recorder,
+  // ReleasePlan); the steps themselves are what they would be without it (a round's drafts are the cost
+  // model's), so it changes no token. Needs timestamps; without them it does nothing.
   void set_device_budget(double seconds) { budget_s_ = seconds; }
   DrafterKind drafter_kind() const { return o_.kind(); }
   Drafter* drafter() { return drafter_.get(); }   // (between completions; null without one)
@@ -109,11 +109,6 @@ class Engine {
   const std::atomic<bool>* cancel_ = nullptr;
   bool prefill_whole_ = false;
   double budget_s_ = 0;
-  // The last prompt part's size and measured device time (seconds; < 0: unknown): the next part's measure.
-  uint32_t last_part_tokens_ = 0;
-  double last_part_s_ = -1;
-  uint32_t budget_prompt_part(uint32_t chunk) const;
-  void budget_round(Sequence& q) const;
   std::unique_ptr<Drafter> drafter_;   // kept between completions (a draft model's cache); lent to each Sequence
   std::unique_ptr<Recorder> rec_;                 // every decoding step and speculative round
   std::unique_ptr<TokenChooser> chooser_;

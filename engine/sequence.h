@@ -47,6 +47,9 @@ struct SequenceResult {
   uint64_t decode_submissions = 0, decode_parts = 0, decode_dispatches = 0;
   double decode_gpu_s = 0;
   double max_unit_gpu_s = 0;   // the device time of the costliest submission (its prompt's included; timestamps)
+  // Engine only, under a device-time budget: the costliest release of a held submission's parts, and
+  // group of kernels between two barriers.
+  double max_release_gpu_s = 0, max_group_gpu_s = 0;
   // Decode tokens/s: every token after the first costs one forward pass (or a share of a verify pass).
   double decode_tok_s() const { return ids.size() > 1 && decode_s > 0 ? double(ids.size() - 1) / decode_s : 0.0; }
 };

@@ -48,7 +48,7 @@
 extern "C" {
 #endif
 
-#define VKSPEC_API_VERSION 11
+#define VKSPEC_API_VERSION 12
 #define VKSPEC_MAX_LOGIT_BIAS 1024   /* vkspec_sampling_params.n_logit_bias's bound */
 #define VKSPEC_MAX_JSON_DEPTH 64     /* JSON text given to the library (messages, schemas) nests at most this deep */
 #define VKSPEC_LOGIT_BIAS_BOUND 100  /* each logit bias lies in [-VKSPEC_LOGIT_BIAS_BOUND, VKSPEC_LOGIT_BIAS_BOUND] */
@@ -353,11 +353,13 @@ typedef struct vkspec_generate_params {
   int32_t prefill_one_submission;
   vkspec_token_fn on_token;
   void* user;
-  /* API version 10: a device-time budget per step, in microseconds (0: none), for frame loops: the prompt
-   * goes in parts sized to fit it (from the last part's measured time; the first part is one token, to
-   * measure), a speculative round drafts what fits; a decoding step is one pass whatever it costs. The
-   * tokens do not change. Needs device timestamps (vkspec_device_info; without them it does nothing);
-   * vkspec_metrics.max_step_device_seconds reports the costliest step. */
+  /* API version 10: a device-time budget per call, in microseconds (0: none), for frame loops. The prompt
+   * goes in chunks (one step each) and, API version 12, each step's work is cut at its kernels' barriers and
+   * released a budget's worth per call: vkspec_step_submit releases the first parts, each vkspec_step_poll
+   * that finds the last release done releases the next (vkspec_step and vkspec_step_wait release them all,
+   * one after the other). So one call's device work exceeds the budget by about one group of kernels at most
+   * (vkspec_metrics.max_release_device_seconds, max_group_device_seconds). The steps and their tokens do
+   * not change. Needs device timestamps (vkspec_device_info): without them steps go whole. */
   uint32_t max_device_us;
 } vkspec_generate_params;
 
@@ -419,6 +421,11 @@ typedef struct vkspec_metrics {
   /* API version 11: of prefill_seconds and decode_seconds, the time spent creating pipelines (the driver
    * compiling shaders: a first run's first passes; 0 once the process has them) */
   double prefill_pipeline_seconds, decode_pipeline_seconds;
+  /* API version 12, with max_device_us: a step's work is cut at its kernels' barriers into parts and released
+   * a budget's worth per call (vkspec_step_submit, then each vkspec_step_poll that finds the last release
+   * done): the device time of the costliest release, and of the costliest group of kernels between two
+   * barriers, which is how much a release may exceed the budget (0 without a budget or timestamps) */
+  double max_release_device_seconds, max_group_device_seconds;
 } vkspec_metrics;
 
 /* The metrics of the context's last vkspec_generate. */

@@ -1,6 +1,8 @@
 #include "runtime/recorder.h"
 #include "core/settings.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -93,17 +95,31 @@ void Recorder::begin() {
   if (query_pool_) vk::vkCmdResetQueryPool(cmd_, query_pool_, 0, kMaxQueries);
   marks_used_ = 0;
   if (marks_pool_) vk::vkCmdResetQueryPool(cmd_, marks_pool_, 0, kMaxMarks);
+  held_ = budget_s_ > 0 && ctx_.facts().timestamps;
+  if (!held_) return;
+  if (!plan_) plan_ = std::make_unique<ReleasePlan>(ctx_);
+  split_after_ = UINT32_MAX;   // (the plan cuts held parts)
+  plan_->begin(cmd_, budget_s_);
 }
 
 uint32_t Recorder::mark() {
   if (!marks_pool_ || marks_used_ == kMaxMarks) return kMaxMarks;
   vk::vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, marks_pool_, marks_used_);
+  mark_part_[marks_used_] = part_;
   return marks_used_++;
 }
 
+// A held recording's releases ran with the host's time between them: between marks in different parts,
+// only the parts' own times count.
 double Recorder::seconds_between(uint32_t a, uint32_t b) const {
   if (a >= marks_used_ || b >= marks_used_) return -1.0;
-  return double(mark_ticks_[b] - mark_ticks_[a]) * ctx_.facts().timestamp_period_ns * 1e-9;
+  const uint32_t pa = mark_part_[a], pb = mark_part_[b];
+  uint64_t ticks = mark_ticks_[b] - mark_ticks_[a];
+  if (held_ && pa < pb) {
+    ticks = (plan_->part_end_ticks(pa) - mark_ticks_[a]) + (mark_ticks_[b] - plan_->part_start_ticks(pb));
+    for (uint32_t p = pa + 1; p < pb; ++p) ticks += plan_->part_end_ticks(p) - plan_->part_start_ticks(p);
+  }
+  return double(ticks) * ctx_.facts().timestamp_period_ns * 1e-9;
 }
 
 void Recorder::dispatch(const Pipeline& p, const void* push, uint32_t push_size, uint32_t gx, uint32_t gy,
@@ -115,6 +131,7 @@ void Recorder::dispatch(const Pipeline& p, const void* push, uint32_t push_size,
   vk::vkCmdBindPipeline(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
   vk::vkCmdPushConstants(cmd_, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_size, push);
   vk::vkCmdDispatch(cmd_, gx, gy, gz);
+  if (held_) plan_->dispatch(p, gx * gy * gz);
   dispatches_++;
   part_dispatches_++;
   if (timed) {
@@ -141,7 +158,11 @@ void Recorder::dispatch(const Pipeline& p, const VkBufferView* texels, const voi
 }
 
 void Recorder::barrier() {
-  if (part_dispatches_ >= split_after_) {   // the parts so far run while the rest is recorded
+  if (held_ && plan_->close_group(cmd_)) {
+    vk_check(vk::vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
+    begin_part(part_ + 1);
+    plan_->open_part(cmd_);
+  } else if (part_dispatches_ >= split_after_) {   // the parts so far run while the rest is recorded
     submit_part(VK_NULL_HANDLE);
     begin_part(part_ + 1);
     if (split_after_ > 1) split_after_ = std::min(split_after_ * 2, 1024u);
@@ -167,7 +188,12 @@ void Recorder::submit() {
   mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
   vk::vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                            VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
-  if (ctx_.engine_submits()) {
+  if (held_) {
+    plan_->close_part(cmd_);
+    vk_check(vk::vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
+    released_ = 0;
+    release();
+  } else if (ctx_.engine_submits()) {
     vk_check(vk::vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
     handed_value_ = ctx_.hand_over(&cmd_, 1);
     parts_++;
@@ -178,18 +204,51 @@ void Recorder::submit() {
   in_flight_ = true;
 }
 
+// The first part of a release needs no other synchronization than the barrier it opens with (see above).
+void Recorder::release() {
+  const uint32_t first = released_, n = plan_->release_size(first);
+  if (ctx_.engine_submits()) {
+    handed_value_ = ctx_.hand_over(&cmds_[first], n);
+  } else {
+    VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+    si.commandBufferCount = n;
+    si.pCommandBuffers = &cmds_[first];
+    vk_check(ctx_.submit(&si, fence_), "vkQueueSubmit");
+  }
+  parts_ += n;
+  release_first_ = first;
+  released_ = first + n;
+}
+
+bool Recorder::release_done(uint64_t timeout_ns) {
+  if (ctx_.engine_submits()) return ctx_.reached(handed_value_, timeout_ns);
+  const VkResult r = vk::vkWaitForFences(ctx_.device(), 1, &fence_, VK_TRUE, timeout_ns);
+  if (r == VK_TIMEOUT) return false;
+  vk_check(r, "vkWaitForFences");
+  vk_check(vk::vkResetFences(ctx_.device(), 1, &fence_), "vkResetFences");
+  return true;
+}
+
 bool Recorder::wait(uint64_t timeout_ns) {
   if (!in_flight_) throw Error("internal: a wait with no recording in flight");
-  if (ctx_.engine_submits()) {
-    if (!ctx_.reached(handed_value_, timeout_ns)) return false;
-    in_flight_ = false;
-  } else {
-    const VkResult r = vk::vkWaitForFences(ctx_.device(), 1, &fence_, VK_TRUE, timeout_ns);
-    if (r == VK_TIMEOUT) return false;
-    vk_check(r, "vkWaitForFences");
-    in_flight_ = false;
-    vk_check(vk::vkResetFences(ctx_.device(), 1, &fence_), "vkResetFences");
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + std::chrono::nanoseconds(std::min<uint64_t>(timeout_ns, INT64_MAX / 2));
+  while (true) {
+    if (!release_done(timeout_ns)) return false;
+    if (!held_) break;
+    plan_->completed(release_first_, released_ - release_first_);
+    if (released_ == plan_->parts()) break;
+    try {
+      release();
+    } catch (...) {   // nothing is in flight: the rest of the recording is dropped
+      in_flight_ = false;
+      throw;
+    }
+    if (timeout_ns == 0) return false;
+    if (timeout_ns != UINT64_MAX)
+      timeout_ns = uint64_t(std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - Clock::now()).count()));
   }
+  in_flight_ = false;
   if (marks_used_ > 0)
     vk_check(vk::vkGetQueryPoolResults(ctx_.device(), marks_pool_, 0, marks_used_, sizeof mark_ticks_, mark_ticks_, 8,
                                        VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),

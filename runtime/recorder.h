@@ -9,6 +9,9 @@
 // recorded (never after recording it: an earlier part may be running).
 // In the engine-submits mode (VulkanDevice::engine_submits) a recording is one command buffer, handed to the
 // application at submit(); wait() watches the device's timeline semaphore instead of a fence.
+// Under a device-time budget (set_budget: the C API's max_device_us) a recording is held instead, cut at
+// barriers into parts and released a budget's worth per call: submit() releases the first parts, and each
+// wait() that finds the last release done releases the next (ReleasePlan decides where to cut and what goes).
 // With VKSPEC_PROFILE=1 each dispatch is bracketed by timestamps and per-kernel times are accumulated.
 // mark() timestamps the boundaries between sections of a recording (the draft steps and the verify pass of
 // a round), for the adaptive draft policy.
@@ -17,11 +20,13 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "runtime/memory.h"
 #include "runtime/pipelines.h"
+#include "runtime/release_plan.h"
 
 namespace vkspec {
 
@@ -57,6 +62,14 @@ class Recorder {
     submit();
     wait(UINT64_MAX);
   }
+
+  // The device-time budget per release for the recordings begun after (0: none, they go whole). Held
+  // recordings need timestamps: without them recordings go whole.
+  void set_budget(double seconds) { budget_s_ = seconds; }
+  // Of the last held recording once waited for (else 0): the device time of its costliest release, and of
+  // its costliest group of kernels between two barriers.
+  double max_release_seconds() const { return held_ ? plan_->max_release_seconds() : 0.0; }
+  double max_group_seconds() const { return held_ ? plan_->max_group_seconds() : 0.0; }
 
   // Timestamp after everything recorded so far; its index. seconds_between(a, b) after the wait: the time
   // from mark a to mark b, or -1 when the device has no timestamps.
@@ -103,6 +116,16 @@ class Recorder {
   uint64_t mark_ticks_[kMaxMarks] = {};
   static inline std::atomic<uint64_t> submissions_{0}, parts_{0}, dispatches_{0}, recordings_{0};
 
+  // Held recordings. Invariant: parts [0, released_) were released, the last release beginning at
+  // release_first_; the next is released only once that one completed.
+  double budget_s_ = 0;
+  bool held_ = false;
+  std::unique_ptr<ReleasePlan> plan_;
+  uint32_t released_ = 0, release_first_ = 0;
+  uint32_t mark_part_[kMaxMarks] = {};   // the part each mark was written in
+
+  void release();                           // the next parts the plan says fit the budget
+  bool release_done(uint64_t timeout_ns);   // the last submission completed (waiting up to timeout_ns)
   void begin_part(uint32_t part);
   void submit_part(VkFence fence);
   void wait_unwaited();   // after an exception between parts: the submitted parts finish before reuse

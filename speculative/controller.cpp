@@ -85,7 +85,7 @@ uint32_t SpeculativeDecoder::drafts_planned(uint32_t sharing, const std::optiona
   // K is chosen before recording; never past the end of the context (K = 0: a plain decoding pass).
   policy_.share_passes(sharing, costs);
   const uint32_t room = target_.n_ctx() - uint32_t(context_.size());
-  uint32_t k_max = std::min({policy_.next_k(drafter_.next_round_free(context_)), room, LlamaModel::kMaxBatch - 1, k_cap_});
+  uint32_t k_max = std::min({policy_.next_k(drafter_.next_round_free(context_)), room, LlamaModel::kMaxBatch - 1});
   if (k_max < opts_.draft_min) k_max = 0;
   chooser_.set_token(0, g_);
   history_len_ = chooser_.mode() == ChoiceMode::Device ? chooser_.set_history(context_) : 0;

@@ -72,9 +72,6 @@ class SpeculativeDecoder {
   bool round();
   bool submit_round();
   bool collect_round();
-  // At most k drafts in the rounds from now on (a device-time budget's limit; lossless whatever K is).
-  void cap_drafts(uint32_t k) { k_cap_ = k; }
-  uint32_t last_drafts() const { return k_; }
   double last_round_seconds() const { return last_round_s_; }   // device time; -1 without timestamps
   const SpeculativeStats& stats() const { return stats_; }
 
@@ -105,7 +102,6 @@ class SpeculativeDecoder {
   std::vector<uint32_t> drafts_;
   uint32_t k_ = 0, history_len_ = 0, base_ = 0;   // of the round being recorded
   uint32_t m_draft_ = 0, m_verify_ = 0, m_end_ = 0, rows_ = 0;   // its marks and verify rows (submit_round)
-  uint32_t k_cap_ = UINT32_MAX;
   double last_round_s_ = -1;
   DraftRound round_;
   SpeculativeStats stats_;

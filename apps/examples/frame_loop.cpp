@@ -263,10 +263,12 @@ int main(int argc, char** argv) {
   printf(
           "{\"mode\": \"%s\", \"budget_ms\": %.3f, \"idle_frames\": %zu, \"idle_p50_ms\": %.3f, \"idle_p99_ms\": %.3f, "
           "\"frames\": %zu, \"p50_ms\": %.3f, \"p99_ms\": %.3f, \"max_ms\": %.3f, \"units\": %d, \"tokens\": %llu, "
-          "\"tokens_per_s\": %.2f, \"max_unit_device_ms\": %.3f, \"device_ms\": %.3f}\n",
+          "\"tokens_per_s\": %.2f, \"max_unit_device_ms\": %.3f, \"max_release_device_ms\": %.3f, "
+          "\"max_group_device_ms\": %.3f, \"device_ms\": %.3f}\n",
           engine ? "engine" : "lock", budget_ms, idle.size(), percentile(idle, 0.5), percentile(idle, 0.99), busy.size(),
           percentile(busy, 0.5), percentile(busy, 0.99), percentile(busy, 1.0), units,
           (unsigned long long)m.generated_tokens, double(m.generated_tokens) / seconds, m.max_step_device_seconds * 1e3,
+          m.max_release_device_seconds * 1e3, m.max_group_device_seconds * 1e3,
           m.device_seconds * 1e3);
   vkspec_context_free(ctx);
   vkspec_model_free(model);
