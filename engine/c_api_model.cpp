@@ -249,6 +249,7 @@ vkspec_status vkspec_model_get_info(const vkspec_model* model, vkspec_model_info
     out->add_bos = t.tok->add_bos();
     out->has_chat_template = ChatTemplate::from_gguf(*t.file).has_value();
     out->load_seconds = t.load_s;
+    copy_field(out->architecture, t.file->opt_string("general.architecture").value_or(""));
   });
 }
 

@@ -39,6 +39,7 @@ TargetModel::TargetModel(const Options& o) {
   file = o.reader           ? std::make_unique<GgufFile>(o.reader, o.reader_size, o.path)
          : o.memory.empty() ? std::make_unique<GgufFile>(o.path)
                             : std::make_unique<GgufFile>(o.memory.data(), o.memory.size(), o.path);
+  if (!o.vocab_only) check_supported_model(*file);   // (the real reason first, before the tokenizer's)
   tok = Tokenizer::from_gguf(*file);
   if (o.vocab_only) {
     load_s = loaded();
@@ -107,6 +108,7 @@ std::unique_ptr<DraftModel> load_draft_model(const TargetModel& t, const DraftOp
   if (o.model_path.empty()) return nullptr;
   auto d = std::make_unique<DraftModel>();
   d->file = std::make_unique<GgufFile>(o.model_path);
+  check_supported_model(*d->file);
   check_same_vocabulary(*t.tok, *Tokenizer::from_gguf(*d->file));
   ModelOptions mo;
   mo.n_ctx = t.model->n_ctx();

@@ -1,6 +1,8 @@
 #include "gguf/model_file.h"
 
+#include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "core/quant.h"
 
@@ -42,7 +44,63 @@ double llama3_factor(double inv_freq, double factor, double low, double high, do
   return 1.0 / ((1 - smooth) / factor + smooth);
 }
 
+// The keys vkspec reads under the architecture's prefix (read_llama_hparams) and those it checks to be
+// neutral (below).
+const std::set<std::string> kReadKeys = {
+    "embedding_length", "block_count", "attention.head_count", "attention.head_count_kv", "feed_forward_length",
+    "context_length", "attention.key_length", "attention.value_length", "rope.dimension_count",
+    "attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.scaling.type", "rope.scaling.factor",
+    "rope.scaling.low_freq_factor", "rope.scaling.high_freq_factor", "rope.scaling.original_context_length",
+    "rope.scaling.finetuned", "vocab_size", "expert_count", "expert_used_count"};
+
+const std::pair<Architecture, const char*> kArchitectures[] = {
+    {Architecture::Llama, "llama"}, {Architecture::Qwen2, "qwen2"}, {Architecture::Qwen3, "qwen3"}};
+
+// What the families people ask for are, for the refusal (issue: other model families).
+std::string family_of(const std::string& arch) {
+  static const std::pair<const char*, const char*> kFamilies[] = {
+      {"gemma", "Gemma"},     {"gemma2", "Gemma 2"},
+      {"gemma3", "Gemma 3"},        {"phi3", "Phi-3 / Phi-4-mini"}, {"phi2", "Phi-2"}, {"mistral3", "Mistral 3"}};
+  for (const auto& [a, name] : kFamilies)
+    if (arch == a) return std::string(" (") + name + ")";
+  return "";
+}
+
+// What a tensor that the llama forward pass does not read carries, for the refusal.
+std::string unread_tensor(const std::string& name) {
+  auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+  if (has("_exps") || has("ffn_gate_inp") || has("_shexp")) return "mixture-of-experts ('" + name + "') is not supported";
+  if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0) return "biases ('" + name + "') are not supported yet";
+  if (has("attn_q_norm") || has("attn_k_norm")) return "per-head query/key norms ('" + name + "') are not supported yet";
+  if (has("attn_qkv")) return "fused q/k/v weights ('" + name + "') are not supported yet";
+  if (has("rope_factors")) return "LongRoPE factors ('" + name + "') are not supported yet";
+  return "tensor '" + name + "' is not one the llama forward pass reads";
+}
+
 }  // namespace
+
+const char* architecture_name(Architecture a) {
+  for (const auto& [arch, name] : kArchitectures)
+    if (arch == a) return name;
+  return "?";
+}
+
+Architecture check_supported_model(const GgufFile& f) {
+  const std::string arch = f.get_string("general.architecture");
+  const std::string where = "'" + f.path() + "': ";
+  if (const auto experts = f.opt_uint(arch + ".expert_count"); experts && *experts > 0)
+    throw Error(where + "mixture-of-experts ('" + arch + "', " + std::to_string(*experts) + " experts) is not supported");
+  const auto known = std::find_if(std::begin(kArchitectures), std::end(kArchitectures), [&](const auto& a) { return arch == a.second; });
+  if (known == std::end(kArchitectures))
+    throw Error(where + "architecture '" + arch + "'" + family_of(arch) + " is not supported (vkspec runs 'llama', 'qwen2' and 'qwen3' models)");
+  const std::string prefix = arch + ".";
+  for (const auto& [key, value] : f.metadata()) {
+    if (key.rfind(prefix, 0) != 0 || kReadKeys.count(key.substr(prefix.size()))) continue;
+    throw Error(where + "metadata '" + key + "' changes how the model computes in a way vkspec does not implement "
+                "(refused rather than ignored)");
+  }
+  return known->first;
+}
 
 DType weight_dtype(const GgufTensor& t) {
   if (block_layout(t.type).elems == 0)   // the GGUF reader refuses these already
@@ -51,31 +109,37 @@ DType weight_dtype(const GgufTensor& t) {
 }
 
 LlamaHParams read_llama_hparams(const GgufFile& f) {
-  std::string arch = f.get_string("general.architecture");
-  if (arch != "llama")
-    throw Error("'" + f.path() + "': architecture '" + arch + "' is not supported (vkspec runs 'llama' models)");
   LlamaHParams hp;
-  hp.dim = u32(f, "llama.embedding_length");
-  hp.n_layers = u32(f, "llama.block_count", 1024);
-  hp.n_heads = u32(f, "llama.attention.head_count", 1024);
-  hp.n_kv_heads = f.opt_uint("llama.attention.head_count_kv") ? u32(f, "llama.attention.head_count_kv", 1024) : hp.n_heads;
-  hp.ffn_dim = u32(f, "llama.feed_forward_length");
-  hp.n_ctx_train = u32(f, "llama.context_length", 1u << 24);
+  hp.arch = check_supported_model(f);
+  hp.rope_neox = hp.arch == Architecture::Qwen2 || hp.arch == Architecture::Qwen3;
+  const std::string a = std::string(architecture_name(hp.arch)) + ".";
+  hp.dim = u32(f, a + "embedding_length");
+  hp.n_layers = u32(f, a + "block_count", 1024);
+  hp.n_heads = u32(f, a + "attention.head_count", 1024);
+  hp.n_kv_heads = f.opt_uint(a + "attention.head_count_kv") ? u32(f, a + "attention.head_count_kv", 1024) : hp.n_heads;
+  hp.ffn_dim = u32(f, a + "feed_forward_length");
+  hp.n_ctx_train = u32(f, a + "context_length", 1u << 24);
   if (hp.n_heads % hp.n_kv_heads)
     throw Error("head_count " + std::to_string(hp.n_heads) + " is not a multiple of head_count_kv " + std::to_string(hp.n_kv_heads));
-  if (hp.dim % hp.n_heads) throw Error("embedding_length is not a multiple of head_count");
-  hp.head_dim = hp.dim / hp.n_heads;
-  if (auto kd = f.opt_uint("llama.attention.key_length"); kd && *kd != hp.head_dim)
-    throw Error("llama.attention.key_length != embedding_length / head_count is not supported");
+  // A head's width: key_length where the file gives it (Qwen3's and Mistral Nemo's differ from
+  // embedding_length / head_count: q_dim = head_count * key_length), else embedding_length / head_count.
+  if (f.opt_uint(a + "attention.key_length")) {
+    hp.head_dim = u32(f, a + "attention.key_length", 1024);
+  } else {
+    if (hp.dim % hp.n_heads) throw Error("embedding_length is not a multiple of head_count");
+    hp.head_dim = hp.dim / hp.n_heads;
+  }
+  if (auto d = f.opt_uint(a + "attention.value_length"); d && *d != hp.head_dim)
+    throw Error(a + "attention.value_length != key_length (a head's width) is not supported");
   if (hp.head_dim > 256) throw Error("head dimension " + std::to_string(hp.head_dim) + " > 256 is not supported");
   // the KV cache stores a head's elements as f16 pairs (shaders/paged_kv.glsl)
   if (hp.head_dim % 2) throw Error("head dimension " + std::to_string(hp.head_dim) + " is odd (not supported)");
-  hp.n_rot = f.opt_uint("llama.rope.dimension_count") ? u32(f, "llama.rope.dimension_count", 1024) : hp.head_dim;
-  if (hp.n_rot % 2 || hp.n_rot > hp.head_dim) throw Error("llama.rope.dimension_count must be even and <= head dim");
-  hp.rms_eps = float(f.opt_number("llama.attention.layer_norm_rms_epsilon").value_or(1e-5));
-  if (!(hp.rms_eps > 0 && hp.rms_eps < 1)) throw Error("implausible llama.attention.layer_norm_rms_epsilon");
-  hp.rope_base = f.opt_number("llama.rope.freq_base").value_or(10000.0);
-  if (!(hp.rope_base > 1 && std::isfinite(hp.rope_base))) throw Error("implausible llama.rope.freq_base");
+  hp.n_rot = f.opt_uint(a + "rope.dimension_count") ? u32(f, a + "rope.dimension_count", 1024) : hp.head_dim;
+  if (hp.n_rot % 2 || hp.n_rot > hp.head_dim) throw Error(a + "rope.dimension_count must be even and <= head dim");
+  hp.rms_eps = float(f.opt_number(a + "attention.layer_norm_rms_epsilon").value_or(1e-5));
+  if (!(hp.rms_eps > 0 && hp.rms_eps < 1)) throw Error("implausible " + a + "attention.layer_norm_rms_epsilon");
+  hp.rope_base = f.opt_number(a + "rope.freq_base").value_or(10000.0);
+  if (!(hp.rope_base > 1 && std::isfinite(hp.rope_base))) throw Error("implausible " + a + "rope.freq_base");
 
   const GgufTensor* embd = f.tensor("token_embd.weight");
   if (!embd) throw Error("'" + f.path() + "': missing tensor 'token_embd.weight'");
@@ -86,14 +150,16 @@ LlamaHParams read_llama_hparams(const GgufFile& f) {
   if (auto tokens = f.opt_strings("tokenizer.ggml.tokens"); tokens && tokens->size() != hp.n_vocab)
     throw Error("vocabulary has " + std::to_string(tokens->size()) + " tokens but token_embd.weight has " +
                 std::to_string(hp.n_vocab) + " rows");
+  if (auto v = f.opt_uint(a + "vocab_size"); v && *v != hp.n_vocab)
+    throw Error(a + "vocab_size is " + std::to_string(*v) + " but token_embd.weight has " + std::to_string(hp.n_vocab) + " rows");
   hp.tied_embeddings = f.tensor("output.weight") == nullptr;
 
   // RoPE inverse frequencies with scaling folded in.
   const uint32_t half = hp.n_rot / 2;
   hp.rope_inv_freq.resize(half);
   for (uint32_t i = 0; i < half; ++i) hp.rope_inv_freq[i] = std::pow(hp.rope_base, -2.0 * i / hp.n_rot);
-  std::string scaling = f.opt_string("llama.rope.scaling.type").value_or("none");
-  double factor = f.opt_number("llama.rope.scaling.factor").value_or(1.0);
+  std::string scaling = f.opt_string(a + "rope.scaling.type").value_or("none");
+  double factor = f.opt_number(a + "rope.scaling.factor").value_or(1.0);
   if (const GgufTensor* rf = f.tensor("rope_freqs.weight")) {   // Llama 3: factors precomputed by the converter
     if (rf->type != 0 || rf->elements() != half) throw Error("tensor 'rope_freqs.weight' must be f32 [n_rot/2]");
     const float* fac = reinterpret_cast<const float*>(rf->data);
@@ -102,14 +168,14 @@ LlamaHParams read_llama_hparams(const GgufFile& f) {
       hp.rope_inv_freq[i] /= fac[i];
     }
   } else if (scaling == "llama3") {
-    double low = f.opt_number("llama.rope.scaling.low_freq_factor").value_or(1.0);
-    double high = f.opt_number("llama.rope.scaling.high_freq_factor").value_or(4.0);
-    double orig = f.opt_number("llama.rope.scaling.original_context_length").value_or(8192.0);
+    double low = f.opt_number(a + "rope.scaling.low_freq_factor").value_or(1.0);
+    double high = f.opt_number(a + "rope.scaling.high_freq_factor").value_or(4.0);
+    double orig = f.opt_number(a + "rope.scaling.original_context_length").value_or(8192.0);
     if (!(factor >= 1 && high > low && orig > 0 && std::isfinite(factor) && std::isfinite(high) && std::isfinite(orig)))
-      throw Error("implausible llama.rope.scaling.* values");
+      throw Error("implausible " + a + "rope.scaling.* values");
     for (auto& w : hp.rope_inv_freq) w /= llama3_factor(w, factor, low, high, orig);
   } else if (scaling == "linear") {
-    if (!(factor > 0 && std::isfinite(factor))) throw Error("implausible llama.rope.scaling.factor");
+    if (!(factor > 0 && std::isfinite(factor))) throw Error("implausible " + a + "rope.scaling.factor");
     for (auto& w : hp.rope_inv_freq) w /= factor;
   } else if (scaling != "none") {
     throw Error("RoPE scaling type '" + scaling + "' is not supported (none, linear, llama3)");
@@ -131,8 +197,18 @@ LlamaTensors find_llama_tensors(const GgufFile& f, const LlamaHParams& hp) {
         require(f, p + "attn_output.weight", {q_dim, hp.dim}), require(f, p + "ffn_norm.weight", {hp.dim}),
         require(f, p + "ffn_gate.weight", {hp.dim, hp.ffn_dim}), require(f, p + "ffn_up.weight", {hp.dim, hp.ffn_dim}),
         require(f, p + "ffn_down.weight", {hp.ffn_dim, hp.dim})};
-    for (const GgufTensor* n : {L.attn_norm, L.ffn_norm})
-      if (n->type != 0) throw Error("tensor '" + n->name + "': norm weights must be f32");
+    // q/k/v biases: Qwen2's always, a Llama file's where it has them (llama.cpp applies them too)
+    if (hp.arch == Architecture::Qwen2 || f.tensor(p + "attn_q.bias") || f.tensor(p + "attn_k.bias") || f.tensor(p + "attn_v.bias")) {
+      L.bq = require(f, p + "attn_q.bias", {q_dim});
+      L.bk = require(f, p + "attn_k.bias", {kv_dim});
+      L.bv = require(f, p + "attn_v.bias", {kv_dim});
+    }
+    if (hp.arch == Architecture::Qwen3) {   // per-head RMSNorm of q and k, before RoPE
+      L.q_norm = require(f, p + "attn_q_norm.weight", {hp.head_dim});
+      L.k_norm = require(f, p + "attn_k_norm.weight", {hp.head_dim});
+    }
+    for (const GgufTensor* n : {L.attn_norm, L.ffn_norm, L.bq, L.bk, L.bv, L.q_norm, L.k_norm})
+      if (n && n->type != 0) throw Error("tensor '" + n->name + "': norm weights and biases must be f32");
     for (const GgufTensor* w : {L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down}) weight_dtype(*w);
     if (L.w_gate->type != L.w_up->type && !(is_quantized(DType(L.w_gate->type)) && is_quantized(DType(L.w_up->type))))
       throw Error("ffn_gate and ffn_up of layer " + std::to_string(l) + " differ in type");   // one kernel reads both
@@ -141,6 +217,12 @@ LlamaTensors find_llama_tensors(const GgufFile& f, const LlamaHParams& hp) {
   if (t.output_norm->type != 0) throw Error("tensor 'output_norm.weight' must be f32");
   weight_dtype(*t.token_embd);
   weight_dtype(*t.output);
+  std::set<const GgufTensor*> read = {t.token_embd, t.output_norm, t.output, f.tensor("rope_freqs.weight")};
+  for (const LlamaLayerTensors& L : t.layers)
+    read.insert({L.attn_norm, L.wq, L.wk, L.wv, L.bq, L.bk, L.bv, L.q_norm, L.k_norm, L.wo, L.ffn_norm, L.w_gate,
+                 L.w_up, L.w_down});
+  for (const GgufTensor& x : f.tensors())
+    if (!read.count(&x)) throw Error("'" + f.path() + "': " + unread_tensor(x.name) + " (refused rather than ignored)");
   return t;
 }
 

@@ -9,11 +9,22 @@
 
 namespace vkspec {
 
+// The architectures vkspec runs, as the ways they differ from Llama's forward pass (everything else is
+// Llama's: RMSNorm, SwiGLU, RoPE, GQA).
+enum class Architecture {
+  Llama,   // `llama`: Llama 2/3, Mistral 7B, SmolLM2, ...; optional q/k/v biases
+  Qwen2,   // `qwen2`: q/k/v biases, NeoX RoPE (Qwen2, Qwen2.5, DeepSeek-R1's Qwen distills)
+  Qwen3,   // `qwen3`: per-head RMSNorm of q and k before RoPE, NeoX RoPE, heads wider than dim / heads
+};
+const char* architecture_name(Architecture a);   // the GGUF general.architecture value
+
 struct LlamaHParams {
+  Architecture arch = Architecture::Llama;
+  bool rope_neox = false;    // RoPE pairs (i, i + n_rot/2) of a head (NeoX, GPT-J style) instead of (2i, 2i+1)
   uint32_t n_vocab = 0;
   uint32_t dim = 0;          // embedding width
   uint32_t n_layers = 0;
-  uint32_t n_heads = 0, n_kv_heads = 0, head_dim = 0;   // GQA: n_heads % n_kv_heads == 0
+  uint32_t n_heads = 0, n_kv_heads = 0, head_dim = 0;   // GQA: n_heads % n_kv_heads == 0; head_dim: key_length
   uint32_t ffn_dim = 0;
   uint32_t n_rot = 0;        // rotated dims per head (rope.dimension_count), even, <= head_dim
   uint32_t n_ctx_train = 0;
@@ -35,6 +46,11 @@ struct LlamaLayerTensors {
   const GgufTensor* w_gate;      // [ffn_dim][dim]
   const GgufTensor* w_up;        // [ffn_dim][dim]
   const GgufTensor* w_down;      // [dim][ffn_dim]
+  const GgufTensor* bq = nullptr;   // [n_heads*head_dim] f32: q = Wq xn + bq (with bk, bv; or none of them)
+  const GgufTensor* bk = nullptr;   // [n_kv_heads*head_dim] f32
+  const GgufTensor* bv = nullptr;   // [n_kv_heads*head_dim] f32
+  const GgufTensor* q_norm = nullptr;   // [head_dim] f32: each head of q RMS-normalized, times q_norm (Qwen3)
+  const GgufTensor* k_norm = nullptr;   // [head_dim] f32: the same for k
 };
 
 struct LlamaTensors {
@@ -44,8 +60,15 @@ struct LlamaTensors {
   std::vector<LlamaLayerTensors> layers;
 };
 
-// Reads and validates; refuses architectures other than `llama` with a clear error.
+// The file's architecture, or a refusal with the real reason: an architecture vkspec does not run (named,
+// and "mixture-of-experts" for one with experts), or metadata under the architecture's prefix that would
+// change the computation in a way vkspec does not implement. Nothing in a file is ignored silently: every
+// such key is read, checked to be neutral, or refused (kReadKeys).
+Architecture check_supported_model(const GgufFile& f);
+// Reads and validates (check_supported_model first).
 LlamaHParams read_llama_hparams(const GgufFile& f);
+// The tensors, shapes checked; a tensor in the file that the forward pass would not read (a bias, a per-head
+// norm, experts, ...) is refused by name rather than ignored.
 LlamaTensors find_llama_tensors(const GgufFile& f, const LlamaHParams& hp);
 DType weight_dtype(const GgufTensor& t);   // throws for types the kernels do not take
 

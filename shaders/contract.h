@@ -122,7 +122,11 @@ VKSPEC_CONST MODE_ROPE_KV = 8u;       // matmul_rows, the [q k v] projection: Ro
   vk_addr k_pool; vk_addr v_pool; vk_addr block_tables;                                                 \
   vk_addr rows;                        /* [n] uvec2 {position, first uint of its block table} */        \
   vk_uint n_heads; vk_uint n_kv_heads; vk_uint head_dim; vk_uint n_rot;                                 \
-  vk_uint q_stride; vk_uint kv_stride; /* floats between consecutive tokens' rows */
+  vk_uint q_stride; vk_uint kv_stride; /* floats between consecutive tokens' rows */                    \
+  vk_addr bias;                        /* [q_dim | kv_dim | kv_dim] f32 added to q, k, v first; 0: none */ \
+  vk_uint neox;                        /* 1: RoPE pairs (i, i + n_rot/2) of a head; 0: (2i, 2i + 1) */   \
+  vk_addr qk_norm;                     /* [head_dim | head_dim] f32: per-head RMSNorm of q, k first; 0: none */ \
+  vk_float norm_eps;
 
 #define PC_ATTENTION                                                                                    \
   vk_addr q;                           /* [n][q_stride] (already rotated) */                            \

@@ -6,6 +6,7 @@
 
 #include "gguf/model_file.h"
 #include "core/quant.h"
+#include "runtime/tensor.h"   // dequantize
 
 namespace vkspec::test {
 
@@ -19,7 +20,9 @@ class CpuLlama {
     out = deq(t.output);
     for (auto& L : t.layers)
       layers.push_back({deq(L.attn_norm), deq(L.wq), deq(L.wk), deq(L.wv), deq(L.wo), deq(L.ffn_norm), deq(L.w_gate),
-                        deq(L.w_up), deq(L.w_down)});
+                        deq(L.w_up), deq(L.w_down), L.bq ? deq(L.bq) : std::vector<float>{},
+                        L.bk ? deq(L.bk) : std::vector<float>{}, L.bv ? deq(L.bv) : std::vector<float>{},
+                        L.q_norm ? deq(L.q_norm) : std::vector<float>{}, L.k_norm ? deq(L.k_norm) : std::vector<float>{}});
     kcache.resize(hp.n_layers);
     vcache.resize(hp.n_layers);
   }
@@ -32,6 +35,12 @@ class CpuLlama {
       const Layer& L = layers[l];
       auto xn = rmsnorm(x, L.attn_norm);
       auto q = matvec(L.wq, xn, qd), k = matvec(L.wk, xn, kvd), v = matvec(L.wv, xn, kvd);
+      for (uint32_t i = 0; i < qd && !L.bq.empty(); ++i) q[i] += L.bq[i];
+      for (uint32_t i = 0; i < kvd && !L.bk.empty(); ++i) k[i] += L.bk[i], v[i] += L.bv[i];
+      if (!L.q_norm.empty()) {   // each head RMS-normalized (Qwen3)
+        norm_heads(q, hp.n_heads, L.q_norm);
+        norm_heads(k, hp.n_kv_heads, L.k_norm);
+      }
       rope(q, hp.n_heads, pos);
       rope(k, hp.n_kv_heads, pos);
       kcache[l].push_back(as_f16(k));   // the device's KV cache holds f16 (llama.cpp's default too)
@@ -64,7 +73,14 @@ class CpuLlama {
   LlamaHParams hp;
 
  private:
-  struct Layer { std::vector<float> attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down; };
+  struct Layer { std::vector<float> attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down, bq, bk, bv, q_norm, k_norm; };
+  void norm_heads(std::vector<double>& v, uint32_t heads, const std::vector<float>& w) const {
+    for (uint32_t h = 0; h < heads; ++h) {
+      const std::vector<double> head(v.begin() + h * hp.head_dim, v.begin() + (h + 1) * hp.head_dim);
+      const std::vector<double> normed = rmsnorm(head, w);
+      std::copy(normed.begin(), normed.end(), v.begin() + h * hp.head_dim);
+    }
+  }
   std::vector<double> rmsnorm(const std::vector<double>& x, const std::vector<float>& w) const {
     double ss = 0;
     for (double v : x) ss += v * v;
@@ -87,8 +103,9 @@ class CpuLlama {
     for (uint32_t h = 0; h < heads; ++h)
       for (uint32_t i = 0; i < hp.n_rot / 2; ++i) {
         const double th = pos * hp.rope_inv_freq[i], c = std::cos(th), s = std::sin(th);
-        double& a = v[h * hp.head_dim + 2 * i];
-        double& b = v[h * hp.head_dim + 2 * i + 1];
+        // pairs (2i, 2i+1) of a head, or (i, i + n_rot/2) in NeoX's layout
+        double& a = v[h * hp.head_dim + (hp.rope_neox ? i : 2 * i)];
+        double& b = v[h * hp.head_dim + (hp.rope_neox ? i + hp.n_rot / 2 : 2 * i + 1)];
         const double a0 = a, b0 = b;
         a = a0 * c - b0 * s;
         b = a0 * s + b0 * c;

@@ -1,10 +1,14 @@
 // vkspec-shape: writes a random-weight Llama at a real shape with a real vocabulary, for benchmarks and
 // parity runs where no checkpoint can be downloaded.
-//   vkspec-shape OUT.gguf VOCAB.gguf 1b|3b|tiny f32|f16|q8_0 [SEED]
+//   vkspec-shape OUT.gguf VOCAB.gguf 1b|3b|tiny|qwen2-0.5b|qwen2-tiny|qwen3-0.6b|qwen3-tiny f32|f16|q8_0 [SEED]
 // VOCAB.gguf supplies the tokenizer metadata (e.g. ../shared/tokenizer-tests/ggml-vocab-llama-bpe.gguf, the
 // Llama 3 vocabulary); the hyperparameters are Llama-3.2-1B's / 3B's (tied embeddings, rope theta 500000 with
 // Llama 3 scaling); `tiny` is the same architecture and vocabulary at dim 256, 2 layers (tests: 65 MB in
-// f16, rows a multiple of 256 so that llama.cpp's k-quant presets apply). Weights ~ N(0, 1/cols) so activations stay O(1) through the layers; norms ~ 1.
+// f16, rows a multiple of 256 so that llama.cpp's k-quant presets apply). qwen2-0.5b is Qwen2.5-0.5B's shape
+// in the `qwen2` architecture (q/k/v biases, rope theta 1000000, tied embeddings; ../shared's models or
+// llama.cpp's ggml-vocab-qwen2.gguf for the vocabulary), qwen2-tiny the same at dim 256, 2 layers; qwen3-0.6b
+// is Qwen3-0.6B's (`qwen3`: per-head q/k norms, 128-wide heads over a 1024 embedding), qwen3-tiny at dim 256.
+// Weights ~ N(0, 1/cols) so activations stay O(1) through the layers; norms ~ 1, biases ~ N(0, 0.25).
 // Tensor data is streamed to the file (a 3B f16 model is 6 GB), never held whole in memory.
 #include <cmath>
 #include <fstream>
@@ -23,8 +27,8 @@ using namespace vkspec;
 
 namespace {
 
-struct Shape { uint32_t dim, layers, heads, kv_heads, ffn; };
-struct Planned { std::string name; uint32_t rows, cols; bool norm; };
+struct Shape { uint32_t dim, layers, heads, kv_heads, ffn, head_dim = 0; };   // head_dim 0: dim / heads
+struct Planned { std::string name; uint32_t rows, cols; bool norm, bias = false; };
 
 uint32_t type_code(const std::string& t) {
   if (t == "f32") return 0;
@@ -45,34 +49,40 @@ std::vector<uint8_t> encode(const std::vector<float>& v, uint32_t type) {
 
 int main(int argc, char** argv) try {
   if (argc < 5) {
-    fprintf(stderr, "usage: vkspec-shape OUT.gguf VOCAB.gguf 1b|3b|tiny f32|f16|q8_0 [SEED [CHAT_TEMPLATE.jinja]]\n");
+    fprintf(stderr, "usage: vkspec-shape OUT.gguf VOCAB.gguf 1b|3b|tiny|qwen2-0.5b|qwen2-tiny|qwen3-0.6b|qwen3-tiny f32|f16|q8_0 [SEED [CHAT_TEMPLATE.jinja]]\n");
     return 2;
   }
   const std::string shape_name = argv[3];
-  if (shape_name != "1b" && shape_name != "3b" && shape_name != "tiny")
-    throw std::runtime_error("shape must be 1b, 3b or tiny");
-  const Shape s = shape_name == "1b"   ? Shape{2048, 16, 32, 8, 8192}
-                  : shape_name == "3b" ? Shape{3072, 28, 24, 8, 8192}
-                                       : Shape{256, 2, 4, 2, 512};
+  const bool qwen3 = shape_name.rfind("qwen3-", 0) == 0, qwen2 = shape_name.rfind("qwen2-", 0) == 0 || qwen3;
+  const Shape s = shape_name == "1b"           ? Shape{2048, 16, 32, 8, 8192}
+                  : shape_name == "3b"         ? Shape{3072, 28, 24, 8, 8192}
+                  : shape_name == "tiny"       ? Shape{256, 2, 4, 2, 512}
+                  : shape_name == "qwen2-0.5b" ? Shape{896, 24, 14, 2, 4864}
+                  : shape_name == "qwen2-tiny" ? Shape{256, 2, 4, 2, 512}
+                  : shape_name == "qwen3-0.6b" ? Shape{1024, 28, 16, 8, 3072, 128}
+                  : shape_name == "qwen3-tiny" ? Shape{256, 2, 4, 2, 512, 128}
+                                               : throw std::runtime_error("unknown shape " + shape_name);
+  const std::string arch = qwen3 ? "qwen3" : qwen2 ? "qwen2" : "llama", a = arch + ".";
   const uint32_t type = type_code(argv[4]);
   const uint32_t seed = argc > 5 ? uint32_t(std::stoul(argv[5])) : 1;
   GgufFile vocab(argv[2]);
   const uint32_t n_vocab = uint32_t(vocab.metadata().at("tokenizer.ggml.tokens").strings.size());
-  const uint32_t hd = s.dim / s.heads;
+  const uint32_t hd = s.head_dim ? s.head_dim : s.dim / s.heads;
 
   test::GgufWriter w;
   w.copy_metadata(vocab, [](const std::string& k) { return k.rfind("tokenizer.", 0) != 0; });
-  w.str("general.architecture", "llama");
-  w.str("general.name", "random Llama-3.2-" + shape_name + " shape");
-  w.u32("llama.embedding_length", s.dim);
-  w.u32("llama.block_count", s.layers);
-  w.u32("llama.attention.head_count", s.heads);
-  w.u32("llama.attention.head_count_kv", s.kv_heads);
-  w.u32("llama.feed_forward_length", s.ffn);
-  w.u32("llama.context_length", 131072);
-  w.u32("llama.rope.dimension_count", hd);
-  w.f32("llama.rope.freq_base", 500000.f);
-  w.f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.str("general.architecture", arch);
+  w.str("general.name", "random " + shape_name + " shape");
+  if (s.head_dim) w.u32(a + "attention.key_length", s.head_dim), w.u32(a + "attention.value_length", s.head_dim);
+  w.u32(a + "embedding_length", s.dim);
+  w.u32(a + "block_count", s.layers);
+  w.u32(a + "attention.head_count", s.heads);
+  w.u32(a + "attention.head_count_kv", s.kv_heads);
+  w.u32(a + "feed_forward_length", s.ffn);
+  w.u32(a + "context_length", qwen2 ? 32768 : 131072);
+  w.u32(a + "rope.dimension_count", hd);
+  w.f32(a + "rope.freq_base", qwen2 ? 1000000.f : 500000.f);
+  w.f32(a + "attention.layer_norm_rms_epsilon", qwen2 ? 1e-6f : 1e-5f);
   w.u32("general.file_type", type == 0 ? 0 : type == 1 ? 1 : 7);
   if (argc > 6) {   // an Instruct model's template (tokenizer.chat_template), e.g. ../shared/chat-templates/
     std::ifstream in(argv[6], std::ios::binary);
@@ -93,7 +103,7 @@ int main(int argc, char** argv) try {
       rope_factors[i] = float(1 / ((1 - smooth) / factor + smooth));
     }
   }
-  w.tensor("rope_freqs.weight", {hd / 2}, 0, rope_factors.data(), rope_factors.size() * 4);
+  if (!qwen2) w.tensor("rope_freqs.weight", {hd / 2}, 0, rope_factors.data(), rope_factors.size() * 4);
   std::vector<Planned> plan = {{"token_embd.weight", n_vocab, s.dim, false}, {"output_norm.weight", 1, s.dim, true}};
   for (uint32_t l = 0; l < s.layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -101,6 +111,14 @@ int main(int argc, char** argv) try {
     plan.push_back({p + "attn_q.weight", s.heads * hd, s.dim, false});
     plan.push_back({p + "attn_k.weight", s.kv_heads * hd, s.dim, false});
     plan.push_back({p + "attn_v.weight", s.kv_heads * hd, s.dim, false});
+    if (qwen3) {
+      plan.push_back({p + "attn_q_norm.weight", 1, hd, true});
+      plan.push_back({p + "attn_k_norm.weight", 1, hd, true});
+    } else if (qwen2) {
+      plan.push_back({p + "attn_q.bias", 1, s.heads * hd, false, true});
+      plan.push_back({p + "attn_k.bias", 1, s.kv_heads * hd, false, true});
+      plan.push_back({p + "attn_v.bias", 1, s.kv_heads * hd, false, true});
+    }
     plan.push_back({p + "attn_output.weight", s.dim, s.heads * hd, false});
     plan.push_back({p + "ffn_norm.weight", 1, s.dim, true});
     plan.push_back({p + "ffn_gate.weight", s.ffn, s.dim, false});
@@ -111,17 +129,17 @@ int main(int argc, char** argv) try {
   // the data, one tensor at a time.
   for (const Planned& t : plan)
     w.tensor_header(t.name, t.rows == 1 ? std::vector<uint64_t>{t.cols} : std::vector<uint64_t>{t.cols, t.rows},
-                    t.norm ? 0 : type, gguf_tensor_bytes(t.norm ? 0 : type, uint64_t(t.rows) * t.cols));
+                    t.norm || t.bias ? 0 : type, gguf_tensor_bytes(t.norm || t.bias ? 0 : type, uint64_t(t.rows) * t.cols));
   FILE* out = fopen(argv[1], "wb");
   if (!out) throw std::runtime_error(std::string("cannot create ") + argv[1]);
   std::vector<uint8_t> head = w.bytes();
   fwrite(head.data(), 1, head.size(), out);
   std::mt19937 rng(seed);
   for (const Planned& t : plan) {
-    std::normal_distribution<float> nd(t.norm ? 1.f : 0.f, t.norm ? 0.1f : 1.f / std::sqrt(float(t.cols)));
+    std::normal_distribution<float> nd(t.norm ? 1.f : 0.f, t.norm ? 0.1f : t.bias ? 0.25f : 1.f / std::sqrt(float(t.cols)));
     std::vector<float> v(size_t(t.rows) * t.cols);
     for (auto& x : v) x = nd(rng);
-    std::vector<uint8_t> bytes = encode(v, t.norm ? 0 : type);
+    std::vector<uint8_t> bytes = encode(v, t.norm || t.bias ? 0 : type);
     bytes.resize((bytes.size() + 31) / 32 * 32, 0);
     if (fwrite(bytes.data(), 1, bytes.size(), out) != bytes.size()) throw std::runtime_error("write failed");
   }

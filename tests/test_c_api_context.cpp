@@ -114,6 +114,7 @@ TEST(CApi, StepsAreBoundedAndGiveGenerateTokens) {
   vkspec_model_info info{};
   ASSERT_EQ(vkspec_model_get_info(model.m, &info), VKSPEC_OK);
   ASSERT_EQ(info.n_ubatch, 16u);
+  EXPECT_STREQ(info.architecture, "llama");
   vkspec_context_params p = Ctx::greedy();
   p.draft.ngram = 1;
   p.draft.max = 4;

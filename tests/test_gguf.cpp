@@ -157,6 +157,50 @@ TEST(Gguf, RejectsShapeInconsistentWithHyperparameters) {
 }
 
 
+// Nothing in a file is ignored silently (issue: model families): a tensor the forward pass would not read
+// (an output or FFN bias, a per-head norm, experts; q/k/v biases come in threes), metadata under the
+// architecture's prefix that changes the computation (a sliding window), experts and other architectures are
+// refused by name, the real reason first.
+TEST(Gguf, RefusesWhatItWouldOtherwiseIgnore) {
+  GgufFile good(shared_path("models/stories260K.gguf"));
+  const LlamaHParams hp = read_llama_hparams(good);
+  // stories260K with extra metadata (`key` = 8; "" for none), an extra f32 tensor, another architecture.
+  auto refusal = [&](const std::string& key, const std::string& extra, std::vector<uint64_t> dims,
+                     const std::string& arch = "llama") {
+    GgufWriter w;
+    w.copy_metadata(good, [&](const std::string& k) { return k == "general.architecture" || (arch != "llama" && k.rfind("llama.", 0) == 0); });
+    w.str("general.architecture", arch);
+    for (auto& [k, v] : good.metadata())   // the hyperparameters under the other architecture's name
+      if (arch != "llama" && k.rfind("llama.", 0) == 0 && v.type == GgufType::U32) w.u32(arch + k.substr(5), uint32_t(v.number));
+    if (!key.empty()) w.u32(key, 8);
+    for (auto& t : good.tensors()) w.tensor(t.name, t.dims, t.type, t.data, t.bytes);
+    uint64_t n = 1;
+    for (uint64_t d : dims) n *= d;
+    std::vector<float> zeros(n, 0.0f);
+    if (!extra.empty()) w.tensor(extra, dims, 0, zeros.data(), zeros.size() * 4);
+    auto bytes = w.bytes();
+    try {
+      GgufFile f(bytes.data(), bytes.size(), "case.gguf");
+      find_llama_tensors(f, read_llama_hparams(f));
+      return std::string();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+  };
+  EXPECT_EQ(refusal("", "", {}), "");   // the file as it is
+  EXPECT_NE(refusal("", "blk.0.attn_q.bias", {hp.q_dim()}).find("missing tensor 'blk.0.attn_k.bias'"), std::string::npos);
+  EXPECT_NE(refusal("", "blk.1.attn_output.bias", {hp.dim}).find("biases ('blk.1.attn_output.bias') are not supported"), std::string::npos);
+  EXPECT_NE(refusal("", "blk.0.ffn_down.bias", {hp.dim}).find("biases ('blk.0.ffn_down.bias') are not supported"), std::string::npos);
+  EXPECT_NE(refusal("", "blk.0.attn_k_norm.weight", {hp.head_dim}).find("per-head query/key norms"), std::string::npos);
+  EXPECT_NE(refusal("", "blk.0.ffn_gate_inp.weight", {hp.dim, 8}).find("mixture-of-experts"), std::string::npos);
+  EXPECT_NE(refusal("", "blk.0.post_attention_norm.weight", {hp.dim}).find("is not one the llama forward pass reads"), std::string::npos);
+  EXPECT_NE(refusal("llama.attention.sliding_window", "", {}).find("metadata 'llama.attention.sliding_window'"), std::string::npos);
+  EXPECT_NE(refusal("llama.expert_count", "", {}).find("mixture-of-experts ('llama', 8 experts)"), std::string::npos);
+  EXPECT_NE(refusal("", "", {}, "gemma2").find("architecture 'gemma2' (Gemma 2) is not supported"), std::string::npos);
+  EXPECT_NE(refusal("", "", {}, "qwen2").find("missing tensor 'blk.0.attn_q.bias'"), std::string::npos);   // (Qwen2's are not optional)
+  EXPECT_NE(refusal("qwen3moe.expert_count", "", {}, "qwen3moe").find("mixture-of-experts ('qwen3moe', 8 experts)"), std::string::npos);
+}
+
 // Loading reads tensors with positioned reads: a file truncated after it was opened gives an Error naming the
 // tensor, not SIGBUS from a page of the mapping past the new end. (Windows refuses to truncate a mapped file.)
 TEST(Gguf, TensorReadAfterTruncationIsAnError) {

@@ -20,20 +20,25 @@ namespace {
 // A small Llama with the features the shared models lack: GQA 4:1, tied embeddings, rope base 500000
 // with Llama 3 frequency factors (rope_freqs.weight), rope dim < head dim, odd vocabulary.
 // type: ggml type of the matrices; kMixed = f32 with f16 attn_v (q/k/v of different types are not stacked).
+// arch "qwen2": q/k/v biases, NeoX RoPE pairs; "qwen3": per-head q/k norms, NeoX RoPE pairs and heads twice
+// as wide as dim / heads (key_length); both without Llama 3's frequency factors.
 constexpr uint32_t kMixed = 1000;
-std::string write_synthetic_model(uint32_t type = 0, bool llama3_keys = false) {
-  const uint32_t dim = 128, heads = 8, kv = 2, hd = 16, ffn = 96, vocab = 97, layers = 2, n_rot = 12;
+std::string write_synthetic_model(uint32_t type = 0, bool llama3_keys = false, const std::string& arch = "llama") {
+  const bool qwen2 = arch == "qwen2", qwen3 = arch == "qwen3";
+  const uint32_t dim = 128, heads = 8, kv = 2, hd = qwen3 ? 32 : 16, ffn = 96, vocab = 97, layers = 2, n_rot = 12;
+  const std::string a = arch + ".";
   GgufWriter w;
-  w.str("general.architecture", "llama");
-  w.u32("llama.embedding_length", dim);
-  w.u32("llama.block_count", layers);
-  w.u32("llama.attention.head_count", heads);
-  w.u32("llama.attention.head_count_kv", kv);
-  w.u32("llama.feed_forward_length", ffn);
-  w.u32("llama.context_length", 256);
-  w.u32("llama.rope.dimension_count", n_rot);
-  w.f32("llama.rope.freq_base", 500000.f);
-  w.f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.str("general.architecture", arch);
+  if (qwen3) w.u32(a + "attention.key_length", hd);
+  w.u32(a + "embedding_length", dim);
+  w.u32(a + "block_count", layers);
+  w.u32(a + "attention.head_count", heads);
+  w.u32(a + "attention.head_count_kv", kv);
+  w.u32(a + "feed_forward_length", ffn);
+  w.u32(a + "context_length", 256);
+  w.u32(a + "rope.dimension_count", n_rot);
+  w.f32(a + "rope.freq_base", 500000.f);
+  w.f32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
   if (llama3_keys) {
     w.str("llama.rope.scaling.type", "llama3");
     w.f32("llama.rope.scaling.factor", 8.f);
@@ -52,7 +57,7 @@ std::string write_synthetic_model(uint32_t type = 0, bool llama3_keys = false) {
   };
   add("token_embd.weight", vocab, dim);
   add("output_norm.weight", 1, dim, true);
-  if (!llama3_keys) {
+  if (!llama3_keys && arch == "llama") {
     std::vector<float> factors(n_rot / 2);
     for (uint32_t i = 0; i < n_rot / 2; ++i) factors[i] = 1.f + float(i);   // distinct per frequency
     w.tensor("rope_freqs.weight", {n_rot / 2}, 0, factors.data(), factors.size() * 4);
@@ -63,13 +68,24 @@ std::string write_synthetic_model(uint32_t type = 0, bool llama3_keys = false) {
     add(p + "attn_q.weight", heads * hd, dim);
     add(p + "attn_k.weight", kv * hd, dim);
     add(p + "attn_v.weight", kv * hd, dim);
+    if (qwen2)   // (f32 vectors of O(1) values: as large as the products they are added to)
+      for (const auto& [name, width] : {std::pair{"attn_q.bias", heads * hd}, {"attn_k.bias", kv * hd}, {"attn_v.bias", kv * hd}}) {
+        std::vector<float> b(width);
+        for (auto& x : b) x = nd(rng);
+        w.tensor(p + name, {width}, 0, b.data(), b.size() * 4);
+      }
+    if (qwen3) {
+      add(p + "attn_q_norm.weight", 1, hd, true);
+      add(p + "attn_k_norm.weight", 1, hd, true);
+    }
     add(p + "attn_output.weight", dim, heads * hd);
     add(p + "ffn_norm.weight", 1, dim, true);
     add(p + "ffn_gate.weight", ffn, dim);
     add(p + "ffn_up.weight", ffn, dim);
     add(p + "ffn_down.weight", dim, ffn);
   }
-  std::string path = ::testing::TempDir() + "/vkspec-synthetic-" + std::to_string(type) + (llama3_keys ? "-keys" : "") + ".gguf";
+  std::string path = ::testing::TempDir() + "/vkspec-synthetic-" + std::to_string(type) + (llama3_keys ? "-keys" : "") +
+                     "-" + arch + ".gguf";
   w.write(path);
   return path;
 }
@@ -100,10 +116,13 @@ TEST_F(ModelTest, RopeScalingFromTensorAndFromLlama3Keys) {
   }
 }
 
+// ... and the `qwen2` and `qwen3` architectures' (biases, per-head norms, NeoX RoPE pairs, wider heads),
+// q/k/v fused (f16) or not (mixed).
 TEST_F(ModelTest, LogitsMatchCpuReferenceOnSyntheticModel) {
-  for (uint32_t type : {0u, 1u, 30u, kMixed}) {
-    SCOPED_TRACE("weight type " + std::to_string(type));
-    GgufFile f(write_synthetic_model(type));
+  for (const auto& [type, arch] : {std::pair{0u, "llama"}, {1u, "llama"}, {30u, "llama"}, {kMixed, "llama"}, {1u, "qwen2"},
+                                   {kMixed, "qwen2"}, {1u, "qwen3"}, {kMixed, "qwen3"}}) {
+    SCOPED_TRACE("weight type " + std::to_string(type) + ", " + arch);
+    GgufFile f(write_synthetic_model(type, false, arch));
     LlamaModel model(gpu().ctx, gpu().pipelines, f);
     CpuLlama ref(f);
     const std::vector<uint32_t> tokens = {1, 5, 96, 42, 42, 7, 0, 13, 77, 3, 64, 21, 9, 88, 2, 50, 51, 52, 11, 90};

@@ -37,11 +37,13 @@ std::vector<std::string> split(const std::string& s, const std::string& sep) {
   return out;
 }
 
-void check_vectors(const std::string& vocab) {
-  GgufFile f(shared_path("tokenizer-tests/" + vocab));
+// llama.cpp's cases for a vocabulary in `dir` (default: ../shared/tokenizer-tests/).
+void check_vectors(const std::string& vocab, std::string dir = "") {
+  if (dir.empty()) dir = shared_path("tokenizer-tests");
+  GgufFile f(dir + "/" + vocab);
   auto tok = Tokenizer::from_gguf(f);
-  auto cases = split(slurp(shared_path("tokenizer-tests/" + vocab + ".inp")), "\n__ggml_vocab_test__\n");
-  std::string out = slurp(shared_path("tokenizer-tests/" + vocab + ".out"));
+  auto cases = split(slurp(dir + "/" + vocab + ".inp"), "\n__ggml_vocab_test__\n");
+  std::string out = slurp(dir + "/" + vocab + ".out");
   if (!out.empty() && out.back() == '\n') out.pop_back();
   auto expected = split(out, "\n");
   // the .inp file ends with a trailing separator line
@@ -69,6 +71,19 @@ void check_vectors(const std::string& vocab) {
 
 TEST(Tokenizer, LlamaSpmMatchesLlamaCppVectors) { check_vectors("ggml-vocab-llama-spm.gguf"); }
 TEST(Tokenizer, Llama3BpeMatchesLlamaCppVectors) { check_vectors("ggml-vocab-llama-bpe.gguf"); }
+
+// Other families' pre-tokenizers, with llama.cpp's own vocabularies and cases (scripts/install-peer.sh takes
+// them out of the peer's source bundle): Qwen2's (single digits), StarCoder's and Refact's (digits apart, then
+// GPT-2's words: SmolLM's pre-tokenizer).
+TEST(Tokenizer, OtherFamiliesMatchLlamaCppVectors) {
+  const char* peer = getenv("VKSPEC_PEER");
+  const std::string dir = peer ? std::string(peer) + "/vocab" : "";
+  if (dir.empty() || !std::ifstream(dir + "/ggml-vocab-qwen2.gguf")) GTEST_SKIP() << "no llama.cpp peer (scripts/install-peer.sh)";
+  for (const char* vocab : {"ggml-vocab-qwen2.gguf", "ggml-vocab-starcoder.gguf", "ggml-vocab-refact.gguf"}) {
+    SCOPED_TRACE(vocab);
+    check_vectors(vocab, dir);
+  }
+}
 
 // Round trip and id checks for what the vectors miss: emoji, CJK, long whitespace, digits, code.
 TEST(Tokenizer, RoundTripsHardCases) {

@@ -1,6 +1,8 @@
-// Llama 3 byte-level BPE: PCRE2 pre-tokenizer (the llama-bpe pattern needs Unicode properties), bytes
-// mapped to GPT-2's printable code points, then merges applied lowest rank first. As llama.cpp does for
-// llama-bpe, a pre-token that is itself a vocabulary entry is taken whole (ignore_merges).
+// Byte-level BPE: PCRE2 pre-tokenizer (the patterns need Unicode properties), bytes mapped to GPT-2's
+// printable code points, then merges applied lowest rank first. As llama.cpp does for llama-bpe, a pre-token
+// that is itself a vocabulary entry is taken whole (ignore_merges). A pre-tokenizer is one or more patterns
+// applied in turn, as llama.cpp's are: each splits every piece of the one before into its matches and the
+// text between them.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -19,22 +21,47 @@ const char* const kLlama3Pattern =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"
     " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 const char* const kGpt2Pattern = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+// Qwen2's (and its DeepSeek-R1 distills'): Llama 3's with single digits.
+const char* const kQwen2Pattern =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|"
+    " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// StarCoder's, SmolLM's and Refact's: digits apart first, then GPT-2's words.
+const char* const kDigitsPattern = "\\p{N}";
+const char* const kStarcoderWordsPattern = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
+
+struct PreTokenizer {
+  const char* names;                  // tokenizer.ggml.pre values, space-separated
+  std::vector<const char*> patterns;
+  bool ignore_merges;
+};
+const PreTokenizer kPreTokenizers[] = {
+    {"llama-bpe llama3 llama-v3", {kLlama3Pattern}, true},
+    {"default gpt2", {kGpt2Pattern}, false},
+    {"qwen2 deepseek-r1-qwen megrez", {kQwen2Pattern}, false},
+    {"starcoder smollm refact", {kDigitsPattern, kStarcoderWordsPattern}, false},
+};
 
 class BpeTokenizer : public Tokenizer {
  public:
   explicit BpeTokenizer(const GgufFile& f) : Tokenizer(f) {
-    std::string pre = f.opt_string("tokenizer.ggml.pre").value_or("default");
-    const char* pattern = nullptr;
-    if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") pattern = kLlama3Pattern;
-    else if (pre == "default" || pre == "gpt2") pattern = kGpt2Pattern;
-    else throw Error("BPE pre-tokenizer '" + pre + "' is not supported (llama-bpe, gpt2)");
-    ignore_merges_ = pattern == kLlama3Pattern;
-    int err = 0;
-    PCRE2_SIZE off = 0;
-    re_.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err,
-                            &off, nullptr));
-    if (!re_) throw Error("internal: cannot compile the pre-tokenizer pattern");
-    pcre2_jit_compile(re_.get(), PCRE2_JIT_COMPLETE);   // optional speed-up; falls back to the interpreter
+    const std::string pre = f.opt_string("tokenizer.ggml.pre").value_or("default");
+    const PreTokenizer* chosen = nullptr;
+    std::string known;
+    for (const PreTokenizer& p : kPreTokenizers) {
+      known += std::string(known.empty() ? "" : ", ") + p.names;
+      if ((" " + std::string(p.names) + " ").find(" " + pre + " ") != std::string::npos) chosen = &p;
+    }
+    if (!chosen) throw Error("BPE pre-tokenizer '" + pre + "' is not supported (" + known + ")");
+    ignore_merges_ = chosen->ignore_merges;
+    for (const char* pattern : chosen->patterns) {
+      int err = 0;
+      PCRE2_SIZE off = 0;
+      res_.emplace_back(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED,
+                                      PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr),
+                        &pcre2_code_free);
+      if (!res_.back()) throw Error("internal: cannot compile the pre-tokenizer pattern");
+      pcre2_jit_compile(res_.back().get(), PCRE2_JIT_COMPLETE);   // optional speed-up; falls back to the interpreter
+    }
 
     // GPT-2 byte <-> printable code point table.
     int n = 0;
@@ -86,7 +113,8 @@ class BpeTokenizer : public Tokenizer {
   // re-validate the subject at every match: that made long texts quadratic); each invalid byte is a word of
   // its own, so one bad byte changes only its own tokens.
   void encode_text(std::string_view text, bool, std::vector<uint32_t>& out) const override {
-    pcre2_match_data* md = pcre2_match_data_create_from_pattern(re_.get(), nullptr);
+    std::vector<pcre2_match_data*> md;
+    for (const auto& re : res_) md.push_back(pcre2_match_data_create_from_pattern(re.get(), nullptr));
     for (size_t i = 0; i < text.size();) {
       size_t run = i;
       while (run < text.size()) {
@@ -94,32 +122,34 @@ class BpeTokenizer : public Tokenizer {
         if (len == 0) break;
         run += len;
       }
-      if (run > i) encode_valid(text.substr(i, run - i), md, out);
+      if (run > i) encode_valid(text.substr(i, run - i), 0, md, out);
       if (run < text.size()) encode_word(text.substr(run, 1), out);   // an invalid byte
       i = run + (run < text.size() ? 1 : 0);
     }
-    pcre2_match_data_free(md);
+    for (pcre2_match_data* m : md) pcre2_match_data_free(m);
   }
 
  private:
-  void encode_valid(std::string_view text, pcre2_match_data* md, std::vector<uint32_t>& out) const {
+  // Pattern `level` splits text into its matches and the text between them, each split by the next pattern
+  // (or, after the last, merged into tokens).
+  void encode_valid(std::string_view text, size_t level, const std::vector<pcre2_match_data*>& md,
+                    std::vector<uint32_t>& out) const {
+    if (level == res_.size()) return encode_word(text, out);
+    const auto piece = [&](size_t from, size_t to) { encode_valid(text.substr(from, to - from), level + 1, md, out); };
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-    size_t start = 0;
+    size_t start = 0, emitted = 0;   // where the next match is looked for; the text before `emitted` is split
     while (start < text.size()) {
-      int rc = pcre2_match(re_.get(), subject, text.size(), start, PCRE2_NO_UTF_CHECK, md, nullptr);
-      if (rc < 0) {   // no match: the rest as one chunk
-        encode_word(text.substr(start), out);
-        break;
-      }
-      PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-      if (ov[1] == ov[0]) {   // an empty match: step over one code point
-        start += utf8::valid_len(text, start);
+      if (pcre2_match(res_[level].get(), subject, text.size(), start, PCRE2_NO_UTF_CHECK, md[level], nullptr) < 0) break;
+      PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md[level]);
+      if (ov[1] == ov[0]) {   // an empty match: step over one code point (it stays in the text between)
+        start = ov[0] + utf8::valid_len(text, ov[0]);
         continue;
       }
-      if (ov[0] > start) encode_word(text.substr(start, ov[0] - start), out);
-      encode_word(text.substr(ov[0], ov[1] - ov[0]), out);
-      start = ov[1];
+      if (ov[0] > emitted) piece(emitted, ov[0]);
+      piece(ov[0], ov[1]);
+      start = emitted = ov[1];
     }
+    if (emitted < text.size()) piece(emitted, text.size());   // no more matches: the rest as one piece
   }
 
   // BPE merges of one pre-token, lowest rank first (leftmost among equal ranks), with a priority queue of
@@ -179,7 +209,7 @@ class BpeTokenizer : public Tokenizer {
   }
 
   // owned here, so that a constructor that throws (a malformed vocabulary) frees it too
-  std::unique_ptr<pcre2_code, decltype(&pcre2_code_free)> re_{nullptr, &pcre2_code_free};
+  std::vector<std::unique_ptr<pcre2_code, decltype(&pcre2_code_free)>> res_;
   bool ignore_merges_ = false;
   uint32_t byte_to_cp_[256];
   std::string byte_text_[256];

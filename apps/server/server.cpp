@@ -304,6 +304,7 @@ int Server::run() {
       lim_.n_ctx = mi.n_ctx;
       lim_.n_vocab = mi.n_vocab;
       n_embd_ = vkspec_model_n_embd(model_->get());
+      architecture_ = mi.architecture;
       model_id_ = so_.alias.empty() ? platform::utf8_string(platform::utf8_path(o_.model).filename()) : so_.alias;
       const api::Model& model = *model_;
       enc_.prompt = [&model](const std::string& text) { return encode_prompt(model, text); };

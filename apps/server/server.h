@@ -150,6 +150,7 @@ class Server {
   std::mutex stop_mutex_;   // guards stop_ and the batch's creation against a signal meanwhile
   bool stop_ = false;
   std::string model_id_, drafter_;
+  std::string architecture_ = "llama";   // the model file's general.architecture (Ollama's family)
   std::unique_ptr<api::Model> model_;
   std::optional<std::string> template_;   // --chat-template's source; nullopt: the model's own
   std::string template_text_;             // the template chats render with (/props, /api/show); "": none

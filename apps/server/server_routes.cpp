@@ -182,7 +182,7 @@ void Server::routes() {
     const uintmax_t size = std::filesystem::file_size(o_.model, ec);
     return json{{"name", model_id_}, {"model", model_id_}, {"size", ec ? 0 : size}, {"digest", ""},
                 {"modified_at", "1970-01-01T00:00:00Z"},
-                {"details", {{"parent_model", ""}, {"format", "gguf"}, {"family", "llama"}, {"families", {"llama"}},
+                {"details", {{"parent_model", ""}, {"format", "gguf"}, {"family", architecture_}, {"families", {architecture_}},
                              {"parameter_size", ""}, {"quantization_level", ""}}}};
   };
   get("/api/tags", [ollama_model](const http::Request&, http::Response& res) {
@@ -205,8 +205,8 @@ void Server::routes() {
       json caps = json::array({"completion"});
       if (enc_.render_chat) caps.push_back("tools");   // (chat needs a template)
       send_json(res, 200, {{"modelfile", ""}, {"parameters", ""}, {"template", template_text_},
-                           {"details", m["details"]}, {"model_info", {{"general.architecture", "llama"},
-                                                                      {"llama.context_length", lim_.n_ctx}}},
+                           {"details", m["details"]}, {"model_info", {{"general.architecture", architecture_},
+                                                                      {architecture_ + ".context_length", lim_.n_ctx}}},
                            {"capabilities", caps}});
     } catch (const ApiError& e) {
       send_json(res, e.status, ollama_error(e));
