@@ -140,6 +140,14 @@ vkspec_status vkspec_context_get_info(const vkspec_context* ctx, vkspec_context_
   });
 }
 
+vkspec_status vkspec_context_warm_up(vkspec_context* ctx) {
+  return api_call([&] {
+    Claim claim(ctx);
+    if (ctx->engine->running()) throw Failure{VKSPEC_ERROR_BUSY, "a generation is in progress on this context"};
+    ctx->engine->warm_up(ctx->session);
+  });
+}
+
 vkspec_status vkspec_context_clear(vkspec_context* ctx) {
   return api_call([&] {
     Claim claim(ctx);

@@ -73,6 +73,13 @@ void Engine::clear_session(Session& s) {
   s.tokens.clear();
 }
 
+void Engine::warm_up(Session& s) {
+  if (run_) throw Error("internal: warm_up() during a completion");
+  const auto lock = t_->claim(this);
+  t_->model->warm_up(s.seq);
+  if (ModelDrafter* d = drafter_ ? drafter_->model_drafter() : nullptr) draft_model_->model->warm_up(d->sequence());
+}
+
 void Engine::save_session(const Session& s, const std::string& path) {
   if (run_) throw Error("internal: save_session() during a completion");
   const auto lock = t_->claim(this);

@@ -83,6 +83,9 @@ class Engine {
   void close_session(Session& s);
   // Empties the session's cache (the next completion prefills its whole context).
   void clear_session(Session& s);
+  // The pipelines of every pass width of the model and the draft model, created now (LlamaModel::warm_up
+  // over the session's sequence and the drafter's, whose cached tokens stay), not during a completion.
+  void warm_up(Session& s);
   // The session's tokens and KV to a file and back (engine/session_file.h), not during a completion: a
   // loaded session's next completion prefills only what its context adds to the file's tokens.
   void save_session(const Session& s, const std::string& path);

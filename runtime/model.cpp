@@ -299,19 +299,24 @@ std::vector<float> LlamaModel::embedding_of(const EmbeddingPart& part, uint32_t 
   return out;
 }
 
-void LlamaModel::warm_up() {
-  const int seq = kv_->new_sequence();
+void LlamaModel::warm_up(int seq) {
+  const bool scratch = seq < 0;
+  if (scratch) seq = kv_->new_sequence();
+  const uint32_t kept = kv_->length(seq);
+  if (kept + Kernels::kBatchTile > n_ctx_)
+    throw Error("a warm-up needs " + std::to_string(Kernels::kBatchTile) + " free positions in the context");
   try {
     const std::vector<uint32_t> tokens(Kernels::kBatchTile, 0);   // any ids
     for (uint32_t n = 1; n <= Kernels::kBatchTile; ++n) {
       forward(seq, std::span(tokens).first(n), Logits::All);
-      kv_->truncate(seq, 0);
+      kv_->truncate(seq, kept);
     }
   } catch (...) {
-    kv_->free_sequence(seq);
+    if (scratch) kv_->free_sequence(seq);
+    else kv_->truncate(seq, kept);
     throw;
   }
-  kv_->free_sequence(seq);
+  if (scratch) kv_->free_sequence(seq);
 }
 
 void LlamaModel::record_logits_readback(Recorder& r, uint32_t rows) {

@@ -121,9 +121,10 @@ class LlamaModel {
   std::vector<float> embedding_of(const EmbeddingPart& part, uint32_t n_tokens, Pooling pooling) const;
   // Creates the pipelines a pass of any width uses, by running passes of 1..Kernels::kBatchTile tokens
   // (wider ones are tiles of those widths) with all their logits rows over a scratch sequence, which it
-  // then frees (needs a free sequence). Drivers create a pipeline at its first dispatch, which is slow: a
-  // server does this before its first request, whose steps would otherwise wait for every new width.
-  void warm_up();
+  // then frees (needs a free sequence), or over `seq` after its cached tokens, which it keeps (needs
+  // room for kBatchTile more). Drivers create a pipeline at its first dispatch, which is slow: a server
+  // does this before its first request, whose steps would otherwise wait for every new width.
+  void warm_up(int seq = -1);
   const float* logits(uint32_t row) const { return logits_host_.host<float>() + size_t(row) * hp_.n_vocab; }
   uint32_t argmax_id(uint32_t row) const { return ids_.host<uint32_t>()[contract::TOKEN_SLOT_UINTS * row]; }
   const Slice& logits_rows() const { return logits_; }   // [kMaxBatch][n_vocab], for device-side sampling

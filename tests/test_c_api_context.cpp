@@ -154,6 +154,49 @@ TEST(CApi, StepsAreBoundedAndGiveGenerateTokens) {
   }
 }
 
+// vkspec_context_warm_up (a loading screen's call) keeps the context's cached tokens and the drafter's: a
+// conversation's next turn after it reuses the cache as it would without it, with the same tokens, with a
+// draft model too; it is refused during a generation.
+TEST(CApi, WarmUpKeepsTheCachesAndTheTokens) {
+  Model model(shared("models/pycode-target-f16.gguf"), 2);
+  const std::string draft_path = shared("models/pycode-draft-f16.gguf");
+  vkspec_context_params p = Ctx::greedy();
+  p.draft.model = draft_path.c_str();
+  p.draft.max = 4;
+  const std::vector<int32_t> turn = tokenize(model.m, "def total(values):\n");
+  // Two turns (the second's prompt extends the first's text); warm-ups before and between them, or none.
+  auto conversation = [&](bool warm) {
+    Ctx ctx(model.m, p);
+    if (warm) {
+      EXPECT_EQ(vkspec_context_warm_up(ctx.c), VKSPEC_OK) << vkspec_last_error();
+    }
+    Streamed first, second;
+    EXPECT_EQ(generate(ctx.c, turn, 12, first, 1), VKSPEC_OK) << vkspec_last_error();
+    if (warm) {
+      EXPECT_EQ(vkspec_context_warm_up(ctx.c), VKSPEC_OK) << vkspec_last_error();
+    }
+    std::vector<int32_t> next = turn;
+    next.insert(next.end(), first.ids.begin(), first.ids.end());
+    EXPECT_EQ(generate(ctx.c, next, 12, second, 1), VKSPEC_OK) << vkspec_last_error();
+    vkspec_metrics m{};
+    EXPECT_EQ(vkspec_get_metrics(ctx.c, &m), VKSPEC_OK);
+    first.ids.insert(first.ids.end(), second.ids.begin(), second.ids.end());
+    return std::tuple{first.ids, m.reused_tokens, m.drafted, m.accepted};
+  };
+  const auto cold = conversation(false), warm = conversation(true);
+  EXPECT_EQ(std::get<0>(warm), std::get<0>(cold));
+  EXPECT_EQ(std::get<1>(warm), std::get<1>(cold));
+  EXPECT_GE(std::get<1>(warm), turn.size());   // the first turn's tokens were kept through the warm-up
+  EXPECT_EQ(std::get<2>(warm), std::get<2>(cold));   // and the drafter's: the same drafts, the same verdicts
+  EXPECT_EQ(std::get<3>(warm), std::get<3>(cold));
+  Ctx busy(model.m, p);
+  Streamed s;
+  const vkspec_generate_params g = streamed_params(4, s, 0);
+  ASSERT_EQ(vkspec_begin(busy.c, turn.data(), turn.size(), &g), VKSPEC_OK);
+  EXPECT_EQ(vkspec_context_warm_up(busy.c), VKSPEC_ERROR_BUSY);
+  for (int32_t done = 0; !done;) ASSERT_EQ(vkspec_step(busy.c, &done), VKSPEC_OK);
+}
+
 // Submit now, collect later (vkspec_step_submit / poll / wait): the tokens are exactly the blocking
 // generation's, plain and speculative (n-gram, draft model), greedy and sampled with a seed, collected by
 // polling or by waiting; the calls' misuse is refused; a second context of the model cannot submit while a

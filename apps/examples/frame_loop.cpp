@@ -216,6 +216,7 @@ int main(int argc, char** argv) {
   cp.sampling.temperature = 0.0f;
   vkspec_context* ctx = nullptr;
   if ((s = vkspec_context_create(model, &cp, &ctx)) != VKSPEC_OK) return fail("creating a context", s);
+  if ((s = vkspec_context_warm_up(ctx)) != VKSPEC_OK) return fail("warm-up", s);   // (a loading screen's work)
   handed.immediate = false;   // from here on the frame loop submits vkspec's units
 
   Frame frame(d);
