@@ -51,16 +51,20 @@ const std::set<std::string> kReadKeys = {
     "context_length", "attention.key_length", "attention.value_length", "rope.dimension_count",
     "attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.scaling.type", "rope.scaling.factor",
     "rope.scaling.low_freq_factor", "rope.scaling.high_freq_factor", "rope.scaling.original_context_length",
-    "rope.scaling.finetuned", "vocab_size", "expert_count", "expert_used_count"};
+    "rope.scaling.finetuned", "rope.scaling.attn_factor", "vocab_size", "expert_count", "expert_used_count"};
+// Keys only some architectures read (phi3's sliding window: refused beyond the context, LlamaModel).
+bool read_by(Architecture a, const std::string& key) {
+  return a == Architecture::Phi3 && key == "attention.sliding_window";
+}
 
 const std::pair<Architecture, const char*> kArchitectures[] = {
-    {Architecture::Llama, "llama"}, {Architecture::Qwen2, "qwen2"}, {Architecture::Qwen3, "qwen3"}};
+    {Architecture::Llama, "llama"}, {Architecture::Qwen2, "qwen2"}, {Architecture::Qwen3, "qwen3"}, {Architecture::Phi3, "phi3"}};
 
 // What the families people ask for are, for the refusal (issue: other model families).
 std::string family_of(const std::string& arch) {
   static const std::pair<const char*, const char*> kFamilies[] = {
       {"gemma", "Gemma"},     {"gemma2", "Gemma 2"},
-      {"gemma3", "Gemma 3"},        {"phi3", "Phi-3 / Phi-4-mini"}, {"phi2", "Phi-2"}, {"mistral3", "Mistral 3"}};
+      {"gemma3", "Gemma 3"},        {"phi2", "Phi-2"}, {"mistral3", "Mistral 3"}};
   for (const auto& [a, name] : kFamilies)
     if (arch == a) return std::string(" (") + name + ")";
   return "";
@@ -92,10 +96,11 @@ Architecture check_supported_model(const GgufFile& f) {
     throw Error(where + "mixture-of-experts ('" + arch + "', " + std::to_string(*experts) + " experts) is not supported");
   const auto known = std::find_if(std::begin(kArchitectures), std::end(kArchitectures), [&](const auto& a) { return arch == a.second; });
   if (known == std::end(kArchitectures))
-    throw Error(where + "architecture '" + arch + "'" + family_of(arch) + " is not supported (vkspec runs 'llama', 'qwen2' and 'qwen3' models)");
+    throw Error(where + "architecture '" + arch + "'" + family_of(arch) + " is not supported (vkspec runs 'llama', 'qwen2', 'qwen3' and 'phi3' models)");
   const std::string prefix = arch + ".";
   for (const auto& [key, value] : f.metadata()) {
-    if (key.rfind(prefix, 0) != 0 || kReadKeys.count(key.substr(prefix.size()))) continue;
+    if (key.rfind(prefix, 0) != 0 || kReadKeys.count(key.substr(prefix.size())) || read_by(known->first, key.substr(prefix.size())))
+      continue;
     throw Error(where + "metadata '" + key + "' changes how the model computes in a way vkspec does not implement "
                 "(refused rather than ignored)");
   }
@@ -111,7 +116,7 @@ DType weight_dtype(const GgufTensor& t) {
 LlamaHParams read_llama_hparams(const GgufFile& f) {
   LlamaHParams hp;
   hp.arch = check_supported_model(f);
-  hp.rope_neox = hp.arch == Architecture::Qwen2 || hp.arch == Architecture::Qwen3;
+  hp.rope_neox = hp.arch == Architecture::Qwen2 || hp.arch == Architecture::Qwen3 || hp.arch == Architecture::Phi3;
   const std::string a = std::string(architecture_name(hp.arch)) + ".";
   hp.dim = u32(f, a + "embedding_length");
   hp.n_layers = u32(f, a + "block_count", 1024);
@@ -160,6 +165,30 @@ LlamaHParams read_llama_hparams(const GgufFile& f) {
   for (uint32_t i = 0; i < half; ++i) hp.rope_inv_freq[i] = std::pow(hp.rope_base, -2.0 * i / hp.n_rot);
   std::string scaling = f.opt_string(a + "rope.scaling.type").value_or("none");
   double factor = f.opt_number(a + "rope.scaling.factor").value_or(1.0);
+  hp.rope_attn_factor = f.opt_number(a + "rope.scaling.attn_factor").value_or(1.0);
+  if (!(hp.rope_attn_factor > 0 && std::isfinite(hp.rope_attn_factor))) throw Error("implausible " + a + "rope.scaling.attn_factor");
+  if (auto w = f.opt_uint(a + "attention.sliding_window")) hp.sliding_window = uint32_t(std::min<uint64_t>(*w, UINT32_MAX));
+  // LongRoPE's two sets of divisors (llama.cpp's rope_factors_short/long), kept apart: the context decides
+  auto factors = [&](const char* name) {
+    std::vector<double> out;
+    const GgufTensor* t = f.tensor(name);
+    if (!t) return out;
+    if (t->type != 0 || t->elements() != half) throw Error(std::string("tensor '") + name + "' must be f32 [n_rot/2]");
+    const float* v = reinterpret_cast<const float*>(t->data);
+    for (uint32_t i = 0; i < half; ++i) {
+      if (!(v[i] > 0 && std::isfinite(v[i]))) throw Error(std::string("tensor '") + name + "' has a non-positive or non-finite factor");
+      out.push_back(v[i]);
+    }
+    return out;
+  };
+  hp.rope_short_factors = factors("rope_factors_short.weight");
+  hp.rope_long_factors = factors("rope_factors_long.weight");
+  if (hp.rope_short_factors.empty() != hp.rope_long_factors.empty())
+    throw Error("LongRoPE needs both rope_factors_short.weight and rope_factors_long.weight");
+  if (!hp.rope_short_factors.empty()) {
+    hp.rope_original_ctx = u32(f, a + "rope.scaling.original_context_length", 1u << 24);
+    if (scaling == "longrope") scaling = "none";   // (the factors are the scaling)
+  }
   if (const GgufTensor* rf = f.tensor("rope_freqs.weight")) {   // Llama 3: factors precomputed by the converter
     if (rf->type != 0 || rf->elements() != half) throw Error("tensor 'rope_freqs.weight' must be f32 [n_rot/2]");
     const float* fac = reinterpret_cast<const float*>(rf->data);
@@ -183,6 +212,13 @@ LlamaHParams read_llama_hparams(const GgufFile& f) {
   return hp;
 }
 
+std::vector<double> LlamaHParams::inv_freq(uint32_t n_ctx) const {
+  std::vector<double> w = rope_inv_freq;
+  const std::vector<double>& factors = n_ctx > rope_original_ctx ? rope_long_factors : rope_short_factors;
+  for (size_t i = 0; i < factors.size() && i < w.size(); ++i) w[i] /= factors[i];
+  return w;
+}
+
 LlamaTensors find_llama_tensors(const GgufFile& f, const LlamaHParams& hp) {
   LlamaTensors t;
   const uint64_t q_dim = hp.q_dim(), kv_dim = hp.kv_dim();
@@ -191,12 +227,24 @@ LlamaTensors find_llama_tensors(const GgufFile& f, const LlamaHParams& hp) {
   t.output = hp.tied_embeddings ? t.token_embd : require(f, "output.weight", {hp.dim, hp.n_vocab});
   for (uint32_t l = 0; l < hp.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    LlamaLayerTensors L{
-        require(f, p + "attn_norm.weight", {hp.dim}),        require(f, p + "attn_q.weight", {hp.dim, q_dim}),
-        require(f, p + "attn_k.weight", {hp.dim, kv_dim}),   require(f, p + "attn_v.weight", {hp.dim, kv_dim}),
-        require(f, p + "attn_output.weight", {q_dim, hp.dim}), require(f, p + "ffn_norm.weight", {hp.dim}),
-        require(f, p + "ffn_gate.weight", {hp.dim, hp.ffn_dim}), require(f, p + "ffn_up.weight", {hp.dim, hp.ffn_dim}),
-        require(f, p + "ffn_down.weight", {hp.ffn_dim, hp.dim})};
+    LlamaLayerTensors L{};
+    L.attn_norm = require(f, p + "attn_norm.weight", {hp.dim});
+    if (hp.arch == Architecture::Phi3 && f.tensor(p + "attn_qkv.weight")) {
+      L.wqkv = require(f, p + "attn_qkv.weight", {hp.dim, q_dim + 2 * kv_dim});
+    } else {
+      L.wq = require(f, p + "attn_q.weight", {hp.dim, q_dim});
+      L.wk = require(f, p + "attn_k.weight", {hp.dim, kv_dim});
+      L.wv = require(f, p + "attn_v.weight", {hp.dim, kv_dim});
+    }
+    L.wo = require(f, p + "attn_output.weight", {q_dim, hp.dim});
+    L.ffn_norm = require(f, p + "ffn_norm.weight", {hp.dim});
+    if (hp.arch == Architecture::Phi3) {
+      L.w_gate_up = require(f, p + "ffn_up.weight", {hp.dim, 2ull * hp.ffn_dim});
+    } else {
+      L.w_gate = require(f, p + "ffn_gate.weight", {hp.dim, hp.ffn_dim});
+      L.w_up = require(f, p + "ffn_up.weight", {hp.dim, hp.ffn_dim});
+    }
+    L.w_down = require(f, p + "ffn_down.weight", {hp.ffn_dim, hp.dim});
     // q/k/v biases: Qwen2's always, a Llama file's where it has them (llama.cpp applies them too)
     if (hp.arch == Architecture::Qwen2 || f.tensor(p + "attn_q.bias") || f.tensor(p + "attn_k.bias") || f.tensor(p + "attn_v.bias")) {
       L.bq = require(f, p + "attn_q.bias", {q_dim});
@@ -209,18 +257,20 @@ LlamaTensors find_llama_tensors(const GgufFile& f, const LlamaHParams& hp) {
     }
     for (const GgufTensor* n : {L.attn_norm, L.ffn_norm, L.bq, L.bk, L.bv, L.q_norm, L.k_norm})
       if (n && n->type != 0) throw Error("tensor '" + n->name + "': norm weights and biases must be f32");
-    for (const GgufTensor* w : {L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down}) weight_dtype(*w);
-    if (L.w_gate->type != L.w_up->type && !(is_quantized(DType(L.w_gate->type)) && is_quantized(DType(L.w_up->type))))
+    for (const GgufTensor* w : {L.wq, L.wk, L.wv, L.wqkv, L.wo, L.w_gate, L.w_up, L.w_gate_up, L.w_down})
+      if (w) weight_dtype(*w);
+    if (L.w_gate && L.w_gate->type != L.w_up->type && !(is_quantized(DType(L.w_gate->type)) && is_quantized(DType(L.w_up->type))))
       throw Error("ffn_gate and ffn_up of layer " + std::to_string(l) + " differ in type");   // one kernel reads both
     t.layers.push_back(L);
   }
   if (t.output_norm->type != 0) throw Error("tensor 'output_norm.weight' must be f32");
   weight_dtype(*t.token_embd);
   weight_dtype(*t.output);
-  std::set<const GgufTensor*> read = {t.token_embd, t.output_norm, t.output, f.tensor("rope_freqs.weight")};
+  std::set<const GgufTensor*> read = {t.token_embd, t.output_norm, t.output, f.tensor("rope_freqs.weight"),
+                                      f.tensor("rope_factors_short.weight"), f.tensor("rope_factors_long.weight")};
   for (const LlamaLayerTensors& L : t.layers)
-    read.insert({L.attn_norm, L.wq, L.wk, L.wv, L.bq, L.bk, L.bv, L.q_norm, L.k_norm, L.wo, L.ffn_norm, L.w_gate,
-                 L.w_up, L.w_down});
+    read.insert({L.attn_norm, L.wq, L.wk, L.wv, L.wqkv, L.bq, L.bk, L.bv, L.q_norm, L.k_norm, L.wo, L.ffn_norm,
+                 L.w_gate, L.w_up, L.w_gate_up, L.w_down});
   for (const GgufTensor& x : f.tensors())
     if (!read.count(&x)) throw Error("'" + f.path() + "': " + unread_tensor(x.name) + " (refused rather than ignored)");
   return t;

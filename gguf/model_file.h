@@ -15,6 +15,7 @@ enum class Architecture {
   Llama,   // `llama`: Llama 2/3, Mistral 7B, SmolLM2, ...; optional q/k/v biases
   Qwen2,   // `qwen2`: q/k/v biases, NeoX RoPE (Qwen2, Qwen2.5, DeepSeek-R1's Qwen distills)
   Qwen3,   // `qwen3`: per-head RMSNorm of q and k before RoPE, NeoX RoPE, heads wider than dim / heads
+  Phi3,    // `phi3`: q|k|v and gate|up stored fused, NeoX RoPE, LongRoPE (Phi-3, Phi-3.5-mini, Phi-4-mini)
 };
 const char* architecture_name(Architecture a);   // the GGUF general.architecture value
 
@@ -31,7 +32,17 @@ struct LlamaHParams {
   float rms_eps = 1e-5f;
   double rope_base = 10000.0;
   std::vector<double> rope_inv_freq;   // [n_rot/2]: base^(-2i/n_rot) with linear / Llama 3 scaling folded in
+  // LongRoPE (Phi-3.5, Phi-4-mini): per-frequency divisors for contexts up to rope_original_ctx (short) and
+  // beyond it (long), chosen by the context the model is created with (as llama.cpp does); empty: none.
+  std::vector<double> rope_short_factors, rope_long_factors;
+  uint32_t rope_original_ctx = 0;
+  double rope_attn_factor = 1.0;       // rope.scaling.attn_factor: cos and sin scaled by it
+  uint32_t sliding_window = 0;         // Phi-3's attention.sliding_window (0: none): not applied, so a context
+                                       // longer than it is refused (LlamaModel)
   bool tied_embeddings = false;        // no output.weight: logits use token_embd
+  // RoPE's inverse frequencies for a model created with a context of n_ctx positions: rope_inv_freq,
+  // divided by LongRoPE's long factors when n_ctx exceeds rope_original_ctx, else by its short ones.
+  std::vector<double> inv_freq(uint32_t n_ctx) const;
   uint32_t q_dim() const { return n_heads * head_dim; }      // one token's q
   uint32_t kv_dim() const { return n_kv_heads * head_dim; }  // one token's k (and v)
 };
@@ -51,6 +62,9 @@ struct LlamaLayerTensors {
   const GgufTensor* bv = nullptr;   // [n_kv_heads*head_dim] f32
   const GgufTensor* q_norm = nullptr;   // [head_dim] f32: each head of q RMS-normalized, times q_norm (Qwen3)
   const GgufTensor* k_norm = nullptr;   // [head_dim] f32: the same for k
+  // Phi-3 stores these fused (then wq, wk, wv, or w_gate and w_up, are null):
+  const GgufTensor* wqkv = nullptr;       // [q_dim + 2*kv_dim][dim]: Wq, Wk, Wv stacked by rows
+  const GgufTensor* w_gate_up = nullptr;  // [2*ffn_dim][dim]: Wg rows, then Wu rows
 };
 
 struct LlamaTensors {

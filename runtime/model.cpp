@@ -16,6 +16,10 @@ LlamaModel::LlamaModel(VulkanDevice& ctx, Pipelines& pipelines, const GgufFile& 
     : ctx_(ctx), hp_(read_llama_hparams(file)) {
   const LlamaTensors t = find_llama_tensors(file, hp_);
   n_ctx_ = opts.n_ctx ? opts.n_ctx : std::min<uint32_t>(hp_.n_ctx_train, 4096);
+  if (hp_.sliding_window && n_ctx_ > hp_.sliding_window)   // (within it, attending to a window is attending to all)
+    throw Error("this model attends to a sliding window of " + std::to_string(hp_.sliding_window) +
+                " positions, which vkspec does not implement: use a context of at most that (--ctx " +
+                std::to_string(hp_.sliding_window) + ")");
   ubatch_ = ubatch_for(ctx, opts);
   check_memory(ctx, file, opts);
 
@@ -57,6 +61,16 @@ LlamaModel::LlamaModel(VulkanDevice& ctx, Pipelines& pipelines, const GgufFile& 
     return m;
   };
   auto matrix = [&](const GgufTensor* g) { return stacked({g}, native_format(weight_dtype(*g))); };
+  // Rows [row0, row0 + rows) of g as a matrix of their own (a fused tensor's part).
+  auto rows_of = [&](const GgufTensor* g, uint32_t row0, uint32_t rows) {
+    const DType type = weight_dtype(*g);
+    const uint32_t cols = uint32_t(g->dims[0]);
+    DeviceMatrix m = alloc_matrix(*weights_arena_, type, native_format(type), rows, cols, g->name.c_str());
+    const uint64_t row_bytes = gguf_tensor_bytes(uint32_t(g->type), cols);
+    write_rows(up, m, 0, type, rows, read(g) + row0 * row_bytes, g->name.c_str());
+    if (opts.progress) opts.progress(done += uint64_t(rows) * row_bytes, total);
+    return m;
+  };
   auto vec = [&](const GgufTensor* g) {
     Slice s = weights_arena_->alloc(g->bytes, g->name.c_str());
     up.upload(s, read(g), g->bytes);
@@ -88,8 +102,10 @@ LlamaModel::LlamaModel(VulkanDevice& ctx, Pipelines& pipelines, const GgufFile& 
   for (const auto& L : t.layers) {
     LayerWeights w;
     w.attn_norm = vec(L.attn_norm);
-    w.fused_qkv = fusable({L.wq, L.wk, L.wv});   // shapes were checked on load
-    if (w.fused_qkv) {
+    w.fused_qkv = L.wqkv || fusable({L.wq, L.wk, L.wv});   // shapes were checked on load
+    if (L.wqkv) {
+      w.wqkv = matrix(L.wqkv);   // (stored fused: Phi-3)
+    } else if (w.fused_qkv) {
       w.wqkv = stacked({L.wq, L.wk, L.wv}, shared_format({L.wq, L.wk, L.wv}));
     } else {
       w.wq = matrix(L.wq);
@@ -112,7 +128,10 @@ LlamaModel::LlamaModel(VulkanDevice& ctx, Pipelines& pipelines, const GgufFile& 
     }
     w.wo = matrix(L.wo);
     w.ffn_norm = vec(L.ffn_norm);
-    if (L.w_gate->type == L.w_up->type) {
+    if (L.w_gate_up) {   // (stored fused: Phi-3) the gate's rows, then the up projection's
+      w.w_gate = rows_of(L.w_gate_up, 0, hp_.ffn_dim);
+      w.w_up = rows_of(L.w_gate_up, hp_.ffn_dim, hp_.ffn_dim);
+    } else if (L.w_gate->type == L.w_up->type) {
       w.w_gate = matrix(L.w_gate);
       w.w_up = matrix(L.w_up);
     } else {   // find_llama_tensors allows this for quantized types only
@@ -140,13 +159,15 @@ LlamaModel::LlamaModel(VulkanDevice& ctx, Pipelines& pipelines, const GgufFile& 
   logits_ = act_arena_->alloc(uint64_t(kMaxBatch) * hp_.n_vocab * 4, "logits");
   logits_host_ = readback_arena_->alloc(uint64_t(kMaxBatch) * hp_.n_vocab * 4, "logits read back");
   ids_ = readback_arena_->alloc(uint64_t(kMaxBatch) * contract::TOKEN_SLOT_UINTS * 4, "argmax token slots");
-  // RoPE (cos, sin) of every position, so that passes recorded together need no per-pass host table.
+  // RoPE (cos, sin) of every position, so that passes recorded together need no per-pass host table; both
+  // scaled by rope.scaling.attn_factor (ggml's mscale).
   std::vector<float> rope(size_t(n_ctx_) * hp_.n_rot);
+  const std::vector<double> inv_freq = hp_.inv_freq(n_ctx_);
   for (uint32_t pos = 0; pos < n_ctx_; ++pos)
     for (uint32_t i = 0; i < hp_.n_rot / 2; ++i) {
-      const double theta = double(pos) * hp_.rope_inv_freq[i];
-      rope[(size_t(pos) * hp_.n_rot / 2 + i) * 2] = float(std::cos(theta));
-      rope[(size_t(pos) * hp_.n_rot / 2 + i) * 2 + 1] = float(std::sin(theta));
+      const double theta = double(pos) * inv_freq[i];
+      rope[(size_t(pos) * hp_.n_rot / 2 + i) * 2] = float(std::cos(theta) * hp_.rope_attn_factor);
+      rope[(size_t(pos) * hp_.n_rot / 2 + i) * 2 + 1] = float(std::sin(theta) * hp_.rope_attn_factor);
     }
   rope_ = act_arena_->alloc(rope.size() * 4, "rope table");
   up.upload(rope_, rope.data(), rope.size() * 4);

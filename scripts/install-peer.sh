@@ -22,11 +22,12 @@ else
   echo "install-peer: installed into .peer"
 fi
 bundle=.peer/node_modules/node-llama-cpp/llama/gitRelease.bundle
-if [ ! -d .peer/vocab ] && [ -f "$bundle" ] && command -v git >/dev/null; then
+if [ ! -f .peer/vocab/ggml-vocab-phi-3.gguf ] && [ -f "$bundle" ] && command -v git >/dev/null; then
   src=$(mktemp -d)
   git clone -q --no-checkout "$bundle" "$src/llama.cpp"
+  rm -rf .peer/vocab .peer/vocab.tmp
   mkdir -p .peer/vocab.tmp
-  for v in qwen2 starcoder refact; do
+  for v in qwen2 starcoder refact phi-3; do
     for ext in "" .inp .out; do
       git -C "$src/llama.cpp" show "HEAD:models/ggml-vocab-$v.gguf$ext" > ".peer/vocab.tmp/ggml-vocab-$v.gguf$ext"
     done

@@ -12,17 +12,33 @@ namespace vkspec::test {
 
 class CpuLlama {
  public:
-  explicit CpuLlama(const GgufFile& f) : hp(read_llama_hparams(f)) {
+  // n_ctx: the context the device model was created with (LongRoPE's factors depend on it).
+  explicit CpuLlama(const GgufFile& f, uint32_t n_ctx = 0) : hp(read_llama_hparams(f)), inv_freq(hp.inv_freq(n_ctx)) {
     LlamaTensors t = find_llama_tensors(f, hp);
-    auto deq = [](const GgufTensor* g) { return dequantize(weight_dtype(*g), g->elements(), g->data); };
+    auto deq = [](const GgufTensor* g) { return g ? dequantize(weight_dtype(*g), g->elements(), g->data) : std::vector<float>{}; };
+    // rows [row0, row0 + rows) of a fused matrix of `cols` columns (Phi-3's q|k|v and gate|up)
+    auto part = [](const std::vector<float>& m, size_t cols, size_t row0, size_t rows) {
+      return std::vector<float>(m.begin() + row0 * cols, m.begin() + (row0 + rows) * cols);
+    };
     emb = deq(t.token_embd);
     out_norm = deq(t.output_norm);
     out = deq(t.output);
-    for (auto& L : t.layers)
+    for (auto& L : t.layers) {
       layers.push_back({deq(L.attn_norm), deq(L.wq), deq(L.wk), deq(L.wv), deq(L.wo), deq(L.ffn_norm), deq(L.w_gate),
-                        deq(L.w_up), deq(L.w_down), L.bq ? deq(L.bq) : std::vector<float>{},
-                        L.bk ? deq(L.bk) : std::vector<float>{}, L.bv ? deq(L.bv) : std::vector<float>{},
-                        L.q_norm ? deq(L.q_norm) : std::vector<float>{}, L.k_norm ? deq(L.k_norm) : std::vector<float>{}});
+                        deq(L.w_up), deq(L.w_down), deq(L.bq), deq(L.bk), deq(L.bv), deq(L.q_norm), deq(L.k_norm)});
+      Layer& y = layers.back();
+      if (L.wqkv) {
+        const std::vector<float> m = deq(L.wqkv);
+        y.wq = part(m, hp.dim, 0, hp.q_dim());
+        y.wk = part(m, hp.dim, hp.q_dim(), hp.kv_dim());
+        y.wv = part(m, hp.dim, hp.q_dim() + hp.kv_dim(), hp.kv_dim());
+      }
+      if (L.w_gate_up) {
+        const std::vector<float> m = deq(L.w_gate_up);
+        y.w_gate = part(m, hp.dim, 0, hp.ffn_dim);
+        y.w_up = part(m, hp.dim, hp.ffn_dim, hp.ffn_dim);
+      }
+    }
     kcache.resize(hp.n_layers);
     vcache.resize(hp.n_layers);
   }
@@ -71,6 +87,7 @@ class CpuLlama {
   }
 
   LlamaHParams hp;
+  std::vector<double> inv_freq;   // for the context given
 
  private:
   struct Layer { std::vector<float> attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down, bq, bk, bv, q_norm, k_norm; };
@@ -102,7 +119,7 @@ class CpuLlama {
   void rope(std::vector<double>& v, uint32_t heads, uint32_t pos) const {
     for (uint32_t h = 0; h < heads; ++h)
       for (uint32_t i = 0; i < hp.n_rot / 2; ++i) {
-        const double th = pos * hp.rope_inv_freq[i], c = std::cos(th), s = std::sin(th);
+        const double th = pos * inv_freq[i], c = std::cos(th) * hp.rope_attn_factor, s = std::sin(th) * hp.rope_attn_factor;
         // pairs (2i, 2i+1) of a head, or (i, i + n_rot/2) in NeoX's layout
         double& a = v[h * hp.head_dim + (hp.rope_neox ? i : 2 * i)];
         double& b = v[h * hp.head_dim + (hp.rope_neox ? i + hp.n_rot / 2 : 2 * i + 1)];

@@ -1,13 +1,15 @@
 // vkspec-shape: writes a random-weight Llama at a real shape with a real vocabulary, for benchmarks and
 // parity runs where no checkpoint can be downloaded.
-//   vkspec-shape OUT.gguf VOCAB.gguf 1b|3b|tiny|qwen2-0.5b|qwen2-tiny|qwen3-0.6b|qwen3-tiny f32|f16|q8_0 [SEED]
+//   vkspec-shape OUT.gguf VOCAB.gguf 1b|3b|tiny|qwen2-0.5b|qwen2-tiny|qwen3-0.6b|qwen3-tiny|phi3-tiny f32|f16|q8_0 [SEED]
 // VOCAB.gguf supplies the tokenizer metadata (e.g. ../shared/tokenizer-tests/ggml-vocab-llama-bpe.gguf, the
 // Llama 3 vocabulary); the hyperparameters are Llama-3.2-1B's / 3B's (tied embeddings, rope theta 500000 with
 // Llama 3 scaling); `tiny` is the same architecture and vocabulary at dim 256, 2 layers (tests: 65 MB in
 // f16, rows a multiple of 256 so that llama.cpp's k-quant presets apply). qwen2-0.5b is Qwen2.5-0.5B's shape
 // in the `qwen2` architecture (q/k/v biases, rope theta 1000000, tied embeddings; ../shared's models or
 // llama.cpp's ggml-vocab-qwen2.gguf for the vocabulary), qwen2-tiny the same at dim 256, 2 layers; qwen3-0.6b
-// is Qwen3-0.6B's (`qwen3`: per-head q/k norms, 128-wide heads over a 1024 embedding), qwen3-tiny at dim 256.
+// is Qwen3-0.6B's (`qwen3`: per-head q/k norms, 128-wide heads over a 1024 embedding), qwen3-tiny at dim 256;
+// phi3-tiny is Phi-4-mini's layout at dim 256 (`phi3`: q|k|v and gate|up stored fused, 3/4 of each head
+// rotated, LongRoPE short/long factors past an original context of 4096, attn_factor 1.19).
 // Weights ~ N(0, 1/cols) so activations stay O(1) through the layers; norms ~ 1, biases ~ N(0, 0.25).
 // Tensor data is streamed to the file (a 3B f16 model is 6 GB), never held whole in memory.
 #include <cmath>
@@ -49,7 +51,7 @@ std::vector<uint8_t> encode(const std::vector<float>& v, uint32_t type) {
 
 int main(int argc, char** argv) try {
   if (argc < 5) {
-    fprintf(stderr, "usage: vkspec-shape OUT.gguf VOCAB.gguf 1b|3b|tiny|qwen2-0.5b|qwen2-tiny|qwen3-0.6b|qwen3-tiny f32|f16|q8_0 [SEED [CHAT_TEMPLATE.jinja]]\n");
+    fprintf(stderr, "usage: vkspec-shape OUT.gguf VOCAB.gguf 1b|3b|tiny|qwen2-0.5b|qwen2-tiny|qwen3-0.6b|qwen3-tiny|phi3-tiny f32|f16|q8_0 [SEED [CHAT_TEMPLATE.jinja]]\n");
     return 2;
   }
   const std::string shape_name = argv[3];
@@ -61,8 +63,10 @@ int main(int argc, char** argv) try {
                   : shape_name == "qwen2-tiny" ? Shape{256, 2, 4, 2, 512}
                   : shape_name == "qwen3-0.6b" ? Shape{1024, 28, 16, 8, 3072, 128}
                   : shape_name == "qwen3-tiny" ? Shape{256, 2, 4, 2, 512, 128}
+                  : shape_name == "phi3-tiny"  ? Shape{256, 2, 4, 2, 512}
                                                : throw std::runtime_error("unknown shape " + shape_name);
-  const std::string arch = qwen3 ? "qwen3" : qwen2 ? "qwen2" : "llama", a = arch + ".";
+  const bool phi3 = shape_name == "phi3-tiny";
+  const std::string arch = phi3 ? "phi3" : qwen3 ? "qwen3" : qwen2 ? "qwen2" : "llama", a = arch + ".";
   const uint32_t type = type_code(argv[4]);
   const uint32_t seed = argc > 5 ? uint32_t(std::stoul(argv[5])) : 1;
   GgufFile vocab(argv[2]);
@@ -80,7 +84,12 @@ int main(int argc, char** argv) try {
   w.u32(a + "attention.head_count_kv", s.kv_heads);
   w.u32(a + "feed_forward_length", s.ffn);
   w.u32(a + "context_length", qwen2 ? 32768 : 131072);
-  w.u32(a + "rope.dimension_count", hd);
+  const uint32_t n_rot = phi3 ? hd * 3 / 4 : hd;
+  w.u32(a + "rope.dimension_count", n_rot);
+  if (phi3) {
+    w.u32(a + "rope.scaling.original_context_length", 4096);
+    w.f32(a + "rope.scaling.attn_factor", 1.19f);
+  }
   w.f32(a + "rope.freq_base", qwen2 ? 1000000.f : 500000.f);
   w.f32(a + "attention.layer_norm_rms_epsilon", qwen2 ? 1e-6f : 1e-5f);
   w.u32("general.file_type", type == 0 ? 0 : type == 1 ? 1 : 7);
@@ -103,14 +112,26 @@ int main(int argc, char** argv) try {
       rope_factors[i] = float(1 / ((1 - smooth) / factor + smooth));
     }
   }
-  if (!qwen2) w.tensor("rope_freqs.weight", {hd / 2}, 0, rope_factors.data(), rope_factors.size() * 4);
+  if (phi3) {
+    for (const auto& [name, step] : {std::pair{"rope_factors_short.weight", 0.05f}, {"rope_factors_long.weight", 0.5f}}) {
+      std::vector<float> f(n_rot / 2);
+      for (uint32_t i = 0; i < n_rot / 2; ++i) f[i] = 1.f + step * float(i);
+      w.tensor(name, {n_rot / 2}, 0, f.data(), f.size() * 4);
+    }
+  } else if (!qwen2) {
+    w.tensor("rope_freqs.weight", {hd / 2}, 0, rope_factors.data(), rope_factors.size() * 4);
+  }
   std::vector<Planned> plan = {{"token_embd.weight", n_vocab, s.dim, false}, {"output_norm.weight", 1, s.dim, true}};
   for (uint32_t l = 0; l < s.layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     plan.push_back({p + "attn_norm.weight", 1, s.dim, true});
-    plan.push_back({p + "attn_q.weight", s.heads * hd, s.dim, false});
-    plan.push_back({p + "attn_k.weight", s.kv_heads * hd, s.dim, false});
-    plan.push_back({p + "attn_v.weight", s.kv_heads * hd, s.dim, false});
+    if (phi3) {
+      plan.push_back({p + "attn_qkv.weight", (s.heads + 2 * s.kv_heads) * hd, s.dim, false});
+    } else {
+      plan.push_back({p + "attn_q.weight", s.heads * hd, s.dim, false});
+      plan.push_back({p + "attn_k.weight", s.kv_heads * hd, s.dim, false});
+      plan.push_back({p + "attn_v.weight", s.kv_heads * hd, s.dim, false});
+    }
     if (qwen3) {
       plan.push_back({p + "attn_q_norm.weight", 1, hd, true});
       plan.push_back({p + "attn_k_norm.weight", 1, hd, true});
@@ -121,8 +142,8 @@ int main(int argc, char** argv) try {
     }
     plan.push_back({p + "attn_output.weight", s.dim, s.heads * hd, false});
     plan.push_back({p + "ffn_norm.weight", 1, s.dim, true});
-    plan.push_back({p + "ffn_gate.weight", s.ffn, s.dim, false});
-    plan.push_back({p + "ffn_up.weight", s.ffn, s.dim, false});
+    if (!phi3) plan.push_back({p + "ffn_gate.weight", s.ffn, s.dim, false});
+    plan.push_back({p + "ffn_up.weight", phi3 ? 2 * s.ffn : s.ffn, s.dim, false});
     plan.push_back({p + "ffn_down.weight", s.dim, s.ffn, false});
   }
   // Header with every tensor's offset first (the writer lays tensors out in order, 32-byte aligned), then

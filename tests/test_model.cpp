@@ -21,10 +21,12 @@ namespace {
 // with Llama 3 frequency factors (rope_freqs.weight), rope dim < head dim, odd vocabulary.
 // type: ggml type of the matrices; kMixed = f32 with f16 attn_v (q/k/v of different types are not stacked).
 // arch "qwen2": q/k/v biases, NeoX RoPE pairs; "qwen3": per-head q/k norms, NeoX RoPE pairs and heads twice
-// as wide as dim / heads (key_length); both without Llama 3's frequency factors.
+// as wide as dim / heads (key_length); "phi3": q|k|v and gate|up stored fused, NeoX RoPE pairs, LongRoPE
+// (short and long factors, the long ones taken for a context past 128) scaled by an attn_factor, and a
+// sliding window (4096) wider than the context; none with Llama 3's frequency factors.
 constexpr uint32_t kMixed = 1000;
 std::string write_synthetic_model(uint32_t type = 0, bool llama3_keys = false, const std::string& arch = "llama") {
-  const bool qwen2 = arch == "qwen2", qwen3 = arch == "qwen3";
+  const bool qwen2 = arch == "qwen2", qwen3 = arch == "qwen3", phi3 = arch == "phi3";
   const uint32_t dim = 128, heads = 8, kv = 2, hd = qwen3 ? 32 : 16, ffn = 96, vocab = 97, layers = 2, n_rot = 12;
   const std::string a = arch + ".";
   GgufWriter w;
@@ -39,6 +41,11 @@ std::string write_synthetic_model(uint32_t type = 0, bool llama3_keys = false, c
   w.u32(a + "rope.dimension_count", n_rot);
   w.f32(a + "rope.freq_base", 500000.f);
   w.f32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
+  if (phi3) {
+    w.u32(a + "rope.scaling.original_context_length", 128);
+    w.f32(a + "rope.scaling.attn_factor", 1.19f);
+    w.u32(a + "attention.sliding_window", 4096);
+  }
   if (llama3_keys) {
     w.str("llama.rope.scaling.type", "llama3");
     w.f32("llama.rope.scaling.factor", 8.f);
@@ -57,6 +64,12 @@ std::string write_synthetic_model(uint32_t type = 0, bool llama3_keys = false, c
   };
   add("token_embd.weight", vocab, dim);
   add("output_norm.weight", 1, dim, true);
+  if (phi3)
+    for (const char* name : {"rope_factors_short.weight", "rope_factors_long.weight"}) {
+      std::vector<float> factors(n_rot / 2);
+      for (uint32_t i = 0; i < n_rot / 2; ++i) factors[i] = 1.f + float(i) * (name[13] == 's' ? 0.5f : 3.f);
+      w.tensor(name, {n_rot / 2}, 0, factors.data(), factors.size() * 4);
+    }
   if (!llama3_keys && arch == "llama") {
     std::vector<float> factors(n_rot / 2);
     for (uint32_t i = 0; i < n_rot / 2; ++i) factors[i] = 1.f + float(i);   // distinct per frequency
@@ -65,9 +78,13 @@ std::string write_synthetic_model(uint32_t type = 0, bool llama3_keys = false, c
   for (uint32_t l = 0; l < layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     add(p + "attn_norm.weight", 1, dim, true);
-    add(p + "attn_q.weight", heads * hd, dim);
-    add(p + "attn_k.weight", kv * hd, dim);
-    add(p + "attn_v.weight", kv * hd, dim);
+    if (phi3) {
+      add(p + "attn_qkv.weight", (heads + 2 * kv) * hd, dim);
+    } else {
+      add(p + "attn_q.weight", heads * hd, dim);
+      add(p + "attn_k.weight", kv * hd, dim);
+      add(p + "attn_v.weight", kv * hd, dim);
+    }
     if (qwen2)   // (f32 vectors of O(1) values: as large as the products they are added to)
       for (const auto& [name, width] : {std::pair{"attn_q.bias", heads * hd}, {"attn_k.bias", kv * hd}, {"attn_v.bias", kv * hd}}) {
         std::vector<float> b(width);
@@ -80,8 +97,8 @@ std::string write_synthetic_model(uint32_t type = 0, bool llama3_keys = false, c
     }
     add(p + "attn_output.weight", dim, heads * hd);
     add(p + "ffn_norm.weight", 1, dim, true);
-    add(p + "ffn_gate.weight", ffn, dim);
-    add(p + "ffn_up.weight", ffn, dim);
+    if (!phi3) add(p + "ffn_gate.weight", ffn, dim);
+    add(p + "ffn_up.weight", phi3 ? 2 * ffn : ffn, dim);
     add(p + "ffn_down.weight", dim, ffn);
   }
   std::string path = ::testing::TempDir() + "/vkspec-synthetic-" + std::to_string(type) + (llama3_keys ? "-keys" : "") +
@@ -91,6 +108,23 @@ std::string write_synthetic_model(uint32_t type = 0, bool llama3_keys = false, c
 }
 
 class ModelTest : public VkTest {};
+
+// Phi-3's sliding window is not implemented: a context within it (where attending to the window is attending
+// to everything) runs, a longer one is refused naming the window and the context that fits.
+TEST_F(ModelTest, SlidingWindowBeyondTheContextIsRefused) {
+  GgufFile f(write_synthetic_model(0, false, "phi3"));   // window 4096
+  ModelOptions within, beyond;
+  within.n_ctx = 4096;
+  beyond.n_ctx = 4097;
+  EXPECT_NO_THROW(LlamaModel(gpu().ctx, gpu().pipelines, f, within));
+  try {
+    LlamaModel model(gpu().ctx, gpu().pipelines, f, beyond);
+    FAIL() << "a context past the sliding window was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sliding window of 4096 positions"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--ctx 4096"), std::string::npos) << e.what();
+  }
+}
 
 TEST_F(ModelTest, RopeScalingFromTensorAndFromLlama3Keys) {
   GgufFile f(write_synthetic_model());
@@ -116,15 +150,15 @@ TEST_F(ModelTest, RopeScalingFromTensorAndFromLlama3Keys) {
   }
 }
 
-// ... and the `qwen2` and `qwen3` architectures' (biases, per-head norms, NeoX RoPE pairs, wider heads),
-// q/k/v fused (f16) or not (mixed).
+// ... and the `qwen2`, `qwen3` and `phi3` architectures' (biases, per-head norms, NeoX RoPE pairs, wider
+// heads, stored-fused matrices, LongRoPE), q/k/v fused (f16) or not (mixed).
 TEST_F(ModelTest, LogitsMatchCpuReferenceOnSyntheticModel) {
   for (const auto& [type, arch] : {std::pair{0u, "llama"}, {1u, "llama"}, {30u, "llama"}, {kMixed, "llama"}, {1u, "qwen2"},
-                                   {kMixed, "qwen2"}, {1u, "qwen3"}, {kMixed, "qwen3"}}) {
+                                   {kMixed, "qwen2"}, {1u, "qwen3"}, {kMixed, "qwen3"}, {0u, "phi3"}, {1u, "phi3"}}) {
     SCOPED_TRACE("weight type " + std::to_string(type) + ", " + arch);
     GgufFile f(write_synthetic_model(type, false, arch));
     LlamaModel model(gpu().ctx, gpu().pipelines, f);
-    CpuLlama ref(f);
+    CpuLlama ref(f, model.n_ctx());
     const std::vector<uint32_t> tokens = {1, 5, 96, 42, 42, 7, 0, 13, 77, 3, 64, 21, 9, 88, 2, 50, 51, 52, 11, 90};
     const int seq = model.kv().new_sequence();
     for (uint32_t t : tokens) {

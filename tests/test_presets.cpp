@@ -246,7 +246,10 @@ TEST(Presets, GrammarsAgreeWithLlamaCpp) {
 // (`tiny`), Qwen2.5 (`qwen2-tiny`: q/k/v biases, NeoX RoPE; the vocabulary from llama.cpp's sources,
 // scripts/install-peer.sh), whose biases change the ids (llama.cpp applies them: ignoring them would part),
 // and Qwen3 (`qwen3-tiny`: per-head q/k norms, heads wider than dim / heads; Qwen2.5's vocabulary).
-void tiny_shape_greedy_equals_llama_cpp(const std::string& name, const std::string& vocab, const std::string& shape) {
+// ctx: the context both are created with (0: each one's default; LongRoPE's factors depend on it).
+void tiny_shape_greedy_equals_llama_cpp(const std::string& name, const std::string& vocab, const std::string& shape,
+                                        uint32_t ctx = 0) {
+  const std::string ctx_flag = ctx ? " --ctx " + std::to_string(ctx) : "";
   const std::string dir = std::string(VKSPEC_PRESETS_DIR), f16 = dir + "/" + name + "-f16.gguf", q4 = dir + "/" + name + "-Q4_K_M.gguf";
   if (!exists(f16)) {
     Result r = run_command(std::string(VKSPEC_SHAPE_BIN) + " " + f16 + ".tmp " + vocab + " " + shape + " f16 && mv " + f16 + ".tmp " + f16);
@@ -263,11 +266,11 @@ void tiny_shape_greedy_equals_llama_cpp(const std::string& name, const std::stri
     ASSERT_EQ(tok.code, 0) << tok.err;
     const std::string ids = comma_list(nlohmann::json::parse(tok.out).get<std::vector<int>>());
     Result peer = run_command("node " + peer_dir() + "/peer.mjs --model " + model + " --gpu false --threads 1 --runs 1 " +
-                              "--ignore-eos --n " + std::to_string(n) + " --prompt-ids " + ids);
+                              "--ignore-eos --n " + std::to_string(n) + " --prompt-ids " + ids + ctx_flag);
     ASSERT_EQ(peer.code, 0) << peer.err;
     const auto theirs = nlohmann::json::parse(peer.out)["ids"].get<std::vector<int>>();
     Result ours = run_vkspec(VKSPEC_BIN, "run -m " + model + " -p 'The quick brown fox jumps over' -n " + std::to_string(n) +
-                                             " --temp 0 --ignore-eos --json");
+                                             " --temp 0 --ignore-eos --json" + ctx_flag);
     ASSERT_EQ(ours.code, 0) << ours.err;
     const auto mine = nlohmann::json::parse(ours.out)["ids"].get<std::vector<int>>();
     size_t k = 0;
@@ -278,7 +281,7 @@ void tiny_shape_greedy_equals_llama_cpp(const std::string& name, const std::stri
     // ~0.1 in a logit here): where the two part early, the exact CPU reference (tests/cpu_reference.h) must
     // see a near-tie between the two choices. A wrong layout or a missed bias parts them by far more.
     GgufFile f(model);
-    CpuLlama ref(f);
+    CpuLlama ref(f, ctx);
     std::vector<double> logits;
     for (const int id : nlohmann::json::parse(tok.out).get<std::vector<int>>()) logits = ref.step(uint32_t(id));
     for (size_t i = 0; i < k; ++i) logits = ref.step(uint32_t(mine[i]));
@@ -303,6 +306,15 @@ TEST(Presets, TinyQwen3ShapeGreedyEqualsLlamaCpp) {
   const std::string vocab = peer_dir() + "/vocab/ggml-vocab-qwen2.gguf";
   if (usable_peer().empty() || !exists(vocab)) GTEST_SKIP() << "llama.cpp peer not installed (scripts/install-peer.sh needs node and npm)";
   tiny_shape_greedy_equals_llama_cpp("tiny-qwen3", vocab, "qwen3-tiny");
+}
+
+// Phi-4-mini's layout (`phi3`: q|k|v and gate|up stored fused, partial rotary, LongRoPE) with Phi-3's
+// vocabulary, at contexts on both sides of its original one (4096): the short factors, then the long ones.
+TEST(Presets, TinyPhi3ShapeGreedyEqualsLlamaCpp) {
+  const std::string vocab = peer_dir() + "/vocab/ggml-vocab-phi-3.gguf";
+  if (usable_peer().empty() || !exists(vocab)) GTEST_SKIP() << "llama.cpp peer not installed (scripts/install-peer.sh needs node and npm)";
+  tiny_shape_greedy_equals_llama_cpp("tiny-phi3", vocab, "phi3-tiny", 2048);
+  tiny_shape_greedy_equals_llama_cpp("tiny-phi3", vocab, "phi3-tiny", 8192);
 }
 
 

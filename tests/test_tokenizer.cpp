@@ -74,12 +74,12 @@ TEST(Tokenizer, Llama3BpeMatchesLlamaCppVectors) { check_vectors("ggml-vocab-lla
 
 // Other families' pre-tokenizers, with llama.cpp's own vocabularies and cases (scripts/install-peer.sh takes
 // them out of the peer's source bundle): Qwen2's (single digits), StarCoder's and Refact's (digits apart, then
-// GPT-2's words: SmolLM's pre-tokenizer).
+// GPT-2's words: SmolLM's pre-tokenizer), and Phi-3's SentencePiece vocabulary.
 TEST(Tokenizer, OtherFamiliesMatchLlamaCppVectors) {
   const char* peer = getenv("VKSPEC_PEER");
   const std::string dir = peer ? std::string(peer) + "/vocab" : "";
   if (dir.empty() || !std::ifstream(dir + "/ggml-vocab-qwen2.gguf")) GTEST_SKIP() << "no llama.cpp peer (scripts/install-peer.sh)";
-  for (const char* vocab : {"ggml-vocab-qwen2.gguf", "ggml-vocab-starcoder.gguf", "ggml-vocab-refact.gguf"}) {
+  for (const char* vocab : {"ggml-vocab-qwen2.gguf", "ggml-vocab-starcoder.gguf", "ggml-vocab-refact.gguf", "ggml-vocab-phi-3.gguf"}) {
     SCOPED_TRACE(vocab);
     check_vectors(vocab, dir);
   }

@@ -41,12 +41,19 @@ class SpmTokenizer : public Tokenizer {
     add_space_prefix_ = f.find("tokenizer.ggml.add_space_prefix") ? f.opt_number("tokenizer.ggml.add_space_prefix").value() != 0 : true;
     Proto model;
     bool has_bytes = false;
+    int unk = unk_;   // SentencePiece's one unknown piece: the file's, else its first token typed unknown
+    for (size_t i = 0; i < texts_.size() && unk < 0; ++i)
+      if (types_[i] == TokenType::Unknown) unk = int(i);
     for (size_t i = 0; i < texts_.size(); ++i) {
       Proto piece;
       piece.bytes(1, texts_[i]);
       piece.f32(2, scores_[i]);
       int t = int(types_[i]);
       if (t == 0) t = 1;
+      // SentencePiece takes exactly one unknown piece (Phi-3's file types its <unk> as control and 53
+      // placeholders as unknown); the others are never produced from text, as control pieces are not
+      if (int(i) == unk) t = int(TokenType::Unknown);
+      else if (types_[i] == TokenType::Unknown) t = int(TokenType::Control);
       piece.u(3, uint64_t(t));
       has_bytes |= types_[i] == TokenType::Byte;
       model.bytes(1, piece.buf);
@@ -55,7 +62,7 @@ class SpmTokenizer : public Tokenizer {
     trainer.u(3, 2);   // model_type = BPE (llama.cpp's SPM tokenizer is score-ranked BPE merging)
     trainer.u(4, texts_.size());
     trainer.u(35, has_bytes ? 1 : 0);   // byte_fallback
-    trainer.u(40, uint64_t(unk_ >= 0 ? unk_ : 0));
+    trainer.u(40, uint64_t(unk >= 0 ? unk : 0));
     trainer.u(41, uint64_t(int64_t(bos_)));
     trainer.u(42, uint64_t(int64_t(eos_)));
     trainer.u(43, uint64_t(int64_t(-1)));
