@@ -52,9 +52,10 @@ const std::set<std::string> kReadKeys = {
     "attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.scaling.type", "rope.scaling.factor",
     "rope.scaling.low_freq_factor", "rope.scaling.high_freq_factor", "rope.scaling.original_context_length",
     "rope.scaling.finetuned", "rope.scaling.attn_factor", "vocab_size", "expert_count", "expert_used_count"};
-// Keys only some architectures read (phi3's sliding window: refused beyond the context, LlamaModel).
-bool read_by(Architecture a, const std::string& key) {
-  return a == Architecture::Phi3 && key == "attention.sliding_window";
+// Keys only some architectures read, or neutral at some values: a sliding window of 0 is none; phi3's is
+// refused beyond the context (LlamaModel).
+bool read_by(Architecture a, const std::string& key, const GgufValue& value) {
+  return key == "attention.sliding_window" && (a == Architecture::Phi3 || (value.type != GgufType::STRING && value.type != GgufType::ARRAY && value.number == 0));
 }
 
 const std::pair<Architecture, const char*> kArchitectures[] = {
@@ -99,7 +100,7 @@ Architecture check_supported_model(const GgufFile& f) {
     throw Error(where + "architecture '" + arch + "'" + family_of(arch) + " is not supported (vkspec runs 'llama', 'qwen2', 'qwen3' and 'phi3' models)");
   const std::string prefix = arch + ".";
   for (const auto& [key, value] : f.metadata()) {
-    if (key.rfind(prefix, 0) != 0 || kReadKeys.count(key.substr(prefix.size())) || read_by(known->first, key.substr(prefix.size())))
+    if (key.rfind(prefix, 0) != 0 || kReadKeys.count(key.substr(prefix.size())) || read_by(known->first, key.substr(prefix.size()), value))
       continue;
     throw Error(where + "metadata '" + key + "' changes how the model computes in a way vkspec does not implement "
                 "(refused rather than ignored)");

@@ -120,7 +120,8 @@ typedef struct vkspec_submission {
  * application says it enabled them. All must outlive the model.
  * Two modes: vkspec submits on `queue` (taking lock_queue/unlock_queue around each vkQueueSubmit, when given),
  * or the engine submits: with `submit` set, vkspec never touches a queue (`queue` may be NULL) and hands each
- * recording to submit() instead, on the thread of the vkspec call that records it; it learns of completion
+ * recording to submit() instead, on the thread of the vkspec call that records it (under max_device_us, each
+ * release of a recording's parts: also vkspec_step_poll's and vkspec_step_wait's); it learns of completion
  * from its timeline semaphore (timelineSemaphore must be enabled) and never waits on a queue. submit() returns
  * 0 when it took the recording. Calls that block (vkspec_model_load, vkspec_generate, vkspec_step,
  * vkspec_context_save/load, vkspec_context_free with a unit in flight) wait for what they handed over: an

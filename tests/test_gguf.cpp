@@ -166,13 +166,13 @@ TEST(Gguf, RefusesWhatItWouldOtherwiseIgnore) {
   const LlamaHParams hp = read_llama_hparams(good);
   // stories260K with extra metadata (`key` = 8; "" for none), an extra f32 tensor, another architecture.
   auto refusal = [&](const std::string& key, const std::string& extra, std::vector<uint64_t> dims,
-                     const std::string& arch = "llama") {
+                     const std::string& arch = "llama", uint32_t value = 8) {
     GgufWriter w;
     w.copy_metadata(good, [&](const std::string& k) { return k == "general.architecture" || (arch != "llama" && k.rfind("llama.", 0) == 0); });
     w.str("general.architecture", arch);
     for (auto& [k, v] : good.metadata())   // the hyperparameters under the other architecture's name
       if (arch != "llama" && k.rfind("llama.", 0) == 0 && v.type == GgufType::U32) w.u32(arch + k.substr(5), uint32_t(v.number));
-    if (!key.empty()) w.u32(key, 8);
+    if (!key.empty()) w.u32(key, value);
     for (auto& t : good.tensors()) w.tensor(t.name, t.dims, t.type, t.data, t.bytes);
     uint64_t n = 1;
     for (uint64_t d : dims) n *= d;
@@ -195,6 +195,7 @@ TEST(Gguf, RefusesWhatItWouldOtherwiseIgnore) {
   EXPECT_NE(refusal("", "blk.0.ffn_gate_inp.weight", {hp.dim, 8}).find("mixture-of-experts"), std::string::npos);
   EXPECT_NE(refusal("", "blk.0.post_attention_norm.weight", {hp.dim}).find("is not one the llama forward pass reads"), std::string::npos);
   EXPECT_NE(refusal("llama.attention.sliding_window", "", {}).find("metadata 'llama.attention.sliding_window'"), std::string::npos);
+  EXPECT_EQ(refusal("llama.attention.sliding_window", "", {}, "llama", 0), "");   // (a window of 0 is none)
   EXPECT_NE(refusal("llama.expert_count", "", {}).find("mixture-of-experts ('llama', 8 experts)"), std::string::npos);
   EXPECT_NE(refusal("", "", {}, "gemma2").find("architecture 'gemma2' (Gemma 2) is not supported"), std::string::npos);
   EXPECT_NE(refusal("", "", {}, "qwen2").find("missing tensor 'blk.0.attn_q.bias'"), std::string::npos);   // (Qwen2's are not optional)
