@@ -78,7 +78,6 @@ std::string unread_tensor(const std::string& name) {
   if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0) return "biases ('" + name + "') are not supported yet";
   if (has("attn_q_norm") || has("attn_k_norm")) return "per-head query/key norms ('" + name + "') are not supported yet";
   if (has("attn_qkv")) return "fused q/k/v weights ('" + name + "') are not supported yet";
-  if (has("rope_factors")) return "LongRoPE factors ('" + name + "') are not supported yet";
   return "tensor '" + name + "' is not one the llama forward pass reads";
 }
 

@@ -334,7 +334,7 @@ VKSPEC_API vkspec_status vkspec_context_clear(vkspec_context* ctx);
 /* API version 12. Optional, between generations (a game's loading screen): creates the pipelines of the
  * model's and the draft model's passes of every width now (drivers create each at its first use, which
  * takes a frame's time or more), so that no later call waits for one. Blocks until done; the cached
- * tokens stay (it needs room for 16 more in the context). */
+ * tokens stay (it needs a few free positions in the context: an error says how many). */
 VKSPEC_API vkspec_status vkspec_context_warm_up(vkspec_context* ctx);
 /* The context's cached tokens and their KV to a file (llama.cpp's state files): a context that loads it,
  * in this process or a later one, on the same model file, continues as this one would, prefilling only

@@ -61,15 +61,20 @@ LlamaModel::LlamaModel(VulkanDevice& ctx, Pipelines& pipelines, const GgufFile& 
     return m;
   };
   auto matrix = [&](const GgufTensor* g) { return stacked({g}, native_format(weight_dtype(*g))); };
-  // Rows [row0, row0 + rows) of g as a matrix of their own (a fused tensor's part).
-  auto rows_of = [&](const GgufTensor* g, uint32_t row0, uint32_t rows) {
+  // A fused tensor read once and split by rows into matrices of `rows[i]` rows each (Phi-3's gate|up).
+  auto split_rows = [&](const GgufTensor* g, std::initializer_list<uint32_t> rows) {
     const DType type = weight_dtype(*g);
     const uint32_t cols = uint32_t(g->dims[0]);
-    DeviceMatrix m = alloc_matrix(*weights_arena_, type, native_format(type), rows, cols, g->name.c_str());
     const uint64_t row_bytes = gguf_tensor_bytes(uint32_t(g->type), cols);
-    write_rows(up, m, 0, type, rows, read(g) + row0 * row_bytes, g->name.c_str());
-    if (opts.progress) opts.progress(done += uint64_t(rows) * row_bytes, total);
-    return m;
+    const uint8_t* at = read(g);
+    std::vector<DeviceMatrix> out;
+    for (const uint32_t n : rows) {
+      out.push_back(alloc_matrix(*weights_arena_, type, native_format(type), n, cols, g->name.c_str()));
+      write_rows(up, out.back(), 0, type, n, at, g->name.c_str());
+      at += n * row_bytes;
+    }
+    if (opts.progress) opts.progress(done += g->bytes, total);
+    return out;
   };
   auto vec = [&](const GgufTensor* g) {
     Slice s = weights_arena_->alloc(g->bytes, g->name.c_str());
@@ -129,8 +134,9 @@ LlamaModel::LlamaModel(VulkanDevice& ctx, Pipelines& pipelines, const GgufFile& 
     w.wo = matrix(L.wo);
     w.ffn_norm = vec(L.ffn_norm);
     if (L.w_gate_up) {   // (stored fused: Phi-3) the gate's rows, then the up projection's
-      w.w_gate = rows_of(L.w_gate_up, 0, hp_.ffn_dim);
-      w.w_up = rows_of(L.w_gate_up, hp_.ffn_dim, hp_.ffn_dim);
+      const std::vector<DeviceMatrix> parts = split_rows(L.w_gate_up, {hp_.ffn_dim, hp_.ffn_dim});
+      w.w_gate = parts[0];
+      w.w_up = parts[1];
     } else if (L.w_gate->type == L.w_up->type) {
       w.w_gate = matrix(L.w_gate);
       w.w_up = matrix(L.w_up);

@@ -66,9 +66,8 @@ void ReleasePlan::close_part(VkCommandBuffer cmd) { groups_.back().end_query = t
 double ReleasePlan::estimate(uint32_t group) const {
   const Group& g = groups_[group];
   if (const auto it = group_seconds_.find(g.key); it != group_seconds_.end()) return it->second;
-  const uint32_t end = group + 1 < groups_.size() ? groups_[group + 1].first_dispatch : uint32_t(dispatches_.size());
   double s = 0;
-  for (uint32_t d = g.first_dispatch; d < end; ++d) {
+  for (uint32_t d = g.first_dispatch; d < group_end(group); ++d) {
     const auto it = seconds_per_workgroup_.find(dispatches_[d].pipeline);
     if (it == seconds_per_workgroup_.end()) return -1;
     s += it->second * dispatches_[d].workgroups;
@@ -113,7 +112,7 @@ void ReleasePlan::completed(uint32_t first, uint32_t n) {
     const double s = double(ticks_[group.end_query] - ticks_[group.start_query]) * tick_s;
     max_group_s_ = std::max(max_group_s_, s);
     group_seconds_[group.key] = s;
-    const uint32_t end = g + 1 < groups_.size() ? groups_[g + 1].first_dispatch : uint32_t(dispatches_.size());
+    const uint32_t end = group_end(g);
     uint64_t workgroups = 0;
     for (uint32_t d = group.first_dispatch; d < end; ++d) workgroups += dispatches_[d].workgroups;
     for (uint32_t d = group.first_dispatch; d < end; ++d) {

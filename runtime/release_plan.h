@@ -80,6 +80,9 @@ class ReleasePlan {
   uint32_t last_group(uint32_t part) const {
     return part + 1 < parts_.size() ? parts_[part + 1].first_group - 1 : uint32_t(groups_.size() - 1);
   }
+  uint32_t group_end(uint32_t group) const {   // one past its last dispatch
+    return group + 1 < groups_.size() ? groups_[group + 1].first_dispatch : uint32_t(dispatches_.size());
+  }
   double estimate(uint32_t group) const;        // seconds; < 0: unknown
   double part_estimate(uint32_t part) const;    // seconds; < 0: unknown
 };

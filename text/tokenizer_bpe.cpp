@@ -17,17 +17,19 @@
 namespace vkspec {
 namespace {
 
-const char* const kLlama3Pattern =
-    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"
-    " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-const char* const kGpt2Pattern = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-// Qwen2's (and its DeepSeek-R1 distills'): Llama 3's with single digits.
-const char* const kQwen2Pattern =
-    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|"
-    " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-// StarCoder's, SmolLM's and Refact's: digits apart first, then GPT-2's words.
+// The patterns share their pieces; each family's differs from Llama 3's or GPT-2's where it says.
+#define LLAMA3_WORDS "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+#define LLAMA3_REST "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define GPT2_WORDS "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
+const char* const kLlama3Pattern = LLAMA3_WORDS "\\p{N}{1,3}" LLAMA3_REST;   // digits in threes
+const char* const kQwen2Pattern = LLAMA3_WORDS "\\p{N}" LLAMA3_REST;         // Qwen2's: single digits
+const char* const kGpt2Pattern = GPT2_WORDS "|\\s+";
+// StarCoder's, SmolLM's and Refact's: digits apart first, then GPT-2's words (without the last \s+).
 const char* const kDigitsPattern = "\\p{N}";
-const char* const kStarcoderWordsPattern = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
+const char* const kStarcoderWordsPattern = GPT2_WORDS;
+#undef LLAMA3_WORDS
+#undef LLAMA3_REST
+#undef GPT2_WORDS
 
 struct PreTokenizer {
   const char* names;                  // tokenizer.ggml.pre values, space-separated
