@@ -62,6 +62,7 @@ vkspec_sampling_params default_sampling() {
   s.grammar = nullptr;
   s.json_schema = nullptr;
   s.grammar_trigger = nullptr;
+  s.spec_sampling = VKSPEC_SPEC_SAMPLING_COUPLED;
   return s;
 }
 vkspec_draft_params default_draft() {

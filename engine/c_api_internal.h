@@ -231,6 +231,11 @@ inline SamplingParams sampling_params(const vkspec_sampling_params& p, uint32_t 
         throw Error(std::string("the grammar trigger: ") + e.what());
       }
     }
+    static_assert(VKSPEC_SPEC_SAMPLING_COUPLED == int(SpecSampling::Coupled) &&
+                  VKSPEC_SPEC_SAMPLING_REJECTION == int(SpecSampling::Rejection));
+    if (p.spec_sampling != VKSPEC_SPEC_SAMPLING_COUPLED && p.spec_sampling != VKSPEC_SPEC_SAMPLING_REJECTION)
+      throw Error("spec_sampling must be VKSPEC_SPEC_SAMPLING_COUPLED (0) or VKSPEC_SPEC_SAMPLING_REJECTION (1)");
+    sp.spec_sampling = SpecSampling(p.spec_sampling);
     if (p.n_logit_bias > SamplingParams::kMaxLogitBias)
       throw Error("a logit bias of more than " + std::to_string(SamplingParams::kMaxLogitBias) + " tokens");
     if (p.n_logit_bias && (!p.logit_bias_tokens || !p.logit_bias)) throw Error("a logit bias without its arrays");

@@ -127,6 +127,7 @@ void save_session(TargetModel& t, const Session& s, const std::string& path) {
         used = 0;
       };
       rec.begin();
+      kv.record_copies(rec);   // a token tree's accepted path moved into place, if that is still queued
       for_each_run(kv, s.seq, h.n_layers, n, [&](uint32_t l, bool v, uint32_t block, uint32_t positions) {
         const VkDeviceSize bytes = positions * kv.position_bytes();
         if (used + bytes > staging) {

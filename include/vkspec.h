@@ -48,7 +48,7 @@
 extern "C" {
 #endif
 
-#define VKSPEC_API_VERSION 12
+#define VKSPEC_API_VERSION 13
 #define VKSPEC_MAX_LOGIT_BIAS 1024   /* vkspec_sampling_params.n_logit_bias's bound */
 #define VKSPEC_MAX_JSON_DEPTH 64     /* JSON text given to the library (messages, schemas) nests at most this deep */
 #define VKSPEC_LOGIT_BIAS_BOUND 100  /* each logit bias lies in [-VKSPEC_LOGIT_BIAS_BOUND, VKSPEC_LOGIT_BIAS_BOUND] */
@@ -261,7 +261,7 @@ VKSPEC_API vkspec_status vkspec_model_chat_template(const vkspec_model* model, c
 
 /* ---- contexts ---- */
 /* How tokens are chosen; the same seed and settings give the same tokens, with or without speculation
- * (greedy or sampled: drafts change only the speed) and whatever else shares a batch. */
+ * (greedy or sampled: drafts change only the speed; but see spec_sampling) and whatever else shares a batch. */
 typedef struct vkspec_sampling_params {
   float temperature;         /* 0: greedy */
   int32_t top_k;             /* 0: off */
@@ -299,7 +299,15 @@ typedef struct vkspec_sampling_params {
    * no part of the text for either. Text that leaves the trigger's language first, or that the grammar does
    * not accept at the match, stays unconstrained. */
   const char* grammar_trigger;
+  /* API version 13, how a sampled generation's drafts are verified (greedy ones are not affected):
+   * VKSPEC_SPEC_SAMPLING_COUPLED: the model's own draw at each position, which a draft matches or not: the
+   * tokens are exactly those of sampling without speculation. VKSPEC_SPEC_SAMPLING_REJECTION: rejection
+   * sampling (a draft d kept with probability min(1, p(d) / q(d)), else a draw from the residual): the same
+   * distribution and the most drafts any verification keeps, but the tokens then depend on the drafts. */
+  int32_t spec_sampling;
 } vkspec_sampling_params;
+#define VKSPEC_SPEC_SAMPLING_COUPLED 0
+#define VKSPEC_SPEC_SAMPLING_REJECTION 1
 
 /* Speculative decoding: a draft model or n-gram (prompt lookup) drafts, verified by the model. */
 typedef struct vkspec_draft_params {

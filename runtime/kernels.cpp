@@ -21,7 +21,7 @@ using contract::MatmulRowsPC;
 using contract::QuantizeX8PC;
 using contract::RopeKvPC;
 static_assert(sizeof(MatmulPC) <= 128 && sizeof(MatmulRowsPC) <= 128 && sizeof(RopeKvPC) <= 128 &&
-                  sizeof(AttentionPC) <= 128 && sizeof(AttentionRowsPC) <= 128,
+                  sizeof(AttentionPC) <= 128 && sizeof(AttentionRowsPC) <= 128 && sizeof(contract::SpecAcceptPC) <= 128,
               "push constants: the 128 bytes every device has");
 constexpr uint32_t kModeAccumulate = contract::MODE_ACCUMULATE, kModeSwiglu = contract::MODE_SWIGLU;
 // Indexed by WeightFormat::storage (WT_*).
@@ -330,6 +330,10 @@ void Kernels::argmax(Recorder& r, const Slice& logits, const Slice& slots, uint3
   ArgmaxPC pc{logits.address, slots.address, cols, top_prob ? 1u : 0u};
   // 256 lanes: a 128k-entry row is one workgroup's loop, so wider is faster on a GPU (64 lanes: 0.59 ms on an H100)
   r.dispatch(pipelines_.get("argmax", {wg_synced(256)}), &pc, sizeof pc, n);
+}
+
+void Kernels::spec_accept(Recorder& r, const contract::SpecAcceptPC& pc) {
+  r.dispatch(pipelines_.get("spec_accept", {wg_synced(256)}), &pc, sizeof pc, 1);
 }
 
 }  // namespace vkspec

@@ -27,9 +27,9 @@ struct PagedKvView {        // one layer of the KV cache, as the kernels see it
   uint32_t block_size = 16;
 };
 
-// Where the rows of a pass are: rows[t] = {position, first uint of its sequence's table in block_tables}
-// (host-written uint pairs), so that one dispatch serves rows of several sequences. max_len: 1 + the
-// largest position (the longest row's keys).
+// Where the rows of a pass are: rows[t] = {position, first uint of its sequence's table in block_tables,
+// tree base, tree path} (host-written; contract.h KV_ROW_UINTS), so that one dispatch serves rows of several
+// sequences and a token tree's nodes. max_len: at least 1 + the largest position (the longest row's keys).
 struct KvRows {
   Slice rows;
   uint32_t max_len = 0;
@@ -142,6 +142,9 @@ class Kernels {
   const char* attention_shader(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const;
   // slots[t] = {argmax of row t (lowest id among ties), its softmax probability when top_prob else 0}.
   void argmax(Recorder& r, const Slice& logits, const Slice& slots, uint32_t n, uint32_t cols, bool top_prob = false);
+  // Rejection sampling's verdict on one sequence's drafts (shaders/spec_accept.comp): pc's out slots get the
+  // accepted drafts and the token after them.
+  void spec_accept(Recorder& r, const contract::SpecAcceptPC& pc);
 
  private:
   bool attention_texels(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const;

@@ -10,7 +10,7 @@
 namespace vkspec {
 
 static constexpr VkDeviceSize kKvRowBytes = contract::KV_ROW_UINTS * 4;
-static_assert(contract::KV_ROW_UINTS == 2, "shaders read a KvRows entry as one uvec2");
+static_assert(contract::KV_ROW_UINTS == 4, "shaders read a KvRows entry as one uvec4");
 
 LlamaModel::LlamaModel(VulkanDevice& ctx, Pipelines& pipelines, const GgufFile& file, const ModelOptions& opts)
     : ctx_(ctx), hp_(read_llama_hparams(file)) {
@@ -361,6 +361,7 @@ uint32_t LlamaModel::record_batch(Recorder& r, std::span<const SeqRows> rows, co
   uint32_t logits_rows = 0;
   for (const SeqRows& s : rows) {
     if (s.n == 0) throw Error("internal: a sequence with no rows in a batch");
+    if (s.tree && s.tree->n != s.n) throw Error("internal: a tree's rows are its nodes");
     logits_rows += s.want == Logits::All ? s.n : s.want == Logits::Last ? 1 : 0;
     for (const SeqRows& t : rows)
       if (&t != &s && t.seq == s.seq) throw Error("internal: a sequence appears twice in one batch");
@@ -380,7 +381,8 @@ uint32_t LlamaModel::record_batch(Recorder& r, std::span<const SeqRows> rows, co
     for (uint32_t i = 0; i < s.n;) {
       const uint32_t take = std::min(ubatch_ - used, s.n - i);
       const TokenInput in{s.in.ids.sub(VkDeviceSize(i) * s.in.stride * 4, VkDeviceSize(take) * s.in.stride * 4), s.in.stride};
-      parts.push_back({s.seq, in, used, take, s.want == Logits::Last && i + take == s.n, s.want == Logits::All});
+      const TokenTree* tree = s.tree && !s.tree->chain() ? s.tree : nullptr;   // a chain's rows are plain rows
+      parts.push_back({s.seq, in, used, take, s.want == Logits::Last && i + take == s.n, s.want == Logits::All, tree, i});
       used += take;
       i += take;
       if (used == ubatch_) flush();
@@ -394,17 +396,21 @@ uint32_t LlamaModel::record_batch(Recorder& r, std::span<const SeqRows> rows, co
 // llama2.c's forward(). Returns the logits rows written at logits_row.
 uint32_t LlamaModel::record_chunk(Recorder& r, std::span<const ChunkPart> parts, uint32_t n, const Slice& logits,
                                   uint32_t logits_row) {
-  // Each row's position and block table (KvRows), from a ring like the input tokens'.
+  // Each row's position, block table and tree (KvRows, contract.h KV_ROW), from a ring like the input tokens'.
   if (kv_rows_cursor_ + ubatch_ > kv_rows_.size / kKvRowBytes) kv_rows_cursor_ = 0;
   KvRows kv_rows{kv_rows_.sub(VkDeviceSize(kv_rows_cursor_) * kKvRowBytes, VkDeviceSize(n) * kKvRowBytes), 0};
   kv_rows_cursor_ += n;
   for (const ChunkPart& p : parts) {
     const uint32_t pos0 = kv_->length(p.seq);
     kv_->grow(p.seq, pos0 + p.n);
+    const uint32_t tree_base = pos0 - p.first;   // (a tree's earlier parts grew the cache by their rows)
     for (uint32_t i = 0; i < p.n; ++i) {
       uint32_t* row = kv_rows.rows.host<uint32_t>() + contract::KV_ROW_UINTS * (p.row0 + i);
-      row[0] = pos0 + i;
+      const uint32_t node = p.first + i;
+      row[0] = p.tree ? tree_base + p.tree->depth[node] : pos0 + i;
       row[1] = kv_->table_offset(p.seq);
+      row[2] = p.tree ? tree_base : contract::KV_NO_TREE;
+      row[3] = p.tree ? p.tree->path(node) : 0;
     }
     kv_rows.max_len = std::max(kv_rows.max_len, pos0 + p.n);
   }

@@ -11,6 +11,7 @@
 
 #include "gguf/model_file.h"
 #include "runtime/paged_kv.h"
+#include "runtime/token_tree.h"
 
 namespace vkspec {
 
@@ -47,11 +48,14 @@ enum class Logits { None, Last, All };
 
 // The rows one sequence contributes to a batched pass: n tokens read from `in`, run at positions
 // kv().length(seq) .. +n and appended to its cache. Last: the last row's logits; All: every row's.
+// tree (n = tree->n rows, not a chain): the rows are its nodes, each at base + its depth over its ancestors'
+// keys (runtime/token_tree.h), stored at base + its index (base: the length before the pass).
 struct SeqRows {
   int seq = -1;
   TokenInput in;
   uint32_t n = 0;
   Logits want = Logits::None;
+  const TokenTree* tree = nullptr;
 };
 
 // Device memory a model needs (what LlamaModel's constructor checks before allocating).
@@ -130,7 +134,8 @@ class LlamaModel {
   const Slice& logits_rows() const { return logits_; }   // [kMaxBatch][n_vocab], for device-side sampling
 
  private:
-  struct ChunkPart { int seq; TokenInput in; uint32_t row0, n; bool logits_last, logits_all; };
+  // first: the index of the part's first row among its sequence's rows (a tree's node index)
+  struct ChunkPart { int seq; TokenInput in; uint32_t row0, n; bool logits_last, logits_all; const TokenTree* tree; uint32_t first; };
   uint32_t record_chunk(Recorder& r, std::span<const ChunkPart> parts, uint32_t n, const Slice& logits,
                         uint32_t logits_row);
   void check_memory(VulkanDevice& ctx, const GgufFile& file, const ModelOptions& opts) const;
@@ -157,7 +162,7 @@ class LlamaModel {
   Slice rope_;            // [n_ctx][n_rot/2] (cos, sin), computed in double at load (device-resident)
   Slice tokens_;          // [2 * max_sequences * n_ctx] uint ring: host-written input tokens (write_tokens)
   uint32_t tokens_cursor_ = 0;
-  Slice kv_rows_;         // ring of {position, block table} pairs, one per row of each chunk (KvRows)
+  Slice kv_rows_;         // ring of KvRows entries, one per row of each chunk
   uint32_t kv_rows_cursor_ = 0;
   Slice logits_, ids_;    // [kMaxBatch][n_vocab] logits (device); [kMaxBatch] token slots of forward()'s argmax
   Slice logits_host_;     // [kMaxBatch][n_vocab] host-readable mirror (record_logits_readback)

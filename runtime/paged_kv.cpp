@@ -37,7 +37,26 @@ Slice PagedKvCache::block(uint32_t layer, bool v, uint32_t b) const {
   return (v ? v_pools_ : k_pools_)[layer].sub(VkDeviceSize(b) * block_bytes_, block_bytes_);
 }
 
+void PagedKvCache::queue_move(int seq, uint32_t from, uint32_t to) {
+  if (from >= length(seq) || to >= length(seq)) throw Error("internal: a KV move outside the sequence");
+  const auto slot = [&](uint32_t pos) { return std::pair(tables_.host<uint32_t>()[table_offset(seq) + pos / block_size()], pos % block_size()); };
+  const auto [fb, fo] = slot(from);
+  const auto [tb, to_off] = slot(to);
+  pending_moves_.push_back({fb, fo, tb, to_off});
+}
+
 void PagedKvCache::record_copies(Recorder& r) {
+  if (!pending_moves_.empty()) {   // in order: a move may read a slot an earlier one wrote
+    const VkDeviceSize pos = position_bytes();
+    for (const Move& m : pending_moves_) {
+      for (size_t l = 0; l < k_pools_.size(); ++l)
+        for (const std::vector<Slice>* pools : {&k_pools_, &v_pools_})
+          r.copy((*pools)[l].sub(m.from_block * block_bytes_ + m.from_offset * pos, pos),
+                 (*pools)[l].sub(m.to_block * block_bytes_ + m.to_offset * pos, pos));
+      r.barrier();
+    }
+    pending_moves_.clear();
+  }
   if (pending_copies().empty()) return;
   for (const auto& [from, to] : pending_copies())
     for (size_t l = 0; l < k_pools_.size(); ++l) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace vkspec {
@@ -13,6 +14,20 @@ struct LogitBias {
   uint32_t token;
   float bias;
 };
+
+// How a sampled request's drafts are verified (named by spec_sampling_name: "coupled", "rejection").
+//   Coupled: the target's own draw at each position (Gumbel-max noise keyed by seed and position), which a
+//            draft matches or not: the tokens are exactly those of sampling without speculation.
+//   Rejection: Leviathan et al.'s rejection sampling (accept d with probability min(1, p(d) / q(d)), else draw
+//            from norm(max(0, p - q))): the same distribution, at least the coupled mode's acceptance, but the
+//            tokens depend on the drafts (runtime/token_choice.h).
+enum class SpecSampling : uint8_t { Coupled, Rejection };
+inline const char* spec_sampling_name(SpecSampling s) { return s == SpecSampling::Rejection ? "rejection" : "coupled"; }
+inline bool parse_spec_sampling(std::string_view name, SpecSampling& out) {
+  for (SpecSampling s : {SpecSampling::Coupled, SpecSampling::Rejection})
+    if (name == spec_sampling_name(s)) return out = s, true;
+  return false;
+}
 
 struct SamplingParams {
   static constexpr size_t kMaxLogitBias = 1024;      // entries of logit_bias
@@ -35,6 +50,7 @@ struct SamplingParams {
   // A lazy grammar (llama.cpp's; tool calls with tool_choice "auto"): GBNF of the text that starts the
   // grammar's hold (constrain/gbnf.h TriggeredGbnfConstraint); empty: the grammar holds from the first token.
   std::string grammar_trigger;
+  SpecSampling spec_sampling = SpecSampling::Coupled;   // only sampled requests that speculate differ
   bool constrained() const { return json_object || !grammar.empty(); }
   bool greedy() const { return temperature <= 0.f; }
   // A penalty applies (the one place this rule is written).

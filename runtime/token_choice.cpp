@@ -26,7 +26,7 @@ ChoiceMode choice_mode(const SamplingParams& p, uint32_t n_vocab) {
 }
 
 TokenChooser::TokenChooser(VulkanDevice& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_history)
-    : n_vocab_(n_vocab) {
+    : n_vocab_(n_vocab), ctx_(ctx) {
   slots_arena_ = std::make_unique<Arena>(ctx, MemoryKind::Readback, 4096);
   slots_ = slots_arena_->alloc(2 * kSlots * kSlotBytes, "token slots");
   if (!slots_.mapped) throw Error("internal: token slots are not host-visible");
@@ -41,6 +41,41 @@ void TokenChooser::start(const SamplingParams& p, const TokenConstraint* constra
   p_ = p;
   device_p_ = device_form(p);
   mode_ = choice_mode(p, n_vocab_);
+  rejection_ = mode_ == ChoiceMode::Device && !p.greedy() && p.spec_sampling == SpecSampling::Rejection;
+}
+
+Slice TokenChooser::q_rows(uint32_t first_slot, uint32_t n) {
+  const VkDeviceSize row = VkDeviceSize(n_vocab_) * 4;
+  if (!prob_arena_) {
+    prob_arena_ = std::make_unique<Arena>(ctx_, MemoryKind::Device, (2 * kSlots - 1) * row + 4096);
+    q_rows_ = prob_arena_->alloc((kSlots - 1) * row, "rejection sampling's draft probability rows");
+    p_rows_ = prob_arena_->alloc(kSlots * row, "rejection sampling's target probability rows");
+  }
+  if (first_slot < 1 || first_slot + n > kSlots) throw Error("internal: q rows out of range");
+  return q_rows_.sub((first_slot - 1) * row, n * row);
+}
+
+DeviceSampler::BatchRow TokenChooser::batch_row(const Slice& logits, uint32_t out_slot, uint32_t history_len,
+                                                uint64_t position) {
+  if (mode_ != ChoiceMode::Device) throw Error("internal: batch_row outside Device mode");
+  const bool draft = draws_draft(out_slot);
+  return sampler_->row(device_p_, logits, draft ? q_rows(out_slot, 1) : Slice{}, slot_range(out_slot, 1), history_len,
+                       draft ? position + contract::DRAFT_STREAM : position);
+}
+
+void TokenChooser::record_rejection_verify(Recorder& r, Kernels& k, const Slice& logits, uint32_t drafts,
+                                           uint32_t history_len, uint64_t position, bool model_drafts, float p_min) {
+  if (!rejection_ || drafts == 0 || drafts >= kSlots) throw Error("internal: record_rejection_verify out of range");
+  const uint32_t rows = drafts + 1;
+  const VkDeviceSize row = VkDeviceSize(n_vocab_) * 4;
+  const Slice q = q_rows(1, drafts), out = slot_range(kVerifySlot, rows);
+  DeviceSampler::Rows j{logits.sub(0, rows * row), p_rows_.sub(0, rows * row), rows, history_len, position, &out};
+  sampler_->record(r, device_p_, j);
+  r.barrier();
+  const contract::SpecAcceptPC pc{p_rows_.address, model_drafts ? q.address : 0, slots_.address, out.address,
+                                  device_p_.seed, n_vocab_, drafts, uint32_t(position), p_min};
+  k.spec_accept(r, pc);
+  r.barrier();
 }
 
 uint32_t TokenChooser::set_draft_masks(uint32_t n) {
@@ -76,7 +111,9 @@ void TokenChooser::record_choice(Recorder& r, Kernels& k, const Slice& logits, u
   if (mode_ == ChoiceMode::Argmax) {
     k.argmax(r, rows_logits, out, rows, n_vocab_, top_prob);
   } else {
-    DeviceSampler::Rows j{rows_logits, Slice{}, rows, history_len, position, &out};   // draws only
+    const bool draft = draws_draft(out_slot);   // rejection sampling: q rows, a draft's own noise
+    DeviceSampler::Rows j{rows_logits, draft ? q_rows(out_slot, rows) : Slice{}, rows, history_len,
+                          draft ? position + contract::DRAFT_STREAM : position, &out};
     sampler_->record(r, device_p_, j);
   }
   r.barrier();

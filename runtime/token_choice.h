@@ -83,11 +83,19 @@ class TokenChooser {
   // Device mode: the choice after one logits row into slot out_slot as a row of a batched record
   // (DeviceSampler::record_rows, with rows of other sequences), at history_len history tokens and counter
   // `position`: what record_choice(..., 1 row, ...) records alone.
-  DeviceSampler::BatchRow batch_row(const Slice& logits, uint32_t out_slot, uint32_t history_len, uint64_t position) const {
-    if (mode_ != ChoiceMode::Device) throw Error("internal: batch_row outside Device mode");
-    return sampler_->row(device_p_, logits, Slice{}, slot_range(out_slot, 1), history_len, position);
-  }
+  DeviceSampler::BatchRow batch_row(const Slice& logits, uint32_t out_slot, uint32_t history_len, uint64_t position);
   DeviceSampler& device_sampler() { return *sampler_; }
+
+  // Rejection sampling (SamplingParams::spec_sampling; sampled requests): a draft's draw into slot 1..K
+  // (record_choice, batch_row) takes noise of its own (position + contract::DRAFT_STREAM) and keeps its
+  // probability row q; record_rejection_verify records the target's probability rows p after the verify pass's
+  // `drafts` + 1 logits rows (with sample_rows' draws into the verify slots), then spec_accept.comp's verdict
+  // over them: the verify slots hold the accepted drafts and the token after them (a residual or bonus draw,
+  // never the rejected draft), which SpeculativeDecoder::finish walks as in the coupled mode. model_drafts:
+  // the drafts are a draft model's (q rows), else host-written (q one-hot). p_min: keep_drafts' cut.
+  bool rejection() const { return rejection_; }
+  void record_rejection_verify(Recorder& r, Kernels& k, const Slice& logits, uint32_t drafts, uint32_t history_len,
+                               uint64_t position, bool model_drafts, float p_min);
 
  private:
   uint32_t n_vocab_;
@@ -98,6 +106,14 @@ class TokenChooser {
   std::unique_ptr<Arena> slots_arena_;
   std::unique_ptr<DeviceSampler> sampler_;
   Slice slots_;
+  VulkanDevice& ctx_;
+  bool rejection_ = false;
+  // Rejection sampling's probability rows, allocated at its first use: q [kSlots - 1][V] (a draft per
+  // slot 1..K), p [kSlots][V] (a verify pass's rows).
+  std::unique_ptr<Arena> prob_arena_;
+  Slice q_rows_, p_rows_;
+  bool draws_draft(uint32_t slot) const { return rejection_ && slot >= 1 && slot < kSlots; }
+  Slice q_rows(uint32_t first_slot, uint32_t n);   // the q rows of draft slots first_slot ..
 };
 
 // The token choices after the logits rows of several sequences in one pass (a batched step, a batched draft

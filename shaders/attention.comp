@@ -1,6 +1,7 @@
 #version 460
 // Causal grouped-query attention over the paged KV cache for n query rows, each at its own position over its
-// own sequence's block table (rows[t]: the rows may belong to several sequences).
+// own sequence's block table (rows[t]: the rows may belong to several sequences; a token tree's nodes see
+// their ancestors' keys, paged_kv.glsl kv_slot).
 // One workgroup per (head, token), or with pc.split > 0 per (head, token, split of `split` keys) (flash
 // decoding: at long context a decode step has thousands of workgroups instead of n_heads): each writes its
 // unnormalized partial {acc, m, l} and attention_combine.comp merges the splits in order. Keys are visited
@@ -24,7 +25,7 @@ void main() {
   const uint kvh = h / (pc.n_heads / pc.n_kv_heads);
   const uint q_base = t * pc.q_stride + h * pc.head_dim;
   const uint o_base = (t * pc.n_heads + h) * pc.head_dim;
-  const uvec2 row = kv_row_of(pc.rows, t);   // {position, block table}
+  const uvec4 row = kv_row_of(pc.rows, t);   // {position, block table, tree base, tree path}
   const uint len = row.x + 1u;               // causal: keys 0 .. pos
   const uint split = gl_WorkGroupID.z;
   const uint k_begin = pc.split > 0u ? split * pc.split : 0u;
@@ -43,7 +44,7 @@ void main() {
     const uint j = c0 + lane;
     precise float s = -1.0 / 0.0;
     if (j < k_end) {
-      const uint kb = kv_index(pc.block_tables, row.y, j, kvh, pc.n_kv_heads, pc.head_dim);
+      const uint kb = kv_index(pc.block_tables, row.y, kv_slot(row, j), kvh, pc.n_kv_heads, pc.head_dim);
       s = 0.0;
       for (uint d = 0; d < pc.head_dim; d += 2u) {   // kb and head_dim are even: f16 pairs
         const vec2 k2 = kv_load2(pc.k_pool, kb + d);
@@ -64,7 +65,7 @@ void main() {
       if (d >= pc.head_dim) break;
       precise float a = acc[i] * corr;
       for (uint jj = 0; jj < cn; ++jj)
-        a += p_s[jj] * kv_load(pc.v_pool, kv_index(pc.block_tables, row.y, c0 + jj, kvh, pc.n_kv_heads, pc.head_dim) + d);
+        a += p_s[jj] * kv_load(pc.v_pool, kv_index(pc.block_tables, row.y, kv_slot(row, c0 + jj), kvh, pc.n_kv_heads, pc.head_dim) + d);
       acc[i] = a;
     }
     m = m_new;

@@ -10,7 +10,7 @@ layout(push_constant) uniform PC { PC_ATTENTION_COMBINE } pc;   // shaders/contr
 
 void main() {
   const uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, lane = gl_LocalInvocationID.x;
-  const uint len = Uvec2s(pc.rows).v[t].x + 1u;   // this row's keys
+  const uint len = Uints(pc.rows).v[t * KV_ROW_UINTS] + 1u;   // this row's keys: its position + 1
   const uint splits = (len + pc.split - 1u) / pc.split;   // this token's
   const uint stride = pc.head_dim + ATTENTION_PARTIAL_EXTRA;
   const uint base = (t * pc.n_heads + h) * pc.n_splits * stride;

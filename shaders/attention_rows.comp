@@ -22,6 +22,8 @@
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
 #include "contract.h"
+#define PAGED_KV_BLOCK_SIZE_AT_RUN_TIME   // (its BLOCK_SIZE is this kernel's own, below)
+#include "paged_kv.glsl"
 
 layout(constant_id = 1) const uint BLOCK_SIZE = 16;
 layout(constant_id = 2) const uint G = 1;   // query heads per kv head: 1..4
@@ -85,7 +87,7 @@ vec4 qv(uint t, uint head, uint d4) {
 void main() {
   const uint kvh = gl_WorkGroupID.x, t = gl_WorkGroupID.y, lane = gl_LocalInvocationID.x;
   const uint h0 = kvh * G;
-  const uvec2 row = Uvec2s(pc.rows).v[t];   // {position, block table}: rows may be of several sequences
+  const uvec4 row = kv_row_of(pc.rows, t);   // {position, block table, tree base, tree path}
   const uint len = row.x + 1u;              // causal: keys 0 .. pos
   vec4 m = vec4(-1.0 / 0.0), l = vec4(0.0);   // running max and sum per query head g (component g)
   // output texels 2e and 2e+1 (dims 8e..8e+7) of the G heads in [2i] and [2i+1], e = lane + i * WG
@@ -104,7 +106,7 @@ void main() {
       const uint jj = lane + r * WG;
       pr[r] = vec4(0.0);
       if (jj >= cn) continue;
-      const uint kb = pc.k_pool + kv_row(row.y, c0 + jj, kvh) * HD8;
+      const uint kb = pc.k_pool + kv_row(row.y, kv_slot(row, c0 + jj), kvh) * HD8;
       vec4 s = vec4(0.0);
       [[unroll]] for (uint d8 = 0; d8 < HD8; ++d8) {
         const uvec4 u = texelFetch(KP, int(kb + d8));
@@ -137,7 +139,7 @@ void main() {
     }
     // keys in order: jj = r * WG + k, whose probabilities lane k holds in pr[r]
     for (uint jj = 0; jj < cn; ++jj) {
-      const uint vb = pc.v_pool + kv_row(row.y, c0 + jj, kvh) * HD8;
+      const uint vb = pc.v_pool + kv_row(row.y, kv_slot(row, c0 + jj), kvh) * HD8;
       const vec4 p = subgroupShuffle(pr[jj / WG], jj % WG);
       const float p0 = p.x, p1 = p.y, p2 = p.z, p3 = p.w;
       [[unroll]] for (uint i = 0; i < OPL; ++i)

@@ -1,5 +1,5 @@
 // The host/shader contract, defined once and included by the GLSL kernels and by C++ (runtime/kernels.cpp,
-// runtime/device_sampler.cpp, speculative/acceptance.cpp): weight-type codes, limits, mode flags, the
+// runtime/device_sampler.cpp, runtime/token_choice.cpp): weight-type codes, limits, mode flags, the
 // token-slot layout, and every push-constant block. A block is written once as a field list; GLSL wraps it
 // in `layout(push_constant) uniform PC { ... } pc;` and C++ in a struct, so the two layouts cannot drift
 // (natural alignment in both: 64-bit addresses on 8 bytes, 32-bit fields on 4; see the static_asserts in
@@ -42,8 +42,15 @@ VKSPEC_CONST MAX_HEAD_DIM = 256u;     // attention.comp keeps one head's output 
 VKSPEC_CONST ATTENTION_PARTIAL_EXTRA = 2u;
 VKSPEC_CONST NON_FINITE_TOKEN = 0xffffffffu;   // argmax's token for a row of logits holding NaN or Inf
 VKSPEC_CONST TOKEN_SLOT_UINTS = 2u;   // a token slot: {token, aux (float bits: top probability)}
-VKSPEC_CONST KV_ROW_UINTS = 2u;       // a row of a pass (KvRows): {position, first uint of its block table}
-                                      // (read as one uvec2 by shaders/paged_kv.glsl, attention_rows.comp)
+// A row of a pass (KvRows; read as one uvec4 by shaders/paged_kv.glsl): {position, first uint of its block
+// table, tree base, tree path}. A row of a token tree (a verify pass over a draft tree) is at position
+// base + its depth and sees the keys of its ancestors, which are stored at base + their node index: key
+// position j >= base lives at slot base + nibble j - base of the path (kv_slot), so a node's keys are the
+// keys of its path run alone, in the same order. Other rows: base KV_NO_TREE (slot = position).
+VKSPEC_CONST KV_ROW_UINTS = 4u;
+VKSPEC_CONST KV_NO_TREE = 0xffffffffu;
+VKSPEC_CONST KV_TREE_MAX_DEPTH = 8u;   // path nibbles in a uint: a tree's depths 0..7
+VKSPEC_CONST KV_TREE_MAX_NODES = 16u;  // a nibble's slots
 // The KV cache holds f16 (llama.cpp's default cache type): two elements of a head packed in one uint
 // (packHalf2x16, shaders/paged_kv.glsl), so head_dim is even.
 VKSPEC_CONST KV_ELEMENT_BYTES = 2u;
@@ -183,6 +190,22 @@ VKSPEC_CONST SAMPLE_DRAW = 1u;      // sample_rows: draw a token per row into it
   vk_uint n_bias;                      /* (with logits_texel: the entry's size a multiple of 8) */      \
   vk_uint logits_texel;                /* sample_rows_texels: texel offset of logits in binding 0 */
 
+// Rejection sampling (runtime/token_choice.h): a draft model's draw at a position is keyed by position +
+// DRAFT_STREAM (noise of its own, independent of the target's); spec_accept.comp's numbers at a position are
+// the target's key mixed with these streams.
+VKSPEC_CONST DRAFT_STREAM = 0x80000000u;
+VKSPEC_CONST ACCEPT_STREAM = 0x1u;     // the uniform that accepts or rejects a draft
+VKSPEC_CONST RESIDUAL_STREAM = 0x2u;   // the Gumbel noise of the draw from the residual after a rejection
+#define PC_SPEC_ACCEPT                                                                                  \
+  vk_addr p;                           /* [k + 1][V] f32: the target's probabilities after each verify row */ \
+  vk_addr q;                           /* [k][V] f32: the draft's after each of its steps; 0: host drafts */ \
+  vk_addr slots;                       /* token slots 0..k: the drafts in 1..k {token, top probability} */ \
+  vk_addr verdict;                     /* k + 1 token slots: sample_rows' draws from p in, the verdict out */ \
+  vk_addr seed;                                                                                         \
+  vk_uint V; vk_uint k;                                                                                 \
+  vk_uint position;                    /* of verify row 0 (the draws' counter, as sample_rows') */      \
+  vk_float p_min;                      /* --draft-p-min: verify no draft after one below it (0: off) */
+
 #define PC_SAMPLE_ROWS                                                                                  \
   vk_addr rows;                        /* [workgroups] SAMPLE_ROW entries, one per workgroup */         \
   vk_uint V; vk_uint flags;            /* SAMPLE_DRAW */
@@ -199,6 +222,7 @@ struct AttentionRowsPC { PC_ATTENTION_ROWS };
 struct ArgmaxPC { PC_ARGMAX };
 struct SampleRow { SAMPLE_ROW };
 struct SampleRowsPC { PC_SAMPLE_ROWS };
+struct SpecAcceptPC { PC_SPEC_ACCEPT };
 }  // namespace vkspec::contract
 #endif
 #undef VKSPEC_CONST

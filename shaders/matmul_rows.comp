@@ -244,7 +244,7 @@ void store_rope_pair(uint row, uint t0, vec4 al, vec4 ah, vec4 bl, vec4 bh, vec4
         a *= scale;
         b *= scale;
       }
-      const uvec2 kr = kv_row_of(pc.kv_rows, tok);   // {position, first uint of its block table}
+      const uvec4 kr = kv_row_of(pc.kv_rows, tok);   // {position, block table, tree base, tree path}
       if (!is_v && d < pc.n_rot) {
         const vec2 cs = Vec2s(pc.rope).v[kr.x * half_rot + d / 2u];
         const vec2 ab = rope_rotate(a, b, cs);
@@ -256,7 +256,7 @@ void store_rope_pair(uint row, uint t0, vec4 al, vec4 ah, vec4 bl, vec4 bh, vec4
       Floats(pc.y).v[o + 1u] = b;
       if (!is_q) {
         const uint dst =
-            kv_index_in(pc.block_tables, kr.y, kr.x, j / pc.head_dim, pc.n_kv_heads, pc.head_dim, pc.block_size) + d;
+            kv_index_in(pc.block_tables, kr.y, kv_slot(kr, kr.x), j / pc.head_dim, pc.n_kv_heads, pc.head_dim, pc.block_size) + d;
         kv_store2(is_v ? pc.v_pool : pc.k_pool, dst, a, b);   // d is even: the pair is one f16 pair
       }
     }

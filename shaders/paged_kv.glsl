@@ -2,9 +2,12 @@
 // elements 2i and 2i+1 of a head packed in one uint (contract.h KV_ELEMENT_BYTES; llama.cpp's default cache
 // type, and half the bytes of f32 for the attention to read). Every sequence's block table (logical block
 // pos / block_size -> physical block) lives in one tables buffer, and each row of a pass says where it is:
-// rows[t] = {position, first uint of its sequence's table}, so one dispatch serves the rows of several
-// sequences (continuous batching).
-uvec2 kv_row_of(uvec2 rows, uint t) { return Uvec2s(rows).v[t]; }
+// rows[t] = {position, first uint of its sequence's table, tree base, tree path} (contract.h KV_ROW_UINTS), so
+// one dispatch serves the rows of several sequences (continuous batching) and the nodes of a token tree.
+uvec4 kv_row_of(uvec2 rows, uint t) { return Uvec4s(rows).v[t]; }
+// The slot that holds key position j of `row` (j <= its position): j itself, or inside a token tree the
+// slot of the row's ancestor at that depth.
+uint kv_slot(uvec4 row, uint j) { return j < row.z ? j : row.z + ((row.w >> (4u * (j - row.z))) & 15u); }
 
 // Element i of a pool (an index from kv_index_in + a dim).
 float kv_load(uvec2 pool, uint i) {

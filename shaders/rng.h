@@ -61,6 +61,13 @@ VKSPEC_FN float gumbel_noise(uint key, uint token) {
   return -log(exponential24(hash32(hash32(key ^ token * 0x165667b1u) ^ 0xd3a2646cu) >> 8u));
 }
 
+// A uniform variate in (0, 1) under a key: (k + 0.5) / 2^24 for 24 hashed bits (rejection sampling's accept
+// test, spec_accept.comp), and the key of one of a position's further streams (contract.h ACCEPT_STREAM ...).
+VKSPEC_FN float uniform24(uint key) {
+  return (float(hash32(key ^ 0x5bd1e995u) >> 8u) + 0.5f) * (1.0f / 16777216.0f);
+}
+VKSPEC_FN uint stream_key(uint key, uint stream) { return hash32(key ^ stream * 0x27d4eb2fu); }
+
 // 1 / T, by which every softmax and draw scales logits: a temperature at or below 1e-6 (greedy's limit, with a
 // penalty or a draft's rows) takes 1e6 rather than a division by 0.
 VKSPEC_FN float inverse_temperature(float t) { return 1.0f / max(t, 1e-6f); }

@@ -45,7 +45,7 @@ void norm_heads(uvec2 buf, uint base, uint heads, uint w) {
 void main() {
   const uint t = gl_WorkGroupID.x, half_rot = pc.n_rot / 2u;
   const uint kv_dim = pc.n_kv_heads * pc.head_dim;
-  const uvec2 row = kv_row_of(pc.rows, t);   // {position, block table}
+  const uvec4 row = kv_row_of(pc.rows, t);   // {position, block table, tree base, tree path}
   if (pc.bias != uvec2(0u)) add_bias(t, pc.n_heads * pc.head_dim, kv_dim);
   if (pc.qk_norm != uvec2(0u)) {
     norm_heads(pc.q, t * pc.q_stride, pc.n_heads, 0u);
@@ -64,7 +64,7 @@ void main() {
   barrier();   // k of this token is rotated by this workgroup before it is copied
   for (uint j2 = gl_LocalInvocationID.x; j2 < kv_dim / 2u; j2 += WG) {   // pairs (2i, 2i+1) of a head: one f16 pair
     const uint j = 2u * j2, h = j / pc.head_dim, d = j % pc.head_dim;
-    const uint dst = kv_index(pc.block_tables, row.y, row.x, h, pc.n_kv_heads, pc.head_dim) + d;
+    const uint dst = kv_index(pc.block_tables, row.y, kv_slot(row, row.x), h, pc.n_kv_heads, pc.head_dim) + d;
     const uint src = t * pc.kv_stride + j;
     kv_store2(pc.k_pool, dst, Floats(pc.k).v[src], Floats(pc.k).v[src + 1u]);
     kv_store2(pc.v_pool, dst, Floats(pc.v).v[src], Floats(pc.v).v[src + 1u]);

@@ -9,7 +9,7 @@
 // sequence (a verify pass, a draft step) or one row of each of several sequences with their own settings
 // (a batched step), and a row's result depends on its entry only.
 // Writes the distribution as a dense probability row (zero outside the kept set; only where the entry gives
-// one: the tests compare it with the host's, generation only draws) and, when asked, draws a
+// one: rejection sampling's p and q rows, runtime/token_choice.h; the tests') and, when asked, draws a
 // token from it by the Gumbel-max trick: the kept token with the largest (l - m) / T plus its Gumbel noise
 // (shaders/rng.h, keyed by the entry's (seed, position) and the token), ties by lower id. A draft
 // model's row and the target's row at one position share that noise (speculative/controller.h).

@@ -91,6 +91,7 @@ uint32_t SpeculativeDecoder::drafts_planned(uint32_t sharing, const std::optiona
   history_len_ = chooser_.mode() == ChoiceMode::Device ? chooser_.set_history(context_) : 0;
   round_.history_len = history_len_;
   round_.catch_up_end = -1;
+  round_.model_drafts = false;
   return k_max;
 }
 
@@ -104,8 +105,12 @@ uint32_t SpeculativeDecoder::drafts_recorded(uint32_t k) {
 void SpeculativeDecoder::record_verify(const Slice& target_logits) {
   // the target's own choice after each row: row r's penalty sees the drafts before it, its draw position r
   chooser_.record_append_history(rec_, 1, k_, history_len_);
-  chooser_.record_choice(rec_, target_.kernels(), target_logits, k_ + 1, TokenChooser::kVerifySlot, history_len_,
-                         context_.size());
+  if (chooser_.rejection() && k_ > 0)   // the accepted drafts and the token after them (TokenChooser::rejection)
+    chooser_.record_rejection_verify(rec_, target_.kernels(), target_logits, k_, history_len_, context_.size(),
+                                     round_.model_drafts, drafter_.p_min());
+  else
+    chooser_.record_choice(rec_, target_.kernels(), target_logits, k_ + 1, TokenChooser::kVerifySlot, history_len_,
+                           context_.size());
 }
 
 bool SpeculativeDecoder::finish(double draft_s, double verify_s, double catch_up_s) {

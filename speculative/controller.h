@@ -18,6 +18,9 @@
 // verification needs no probability rows or accept kernel, and a sampled sequence's tokens do not depend on
 // its K, so sampled rounds take timed K and batch like greedy ones (docs/PERFORMANCE.md measured both).
 // The host reads {drafts, choices} once per round and truncates the target's KV.
+// SpecSampling::Rejection (sampled requests) replaces the target's own draws with rejection sampling's verdict
+// (TokenChooser::rejection, shaders/spec_accept.comp): more drafts kept, tokens that depend on the drafts. The
+// verify slots then hold the accepted drafts and the token after them, so finish() walks them alike.
 #include <functional>
 #include <span>
 #include <vector>

@@ -61,11 +61,13 @@ ModelDrafter::Steps ModelDrafter::begin(std::span<const uint32_t> context, uint3
 }
 
 // Step i's choice: draft i + 1 into slot i + 1 (argmax, or a draw with the target's noise at the draft's
-// position, as the target's verify row for it draws); recorded now, or added to `batch` (recorded with other
+// position, as the target's verify row for it draws; under rejection sampling, noise of its own and its
+// probability row kept: TokenChooser::rejection); recorded now, or added to `batch` (recorded with other
 // sequences' choices of the same step).
 void ModelDrafter::choose(uint32_t i, DraftRound& round, const Slice& logits_row, size_t context_size,
                           BatchedChoices* batch) {
   TokenChooser& ch = round.chooser;
+  round.model_drafts = true;
   if (i > 0) ch.record_append_history(round.rec, i, 1, round.history_len + i - 1);
   if (batch)
     batch->add(round.rec, model_.kernels(), ch, logits_row, i + 1, round.history_len + i, context_size + i, p_min_ > 0);

@@ -31,6 +31,7 @@ struct DraftRound {
   // plainly), or -1: the policy prices drafts per step, and a first round whose 5 drafts were priced with a
   // 128-token catch-up in them sent adaptive K to plain rounds for most of a completion.
   int64_t catch_up_end = -1;
+  bool model_drafts = false;           // a draft model chose the drafts (ModelDrafter::choose), else the host wrote them
 };
 
 // How many of `k` drafts in slots 1..k are verified under --draft-p-min: all up to the first i >= 1 whose

@@ -163,6 +163,57 @@ TEST(CApiBatch, RequestsGetTheTokensOfTheirContextRuns) {
   EXPECT_EQ(vkspec_model_free(m), VKSPEC_OK);
 }
 
+// Rejection sampling (spec_sampling) through the API: a batched request with the batch's draft model gets
+// the tokens its context run gives with the same drafter and K (the drafts, and so the tokens, are the same:
+// batch invariance), which are not coupled sampling's; a value out of range is an invalid argument.
+TEST(CApiBatch, RejectionSamplingRequestsGetTheTokensOfTheirContextRuns) {
+  const std::string target = shared("models/pycode-target-f16.gguf"), draft = shared("models/pycode-draft-f16.gguf");
+  vkspec_model* m = load(target, 3);
+  const char* prompts[] = {"def fibonacci(n):", "class Stack:\n", "for i in range("};
+  vkspec_draft_params dp = vkspec_batch_default_params().draft;
+  dp.model = draft.c_str();
+  dp.adaptive = 0;   // a fixed K: the context and the batch draft alike
+  dp.max = 4;
+  vkspec_batch_params bp = vkspec_batch_default_params();
+  bp.parallel = 2;
+  bp.draft = dp;
+  vkspec_batch* b = nullptr;
+  ASSERT_EQ(vkspec_batch_create(m, &bp, &b), VKSPEC_OK) << vkspec_last_error();
+  std::vector<Request> runs(3);
+  std::vector<std::vector<int32_t>> want;
+  size_t differ = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    vkspec_context_params cp = vkspec_context_default_params();
+    cp.sampling.seed = 70 + i;
+    cp.draft = dp;
+    vkspec_context* c = nullptr;
+    ASSERT_EQ(vkspec_context_create(m, &cp, &c), VKSPEC_OK) << vkspec_last_error();
+    const std::vector<int32_t> prompt = tokenize(m, prompts[i]);
+    const std::vector<int32_t> coupled = solo(c, prompt, 40);
+    EXPECT_EQ(vkspec_context_free(c), VKSPEC_OK);
+    cp.sampling.spec_sampling = 2;
+    EXPECT_EQ(vkspec_context_create(m, &cp, &c), VKSPEC_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(vkspec_last_error()).find("spec_sampling"), std::string::npos) << vkspec_last_error();
+    cp.sampling.spec_sampling = VKSPEC_SPEC_SAMPLING_REJECTION;
+    ASSERT_EQ(vkspec_context_create(m, &cp, &c), VKSPEC_OK) << vkspec_last_error();
+    want.push_back(solo(c, prompt, 40));
+    differ += want.back() != coupled;
+    EXPECT_EQ(vkspec_context_free(c), VKSPEC_OK);
+    const vkspec_request_params rp = request(cp.sampling, 40, runs[i]);
+    uint64_t id = 0;
+    ASSERT_EQ(vkspec_batch_submit(b, prompt.data(), prompt.size(), &rp, &id), VKSPEC_OK) << vkspec_last_error();
+  }
+  drain(b);
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_EQ(runs[i].done, 1) << i;
+    EXPECT_EQ(runs[i].ids, want[i]) << "request " << i;
+    EXPECT_GT(runs[i].result.drafted, 0u);
+  }
+  EXPECT_GT(differ, 0u) << "rejection sampling gave coupled sampling's tokens for every request";
+  EXPECT_EQ(vkspec_batch_free(b), VKSPEC_OK);
+  EXPECT_EQ(vkspec_model_free(m), VKSPEC_OK);
+}
+
 // Cancel (a running request, an unknown id), a prompt that can never run, shutdown with work left (each
 // request still gets its on_done once), submissions after it, and bad parameters.
 TEST(CApiBatch, CancelShutdownAndErrors) {

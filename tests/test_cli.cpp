@@ -174,12 +174,21 @@ TEST(Cli, BenchReportsMediansAcceptanceAndSpeedup) {
   EXPECT_GT(j["plain"]["dispatches_per_token"].get<double>(), 10.0);
   EXPECT_GT(j["predicted_speedup"].get<double>(), 0.0);   // lavapipe has timestamps
 
+  // sampled with rejection sampling, the target drafting for itself (q = p) keeps every draft too
+  auto rs = run_cli("bench " + kStories + " -md " + shared_path("models/stories260K.gguf") +
+                    " -p 16 -n 25 -r 1 --draft-max 4 --draft-policy fixed --temp 0.8 --spec-sampling rejection --json");
+  ASSERT_EQ(rs.code, 0) << rs.err;
+  const auto js = nlohmann::json::parse(rs.out);
+  EXPECT_EQ(js["speculative"]["spec_sampling"], "rejection");
+  EXPECT_EQ(js["speculative"]["acceptance_rate"], 1.0);
+
   auto t = run_cli("bench " + kStories + " --draft ngram -p 16 -n 8 -r 1");
   ASSERT_EQ(t.code, 0) << t.err;
   EXPECT_NE(t.out.find("plain"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("speculative"), std::string::npos) << t.out;
   for (auto args : {"bench " + kStories + " -p -1", "bench " + kStories + " -p 5000 -n 8", "bench " + kStories + " -r 0",
-                    "bench " + kStories + " --draft-policy sometimes", std::string("bench -m /nonexistent.gguf")}) {
+                    "bench " + kStories + " --draft-policy sometimes", "bench " + kStories + " --spec-sampling typical",
+                    std::string("bench -m /nonexistent.gguf")}) {
     auto b = run_cli(args);
     EXPECT_NE(b.code, 0) << args;
     EXPECT_NE(b.code, 128) << "crashed: " << args;

@@ -120,7 +120,7 @@ TEST_P(KernelTest, RopeAndPagedAttentionMatchReferenceAndAreBatchInvariant) {
       PagedKvView kv{zeros<uint16_t>(n_blocks * c.block * kvd), zeros<uint16_t>(n_blocks * c.block * kvd), tbl, c.block};
       auto rows = [&](uint32_t pos0, uint32_t n) {   // {position, table offset} of rows at pos0 .. pos0 + n - 1
         std::vector<uint32_t> r;
-        for (uint32_t i = 0; i < n; ++i) r.insert(r.end(), {pos0 + i, n_blocks});
+        for (uint32_t i = 0; i < n; ++i) r.insert(r.end(), {pos0 + i, n_blocks, contract::KV_NO_TREE, 0u});
         return KvRows{upload(r), pos0 + n};
       };
       Slice out = zeros<float>(total * qd);
@@ -221,7 +221,7 @@ TEST_P(KernelTest, QkvRopeEpilogueEqualsMatmulThenRopeStoreKv) {
     for (uint32_t n : {1u, n_max}) {
       auto x = random_floats(n * c.K, n, -2.f, 2.f);
       std::vector<uint32_t> rows;
-      for (uint32_t i = 0; i < n; ++i) rows.insert(rows.end(), {prior + i, 0u});
+      for (uint32_t i = 0; i < n; ++i) rows.insert(rows.end(), {prior + i, 0u, contract::KV_NO_TREE, 0u});
       const Slice xs = upload(x), rs = upload(rope), tbl = upload(table);
       const KvRows kv_rows{upload(rows), prior + n};
       const MatmulInput in(xs, norm, 1e-5f);

@@ -8,6 +8,7 @@
 
 #include "runtime/rng.h"
 #include "tests/host_sampler.h"
+#include "tests/stats.h"
 
 namespace vkspec {
 namespace {
@@ -496,22 +497,17 @@ TEST_F(DeviceSamplerTest, DrawsFollowTheDistribution) {
     SamplingParams p;
     p.top_k = top_k; p.top_p = 0.97f; p.min_p = 0.0f; p.temperature = 0.9f; p.seed = 3;
     const Candidates want = Sampler(p).distribution(logits, {});
-    std::map<uint32_t, uint32_t> counts;
+    std::map<uint32_t, uint64_t> counts;
     const uint32_t draws = 20000;
     for (uint32_t i = 0; i < draws; ++i) {
       run([&](Recorder& r) { ds.record(r, p, l, probs, 1, {}, {}, i, true); });
       counts[ds.drawn(0).token]++;
     }
-    double chi2 = 0;
-    for (size_t i = 0; i < want.ids.size(); ++i) {
-      const double e = want.probs[i] * draws, o = counts[want.ids[i]];
-      chi2 += (o - e) * (o - e) / e;
-      counts.erase(want.ids[i]);
-    }
-    EXPECT_TRUE(counts.empty()) << "drew a token outside the kept set, top-k " << top_k;
-    const double k = double(want.ids.size() - 1), z = 4.75;   // Wilson-Hilferty critical value, alpha ~1e-6
-    const double crit = k * std::pow(1 - 2 / (9 * k) + z * std::sqrt(2 / (9 * k)), 3);
-    EXPECT_LT(chi2, crit) << "top-k " << top_k;
+    std::map<uint32_t, double> dist;
+    for (size_t i = 0; i < want.ids.size(); ++i) dist[want.ids[i]] = want.probs[i];
+    for (const auto& [id, n] : counts) EXPECT_TRUE(dist.count(id)) << "drew " << id << " outside the kept set, top-k " << top_k;
+    const test::ChiSquare fit = test::chi_square(counts, dist, draws);
+    EXPECT_TRUE(fit.fits()) << "top-k " << top_k << ": chi2 " << fit.stat << " >= " << fit.critical;
   }
 }
 

@@ -77,6 +77,7 @@ TEST_F(ServerApiParse, EveryFieldIsTypeAndRangeChecked) {
       {R"({"prompt": "x", "response_format": "json_object"})", "response_format"},
       {R"({"prompt": "x", "grammar": 5})", "grammar"}, {R"({"prompt": "x", "grammar": "root ::= \"a\"\n\u0000 junk"})", "grammar"},
       {R"({"prompt": "x", "grammar": "root ::= \"a\"", "response_format": {"type": "json_object"}})", "grammar"},
+      {R"({"prompt": "x", "spec_sampling": "typical"})", "spec_sampling"}, {R"({"prompt": "x", "spec_sampling": 1})", "spec_sampling"},
   };
   for (const auto& [body, param] : bad) {
     std::string got;
@@ -97,6 +98,9 @@ TEST_F(ServerApiParse, EveryFieldIsTypeAndRangeChecked) {
   const cli::CompletionSpec s = cli::parse_completion(cli::parse_body(R"({"prompt": "def f():", "seed": 3})", lim_), false,
                                                       lim_, enc_, "m");
   EXPECT_EQ(s.sp.presence_penalty, 0.0f);   // OpenAI's defaults: no penalty
+  EXPECT_EQ(s.sp.spec_sampling, VKSPEC_SPEC_SAMPLING_COUPLED);   // the server's default (--spec-sampling)
+  EXPECT_EQ(cli::parse_completion(cli::parse_body(R"({"prompt": "x", "spec_sampling": "rejection"})", lim_), false, lim_,
+                                  enc_, "m").sp.spec_sampling, VKSPEC_SPEC_SAMPLING_REJECTION);
   EXPECT_EQ(s.sp.frequency_penalty, 0.0f);
   const cli::CompletionSpec pen = cli::parse_completion(
       cli::parse_body(R"({"prompt": "def f():", "presence_penalty": 0.5, "frequency_penalty": -1.25})", lim_), false, lim_,

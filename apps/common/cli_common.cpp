@@ -155,6 +155,7 @@ vkspec_sampling_params sampling_params(const RunOptions& o, uint64_t seed) {
   s.json_object = o.json_object ? 1 : 0;
   s.grammar = o.grammar.empty() ? nullptr : o.grammar.c_str();   // (--grammar-file read into it by then)
   s.json_schema = o.json_schema.empty() ? nullptr : o.json_schema.c_str();   // (and -jf into this)
+  s.spec_sampling = spec_sampling_value(o.spec_sampling);   // (-1, refused by the library, cannot pass the flag's check)
   return s;
 }
 
@@ -200,6 +201,7 @@ SpecTotals& SpecTotals::operator+=(const vkspec_metrics& m) {
 nlohmann::json speculative_json(const RunOptions& o, const std::string& drafter, const SpecTotals& s) {
   return {{"drafter", drafter}, {"draft_max", o.draft_max}, {"draft_min", o.draft_min},
           {"draft_p_min", o.draft_p_min}, {"draft_policy", o.draft_policy == "adaptive" ? "adaptive" : "fixed"},
+          {"spec_sampling", o.spec_sampling},
           {"drafted", s.drafted}, {"accepted", s.accepted}, {"acceptance_rate", s.acceptance_rate()},
           {"tokens_per_verify", s.tokens_per_verify()}, {"verify_passes", s.verify_passes}};
 }

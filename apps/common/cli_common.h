@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/api.h"
+#include "common/option_names.h"
 
 namespace vkspec::cli {
 
@@ -49,6 +50,7 @@ struct RunOptions {
   int draft_max = 5, draft_min = 0;
   float draft_p_min = 0.0f;
   std::string draft_policy = "adaptive";   // fixed (always K) | adaptive (speculative/draft_policy.h)
+  std::string spec_sampling = "coupled";   // coupled | rejection (vkspec_sampling_params.spec_sampling)
   bool speculative() const { return !draft_model.empty() || !draft.empty(); }
 };
 
@@ -107,6 +109,7 @@ vkspec_draft_params draft_params(const RunOptions& o);
 std::string drafter_name(const RunOptions& o);
 // The sampling flags of `o` with `seed`, and both as a context's parameters.
 vkspec_sampling_params sampling_params(const RunOptions& o, uint64_t seed);
+
 vkspec_context_params context_params(const RunOptions& o, uint64_t seed);
 // The warning llama.cpp prints when a text that begins with BOS's text gets the model's BOS too.
 void warn_if_double_bos(const api::Model& m, const std::vector<int32_t>& ids);

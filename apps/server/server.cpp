@@ -303,6 +303,7 @@ int Server::run() {
       const vkspec_model_info& mi = model_->info();
       lim_.n_ctx = mi.n_ctx;
       lim_.n_vocab = mi.n_vocab;
+      lim_.spec_sampling = spec_sampling_value(o_.spec_sampling);
       n_embd_ = vkspec_model_n_embd(model_->get());
       architecture_ = mi.architecture;
       model_id_ = so_.alias.empty() ? platform::utf8_string(platform::utf8_path(o_.model).filename()) : so_.alias;

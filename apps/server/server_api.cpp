@@ -1,6 +1,7 @@
 #include "server/server_api.h"
 
 #include "common/message_window.h"
+#include "common/option_names.h"
 
 #include <algorithm>
 #include <cmath>
@@ -386,6 +387,11 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
   } else {
     std::random_device rd;
     s.sp.seed = (uint64_t(rd()) << 32) | rd();
+  }
+  s.sp.spec_sampling = lim.spec_sampling;
+  if (const ojson* ss = field(body, "spec_sampling")) {   // vkspec's: how sampled drafts are verified
+    s.sp.spec_sampling = ss->is_string() ? cli::spec_sampling_value(ss->get<std::string>()) : -1;
+    if (s.sp.spec_sampling < 0) bad("spec_sampling", "'spec_sampling' must be \"coupled\" or \"rejection\"");
   }
   s.ignore_eos = boolean(body, "ignore_eos", false);
   s.n = uint32_t(integer(body, "n", 1, 1, lim.max_n));

@@ -38,6 +38,7 @@ struct ServerLimits {
   uint32_t max_top_logprobs = 20;
   uint32_t max_json_depth = VKSPEC_MAX_JSON_DEPTH;
   uint32_t max_embed_inputs = 256;  // inputs of one embeddings request
+  int32_t spec_sampling = VKSPEC_SPEC_SAMPLING_COUPLED;   // a request's spec_sampling when it gives none (--spec-sampling)
 };
 
 // A validated request.

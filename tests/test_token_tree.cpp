@@ -1,0 +1,100 @@
+// Token trees (runtime/token_tree.h): one verify pass over a tree of drafts gives each node the logits of its
+// root-to-node path run alone, bit for bit (both kernel families, the tree's rows split across chunks or
+// not, beside another sequence's rows); the accepted path's K/V moved into place (PagedKvCache::queue_move)
+// leaves the cache a fresh prefill of that path would: the next token's logits are equal bit for bit.
+#include <cstring>
+
+#include "runtime/model.h"
+#include "tests/vk_test_env.h"
+
+namespace vkspec::test {
+namespace {
+
+class TokenTreeTest : public VkTest, public ::testing::WithParamInterface<KernelFamily> {};
+INSTANTIATE_TEST_SUITE_P(Families, TokenTreeTest, ::testing::Values(KernelFamily::RowPerLane, KernelFamily::Subgroup),
+                         [](const auto& info) { return std::string(info.param == KernelFamily::Subgroup ? "Subgroup" : "RowPerLane"); });
+
+// The logits rows of `rows` run as one pass (readback of n rows).
+std::vector<float> pass_logits(LlamaModel& m, std::span<const SeqRows> rows, uint32_t n) {
+  Recorder rec(gpu().ctx, false);
+  rec.begin();
+  m.record_batch(rec, rows, m.logits_rows());
+  m.record_logits_readback(rec, n);
+  rec.submit_and_wait();
+  const uint32_t V = m.hparams().n_vocab;
+  return std::vector<float>(m.logits(0), m.logits(0) + size_t(n) * V);
+}
+
+// The last row's logits after running `tokens` on a fresh sequence.
+std::vector<float> alone(LlamaModel& m, const std::vector<uint32_t>& tokens) {
+  const int seq = m.kv().new_sequence();
+  m.forward(seq, tokens, Logits::Last);
+  const uint32_t V = m.hparams().n_vocab;
+  std::vector<float> out(m.logits(0), m.logits(0) + V);
+  m.kv().free_sequence(seq);
+  return out;
+}
+
+bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+
+TEST_P(TokenTreeTest, ATreePassGivesEveryNodeItsPathsLogitsAndTheAcceptedPathMovesIntoPlace) {
+  GgufFile f(shared_path("models/stories260K.gguf"));
+  const std::vector<uint32_t> prompt = {1, 385, 328, 432, 317, 11, 263};
+  // root g; g -> a, b; a -> c, d; b -> e; c -> f; d -> h; f -> i (depth 4); node order: parents first
+  TokenTree tree;
+  const uint32_t a = tree.add(0), b = tree.add(0), c = tree.add(a), d = tree.add(a), e = tree.add(b), ff = tree.add(c),
+                 h = tree.add(d), i = tree.add(ff);
+  const std::vector<uint32_t> tokens = {31, 285, 300, 263, 11, 347, 302, 407, 320};   // node i's token
+  ASSERT_EQ(tokens.size(), tree.n);
+  (void)e, (void)h, (void)i;
+  for (const uint32_t ubatch : {16u, 3u}) {   // the tree in one chunk, and split across chunks
+    SCOPED_TRACE("ubatch " + std::to_string(ubatch));
+    ModelOptions mo;
+    mo.max_sequences = 4;
+    mo.kernels = GetParam();
+    mo.ubatch = ubatch;
+    LlamaModel m(gpu().ctx, gpu().pipelines, f, mo);
+    const uint32_t V = m.hparams().n_vocab;
+    const int seq = m.kv().new_sequence(), other = m.kv().new_sequence();
+    m.forward(seq, prompt, Logits::None);
+    m.forward(other, std::vector<uint32_t>(prompt.begin(), prompt.begin() + 3), Logits::None);
+    const uint32_t base = m.kv().length(seq);
+    // another sequence's two rows first, then the tree's nodes
+    const std::vector<uint32_t> other_tokens = {400, 401};
+    const SeqRows rows[] = {{other, m.write_tokens(other_tokens), 2, Logits::All, nullptr},
+                            {seq, m.write_tokens(tokens), tree.n, Logits::All, &tree}};
+    const std::vector<float> got = pass_logits(m, rows, 2 + tree.n);
+    EXPECT_EQ(m.kv().length(seq), base + tree.n);
+    for (uint32_t node = 0; node < tree.n; ++node) {
+      std::vector<uint32_t> path;
+      for (uint32_t x = node;; x = tree.parent[x]) {
+        path.insert(path.begin(), tokens[x]);
+        if (x == 0) break;
+      }
+      std::vector<uint32_t> context = prompt;
+      context.insert(context.end(), path.begin(), path.end());
+      EXPECT_TRUE(same_bits(got.data() + size_t(2 + node) * V, alone(m, context).data(), V)) << "node " << node;
+    }
+    std::vector<uint32_t> other_context(prompt.begin(), prompt.begin() + 3);
+    other_context.insert(other_context.end(), other_tokens.begin(), other_tokens.end());
+    EXPECT_TRUE(same_bits(got.data() + V, alone(m, other_context).data(), V)) << "the other sequence's row";
+
+    // accept the path g, a, d, h (slots base+0, +1, +4, +7): d and h move to base+2 and base+3
+    const std::vector<uint32_t> accepted = {0, a, d, h};
+    for (uint32_t depth = 0; depth < accepted.size(); ++depth)
+      if (accepted[depth] != depth) m.kv().queue_move(seq, base + accepted[depth], base + depth);
+    m.kv().truncate(seq, base + uint32_t(accepted.size()));
+    const std::vector<uint32_t> next = {500};
+    const SeqRows after[] = {{seq, m.write_tokens(next), 1, Logits::Last, nullptr}};
+    const std::vector<float> continued = pass_logits(m, after, 1);
+    std::vector<uint32_t> context = prompt;
+    for (uint32_t x : accepted) context.push_back(tokens[x]);
+    context.push_back(next[0]);
+    EXPECT_TRUE(same_bits(continued.data(), alone(m, context).data(), V)) << "after the accepted path moved into place";
+    m.kv().free_sequence(seq);
+    m.kv().free_sequence(other);
+  }
+}
+
+}  // namespace
+}  // namespace vkspec::test
