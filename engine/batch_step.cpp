@@ -72,7 +72,7 @@ std::vector<SeqRows> BatchEngine::pass_rows(const StepPlan& plan) {
     const Sequence& q = *s.sequence;
     switch (p.part) {
       case StepPart::Verify:
-        rows.push_back({s.seq, q.spec->verify_input(), p.rows, Logits::All});
+        rows.push_back({s.seq, q.spec->verify_input(), p.rows, Logits::All, q.spec->verify_tree()});
         break;
       case StepPart::Decode:
       case StepPart::PlainRound:
@@ -141,7 +141,8 @@ void BatchEngine::commit(RequestSlot& s, StepPart part, uint32_t rows) {
     case StepPart::PrefillLast:
       s.decoding = true;
       if (q.drafter) {   // the decoder emits the first token at its first round
-        q.start_speculating(m, s.seq, *s.chooser, *rec_, {o_.max, o_.min, o_.policy, /*timing_free=*/true});
+        q.start_speculating(m, s.seq, *s.chooser, *rec_, {o_.max, o_.min, o_.policy, /*timing_free=*/true,
+                                                     s.req->draft_tree.value_or(o_.tree)});
         break;
       }
       [[fallthrough]];

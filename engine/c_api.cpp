@@ -73,6 +73,7 @@ vkspec_draft_params default_draft() {
   d.adaptive = 1;
   d.min = 0;
   d.p_min = 0.0f;
+  d.tree = 1;
   return d;
 }
 }  // namespace vkspec::capi
@@ -255,6 +256,10 @@ void end_generation(vkspec_context* ctx) {
   m.queue_submissions = c.decode_parts;
   m.device_seconds = c.decode_gpu_s;
   m.round_tokens = c.spec.tokens;
+  m.tree_rounds = c.spec.tree_rounds;
+  static_assert(std::size(vkspec_metrics{}.drafted_at_depth) == std::tuple_size_v<decltype(SpeculativeStats::drafted_at)>);
+  for (size_t d = 0; d < std::size(m.drafted_at_depth); ++d)
+    m.drafted_at_depth[d] = c.spec.drafted_at[d], m.accepted_at_depth[d] = c.spec.accepted_at[d];
   m.max_step_device_seconds = c.max_unit_gpu_s;
   m.max_release_device_seconds = c.max_release_gpu_s;
   m.max_group_device_seconds = c.max_group_gpu_s;

@@ -40,6 +40,7 @@ void fill_result(vkspec_request_result& out, const SequenceResult& r) {
   out.drafted = r.spec.drafted;
   out.accepted = r.spec.accepted;
   out.verify_passes = r.spec.verify_passes;
+  out.tree_rounds = r.spec.tree_rounds;
   out.round_tokens = r.spec.tokens;
   out.queued_seconds = r.queued_s;
   out.prefill_seconds = r.prefill_s;
@@ -87,6 +88,7 @@ vkspec_request_params vkspec_request_default_params(void) {
   p.sampling = default_sampling();
   p.max_tokens = 16;
   p.speculative = 1;
+  p.draft_tree = -1;
   return p;
 }
 
@@ -127,6 +129,8 @@ vkspec_status vkspec_batch_submit(vkspec_batch* batch, const int32_t* prompt, si
     r->max_tokens = params->max_tokens;
     r->ignore_eos = params->ignore_eos != 0;
     r->speculate = params->speculative != 0;
+    require(params->draft_tree >= -1 && params->draft_tree <= 1, "draft_tree must be -1 (the batch's), 0 (chains) or 1 (trees)");
+    if (params->draft_tree >= 0) r->draft_tree = params->draft_tree == 1;
     r->logits = params->logits != 0;
     const uint64_t rid = *id = new_id(b);
     const vkspec_request_params p = *params;

@@ -191,7 +191,9 @@ inline DraftOptions draft_options(const vkspec_draft_params& d) {
   o.min = d.min;
   o.p_min = d.p_min;
   o.policy = d.adaptive ? DraftLengthPolicy::Adaptive : DraftLengthPolicy::Fixed;
+  o.tree = d.tree != 0;
   try {
+    if (d.tree != 0 && d.tree != 1) throw Error("--draft-tree (vkspec_draft_params.tree) must be 0 (off) or 1 (auto)");
     check_draft_options(o);
   } catch (const Error& e) {
     throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, e.what()};

@@ -342,7 +342,7 @@ bool Engine::collect(uint64_t timeout_ns) {
         r.dispatches0 = Recorder::total_dispatches();
         if (c.speculative) {
           q.drafter = std::move(drafter_);   // lent to the sequence until the completion ends
-          q.start_speculating(m, r.session->seq, *chooser_, *rec_, {o_.max, o_.min, o_.policy});
+          q.start_speculating(m, r.session->seq, *chooser_, *rec_, {o_.max, o_.min, o_.policy, false, o_.tree});
         }
         break;
       case Run::Unit::Decode:

@@ -29,6 +29,7 @@ struct DraftOptions {
   uint32_t max = 5, min = 0;   // K (the most when adaptive); rounds drafting fewer decode plainly
   float p_min = 0.0f;
   DraftLengthPolicy policy = DraftLengthPolicy::Adaptive;
+  bool tree = true;         // prompt lookup's drafts as token trees (SpeculativeOptions::tree)
   DrafterKind kind() const {
     if (!model_path.empty()) return ngram ? DrafterKind::NgramThenModel : DrafterKind::Model;
     return ngram ? DrafterKind::Ngram : DrafterKind::None;

@@ -318,6 +318,10 @@ typedef struct vkspec_draft_params {
   int32_t adaptive;          /* 1: K chosen per round from measured acceptance and costs */
   uint32_t min;              /* rounds that would draft fewer tokens decode plainly (0..max) */
   float p_min;               /* a draft model's step whose top probability is below this ends the draft (0: off) */
+  /* API version 13: 1 (default): prompt lookup's drafts become a token tree (the continuations of several
+   * earlier matches as branches, verified in one pass) where the context offers more than one and the
+   * request has no penalty, constraint or rejection sampling; 0: chains only. The tokens are the same. */
+  int32_t tree;
 } vkspec_draft_params;
 
 typedef struct vkspec_context_params {
@@ -441,6 +445,10 @@ typedef struct vkspec_metrics {
    * done): the device time of the costliest release, and of the costliest group of kernels between two
    * barriers, which is how much a release may exceed the budget (0 without a budget or timestamps) */
   double max_release_device_seconds, max_group_device_seconds;
+  uint64_t tree_rounds;                      /* API version 13: verify passes over a token tree (of verify_passes) */
+  /* API version 13, per draft position d + 1 (a tree's depth d + 1): verify passes that verified a draft
+   * there, and those that accepted one there (acceptance at that depth: accepted / drafted) */
+  uint64_t drafted_at_depth[16], accepted_at_depth[16];
 } vkspec_metrics;
 
 /* The metrics of the context's last vkspec_generate. */
@@ -473,6 +481,7 @@ typedef struct vkspec_request_result {
   int32_t speculative;
   uint64_t drafted, accepted, verify_passes, round_tokens;
   double queued_seconds, prefill_seconds, decode_seconds;   /* admission wait, first token, the rest */
+  uint64_t tree_rounds;        /* API version 13: verify passes over a token tree */
 } vkspec_request_result;
 
 /* Each accepted token of request `id`, in order, as vkspec_token_fn (token -1: the U+FFFD of an unfinished
@@ -492,6 +501,7 @@ typedef struct vkspec_request_params {
   vkspec_request_token_fn on_token;
   vkspec_request_done_fn on_done;
   void* user;
+  int32_t draft_tree;          /* API version 13: -1 (default): the batch's vkspec_draft_params.tree; 0: chains; 1: trees */
 } vkspec_request_params;
 
 VKSPEC_API vkspec_request_params vkspec_request_default_params(void);

@@ -351,9 +351,10 @@ void LlamaModel::record_logits_readback(Recorder& r, uint32_t rows) {
   r.copy(logits_.sub(0, bytes), logits_host_.sub(0, bytes));
 }
 
-void LlamaModel::record_forward(Recorder& r, int seq, const TokenInput& in, uint32_t n, Logits want) {
+void LlamaModel::record_forward(Recorder& r, int seq, const TokenInput& in, uint32_t n, Logits want,
+                                const TokenTree* tree) {
   if (want == Logits::All && n > kMaxBatch) throw Error("internal: Logits::All needs n <= kMaxBatch");
-  const SeqRows rows{seq, in, n, want};
+  const SeqRows rows{seq, in, n, want, tree};
   record_batch(r, std::span<const SeqRows>(&rows, 1), logits_);
 }
 

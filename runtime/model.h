@@ -87,7 +87,8 @@ class LlamaModel {
   // Records the pass over n tokens read from `in` at positions kv().length(seq) .. +n (growing the KV
   // first, so block tables are final before submission), appending their K/V. Logits::Last leaves the
   // last token's logits in logits_rows() row 0; Logits::All leaves row i for token i (n <= kMaxBatch).
-  void record_forward(Recorder& r, int seq, const TokenInput& in, uint32_t n, Logits want);
+  // tree: the rows are a token tree's nodes (SeqRows::tree).
+  void record_forward(Recorder& r, int seq, const TokenInput& in, uint32_t n, Logits want, const TokenTree* tree = nullptr);
   // Continuous batching: one pass over the rows of several sequences (each at most once), in chunks of
   // ubatch() rows whose matmuls read each weight once for all of them; RoPE, the KV append and attention
   // run per sequence, at its own positions over its own block table. Every kernel is batch-invariant, so a

@@ -119,6 +119,23 @@ void TokenChooser::record_choice(Recorder& r, Kernels& k, const Slice& logits, u
   r.barrier();
 }
 
+void TokenChooser::record_tree_choices(Recorder& r, Kernels& k, const Slice& logits, const TokenTree& tree,
+                                       uint32_t out_slot, uint32_t history_len, uint64_t position) {
+  if (mode_ == ChoiceMode::Argmax) {   // the argmax of a row does not depend on its position
+    record_choice(r, k, logits, tree.n, out_slot, history_len, position);
+    return;
+  }
+  if (out_slot + tree.n > 2 * kSlots || draws_draft(out_slot)) throw Error("internal: record_tree_choices out of range");
+  const VkDeviceSize row = VkDeviceSize(n_vocab_) * 4;
+  std::vector<DeviceSampler::BatchRow>& rows = tree_rows_;
+  rows.clear();
+  for (uint32_t i = 0; i < tree.n; ++i)
+    rows.push_back(sampler_->row(device_p_, logits.sub(i * row, row), Slice{}, slot_range(out_slot + i, 1), history_len,
+                                 position + tree.depth[i]));
+  sampler_->record_rows(r, rows);
+  r.barrier();
+}
+
 BatchedChoices::BatchedChoices(VulkanDevice& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_rows)
     : n_vocab_(n_vocab), max_rows_(max_rows) {
   arena_ = std::make_unique<Arena>(ctx, MemoryKind::Device, VkDeviceSize(max_rows) * TokenChooser::kSlotBytes + 4096);

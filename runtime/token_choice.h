@@ -13,6 +13,7 @@
 #include "constrain/token_constraint.h"
 #include "runtime/device_sampler.h"
 #include "runtime/model.h"
+#include "runtime/token_tree.h"
 
 namespace vkspec {
 
@@ -80,6 +81,10 @@ class TokenChooser {
   // counter position + r. top_prob: argmax also computes the top probability (for --draft-p-min).
   void record_choice(Recorder& r, Kernels& k, const Slice& logits, uint32_t rows, uint32_t out_slot,
                      uint32_t history_len, uint64_t position, bool top_prob = false);
+  // The choice after each node of a token tree (logits row i: node i) into slots out_slot + i, node i's draw
+  // at counter position + its depth; one history for every row (no penalty or mask: can_draft_tree).
+  void record_tree_choices(Recorder& r, Kernels& k, const Slice& logits, const TokenTree& tree, uint32_t out_slot,
+                           uint32_t history_len, uint64_t position);
   // Device mode: the choice after one logits row into slot out_slot as a row of a batched record
   // (DeviceSampler::record_rows, with rows of other sequences), at history_len history tokens and counter
   // `position`: what record_choice(..., 1 row, ...) records alone.
@@ -113,6 +118,7 @@ class TokenChooser {
   std::unique_ptr<Arena> prob_arena_;
   Slice q_rows_, p_rows_;
   bool draws_draft(uint32_t slot) const { return rejection_ && slot >= 1 && slot < kSlots; }
+  std::vector<DeviceSampler::BatchRow> tree_rows_;   // record_tree_choices' rows (kept: no allocation per round)
   Slice q_rows(uint32_t first_slot, uint32_t n);   // the q rows of draft slots first_slot ..
 };
 

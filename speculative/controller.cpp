@@ -1,6 +1,7 @@
 #include "speculative/controller.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 
 
@@ -9,6 +10,7 @@ namespace vkspec {
 namespace {
 struct Verdict {
   uint32_t accepted = 0, next = 0;
+  std::array<uint8_t, TokenTree::kMaxDepth + 1> path{};   // a tree's accepted nodes by depth (path[0]: the root)
 };
 
 // The longest prefix of drafts equal to the target's own choices (verify slots), and the target's choice
@@ -19,6 +21,24 @@ Verdict verify(const TokenChooser& ch, std::span<const uint32_t> drafts) {
     ++v.accepted;
   v.next = ch.token(TokenChooser::kVerifySlot + v.accepted);
   return v;
+}
+
+// The same over a tree: from the root, the child whose draft (drafts[node - 1]) is the target's choice
+// after its parent, as long as there is one; then the target's choice after the last accepted node.
+Verdict walk_tree(const TokenChooser& ch, const TokenTree& tree, std::span<const uint32_t> drafts) {
+  Verdict v;
+  for (uint32_t node = 0;;) {
+    const uint32_t choice = ch.token(TokenChooser::kVerifySlot + node);
+    uint32_t child = 0;
+    for (uint32_t c = node + 1; c < tree.n && !child; ++c)
+      if (tree.parent[c] == node && drafts[c - 1] == choice) child = c;
+    if (!child) {
+      v.next = choice;
+      return v;
+    }
+    v.path[++v.accepted] = uint8_t(child);
+    node = child;
+  }
 }
 
 }  // namespace
@@ -49,7 +69,7 @@ bool SpeculativeDecoder::submit_round() {
   m_draft_ = rec_.mark();
   rows_ = record_drafts();
   m_verify_ = rec_.mark();
-  target_.record_forward(rec_, seq_, verify_input(), rows_, Logits::All);
+  target_.record_forward(rec_, seq_, verify_input(), rows_, Logits::All, verify_tree());
   record_verify(target_.logits_rows());
   m_end_ = rec_.mark();
   rec_.submit();
@@ -92,18 +112,27 @@ uint32_t SpeculativeDecoder::drafts_planned(uint32_t sharing, const std::optiona
   round_.history_len = history_len_;
   round_.catch_up_end = -1;
   round_.model_drafts = false;
+  round_.tree = TokenTree{};
+  round_.tree_allowed = opts_.tree && can_draft_tree(chooser_.params());
   return k_max;
 }
 
 uint32_t SpeculativeDecoder::drafts_recorded(uint32_t k) {
   k = chooser_.set_draft_masks(k);   // constrained: only drafts it allows, each verify row masked
   k_ = k < opts_.draft_min ? 0 : k;   // a short n-gram proposal: decode plainly
+  tree_ = k_ > 0 && round_.tree.n > 1 && !round_.tree.chain();
+  if (tree_ && round_.tree.n != k_ + 1) throw Error("internal: a draft tree whose nodes are not its drafts");
   base_ = target_.kv().length(seq_);
-  return k_ + 1;   // verify: one target pass over [g, d1..dK] gives its distribution after each of them
+  return k_ + 1;   // verify: one target pass over [g, d1..dK] (a tree's nodes) gives its distribution after each
 }
 
 void SpeculativeDecoder::record_verify(const Slice& target_logits) {
   // the target's own choice after each row: row r's penalty sees the drafts before it, its draw position r
+  if (tree_) {   // each node's choice at its own depth (no penalty window or mask: can_draft_tree)
+    chooser_.record_tree_choices(rec_, target_.kernels(), target_logits, round_.tree, TokenChooser::kVerifySlot,
+                                 history_len_, context_.size());
+    return;
+  }
   chooser_.record_append_history(rec_, 1, k_, history_len_);
   if (chooser_.rejection() && k_ > 0)   // the accepted drafts and the token after them (TokenChooser::rejection)
     chooser_.record_rejection_verify(rec_, target_.kernels(), target_logits, k_, history_len_, context_.size(),
@@ -116,24 +145,32 @@ void SpeculativeDecoder::record_verify(const Slice& target_logits) {
 bool SpeculativeDecoder::finish(double draft_s, double verify_s, double catch_up_s) {
   const uint32_t k = k_;
   stats_.verify_passes++;
+  stats_.tree_rounds += tree_;
   std::vector<uint32_t>& drafts = drafts_;
   drafts.resize(k);
   for (uint32_t i = 0; i < k; ++i) drafts[i] = chooser_.token(i + 1);
   drafter_.round_done(drafts);
-  const uint32_t kept = keep_drafts(chooser_, k, drafter_.p_min());
+  const uint32_t kept = tree_ ? k : keep_drafts(chooser_, k, drafter_.p_min());
   const std::span<const uint32_t> verified(drafts.data(), kept);
-  const Verdict v = verify(chooser_, verified);
+  const Verdict v = tree_ ? walk_tree(chooser_, round_.tree, verified) : verify(chooser_, verified);
   if (v.accepted > kept) throw Error("internal: verification accepted more drafts than it was given");
   stats_.drafted += kept;
   stats_.accepted += v.accepted;
   if (!drafter_.steps_timed()) draft_s = catch_up_s = -1;   // host lookups: no draft steps to price
-  policy_.observe(kept, v.accepted, draft_s, verify_s, catch_up_s);
+  // a tree is priced as the chain of its depth (what adaptive K's per-position acceptance models)
+  uint32_t depth = 0;
+  for (uint32_t i = 0; tree_ && i < round_.tree.n; ++i) depth = std::max<uint32_t>(depth, round_.tree.depth[i]);
+  policy_.observe(tree_ ? depth : kept, v.accepted, draft_s, verify_s, catch_up_s);
+  for (uint32_t d = 0; d < (tree_ ? depth : kept); ++d) stats_.drafted_at[d]++, stats_.accepted_at[d] += d < v.accepted;
+  for (uint32_t d = 1; tree_ && d <= v.accepted; ++d)   // a tree's accepted nodes move to the positions they hold
+    if (v.path[d] != d) target_.kv().queue_move(seq_, base_ + v.path[d], base_ + d);
   target_.kv().truncate(seq_, base_ + 1 + v.accepted);   // keep g and the accepted drafts
 
   for (uint32_t i = 0; i < v.accepted; ++i) {
-    context_.push_back(drafts[i]);
+    const uint32_t token = tree_ ? drafts[v.path[i + 1] - 1] : drafts[i];
+    context_.push_back(token);
     stats_.tokens++;
-    if (!emit_(drafts[i], true) || context_.size() >= target_.n_ctx()) return false;
+    if (!emit_(token, true) || context_.size() >= target_.n_ctx()) return false;
   }
   g_ = v.next;
   return true;

@@ -21,6 +21,7 @@
 // SpecSampling::Rejection (sampled requests) replaces the target's own draws with rejection sampling's verdict
 // (TokenChooser::rejection, shaders/spec_accept.comp): more drafts kept, tokens that depend on the drafts. The
 // verify slots then hold the accepted drafts and the token after them, so finish() walks them alike.
+#include <array>
 #include <functional>
 #include <span>
 #include <vector>
@@ -41,15 +42,30 @@ struct SpeculativeOptions {
   // K from modeled costs even when the device has timestamps (a batch shares its passes between sequences,
   // so a sequence's own draft and verify times cannot be measured).
   bool timing_free = false;
+  // Prompt lookup's drafts as a token tree (several earlier matches' continuations as branches, verified in
+  // one pass: runtime/token_tree.h) where can_draft_tree allows; false: chains only.
+  bool tree = true;
 };
 
+// The one rule for when a round may draft a tree: its verify rows' choices must not depend on the drafts
+// before them along a chain (a penalty's window, a constraint's mask) and its verdict must be the walk
+// (not rejection sampling's).
+inline bool can_draft_tree(const SamplingParams& p) {
+  return !p.penalized() && !p.constrained() && (p.greedy() || p.spec_sampling == SpecSampling::Coupled);
+}
+
 struct SpeculativeStats {
-  uint64_t drafted = 0, accepted = 0, verify_passes = 0, tokens = 0;
+  uint64_t drafted = 0, accepted = 0, verify_passes = 0, tokens = 0, tree_rounds = 0;
+  // per depth d + 1 (a chain's draft d + 1, a tree's nodes at depth d + 1): rounds that verified a draft there,
+  // and rounds that accepted one there
+  std::array<uint64_t, LlamaModel::kMaxBatch> drafted_at{}, accepted_at{};
   double gpu_s = 0;   // device time of the rounds (timestamps; 0 without them)
   double acceptance_rate() const { return drafted ? double(accepted) / double(drafted) : 0.0; }
   double tokens_per_verify() const { return verify_passes ? double(tokens) / double(verify_passes) : 0.0; }
   SpeculativeStats& operator+=(const SpeculativeStats& o) {
     drafted += o.drafted, accepted += o.accepted, verify_passes += o.verify_passes, tokens += o.tokens;
+    tree_rounds += o.tree_rounds;
+    for (size_t d = 0; d < drafted_at.size(); ++d) drafted_at[d] += o.drafted_at[d], accepted_at[d] += o.accepted_at[d];
     gpu_s += o.gpu_s;
     return *this;
   }
@@ -86,6 +102,8 @@ class SpeculativeDecoder {
   DraftRound& draft_round() { return round_; }
   Drafter& drafter() { return drafter_; }
   TokenInput verify_input() const { return chooser_.input(0); }
+  // The verify pass's tree (its rows are the nodes), or null for a chain.
+  const TokenTree* verify_tree() const { return tree_ ? &round_.tree : nullptr; }
   uint32_t history_len() const { return history_len_; }   // the penalty history drafts_planned() set (0: none)
   void record_verify(const Slice& target_logits);
   bool finish(double draft_s = -1, double verify_s = -1, double catch_up_s = -1);
@@ -104,6 +122,7 @@ class SpeculativeDecoder {
   uint32_t g_;                      // the target's latest choice, emitted at the start of the next round
   std::vector<uint32_t> drafts_;
   uint32_t k_ = 0, history_len_ = 0, base_ = 0;   // of the round being recorded
+  bool tree_ = false;                             // its drafts are a tree (round_.tree), not a chain
   uint32_t m_draft_ = 0, m_verify_ = 0, m_end_ = 0, rows_ = 0;   // its marks and verify rows (submit_round)
   double last_round_s_ = -1;
   DraftRound round_;

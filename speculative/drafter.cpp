@@ -148,11 +148,58 @@ uint32_t NgramDrafter::write(std::span<const uint32_t> drafts, DraftRound& round
 }
 
 Drafted LookupThenModelDrafter::draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) {
-  const std::vector<uint32_t> found = lookup_.propose(context, k);
-  source_ = found.empty() ? static_cast<Drafter*>(&model_) : &lookup_;
-  ++(found.empty() ? model_rounds_ : lookup_rounds_);
-  if (found.empty()) return {0, &model_};
-  return {NgramDrafter::write(found, round), nullptr};
+  const bool found = !lookup_.propose(context, 1).empty();
+  source_ = found ? static_cast<Drafter*>(&lookup_) : &model_;
+  ++(found ? lookup_rounds_ : model_rounds_);
+  if (!found) return {0, &model_};
+  return lookup_.draft(context, k, round);
+}
+
+Drafted NgramDrafter::draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) {
+  if (round.tree_allowed)
+    if (std::optional<TreeProposal> t = propose_tree(context, k)) {
+      for (uint32_t i = 1; i < t->tree.n; ++i) round.chooser.set_token(i, t->tokens[i]);
+      round.tree = t->tree;
+      return {t->tree.n - 1, nullptr};
+    }
+  return {write(propose(context, k), round), nullptr};
+}
+
+std::optional<NgramDrafter::TreeProposal> NgramDrafter::propose_tree(std::span<const uint32_t> context, uint32_t k) const {
+  constexpr uint32_t kMaxBranches = 8;   // earlier occurrences looked at
+  const std::vector<uint32_t> chain = propose(context, k);
+  const uint32_t budget = std::min(k + 1, TokenTree::kMaxNodes);   // nodes, the root included
+  if (chain.empty() || chain.size() + 1 >= budget || chain.size() > TokenTree::kMaxDepth) return std::nullopt;
+  TreeProposal t;
+  t.tokens.assign(1, 0);
+  // a continuation's tokens from context position j on, merged into the tree below the root
+  const auto insert = [&](size_t j) {
+    uint32_t node = 0;
+    for (; j < context.size() && t.tree.depth[node] < TokenTree::kMaxDepth; ++j) {
+      uint32_t next = 0;
+      for (uint32_t c = node + 1; c < t.tree.n && !next; ++c)
+        if (t.tree.parent[c] == node && t.tokens[c] == context[j]) next = c;
+      if (!next) {
+        if (t.tree.n == budget) return;
+        next = t.tree.add(node);
+        t.tokens.push_back(context[j]);
+      }
+      node = next;
+    }
+  };
+  for (const uint32_t token : chain) t.tokens.push_back(token), t.tree.add(t.tree.n - 1);
+  const size_t len = context.size();
+  uint32_t branches = 0;
+  for (uint32_t n = std::min<uint32_t>(max_n_, uint32_t(len - 1)); n >= min_n_ && n > 0 && t.tree.n < budget; --n) {
+    const auto suffix = context.subspan(len - n);
+    for (size_t start = len - n; start-- > 0 && branches < kMaxBranches && t.tree.n < budget;)
+      if (std::equal(suffix.begin(), suffix.end(), context.begin() + long(start))) {
+        ++branches;
+        insert(start + n);
+      }
+  }
+  if (t.tree.chain()) return std::nullopt;
+  return t;
 }
 
 std::vector<uint32_t> NgramDrafter::propose(std::span<const uint32_t> context, uint32_t k) const {

@@ -13,12 +13,14 @@
 //                 least LookupThenModelDrafter::kMinMatch tokens, the draft model otherwise.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "text/tokenizer.h"
 #include "runtime/model.h"
 #include "runtime/token_choice.h"
+#include "runtime/token_tree.h"
 
 namespace vkspec {
 
@@ -32,6 +34,10 @@ struct DraftRound {
   // 128-token catch-up in them sent adaptive K to plain rounds for most of a completion.
   int64_t catch_up_end = -1;
   bool model_drafts = false;           // a draft model chose the drafts (ModelDrafter::choose), else the host wrote them
+  // The drafts' shape: a chain, unless a drafter wrote a tree (node i's token in slot i) where the round
+  // allows one (SpeculativeDecoder: can_draft_tree).
+  bool tree_allowed = false;
+  TokenTree tree;
 };
 
 // How many of `k` drafts in slots 1..k are verified under --draft-p-min: all up to the first i >= 1 whose
@@ -130,13 +136,21 @@ class NgramDrafter : public Drafter {
   explicit NgramDrafter(uint32_t max_n = 4, uint32_t min_n = 1) : max_n_(max_n), min_n_(min_n) {}
   DrafterKind kind() const override { return DrafterKind::Ngram; }
   double relative_cost(const LlamaModel&) const override { return 0.0; }
-  Drafted draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) override {
-    return {write(propose(context, k), round), nullptr};
-  }
+  // A tree where the round allows one and earlier matches disagree, else the chain.
+  Drafted draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) override;
   bool next_round_free(std::span<const uint32_t>) const override { return true; }
   // The proposal itself (host only), and its writing into the round's slots 1.. (returns its size).
   std::vector<uint32_t> propose(std::span<const uint32_t> context, uint32_t k) const;
   static uint32_t write(std::span<const uint32_t> drafts, DraftRound& round);
+  // Up to k drafts as a tree: the chain (propose) as its first branch, nodes 1..m, then the continuations of
+  // the suffix's other earlier occurrences (the longest suffix first, the most recent first) merged where
+  // they agree, in the k - m nodes the chain leaves, each at most TokenTree::kMaxDepth deep; tokens[i] is
+  // node i's (tokens[0]: the root, unused). Nothing when the chain fills k, is deeper than a tree may be, or
+  // no other continuation differs: the chain is the proposal then. The walk follows the chain wherever it
+  // matches (a token has one child per parent), so a tree never verifies fewer tokens than its chain; it
+  // verifies more rows (measured: docs/PERFORMANCE.md).
+  struct TreeProposal { TokenTree tree; std::vector<uint32_t> tokens; };
+  std::optional<TreeProposal> propose_tree(std::span<const uint32_t> context, uint32_t k) const;
 
  private:
   uint32_t max_n_, min_n_;

@@ -162,6 +162,7 @@ TEST(Cli, BenchReportsMediansAcceptanceAndSpeedup) {
   EXPECT_DOUBLE_EQ(j["speedup"].get<double>(), spec / plain);
   EXPECT_EQ(j["greedy_identical"], true);
   EXPECT_EQ(j["speculative"]["acceptance_rate"], 1.0);
+  EXPECT_EQ(j["speculative"]["acceptance_by_depth"], nlohmann::json({1.0, 1.0, 1.0, 1.0}));   // K = 4, all kept
   EXPECT_EQ(j["speculative"]["draft_policy"], "fixed");
   // 33 tokens: the first from the prefill, then 32 from verify passes of 5 (4 drafts + bonus), 3 rounds x 3 reps
   EXPECT_DOUBLE_EQ(j["speculative"]["tokens_per_verify"].get<double>(), 33.0 / 7.0);
@@ -181,6 +182,8 @@ TEST(Cli, BenchReportsMediansAcceptanceAndSpeedup) {
   const auto js = nlohmann::json::parse(rs.out);
   EXPECT_EQ(js["speculative"]["spec_sampling"], "rejection");
   EXPECT_EQ(js["speculative"]["acceptance_rate"], 1.0);
+  EXPECT_EQ(js["speculative"]["draft_tree"], "auto");
+  EXPECT_EQ(js["speculative"]["tree_rounds"], 0) << "a draft model's rounds are chains";
 
   auto t = run_cli("bench " + kStories + " --draft ngram -p 16 -n 8 -r 1");
   ASSERT_EQ(t.code, 0) << t.err;
@@ -188,6 +191,7 @@ TEST(Cli, BenchReportsMediansAcceptanceAndSpeedup) {
   EXPECT_NE(t.out.find("speculative"), std::string::npos) << t.out;
   for (auto args : {"bench " + kStories + " -p -1", "bench " + kStories + " -p 5000 -n 8", "bench " + kStories + " -r 0",
                     "bench " + kStories + " --draft-policy sometimes", "bench " + kStories + " --spec-sampling typical",
+                    "bench " + kStories + " --draft-tree wide",
                     std::string("bench -m /nonexistent.gguf")}) {
     auto b = run_cli(args);
     EXPECT_NE(b.code, 0) << args;

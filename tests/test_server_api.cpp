@@ -78,6 +78,7 @@ TEST_F(ServerApiParse, EveryFieldIsTypeAndRangeChecked) {
       {R"({"prompt": "x", "grammar": 5})", "grammar"}, {R"({"prompt": "x", "grammar": "root ::= \"a\"\n\u0000 junk"})", "grammar"},
       {R"({"prompt": "x", "grammar": "root ::= \"a\"", "response_format": {"type": "json_object"}})", "grammar"},
       {R"({"prompt": "x", "spec_sampling": "typical"})", "spec_sampling"}, {R"({"prompt": "x", "spec_sampling": 1})", "spec_sampling"},
+      {R"({"prompt": "x", "draft_tree": "wide"})", "draft_tree"}, {R"({"prompt": "x", "draft_tree": true})", "draft_tree"},
   };
   for (const auto& [body, param] : bad) {
     std::string got;
@@ -99,6 +100,9 @@ TEST_F(ServerApiParse, EveryFieldIsTypeAndRangeChecked) {
                                                       lim_, enc_, "m");
   EXPECT_EQ(s.sp.presence_penalty, 0.0f);   // OpenAI's defaults: no penalty
   EXPECT_EQ(s.sp.spec_sampling, VKSPEC_SPEC_SAMPLING_COUPLED);   // the server's default (--spec-sampling)
+  EXPECT_EQ(s.draft_tree, -1);                                   // the server's (--draft-tree)
+  EXPECT_EQ(cli::parse_completion(cli::parse_body(R"({"prompt": "x", "draft_tree": "off"})", lim_), false, lim_, enc_, "m")
+                .draft_tree, 0);
   EXPECT_EQ(cli::parse_completion(cli::parse_body(R"({"prompt": "x", "spec_sampling": "rejection"})", lim_), false, lim_,
                                   enc_, "m").sp.spec_sampling, VKSPEC_SPEC_SAMPLING_REJECTION);
   EXPECT_EQ(s.sp.frequency_penalty, 0.0f);

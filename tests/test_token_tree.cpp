@@ -2,9 +2,12 @@
 // root-to-node path run alone, bit for bit (both kernel families, the tree's rows split across chunks or
 // not, beside another sequence's rows); the accepted path's K/V moved into place (PagedKvCache::queue_move)
 // leaves the cache a fresh prefill of that path would: the next token's logits are equal bit for bit.
+// Prompt lookup's trees (NgramDrafter::propose_tree) give the tokens of decoding without speculation, greedy
+// and sampled, alone and in a batch, and never verify fewer tokens per pass than its chains.
 #include <cstring>
 
 #include "runtime/model.h"
+#include "tests/batch_engine_test_env.h"
 #include "tests/vk_test_env.h"
 
 namespace vkspec::test {
@@ -94,6 +97,62 @@ TEST_P(TokenTreeTest, ATreePassGivesEveryNodeItsPathsLogitsAndTheAcceptedPathMov
     m.kv().free_sequence(seq);
     m.kv().free_sequence(other);
   }
+}
+
+// Code whose lines repeat with variations (the lookup finds several earlier matches that continue differently).
+const char* kRepetitiveCode =
+    "def read_config(path):\n    config = {}\n    with open(path) as f:\n        for line in f:\n"
+    "            line = line.strip()\n            if not line or line.startswith(\"#\"):\n                continue\n"
+    "            key, value = line.split(\"=\", 1)\n            config[key.strip()] = value.strip()\n    return config\n\n"
+    "def read_list(path):\n    items = []\n    with open(path) as f:\n        for line in f:\n";
+
+TEST_F(BatchEngineTest, PromptLookupTreesGiveTheTokensOfDecodingWithoutThem) {
+  TargetModel::Options to;
+  to.path = shared_path("models/pycode-target-f16.gguf");
+  to.n_ctx = 512;
+  to.max_sequences = 3;
+  auto t = std::make_shared<TargetModel>(to);
+  const std::vector<uint32_t> prompt = encode(*t, kRepetitiveCode);
+  DraftOptions o;
+  o.ngram = true;
+  o.max = 6;
+  o.policy = DraftLengthPolicy::Fixed;
+  DraftOptions chains = o;
+  chains.tree = false;
+  Engine with_trees(t, o), with_chains(t, chains);
+  const int n = 96;
+  uint64_t tree_rounds = 0, sampled_tree_rounds = 0;
+  for (const auto& [temp, seed] : {std::pair{0.0f, 3u}, {0.5f, 3u}, {0.5f, 4u}, {0.8f, 5u}}) {
+    SCOPED_TRACE("T " + std::to_string(temp) + " seed " + std::to_string(seed));
+    SamplingParams sp;
+    sp.temperature = temp;
+    sp.seed = seed;
+    const SequenceResult plain = with_trees.generate(prompt, sp, n, true, false);
+    const SequenceResult tree = with_trees.generate(prompt, sp, n, true, true);
+    const SequenceResult chain = with_chains.generate(prompt, sp, n, true, true);
+    EXPECT_EQ(tree.ids, plain.ids);
+    EXPECT_EQ(chain.ids, plain.ids);
+    EXPECT_EQ(chain.spec.tree_rounds, 0u);
+    tree_rounds += tree.spec.tree_rounds;
+    if (temp > 0) sampled_tree_rounds += tree.spec.tree_rounds;
+    // the same tokens in fewer or as many passes: a tree holds its chain, the walk follows it where it matches
+    EXPECT_LE(tree.spec.verify_passes, chain.spec.verify_passes);
+    printf("T %.1f: %llu of %llu verify passes over trees, %.3f tokens per pass (chains: %.3f)\n", temp,
+           (unsigned long long)tree.spec.tree_rounds, (unsigned long long)tree.spec.verify_passes,
+           tree.spec.tokens_per_verify(), chain.spec.tokens_per_verify());
+
+    BatchEngine batch(t, o, {2, 64});   // beside another request's rows
+    Outcome a, b;
+    batch.submit(request(prompt, sp, n, a));
+    batch.submit(request(encode(*t, kPrompts[2]), sp, 24, b));
+    drain(batch);
+    ASSERT_TRUE(a.done && b.done);
+    EXPECT_EQ(a.ids, plain.ids) << "in a batch";
+    tree_rounds += a.result.spec.tree_rounds;
+    t->model->kv().check_invariants();
+  }
+  EXPECT_GT(tree_rounds, 0u) << "no round drafted a tree";
+  EXPECT_GT(sampled_tree_rounds, 0u) << "no sampled round drafted a tree";
 }
 
 }  // namespace

@@ -106,6 +106,7 @@ void run_samples(const RunOptions& o, const api::Model& model, const RunInfo& in
       SpecTotals spec;
       spec.drafted = s.result.drafted, spec.accepted = s.result.accepted;
       spec.verify_passes = s.result.verify_passes, spec.round_tokens = s.result.round_tokens;
+      spec.tree_rounds = s.result.tree_rounds;
       print_completion(o, info, prompt, s.ids, s.text, base_seed + printed, cli_stop_reason(s.result.stop_reason),
                        s.result.prefill_seconds, s.result.decode_seconds, s.result.speculative ? &spec : nullptr, n_ctx);
     }

@@ -70,6 +70,11 @@ void add_draft_options(CLI::App* c, vkspec::cli::RunOptions& o) {
   c->add_option("--draft-policy", o.draft_policy,
                 "adaptive (default): K in 0..draft-max from the measured acceptance and costs; fixed: always K")
       ->check(CLI::IsMember({"fixed", "adaptive"}));
+  c->add_option("--draft-tree", o.draft_tree,
+                "auto (default): prompt lookup drafts a token tree (several earlier matches' continuations, one verify "
+                "pass) where it can; off: chains only")
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(vkspec::cli::kDraftTreeNames),
+                                                     std::end(vkspec::cli::kDraftTreeNames))));
   c->add_option("--spec-sampling", o.spec_sampling,
                 "How sampled drafts are verified: coupled (default): the tokens are sampling's without speculation; "
                 "rejection: rejection sampling, the same distribution and more drafts kept, tokens that depend on the drafts")

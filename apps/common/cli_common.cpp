@@ -131,6 +131,7 @@ vkspec_draft_params draft_params(const RunOptions& o) {
   d.min = o.draft_min < 0 ? 1000u : uint32_t(o.draft_min);
   d.p_min = o.draft_p_min;
   d.adaptive = o.draft_policy == "adaptive";
+  d.tree = draft_tree_value(o.draft_tree);   // (another name cannot pass the flag's check)
   return d;
 }
 
@@ -195,13 +196,18 @@ std::optional<std::string> chat_template_source(const api::Model& m, const std::
 
 SpecTotals& SpecTotals::operator+=(const vkspec_metrics& m) {
   drafted += m.drafted, accepted += m.accepted, verify_passes += m.verify_passes, round_tokens += m.round_tokens;
+  tree_rounds += m.tree_rounds;
+  for (size_t d = 0; d < std::size(drafted_at); ++d) drafted_at[d] += m.drafted_at_depth[d], accepted_at[d] += m.accepted_at_depth[d];
   return *this;
 }
 
 nlohmann::json speculative_json(const RunOptions& o, const std::string& drafter, const SpecTotals& s) {
-  return {{"drafter", drafter}, {"draft_max", o.draft_max}, {"draft_min", o.draft_min},
+  nlohmann::json by_depth = nlohmann::json::array();   // acceptance at draft depth 1, 2, ... (while drafted)
+  for (size_t d = 0; d < std::size(s.drafted_at) && s.drafted_at[d]; ++d)
+    by_depth.push_back(double(s.accepted_at[d]) / double(s.drafted_at[d]));
+  return {{"drafter", drafter}, {"acceptance_by_depth", by_depth}, {"draft_max", o.draft_max}, {"draft_min", o.draft_min},
           {"draft_p_min", o.draft_p_min}, {"draft_policy", o.draft_policy == "adaptive" ? "adaptive" : "fixed"},
-          {"spec_sampling", o.spec_sampling},
+          {"spec_sampling", o.spec_sampling}, {"draft_tree", o.draft_tree}, {"tree_rounds", s.tree_rounds},
           {"drafted", s.drafted}, {"accepted", s.accepted}, {"acceptance_rate", s.acceptance_rate()},
           {"tokens_per_verify", s.tokens_per_verify()}, {"verify_passes", s.verify_passes}};
 }

@@ -51,6 +51,7 @@ struct RunOptions {
   float draft_p_min = 0.0f;
   std::string draft_policy = "adaptive";   // fixed (always K) | adaptive (speculative/draft_policy.h)
   std::string spec_sampling = "coupled";   // coupled | rejection (vkspec_sampling_params.spec_sampling)
+  std::string draft_tree = "auto";         // auto | off (vkspec_draft_params.tree)
   bool speculative() const { return !draft_model.empty() || !draft.empty(); }
 };
 
@@ -123,12 +124,14 @@ std::optional<std::string> chat_template_source(const api::Model& m, const std::
 
 // Speculation totals over one or more generations (vkspec_metrics).
 struct SpecTotals {
-  uint64_t drafted = 0, accepted = 0, verify_passes = 0, round_tokens = 0;
+  uint64_t drafted = 0, accepted = 0, verify_passes = 0, round_tokens = 0, tree_rounds = 0;
+  uint64_t drafted_at[16] = {}, accepted_at[16] = {};   // per draft depth (vkspec_metrics.drafted_at_depth)
   SpecTotals& operator+=(const vkspec_metrics& m);
   double acceptance_rate() const { return drafted ? double(accepted) / double(drafted) : 0.0; }
   double tokens_per_verify() const { return verify_passes ? double(round_tokens) / double(verify_passes) : 0.0; }
 };
-// "speculative":{"drafter", "draft_max", ..., "drafted", "accepted", "acceptance_rate", "tokens_per_verify"}
+// "speculative":{"drafter", "draft_max", ..., "drafted", "accepted", "acceptance_rate", "acceptance_by_depth",
+// "tokens_per_verify", "tree_rounds"}
 nlohmann::json speculative_json(const RunOptions& o, const std::string& drafter, const SpecTotals& s);
 // The CLI's name for the library's stop reason ("interrupted" where it says "stopped": a callback ended it).
 std::string cli_stop_reason(const char* library_reason);

@@ -14,7 +14,7 @@ const std::pair<const char*, double> kDefaults[] = {{"temperature", 0.8}, {"top_
 // Fields with the OpenAI layer's meaning under the same name (type- and range-checked there).
 const char* const kSame[] = {"temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n",
                              "presence_penalty", "frequency_penalty", "stop", "grammar", "json_schema", "ignore_eos",
-                             "spec_sampling"};
+                             "spec_sampling", "draft_tree"};
 // Samplers vkspec does not run: accepted only at the value that turns them off.
 const std::pair<const char*, double> kNeutral[] = {{"mirostat", 0},   {"typical_p", 1},      {"tfs_z", 1},
                                                    {"dynatemp_range", 0}, {"xtc_probability", 0}, {"dry_multiplier", 0},

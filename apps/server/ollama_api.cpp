@@ -20,7 +20,7 @@ const std::set<std::string> kRunnerOptions = {"num_ctx", "num_batch", "num_gpu",
 // Options with the same meaning under the OpenAI layer's (and llama.cpp's) names.
 const std::set<std::string> kSamplingOptions = {"temperature", "top_k", "top_p", "min_p", "seed", "repeat_penalty",
                                                 "repeat_last_n", "presence_penalty", "frequency_penalty", "stop",
-                                                "spec_sampling"};
+                                                "spec_sampling", "draft_tree"};
 
 // Ollama's defaults where a request leaves them out (its Modelfile defaults; OpenAI's differ).
 const std::pair<const char*, double> kOllamaDefaults[] = {

@@ -122,6 +122,7 @@ std::shared_ptr<Job> Server::start_job(CompletionSpec spec) {
     r.sampling.grammar_trigger = job->spec.grammar_trigger.empty() ? nullptr : job->spec.grammar_trigger.c_str();
     r.max_tokens = job->spec.max_tokens;
     r.ignore_eos = job->spec.ignore_eos;
+    r.draft_tree = job->spec.draft_tree;
     r.logits = job->spec.logprobs;
     r.on_token = [](uint64_t, int32_t t, const char* piece, size_t len, int32_t, const float* row, uint32_t n_vocab,
                     void* user) -> int {

@@ -393,6 +393,10 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
     s.sp.spec_sampling = ss->is_string() ? cli::spec_sampling_value(ss->get<std::string>()) : -1;
     if (s.sp.spec_sampling < 0) bad("spec_sampling", "'spec_sampling' must be \"coupled\" or \"rejection\"");
   }
+  if (const ojson* dt = field(body, "draft_tree")) {   // vkspec's: prompt lookup's token trees
+    s.draft_tree = dt->is_string() ? cli::draft_tree_value(dt->get<std::string>()) : -1;
+    if (s.draft_tree < 0) bad("draft_tree", "'draft_tree' must be \"auto\" or \"off\"");
+  }
   s.ignore_eos = boolean(body, "ignore_eos", false);
   s.n = uint32_t(integer(body, "n", 1, 1, lim.max_n));
   s.stream = boolean(body, "stream", false);

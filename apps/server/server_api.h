@@ -54,6 +54,7 @@ struct CompletionSpec {
   std::vector<ToolFunction> tools; // chat `tools` the reply may call (empty: none, or tool_choice "none")
   uint32_t max_tokens = 0;
   bool ignore_eos = false;         // llama.cpp's extension: generate max_tokens whatever the model says
+  int32_t draft_tree = -1;         // vkspec's draft_tree: vkspec_request_params.draft_tree (-1: the server's)
   uint32_t n = 1;
   bool stream = false, include_usage = false;
   std::vector<std::string> stop;
