@@ -23,8 +23,10 @@ BatchEngine::BatchEngine(std::shared_ptr<TargetModel> target, const DraftOptions
   draft_model_ = load_draft_model(*t_, o, opts.parallel + opts.cached_sequences, opts.parallel);
   const uint32_t V = m.hparams().n_vocab;
   rec_ = std::make_unique<Recorder>(*t_->ctx, profiling_requested());
-  // A step's logits rows: one per sequence (its decode row or its prompt's last), K + 1 when it speculates.
-  const VkDeviceSize rows = VkDeviceSize(opts.parallel) * (has_drafter() ? o.max + 1 : 1);
+  // A step's logits rows: one per sequence (its decode row or its prompt's last), K + 1 when it speculates,
+  // 2K + 1 (at most a tree's nodes) when a draft model's runner-ups join its chain (DraftTree).
+  const uint32_t verify_rows = draft_model_ ? std::min(2 * o.max + 1, TokenTree::kMaxNodes) : o.max + 1;
+  const VkDeviceSize rows = VkDeviceSize(opts.parallel) * (has_drafter() ? verify_rows : 1);
   logits_arena_ = std::make_unique<Arena>(*t_->ctx, MemoryKind::Device, rows * V * 4 + 4096);
   logits_ = logits_arena_->alloc(rows * V * 4, "batch logits");
   logits_readback_arena_ = std::make_unique<Arena>(*t_->ctx, MemoryKind::Readback, VkDeviceSize(opts.parallel) * V * 4 + 4096);

@@ -38,7 +38,7 @@ struct BatchRequest {
   uint32_t max_tokens = 16;
   bool ignore_eos = false;
   bool speculate = true;          // when the engine has a drafter
-  std::optional<bool> draft_tree; // prompt lookup's token trees (SpeculativeOptions::tree); none: the engine's
+  std::optional<DraftTree> draft_tree;   // token trees (SpeculativeOptions::tree); none: the engine's
   bool logits = false;            // keep each generated token's logits row (logits_row) for logprobs; no speculation
   // On the engine thread, for each accepted token in order: its id, whether it was a verified draft, and
   // (with `logits`) the row it was chosen from. False ends the request (Stopped).

@@ -129,8 +129,9 @@ vkspec_status vkspec_batch_submit(vkspec_batch* batch, const int32_t* prompt, si
     r->max_tokens = params->max_tokens;
     r->ignore_eos = params->ignore_eos != 0;
     r->speculate = params->speculative != 0;
-    require(params->draft_tree >= -1 && params->draft_tree <= 1, "draft_tree must be -1 (the batch's), 0 (chains) or 1 (trees)");
-    if (params->draft_tree >= 0) r->draft_tree = params->draft_tree == 1;
+    require(params->draft_tree >= -1 && params->draft_tree <= 2,
+            "draft_tree must be -1 (the batch's), 0 (off), 1 (auto) or 2 (wide)");
+    if (params->draft_tree >= 0) r->draft_tree = DraftTree(params->draft_tree);
     r->logits = params->logits != 0;
     const uint64_t rid = *id = new_id(b);
     const vkspec_request_params p = *params;

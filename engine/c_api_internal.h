@@ -2,6 +2,7 @@
 // What the C API's source files (engine/c_api.cpp: models, contexts; engine/c_api_batch.cpp: batches)
 // share: the model handle, api_call() (every entry point runs inside it: exceptions become a status and the
 // thread's last error message), the registry of live handles and the conversions of parameter structs.
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -191,9 +192,10 @@ inline DraftOptions draft_options(const vkspec_draft_params& d) {
   o.min = d.min;
   o.p_min = d.p_min;
   o.policy = d.adaptive ? DraftLengthPolicy::Adaptive : DraftLengthPolicy::Fixed;
-  o.tree = d.tree != 0;
+  static_assert(int(DraftTree::Off) == 0 && int(DraftTree::Auto) == 1 && int(DraftTree::Wide) == 2);
+  o.tree = DraftTree(std::clamp(d.tree, 0, 2));
   try {
-    if (d.tree != 0 && d.tree != 1) throw Error("--draft-tree (vkspec_draft_params.tree) must be 0 (off) or 1 (auto)");
+    if (d.tree < 0 || d.tree > 2) throw Error("--draft-tree (vkspec_draft_params.tree) must be 0 (off), 1 (auto) or 2 (wide)");
     check_draft_options(o);
   } catch (const Error& e) {
     throw Failure{VKSPEC_ERROR_INVALID_ARGUMENT, e.what()};

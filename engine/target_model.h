@@ -18,6 +18,7 @@
 #include "runtime/model.h"
 #include "runtime/sampling_params.h"
 #include "speculative/draft_policy.h"
+#include "speculative/controller.h"
 #include "speculative/drafter.h"
 
 namespace vkspec {
@@ -29,7 +30,7 @@ struct DraftOptions {
   uint32_t max = 5, min = 0;   // K (the most when adaptive); rounds drafting fewer decode plainly
   float p_min = 0.0f;
   DraftLengthPolicy policy = DraftLengthPolicy::Adaptive;
-  bool tree = true;         // prompt lookup's drafts as token trees (SpeculativeOptions::tree)
+  DraftTree tree = DraftTree::Auto;   // which rounds draft token trees (speculative/controller.h)
   DrafterKind kind() const {
     if (!model_path.empty()) return ngram ? DrafterKind::NgramThenModel : DrafterKind::Model;
     return ngram ? DrafterKind::Ngram : DrafterKind::None;

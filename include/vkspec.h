@@ -318,9 +318,10 @@ typedef struct vkspec_draft_params {
   int32_t adaptive;          /* 1: K chosen per round from measured acceptance and costs */
   uint32_t min;              /* rounds that would draft fewer tokens decode plainly (0..max) */
   float p_min;               /* a draft model's step whose top probability is below this ends the draft (0: off) */
-  /* API version 13: 1 (default): prompt lookup's drafts become a token tree (the continuations of several
-   * earlier matches as branches, verified in one pass) where the context offers more than one and the
-   * request has no penalty, constraint or rejection sampling; 0: chains only. The tokens are the same. */
+  /* API version 13, token trees (several continuations verified in one pass) for requests without a
+   * penalty, constraint or rejection sampling; the tokens are the same. 1 (default, "auto"): prompt lookup's
+   * rounds where earlier matches continue differently, and a draft model's with each step's runner-up as a
+   * leaf beside its draft on GPUs; 2 ("wide"): the runner-up leaves on CPU devices too; 0 ("off"): chains. */
   int32_t tree;
 } vkspec_draft_params;
 
@@ -501,7 +502,7 @@ typedef struct vkspec_request_params {
   vkspec_request_token_fn on_token;
   vkspec_request_done_fn on_done;
   void* user;
-  int32_t draft_tree;          /* API version 13: -1 (default): the batch's vkspec_draft_params.tree; 0: chains; 1: trees */
+  int32_t draft_tree;          /* API version 13: -1 (default): the batch's vkspec_draft_params.tree; else its values */
 } vkspec_request_params;
 
 VKSPEC_API vkspec_request_params vkspec_request_default_params(void);

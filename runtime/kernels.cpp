@@ -326,8 +326,8 @@ void Kernels::attention(Recorder& r, const AttentionShape& s, const Slice& q, co
 uint32_t Kernels::attention_split() const { return family_ == KernelFamily::Subgroup ? kAttentionSplitGpu : kAttentionSplit; }
 
 void Kernels::argmax(Recorder& r, const Slice& logits, const Slice& slots, uint32_t n, uint32_t cols,
-                     bool top_prob) {
-  ArgmaxPC pc{logits.address, slots.address, cols, top_prob ? 1u : 0u};
+                     bool top_prob, const Slice& exclude) {
+  ArgmaxPC pc{logits.address, slots.address, exclude ? exclude.address : 0, cols, top_prob ? 1u : 0u};
   // 256 lanes: a 128k-entry row is one workgroup's loop, so wider is faster on a GPU (64 lanes: 0.59 ms on an H100)
   r.dispatch(pipelines_.get("argmax", {wg_synced(256)}), &pc, sizeof pc, n);
 }

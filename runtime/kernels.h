@@ -140,8 +140,10 @@ class Kernels {
   // per workgroup, head_dim a multiple of 8 up to 128: whole f16 KV texels per row) for the row-per-lane
   // family when q, the pools and the table are texel-readable and the device has subgroupShuffle.
   const char* attention_shader(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const;
-  // slots[t] = {argmax of row t (lowest id among ties), its softmax probability when top_prob else 0}.
-  void argmax(Recorder& r, const Slice& logits, const Slice& slots, uint32_t n, uint32_t cols, bool top_prob = false);
+  // slots[t] = {argmax of row t (lowest id among ties), its softmax probability when top_prob else 0};
+  // `exclude` (token slots): row t leaves out exclude's slot t token.
+  void argmax(Recorder& r, const Slice& logits, const Slice& slots, uint32_t n, uint32_t cols, bool top_prob = false,
+              const Slice& exclude = {});
   // Rejection sampling's verdict on one sequence's drafts (shaders/spec_accept.comp): pc's out slots get the
   // accepted drafts and the token after them.
   void spec_accept(Recorder& r, const contract::SpecAcceptPC& pc);

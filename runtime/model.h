@@ -80,6 +80,7 @@ class LlamaModel {
   const LlamaHParams& hparams() const { return hp_; }
   PagedKvCache& kv() { return *kv_; }
   uint32_t n_ctx() const { return n_ctx_; }
+  const DeviceFacts& facts() const { return ctx_.facts(); }
   uint64_t weight_bytes() const { return weight_bytes_; }   // what one decode step reads, near enough
   uint32_t ubatch() const { return ubatch_; }               // tokens per forward chunk
   Kernels& kernels() { return *kernels_; }

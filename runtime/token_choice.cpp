@@ -136,6 +136,13 @@ void TokenChooser::record_tree_choices(Recorder& r, Kernels& k, const Slice& log
   r.barrier();
 }
 
+void TokenChooser::record_runner_up(Recorder& r, Kernels& k, const Slice& logits_row, uint32_t of_slot,
+                                    uint32_t out_slot) {
+  k.argmax(r, logits_row.sub(0, VkDeviceSize(n_vocab_) * 4), slot_range(out_slot, 1), 1, n_vocab_, false,
+           slot_range(of_slot, 1));
+  r.barrier();
+}
+
 BatchedChoices::BatchedChoices(VulkanDevice& ctx, Pipelines& pipelines, uint32_t n_vocab, uint32_t max_rows)
     : n_vocab_(n_vocab), max_rows_(max_rows) {
   arena_ = std::make_unique<Arena>(ctx, MemoryKind::Device, VkDeviceSize(max_rows) * TokenChooser::kSlotBytes + 4096);

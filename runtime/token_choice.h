@@ -85,6 +85,8 @@ class TokenChooser {
   // at counter position + its depth; one history for every row (no penalty or mask: can_draft_tree).
   void record_tree_choices(Recorder& r, Kernels& k, const Slice& logits, const TokenTree& tree, uint32_t out_slot,
                            uint32_t history_len, uint64_t position);
+  // The best token of one logits row but the one in slot `of_slot` (a draft's runner-up) into slot out_slot.
+  void record_runner_up(Recorder& r, Kernels& k, const Slice& logits_row, uint32_t of_slot, uint32_t out_slot);
   // Device mode: the choice after one logits row into slot out_slot as a row of a batched record
   // (DeviceSampler::record_rows, with rows of other sequences), at history_len history tokens and counter
   // `position`: what record_choice(..., 1 row, ...) records alone.

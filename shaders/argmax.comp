@@ -3,7 +3,8 @@
 // sampler); the top probability 1 / sum(exp(l - max)) only when want_top_prob (speculative drafts with
 // --draft-p-min), else 0. Output in the token-slot layout ({token, aux} pairs) that the next step's
 // embedding reads (which clamps ids to the vocabulary). A row holding NaN or Inf gets NON_FINITE_TOKEN, which
-// the host reports as broken logits. One workgroup per row.
+// the host reports as broken logits. With `exclude`, row t's argmax leaves out the token in slot t there (a
+// draft's runner-up: the best token but the one drawn). One workgroup per row.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "contract.h"
@@ -17,6 +18,7 @@ shared bool non_finite;
 
 void main() {
   const uint base = gl_WorkGroupID.x * pc.cols, lane = gl_LocalInvocationID.x;
+  const uint excluded = pc.exclude == uvec2(0u) ? 0xffffffffu : Uints(pc.exclude).v[SLOT_TOKEN(gl_WorkGroupID.x)];
   float bv = -1.0 / 0.0;
   uint bi = 0xffffffffu;
   bool bad = false;
@@ -24,7 +26,7 @@ void main() {
   for (uint i = lane; i < pc.cols; i += WG) {
     const float v = Floats(pc.logits).v[base + i];
     bad = bad || isnan(v) || isinf(v);
-    if (v > bv || bi == 0xffffffffu) { bv = v; bi = i; }
+    if (i != excluded && (v > bv || bi == 0xffffffffu)) { bv = v; bi = i; }
   }
   barrier();
   if (bad) non_finite = true;   // every writer writes the same value

@@ -161,6 +161,7 @@ VKSPEC_CONST MODE_ROPE_KV = 8u;       // matmul_rows, the [q k v] projection: Ro
 #define PC_ARGMAX                                                                                       \
   vk_addr logits;                      /* [n][cols] */                                                  \
   vk_addr slots;                       /* [n] token slots */                                            \
+  vk_addr exclude;                     /* 0, or [n] token slots: row t never chooses slot t's token */  \
   vk_uint cols; vk_uint want_top_prob;
 
 // A token mask (SAMPLE_ROW.mask; written by constrain/token_constraint.h's constraints): a row of

@@ -113,11 +113,14 @@ uint32_t SpeculativeDecoder::drafts_planned(uint32_t sharing, const std::optiona
   round_.catch_up_end = -1;
   round_.model_drafts = false;
   round_.tree = TokenTree{};
-  round_.tree_allowed = opts_.tree && can_draft_tree(chooser_.params());
+  round_.tree_allowed = opts_.tree != DraftTree::Off && can_draft_tree(chooser_.params());
+  round_.runner_ups = round_.tree_allowed && (opts_.tree == DraftTree::Wide || !target_.facts().prefers_row_per_lane());
+  if (round_.runner_ups) k_max = std::min({k_max, (TokenTree::kMaxNodes - 1) / 2, room / 2});   // a chain and its leaves
   return k_max;
 }
 
 uint32_t SpeculativeDecoder::drafts_recorded(uint32_t k) {
+  if (round_.tree.n > 1) k = round_.tree.n - 1;   // a drafter's tree: its nodes are the drafts
   k = chooser_.set_draft_masks(k);   // constrained: only drafts it allows, each verify row masked
   k_ = k < opts_.draft_min ? 0 : k;   // a short n-gram proposal: decode plainly
   tree_ = k_ > 0 && round_.tree.n > 1 && !round_.tree.chain();

@@ -32,6 +32,14 @@
 
 namespace vkspec {
 
+// Which rounds draft token trees (verified in one pass) instead of chains:
+//   Off:  none.
+//   Auto: prompt lookup's rounds where earlier matches continue differently (NgramDrafter::propose_tree), and
+//         a draft model's with each step's runner-up as a leaf beside its draft where the device is a GPU
+//         (a verify pass of 2K + 1 rows costs about what one of K + 1 costs there; on a CPU device it does not).
+//   Wide: as Auto, the runner-up leaves on every device.
+enum class DraftTree : uint8_t { Off, Auto, Wide };
+
 struct SpeculativeOptions {
   uint32_t draft_max = 5;   // K
   uint32_t draft_min = 0;   // rounds with fewer drafted tokens decode plainly
@@ -42,9 +50,8 @@ struct SpeculativeOptions {
   // K from modeled costs even when the device has timestamps (a batch shares its passes between sequences,
   // so a sequence's own draft and verify times cannot be measured).
   bool timing_free = false;
-  // Prompt lookup's drafts as a token tree (several earlier matches' continuations as branches, verified in
-  // one pass: runtime/token_tree.h) where can_draft_tree allows; false: chains only.
-  bool tree = true;
+  // Token trees (runtime/token_tree.h) where can_draft_tree allows: DraftTree says which.
+  DraftTree tree = DraftTree::Auto;
 };
 
 // The one rule for when a round may draft a tree: its verify rows' choices must not depend on the drafts

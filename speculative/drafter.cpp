@@ -75,6 +75,19 @@ void ModelDrafter::choose(uint32_t i, DraftRound& round, const Slice& logits_row
     ch.record_choice(round.rec, model_.kernels(), logits_row, 1, i + 1, round.history_len + i, context_size + i, p_min_ > 0);
 }
 
+bool ModelDrafter::shape(DraftRound& round, uint32_t k) const {
+  if (!round.runner_ups || p_min_ > 0 || k == 0) return false;
+  round.tree = TokenTree{};
+  for (uint32_t i = 0; i < k; ++i) round.tree.add(i);          // the chain: node i + 1 below node i
+  for (uint32_t i = 0; i < k; ++i) round.tree.add(i);          // its runner-ups: node k + 1 + i beside node i + 1
+  return true;
+}
+
+void ModelDrafter::choose_runner_up(uint32_t i, DraftRound& round, const Slice& logits_row) {
+  const uint32_t k = (round.tree.n - 1) / 2;
+  round.chooser.record_runner_up(round.rec, model_.kernels(), logits_row, i + 1, k + 1 + i);
+}
+
 void ModelDrafter::end(std::span<const uint32_t> context, uint32_t k) {
   cached_.assign(context.begin(), context.end());
   pending_ = k - 1;   // drafts whose K/V the steps appended (all but the last)
@@ -85,6 +98,7 @@ uint32_t ModelDrafter::record_steps(std::span<const uint32_t> context, uint32_t 
   // chooses draft i + 1 into slot i + 1: k steps for k drafts.
   Steps st = begin(context, k);
   if (st.k == 0) return 0;
+  const bool runner_ups = shape(round, st.k);
   if (st.n_in > 2 && round.rec.can_mark()) {   // catch up first, timed apart (DraftRound::catch_up_end)
     model_.record_forward(round.rec, seq_, st.in, st.n_in - 1, Logits::None);
     round.catch_up_end = round.rec.mark();
@@ -94,6 +108,7 @@ uint32_t ModelDrafter::record_steps(std::span<const uint32_t> context, uint32_t 
   for (uint32_t i = 0; i < st.k; ++i) {
     model_.record_forward(round.rec, seq_, st.in, st.n_in, Logits::Last);
     choose(i, round, model_.logits_rows(), context.size());
+    if (runner_ups) choose_runner_up(i, round, model_.logits_rows());
     st.in = round.chooser.input(i + 1);
     st.n_in = 1;
   }
@@ -105,10 +120,12 @@ uint32_t record_batched_drafts(LlamaModel& draft, std::span<BatchedDraft> jobs, 
                                BatchedChoices& choices) {
   std::vector<ModelDrafter::Steps> steps;
   uint32_t k_max = 0;
+  std::vector<bool> runner_ups;
   for (BatchedDraft& j : jobs) {
     if (&j.drafter->model() != &draft) throw Error("internal: batched drafts on different draft models");
     steps.push_back(j.k ? j.drafter->begin(j.context, j.k) : ModelDrafter::Steps{});
     j.k = steps.back().k;
+    runner_ups.push_back(j.drafter->shape(*j.round, j.k));
     k_max = std::max(k_max, j.k);
   }
   const VkDeviceSize row = VkDeviceSize(draft.hparams().n_vocab) * 4;
@@ -131,6 +148,12 @@ uint32_t record_batched_drafts(LlamaModel& draft, std::span<BatchedDraft> jobs, 
       steps[j].n_in = 1;
     }
     choices.record(rec, draft.kernels());
+    r = 0;
+    for (size_t j = 0; j < jobs.size(); ++j) {   // (the runner-ups leave out the drafts just chosen)
+      if (jobs[j].k <= i) continue;
+      const Slice row_logits = logits.sub(r++ * row, row);
+      if (runner_ups[j]) jobs[j].drafter->choose_runner_up(i, *jobs[j].round, row_logits);
+    }
   }
   for (BatchedDraft& j : jobs)
     if (j.k) j.drafter->end(j.context, j.k);

@@ -35,8 +35,9 @@ struct DraftRound {
   int64_t catch_up_end = -1;
   bool model_drafts = false;           // a draft model chose the drafts (ModelDrafter::choose), else the host wrote them
   // The drafts' shape: a chain, unless a drafter wrote a tree (node i's token in slot i) where the round
-  // allows one (SpeculativeDecoder: can_draft_tree).
-  bool tree_allowed = false;
+  // allows one (SpeculativeDecoder: can_draft_tree, DraftTree): prompt lookup's (tree_allowed), or a draft
+  // model's chain with each step's runner-up as a leaf beside its draft (runner_ups).
+  bool tree_allowed = false, runner_ups = false;
   TokenTree tree;
 };
 
@@ -117,6 +118,11 @@ class ModelDrafter : public Drafter {
   // end() records what the cache now holds.
   struct Steps { TokenInput in; uint32_t n_in = 0, k = 0; };
   Steps begin(std::span<const uint32_t> context, uint32_t k);
+  // After begin(): the round's tree when it takes runner-ups (chain nodes 1..k, then the leaf beside chain
+  // node i + 1 at k + 1 + i), and whether it does (not with --draft-p-min, whose cut a tree has not).
+  bool shape(DraftRound& round, uint32_t k) const;
+  // After step i's choice is recorded (in a batch: after the step's choices): its runner-up into its leaf.
+  void choose_runner_up(uint32_t i, DraftRound& round, const Slice& logits_row);
   void choose(uint32_t i, DraftRound& round, const Slice& logits_row, size_t context_size,
               BatchedChoices* batch = nullptr);
   void end(std::span<const uint32_t> context, uint32_t k);

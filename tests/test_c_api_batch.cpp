@@ -235,7 +235,7 @@ TEST(CApiBatch, CancelShutdownAndErrors) {
   EXPECT_EQ(vkspec_batch_create(m, &bp, &bad), VKSPEC_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(vkspec_last_error()).find("--draft-max"), std::string::npos) << vkspec_last_error();
   bp.draft = vkspec_batch_default_params().draft;
-  bp.draft.tree = 2;
+  bp.draft.tree = 3;
   EXPECT_EQ(vkspec_batch_create(m, &bp, &bad), VKSPEC_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(vkspec_last_error()).find("--draft-tree"), std::string::npos) << vkspec_last_error();
   bp.draft = vkspec_batch_default_params().draft;
@@ -266,7 +266,7 @@ TEST(CApiBatch, CancelShutdownAndErrors) {
   EXPECT_EQ(vkspec_batch_submit(b, long_prompt.data(), long_prompt.size(), &rp, &id), VKSPEC_ERROR_INVALID_ARGUMENT);
   const int32_t bad_token = 1 << 20;
   EXPECT_EQ(vkspec_batch_submit(b, &bad_token, 1, &rp, &id), VKSPEC_ERROR_INVALID_ARGUMENT);
-  rp.draft_tree = 2;
+  rp.draft_tree = 3;
   EXPECT_EQ(vkspec_batch_submit(b, prompt.data(), prompt.size(), &rp, &id), VKSPEC_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(vkspec_last_error()).find("draft_tree"), std::string::npos) << vkspec_last_error();
   rp.draft_tree = -1;

@@ -191,7 +191,7 @@ TEST(Cli, BenchReportsMediansAcceptanceAndSpeedup) {
   EXPECT_NE(t.out.find("speculative"), std::string::npos) << t.out;
   for (auto args : {"bench " + kStories + " -p -1", "bench " + kStories + " -p 5000 -n 8", "bench " + kStories + " -r 0",
                     "bench " + kStories + " --draft-policy sometimes", "bench " + kStories + " --spec-sampling typical",
-                    "bench " + kStories + " --draft-tree wide",
+                    "bench " + kStories + " --draft-tree broad",
                     std::string("bench -m /nonexistent.gguf")}) {
     auto b = run_cli(args);
     EXPECT_NE(b.code, 0) << args;

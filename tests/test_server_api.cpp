@@ -78,7 +78,7 @@ TEST_F(ServerApiParse, EveryFieldIsTypeAndRangeChecked) {
       {R"({"prompt": "x", "grammar": 5})", "grammar"}, {R"({"prompt": "x", "grammar": "root ::= \"a\"\n\u0000 junk"})", "grammar"},
       {R"({"prompt": "x", "grammar": "root ::= \"a\"", "response_format": {"type": "json_object"}})", "grammar"},
       {R"({"prompt": "x", "spec_sampling": "typical"})", "spec_sampling"}, {R"({"prompt": "x", "spec_sampling": 1})", "spec_sampling"},
-      {R"({"prompt": "x", "draft_tree": "wide"})", "draft_tree"}, {R"({"prompt": "x", "draft_tree": true})", "draft_tree"},
+      {R"({"prompt": "x", "draft_tree": "broad"})", "draft_tree"}, {R"({"prompt": "x", "draft_tree": true})", "draft_tree"},
   };
   for (const auto& [body, param] : bad) {
     std::string got;

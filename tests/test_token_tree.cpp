@@ -2,8 +2,9 @@
 // root-to-node path run alone, bit for bit (both kernel families, the tree's rows split across chunks or
 // not, beside another sequence's rows); the accepted path's K/V moved into place (PagedKvCache::queue_move)
 // leaves the cache a fresh prefill of that path would: the next token's logits are equal bit for bit.
-// Prompt lookup's trees (NgramDrafter::propose_tree) give the tokens of decoding without speculation, greedy
-// and sampled, alone and in a batch, and never verify fewer tokens per pass than its chains.
+// Prompt lookup's trees (NgramDrafter::propose_tree) and a draft model's chains with their runner-ups as leaves
+// give the tokens of decoding without speculation, greedy and sampled, alone and in a batch, in no more passes
+// than chains.
 #include <cstring>
 
 #include "runtime/model.h"
@@ -118,7 +119,7 @@ TEST_F(BatchEngineTest, PromptLookupTreesGiveTheTokensOfDecodingWithoutThem) {
   o.max = 6;
   o.policy = DraftLengthPolicy::Fixed;
   DraftOptions chains = o;
-  chains.tree = false;
+  chains.tree = DraftTree::Off;
   Engine with_trees(t, o), with_chains(t, chains);
   const int n = 96;
   uint64_t tree_rounds = 0, sampled_tree_rounds = 0;
@@ -153,6 +154,56 @@ TEST_F(BatchEngineTest, PromptLookupTreesGiveTheTokensOfDecodingWithoutThem) {
   }
   EXPECT_GT(tree_rounds, 0u) << "no round drafted a tree";
   EXPECT_GT(sampled_tree_rounds, 0u) << "no sampled round drafted a tree";
+}
+
+// The draft model's runner-ups (DraftTree::Wide here: Auto takes them on GPUs only): each step's second-best
+// token as a leaf beside its draft, verified in the same pass.
+TEST_F(BatchEngineTest, DraftModelRunnerUpsGiveTheTokensOfDecodingWithoutThem) {
+  TargetModel::Options to;
+  to.path = shared_path("models/pycode-target-f16.gguf");
+  to.n_ctx = 512;
+  to.max_sequences = 3;
+  auto t = std::make_shared<TargetModel>(to);
+  DraftOptions o;
+  o.model_path = shared_path("models/pycode-draft-f16.gguf");
+  o.max = 5;
+  o.policy = DraftLengthPolicy::Fixed;
+  o.tree = DraftTree::Wide;
+  DraftOptions chains = o;
+  chains.tree = DraftTree::Off;
+  Engine with_trees(t, o), with_chains(t, chains);
+  const int n = 64;
+  uint64_t tree_rounds = 0;
+  for (const auto& [temp, prompt_text] : {std::pair{0.0f, kPrompts[0]}, {0.0f, kPrompts[3]}, {0.8f, kPrompts[0]}}) {
+    SCOPED_TRACE("T " + std::to_string(temp) + " " + prompt_text);
+    const std::vector<uint32_t> prompt = encode(*t, prompt_text);
+    SamplingParams sp;
+    sp.temperature = temp;
+    sp.seed = 9;
+    const SequenceResult plain = with_trees.generate(prompt, sp, n, true, false);
+    const SequenceResult tree = with_trees.generate(prompt, sp, n, true, true);
+    const SequenceResult chain = with_chains.generate(prompt, sp, n, true, true);
+    EXPECT_EQ(tree.ids, plain.ids);
+    EXPECT_EQ(chain.ids, plain.ids);
+    EXPECT_EQ(tree.spec.tree_rounds, tree.spec.verify_passes) << "every round of the draft model is a tree";
+    tree_rounds += tree.spec.tree_rounds;
+    if (temp == 0.0f) {
+      EXPECT_LE(tree.spec.verify_passes, chain.spec.verify_passes);
+    }
+    printf("T %.1f: %.3f tokens per pass with runner-ups, %.3f without\n", temp, tree.spec.tokens_per_verify(),
+           chain.spec.tokens_per_verify());
+
+    BatchEngine batch(t, o, {2, 64});   // the draft steps batched with another request's
+    Outcome a, b;
+    batch.submit(request(prompt, sp, n, a));
+    batch.submit(request(encode(*t, kPrompts[2]), sp, 24, b));
+    drain(batch);
+    ASSERT_TRUE(a.done && b.done);
+    EXPECT_EQ(a.ids, plain.ids) << "in a batch: " << a.result.error;
+    EXPECT_GT(a.result.spec.tree_rounds, 0u);
+    t->model->kv().check_invariants();
+  }
+  EXPECT_GT(tree_rounds, 0u);
 }
 
 }  // namespace

@@ -71,8 +71,8 @@ void add_draft_options(CLI::App* c, vkspec::cli::RunOptions& o) {
                 "adaptive (default): K in 0..draft-max from the measured acceptance and costs; fixed: always K")
       ->check(CLI::IsMember({"fixed", "adaptive"}));
   c->add_option("--draft-tree", o.draft_tree,
-                "auto (default): prompt lookup drafts a token tree (several earlier matches' continuations, one verify "
-                "pass) where it can; off: chains only")
+                "auto (default): token trees (several continuations, one verify pass): prompt lookup's earlier "
+                "matches, and a draft model's runner-ups on GPUs; wide: the runner-ups on CPU devices too; off: chains")
       ->check(CLI::IsMember(std::vector<std::string>(std::begin(vkspec::cli::kDraftTreeNames),
                                                      std::end(vkspec::cli::kDraftTreeNames))));
   c->add_option("--spec-sampling", o.spec_sampling,

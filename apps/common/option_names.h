@@ -12,8 +12,8 @@ namespace vkspec::cli {
 // --spec-sampling and the server's spec_sampling: the VKSPEC_SPEC_SAMPLING_* values in order.
 inline const char* const kSpecSamplingNames[] = {"coupled", "rejection"};
 static_assert(VKSPEC_SPEC_SAMPLING_COUPLED == 0 && VKSPEC_SPEC_SAMPLING_REJECTION == 1);
-// --draft-tree and the server's draft_tree: vkspec_draft_params.tree's values 0, 1 in order.
-inline const char* const kDraftTreeNames[] = {"off", "auto"};
+// --draft-tree and the server's draft_tree: vkspec_draft_params.tree's values 0, 1, 2 in order.
+inline const char* const kDraftTreeNames[] = {"off", "auto", "wide"};
 
 // The index of `name` among `names` (the option's value); -1 for another.
 template <std::size_t N>

@@ -395,7 +395,7 @@ CompletionSpec parse_completion(const ojson& body, bool chat, const ServerLimits
   }
   if (const ojson* dt = field(body, "draft_tree")) {   // vkspec's: prompt lookup's token trees
     s.draft_tree = dt->is_string() ? cli::draft_tree_value(dt->get<std::string>()) : -1;
-    if (s.draft_tree < 0) bad("draft_tree", "'draft_tree' must be \"auto\" or \"off\"");
+    if (s.draft_tree < 0) bad("draft_tree", "'draft_tree' must be \"auto\", \"wide\" or \"off\"");
   }
   s.ignore_eos = boolean(body, "ignore_eos", false);
   s.n = uint32_t(integer(body, "n", 1, 1, lim.max_n));
