@@ -8,7 +8,8 @@
 // p: sample_rows' dense probability rows of the target's verify rows; q: the draft model's after its steps
 // (the same transforms), or none for host drafts, whose q is one-hot at d (accept with probability p(d);
 // the residual is p without d). The kept drafts are keep_drafts' (speculative/drafter.cpp): all up to the
-// first i >= 1 whose top probability is below p_min.
+// first i >= 1 whose top probability is below p_min (the same rule, written again here: the host knows the
+// top probabilities only after the submission).
 // Verdict: out slots 0..a-1 = the accepted drafts, slot a = the residual's or the bonus draw, never d_a (it
 // is excluded), so the host's walk (speculative/controller.cpp) stops there. The out slots hold sample_rows'
 // draws from p on entry: a NON_FINITE_TOKEN there (the row's logits were non-finite) stays and ends the walk.

@@ -107,12 +107,17 @@ const char* kRepetitiveCode =
     "            key, value = line.split(\"=\", 1)\n            config[key.strip()] = value.strip()\n    return config\n\n"
     "def read_list(path):\n    items = []\n    with open(path) as f:\n        for line in f:\n";
 
-TEST_F(BatchEngineTest, PromptLookupTreesGiveTheTokensOfDecodingWithoutThem) {
+// The pycode target with room for the repetitive code and its continuation, for a context and a 2-wide batch.
+std::shared_ptr<TargetModel> pycode_target() {
   TargetModel::Options to;
   to.path = shared_path("models/pycode-target-f16.gguf");
   to.n_ctx = 512;
   to.max_sequences = 3;
-  auto t = std::make_shared<TargetModel>(to);
+  return std::make_shared<TargetModel>(to);
+}
+
+TEST_F(BatchEngineTest, PromptLookupTreesGiveTheTokensOfDecodingWithoutThem) {
+  auto t = pycode_target();
   const std::vector<uint32_t> prompt = encode(*t, kRepetitiveCode);
   DraftOptions o;
   o.ngram = true;
@@ -159,11 +164,7 @@ TEST_F(BatchEngineTest, PromptLookupTreesGiveTheTokensOfDecodingWithoutThem) {
 // The draft model's runner-ups (DraftTree::Wide here: Auto takes them on GPUs only): each step's second-best
 // token as a leaf beside its draft, verified in the same pass.
 TEST_F(BatchEngineTest, DraftModelRunnerUpsGiveTheTokensOfDecodingWithoutThem) {
-  TargetModel::Options to;
-  to.path = shared_path("models/pycode-target-f16.gguf");
-  to.n_ctx = 512;
-  to.max_sequences = 3;
-  auto t = std::make_shared<TargetModel>(to);
+  auto t = pycode_target();
   DraftOptions o;
   o.model_path = shared_path("models/pycode-draft-f16.gguf");
   o.max = 5;
