@@ -52,20 +52,28 @@ const std::set<std::string> kReadKeys = {
     "attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.scaling.type", "rope.scaling.factor",
     "rope.scaling.low_freq_factor", "rope.scaling.high_freq_factor", "rope.scaling.original_context_length",
     "rope.scaling.finetuned", "rope.scaling.attn_factor", "vocab_size", "expert_count", "expert_used_count"};
-// Keys only some architectures read, or neutral at some values: a sliding window of 0 is none; phi3's is
-// refused beyond the context (LlamaModel).
+bool gemma(Architecture a) { return a == Architecture::Gemma2 || a == Architecture::Gemma3; }
+
+// Keys only some architectures read, or neutral at some values: a sliding window of 0 is none (phi3's is
+// refused beyond the context, LlamaModel); Gemma's window, its pattern and RoPE base, and soft-capping
+// (Gemma 3 has no attention soft-capping).
 bool read_by(Architecture a, const std::string& key, const GgufValue& value) {
-  return key == "attention.sliding_window" && (a == Architecture::Phi3 || (value.type != GgufType::STRING && value.type != GgufType::ARRAY && value.number == 0));
+  const bool zero = value.type != GgufType::STRING && value.type != GgufType::ARRAY && value.number == 0;
+  if (key == "attention.sliding_window") return a == Architecture::Phi3 || gemma(a) || zero;
+  if (key == "attention.sliding_window_pattern" || key == "rope.freq_base_swa" || key == "final_logit_softcapping")
+    return gemma(a);
+  if (key == "attn_logit_softcapping") return a == Architecture::Gemma2 || zero;
+  return false;
 }
 
 const std::pair<Architecture, const char*> kArchitectures[] = {
-    {Architecture::Llama, "llama"}, {Architecture::Qwen2, "qwen2"}, {Architecture::Qwen3, "qwen3"}, {Architecture::Phi3, "phi3"}};
+    {Architecture::Llama, "llama"}, {Architecture::Qwen2, "qwen2"},   {Architecture::Qwen3, "qwen3"},
+    {Architecture::Phi3, "phi3"},   {Architecture::Gemma2, "gemma2"}, {Architecture::Gemma3, "gemma3"}};
 
 // What the families people ask for are, for the refusal (issue: other model families).
 std::string family_of(const std::string& arch) {
   static const std::pair<const char*, const char*> kFamilies[] = {
-      {"gemma", "Gemma"},     {"gemma2", "Gemma 2"},
-      {"gemma3", "Gemma 3"},        {"phi2", "Phi-2"}, {"mistral3", "Mistral 3"}};
+      {"gemma", "Gemma"}, {"gemma3n", "Gemma 3n"}, {"gemma4", "Gemma 4"}, {"phi2", "Phi-2"}, {"mistral3", "Mistral 3"}};
   for (const auto& [a, name] : kFamilies)
     if (arch == a) return std::string(" (") + name + ")";
   return "";
@@ -79,6 +87,51 @@ std::string unread_tensor(const std::string& name) {
   if (has("attn_q_norm") || has("attn_k_norm")) return "per-head query/key norms ('" + name + "') are not supported yet";
   if (has("attn_qkv")) return "fused q/k/v weights ('" + name + "') are not supported yet";
   return "tensor '" + name + "' is not one the llama forward pass reads";
+}
+
+// Gemma 2 and 3 as llama.cpp reads them (src/models/gemma2.cpp, gemma3.cpp): the differences from Llama's pass.
+void read_gemma_hparams(const GgufFile& f, const std::string& a, LlamaHParams& hp) {
+  const bool g2 = hp.arch == Architecture::Gemma2;
+  hp.embed_scale = std::sqrt(float(hp.dim));
+  hp.post_norms = true;
+  hp.gelu_gate = true;
+  // Gemma's query_pre_attn_scalar: the head's width, but dim / heads for the 27B models (known by their depth)
+  const bool big = hp.n_layers == (g2 ? 46u : 62u);
+  hp.attn_scale = float(1.0 / std::sqrt(double(big ? hp.dim / hp.n_heads : hp.head_dim)));
+  auto positive = [&](const char* key, double fallback) {
+    const double v = f.opt_number(a + key).value_or(fallback);
+    if (!(v >= 0 && std::isfinite(v))) throw Error("implausible " + a + key);
+    return float(v);
+  };
+  hp.final_softcap = positive("final_logit_softcapping", g2 ? 30.0 : 0.0);
+  hp.attn_softcap = g2 ? positive("attn_logit_softcapping", 50.0) : 0.0f;
+  if (g2 && (hp.final_softcap == 0 || hp.attn_softcap == 0)) throw Error("implausible " + a + "*_logit_softcapping (0)");
+  // Sliding-window layers: Gemma 2's window defaults to 4096 (every other layer), Gemma 3's is none without the key.
+  hp.sliding_window = uint32_t(std::min<uint64_t>(f.opt_uint(a + "attention.sliding_window").value_or(g2 ? 4096 : 0), UINT32_MAX));
+  if (hp.sliding_window == 0) {
+    if (g2) throw Error("implausible " + a + "attention.sliding_window (0)");
+    return;
+  }
+  hp.swa_layers.assign(hp.n_layers, false);
+  const std::string pattern_key = a + "attention.sliding_window_pattern";
+  const auto it = f.metadata().find(pattern_key);
+  if (it != f.metadata().end() && it->second.type == GgufType::ARRAY) {   // one flag per layer
+    const std::vector<double> flags = it->second.numbers(pattern_key);
+    if (flags.size() != hp.n_layers) throw Error(pattern_key + " has " + std::to_string(flags.size()) + " entries for " +
+                                                 std::to_string(hp.n_layers) + " layers");
+    for (uint32_t l = 0; l < hp.n_layers; ++l) hp.swa_layers[l] = flags[l] != 0;
+  } else {   // a period: the last layer of each n is global (0: every layer windowed)
+    const uint64_t n = f.opt_uint(pattern_key).value_or(g2 ? 2 : 6);
+    for (uint32_t l = 0; l < hp.n_layers; ++l) hp.swa_layers[l] = n == 0 || l % n < n - 1;
+  }
+  // Their RoPE: base rope.freq_base_swa (default: Gemma 2 the global base with its scaling, Gemma 3 10000 unscaled)
+  const double base_swa = f.opt_number(a + "rope.freq_base_swa").value_or(g2 ? hp.rope_base : 10000.0);
+  if (!(base_swa > 1 && std::isfinite(base_swa))) throw Error("implausible " + a + "rope.freq_base_swa");
+  hp.rope_inv_freq_swa.resize(hp.n_rot / 2);
+  for (uint32_t i = 0; i < hp.n_rot / 2; ++i) {
+    const double exponent = -2.0 * i / hp.n_rot;
+    hp.rope_inv_freq_swa[i] = std::pow(base_swa, exponent) * (g2 ? hp.rope_inv_freq[i] / std::pow(hp.rope_base, exponent) : 1.0);
+  }
 }
 
 }  // namespace
@@ -96,7 +149,7 @@ Architecture check_supported_model(const GgufFile& f) {
     throw Error(where + "mixture-of-experts ('" + arch + "', " + std::to_string(*experts) + " experts) is not supported");
   const auto known = std::find_if(std::begin(kArchitectures), std::end(kArchitectures), [&](const auto& a) { return arch == a.second; });
   if (known == std::end(kArchitectures))
-    throw Error(where + "architecture '" + arch + "'" + family_of(arch) + " is not supported (vkspec runs 'llama', 'qwen2', 'qwen3' and 'phi3' models)");
+    throw Error(where + "architecture '" + arch + "'" + family_of(arch) + " is not supported (vkspec runs 'llama', 'qwen2', 'qwen3', 'phi3', 'gemma2' and 'gemma3' models)");
   const std::string prefix = arch + ".";
   for (const auto& [key, value] : f.metadata()) {
     if (key.rfind(prefix, 0) != 0 || kReadKeys.count(key.substr(prefix.size())) || read_by(known->first, key.substr(prefix.size()), value))
@@ -116,7 +169,7 @@ DType weight_dtype(const GgufTensor& t) {
 LlamaHParams read_llama_hparams(const GgufFile& f) {
   LlamaHParams hp;
   hp.arch = check_supported_model(f);
-  hp.rope_neox = hp.arch == Architecture::Qwen2 || hp.arch == Architecture::Qwen3 || hp.arch == Architecture::Phi3;
+  hp.rope_neox = hp.arch != Architecture::Llama;
   const std::string a = std::string(architecture_name(hp.arch)) + ".";
   hp.dim = u32(f, a + "embedding_length");
   hp.n_layers = u32(f, a + "block_count", 1024);
@@ -157,7 +210,8 @@ LlamaHParams read_llama_hparams(const GgufFile& f) {
                 std::to_string(hp.n_vocab) + " rows");
   if (auto v = f.opt_uint(a + "vocab_size"); v && *v != hp.n_vocab)
     throw Error(a + "vocab_size is " + std::to_string(*v) + " but token_embd.weight has " + std::to_string(hp.n_vocab) + " rows");
-  hp.tied_embeddings = f.tensor("output.weight") == nullptr;
+  hp.tied_embeddings = f.tensor("output.weight") == nullptr || hp.arch == Architecture::Gemma2;   // (Gemma 2's
+  // logits always read token_embd, as llama.cpp's do: an output.weight there is refused as unread)
 
   // RoPE inverse frequencies with scaling folded in.
   const uint32_t half = hp.n_rot / 2;
@@ -209,6 +263,7 @@ LlamaHParams read_llama_hparams(const GgufFile& f) {
   } else if (scaling != "none") {
     throw Error("RoPE scaling type '" + scaling + "' is not supported (none, linear, llama3)");
   }
+  if (gemma(hp.arch)) read_gemma_hparams(f, a, hp);
   return hp;
 }
 
@@ -251,11 +306,15 @@ LlamaTensors find_llama_tensors(const GgufFile& f, const LlamaHParams& hp) {
       L.bk = require(f, p + "attn_k.bias", {kv_dim});
       L.bv = require(f, p + "attn_v.bias", {kv_dim});
     }
-    if (hp.arch == Architecture::Qwen3) {   // per-head RMSNorm of q and k, before RoPE
+    if (hp.arch == Architecture::Qwen3 || hp.arch == Architecture::Gemma3) {   // per-head RMSNorm of q and k, before RoPE
       L.q_norm = require(f, p + "attn_q_norm.weight", {hp.head_dim});
       L.k_norm = require(f, p + "attn_k_norm.weight", {hp.head_dim});
     }
-    for (const GgufTensor* n : {L.attn_norm, L.ffn_norm, L.bq, L.bk, L.bv, L.q_norm, L.k_norm})
+    if (hp.post_norms) {
+      L.attn_post_norm = require(f, p + "post_attention_norm.weight", {hp.dim});
+      L.ffn_post_norm = require(f, p + "post_ffw_norm.weight", {hp.dim});
+    }
+    for (const GgufTensor* n : {L.attn_norm, L.ffn_norm, L.bq, L.bk, L.bv, L.q_norm, L.k_norm, L.attn_post_norm, L.ffn_post_norm})
       if (n && n->type != 0) throw Error("tensor '" + n->name + "': norm weights and biases must be f32");
     for (const GgufTensor* w : {L.wq, L.wk, L.wv, L.wqkv, L.wo, L.w_gate, L.w_up, L.w_gate_up, L.w_down})
       if (w) weight_dtype(*w);
@@ -270,7 +329,7 @@ LlamaTensors find_llama_tensors(const GgufFile& f, const LlamaHParams& hp) {
                                       f.tensor("rope_factors_short.weight"), f.tensor("rope_factors_long.weight")};
   for (const LlamaLayerTensors& L : t.layers)
     read.insert({L.attn_norm, L.wq, L.wk, L.wv, L.wqkv, L.bq, L.bk, L.bv, L.q_norm, L.k_norm, L.wo, L.ffn_norm,
-                 L.w_gate, L.w_up, L.w_gate_up, L.w_down});
+                 L.w_gate, L.w_up, L.w_gate_up, L.w_down, L.attn_post_norm, L.ffn_post_norm});
   for (const GgufTensor& x : f.tensors())
     if (!read.count(&x)) throw Error("'" + f.path() + "': " + unread_tensor(x.name) + " (refused rather than ignored)");
   return t;

@@ -16,6 +16,10 @@ enum class Architecture {
   Qwen2,   // `qwen2`: q/k/v biases, NeoX RoPE (Qwen2, Qwen2.5, DeepSeek-R1's Qwen distills)
   Qwen3,   // `qwen3`: per-head RMSNorm of q and k before RoPE, NeoX RoPE, heads wider than dim / heads
   Phi3,    // `phi3`: q|k|v and gate|up stored fused, NeoX RoPE, LongRoPE (Phi-3, Phi-3.5-mini, Phi-4-mini)
+  Gemma2,  // `gemma2`: embeddings scaled by sqrt(dim), norms after attention and FFN too, GeGLU, NeoX RoPE,
+           // attention and final logits soft-capped, every other layer on a sliding window
+  Gemma3,  // `gemma3`: Gemma 2's pass with per-head q/k norms instead of attention soft-capping, five of six
+           // layers on a sliding window with RoPE of their own base
 };
 const char* architecture_name(Architecture a);   // the GGUF general.architecture value
 
@@ -37,8 +41,19 @@ struct LlamaHParams {
   std::vector<double> rope_short_factors, rope_long_factors;
   uint32_t rope_original_ctx = 0;
   double rope_attn_factor = 1.0;       // rope.scaling.attn_factor: cos and sin scaled by it
-  uint32_t sliding_window = 0;         // Phi-3's attention.sliding_window (0: none): not applied, so a context
-                                       // longer than it is refused (LlamaModel)
+  // attention.sliding_window (0: none): the layers whose swa_layers entry is set attend to the last
+  // sliding_window positions only (Gemma); Phi-3's window is not applied (llama.cpp disables it too), so
+  // there a context longer than it is refused (LlamaModel).
+  uint32_t sliding_window = 0;
+  std::vector<bool> swa_layers;        // [n_layers], or empty: no layer is windowed
+  std::vector<double> rope_inv_freq_swa;   // [n_rot/2]: the windowed layers' RoPE (their own base), where any
+  // Gemma's differences from Llama's pass, neutral for the others:
+  float embed_scale = 1.0f;            // x = token_embd[token] * embed_scale (Gemma: sqrt(dim))
+  bool post_norms = false;             // x += rmsnorm(sublayer out) * post norm, after attention and FFN
+  bool gelu_gate = false;              // the FFN gate's activation: GELU (tanh form) instead of SiLU
+  float attn_scale = 0.0f;             // a score's scale (0: 1/sqrt(head_dim))
+  float attn_softcap = 0.0f, final_softcap = 0.0f;   // cap * tanh(v / cap) of scores, of logits (0: none)
+  bool is_swa(uint32_t layer) const { return layer < swa_layers.size() && swa_layers[layer]; }
   bool tied_embeddings = false;        // no output.weight: logits use token_embd
   // RoPE's inverse frequencies for a model created with a context of n_ctx positions: rope_inv_freq,
   // divided by LongRoPE's long factors when n_ctx exceeds rope_original_ctx, else by its short ones.
@@ -65,6 +80,8 @@ struct LlamaLayerTensors {
   // Phi-3 stores these fused (then wq, wk, wv, or w_gate and w_up, are null):
   const GgufTensor* wqkv = nullptr;       // [q_dim + 2*kv_dim][dim]: Wq, Wk, Wv stacked by rows
   const GgufTensor* w_gate_up = nullptr;  // [2*ffn_dim][dim]: Wg rows, then Wu rows
+  const GgufTensor* attn_post_norm = nullptr;   // [dim] f32: x += rmsnorm(Wo att) * attn_post_norm (Gemma)
+  const GgufTensor* ffn_post_norm = nullptr;    // [dim] f32: x += rmsnorm(Wd hb) * ffn_post_norm (Gemma)
 };
 
 struct LlamaTensors {

@@ -20,7 +20,7 @@ using contract::MatmulPC;
 using contract::MatmulRowsPC;
 using contract::QuantizeX8PC;
 using contract::RopeKvPC;
-static_assert(sizeof(MatmulPC) <= 128 && sizeof(MatmulRowsPC) <= 128 && sizeof(RopeKvPC) <= 128 &&
+static_assert(sizeof(MatmulPC) <= 128 && sizeof(MatmulRowsPC) <= 128 && sizeof(RopeKvPC) <= 128 && sizeof(EmbedPC) <= 128 &&
                   sizeof(AttentionPC) <= 128 && sizeof(AttentionRowsPC) <= 128 && sizeof(contract::SpecAcceptPC) <= 128,
               "push constants: the 128 bytes every device has");
 constexpr uint32_t kModeAccumulate = contract::MODE_ACCUMULATE, kModeSwiglu = contract::MODE_SWIGLU;
@@ -84,9 +84,10 @@ uint32_t Kernels::wg_synced(uint32_t gpu_wg) const {
   return family_ == KernelFamily::RowPerLane ? ctx_.facts().subgroup_size : gpu_wg;
 }
 
-void Kernels::embed(Recorder& r, const DeviceMatrix& table, const TokenInput& tokens, const Slice& x, uint32_t n) {
+void Kernels::embed(Recorder& r, const DeviceMatrix& table, const TokenInput& tokens, const Slice& x, uint32_t n,
+                    float scale) {
   EmbedPC pc{table.data.address, table.scales.address, tokens.ids.address, x.address, table.cols, n, table.rows,
-             tokens.stride};
+             tokens.stride, scale};
   const WeightFormat& f = table.format;
   r.dispatch(pipelines_.get("embed", {64, f.storage, f.group, f.has_min}), &pc, sizeof pc, n);
 }
@@ -232,10 +233,23 @@ void Kernels::matmul(Recorder& r, const DeviceMatrix& w, const MatmulInput& x, c
 }
 
 void Kernels::matmul_swiglu(Recorder& r, const DeviceMatrix& gate, const DeviceMatrix& up, const MatmulInput& x,
-                            const Slice& y, uint32_t n) {
+                            const Slice& y, uint32_t n, bool gelu) {
   if (!(gate.format == up.format) || gate.rows != up.rows || gate.cols != up.cols)
     throw Error("internal: gate and up projections differ in format or shape");
-  record_matmul(r, gate, &up, x, y, n, kModeSwiglu, 0, 0);
+  record_matmul(r, gate, &up, x, y, n, kModeSwiglu | (gelu ? contract::MODE_GELU : 0u), 0, 0);
+}
+
+void Kernels::add_rmsnorm(Recorder& r, const Slice& x, const Slice& y, const Slice& norm, uint32_t dim, float eps,
+                          uint32_t n) {
+  contract::AddRmsNormPC pc{x.address, y.address, norm.address, dim, eps};
+  r.dispatch(pipelines_.get("add_rmsnorm", {wg_synced(256)}), &pc, sizeof pc, n);
+}
+
+void Kernels::softcap(Recorder& r, const Slice& v, uint32_t count, float cap) {
+  constexpr uint32_t wg = 256;
+  if (ceil_div(count, wg) > 65535) throw Error("internal: softcap over more than 65535 workgroups");
+  contract::SoftcapPC pc{v.address, count, cap};
+  r.dispatch(pipelines_.get("softcap", {wg}), &pc, sizeof pc, ceil_div(count, wg));
 }
 
 void Kernels::rope_store_kv(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& k, const Slice& v,
@@ -284,11 +298,11 @@ const char* Kernels::attention_shader(const AttentionShape& s, const Slice& q, c
 void Kernels::attention(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& out,
                         const PagedKvView& kv, const KvRows& rows, uint32_t n) {
   if (s.head_dim > contract::MAX_HEAD_DIM) throw Error("head_dim > " + std::to_string(contract::MAX_HEAD_DIM) + " is not supported");
-  const float scale = float(1.0 / std::sqrt(double(s.head_dim)));
+  const float scale = s.scale > 0 ? s.scale : float(1.0 / std::sqrt(double(s.head_dim)));
   const uint32_t group = s.n_heads / s.n_kv_heads;
   if (attention_texels(s, q, kv)) {
     AttentionRowsPC pc{out.address, rows.rows.address, texel_offset(q), texel_offset(kv.k_pool), texel_offset(kv.v_pool),
-                       texel_offset(kv.block_tables), s.n_heads, s.n_kv_heads, scale, s.q_row()};
+                       texel_offset(kv.block_tables), s.n_heads, s.n_kv_heads, scale, s.q_row(), s.softcap, s.window};
     const VkBufferView views[Pipelines::kTexelBindings] = {q.texels, kv.k_pool.texels, kv.v_pool.texels,
                                                            kv.block_tables.texels};
     const uint32_t wg = ctx_.facts().subgroup_size;   // one subgroup (wg_synced: this path is CPU devices only)
@@ -309,11 +323,12 @@ void Kernels::attention(Recorder& r, const AttentionShape& s, const Slice& q, co
   }
   AttentionPC pc{q.address, out.address, kv.k_pool.address, kv.v_pool.address, kv.block_tables.address,
                  rows.rows.address, split ? partials_->address : 0, s.n_heads, s.n_kv_heads, s.head_dim, scale,
-                 s.q_row(), split};
+                 s.q_row(), split, s.softcap, s.window};
   r.dispatch(pipelines_.get("attention", {wg, kv.block_size}), &pc, sizeof pc, s.n_heads, n, n_splits);
   if (split) {
     r.barrier();
-    AttentionCombinePC cpc{partials_->address, out.address, rows.rows.address, s.n_heads, s.head_dim, split, n_splits};
+    AttentionCombinePC cpc{partials_->address, out.address, rows.rows.address, s.n_heads, s.head_dim, split, n_splits,
+                           s.window};
     r.dispatch(pipelines_.get("attention_combine", {64}), &cpc, sizeof cpc, s.n_heads, n);
   }
 }

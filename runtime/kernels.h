@@ -63,6 +63,10 @@ struct AttentionShape {
   uint32_t q_stride = 0, kv_stride = 0;
   bool rope_neox = false;   // RoPE pairs (i, i + n_rot/2) of a head instead of (2i, 2i+1) (LlamaHParams)
   float norm_eps = 0;       // the per-head q/k RMSNorm's epsilon (the model's rms_eps)
+  // A score: q.k * scale (0: 1/sqrt(head_dim)), soft-capped where softcap > 0, over the keys of a sliding
+  // window of `window` positions (0: all keys); contract.h ATTENTION_SCORES.
+  float scale = 0, softcap = 0;
+  uint32_t window = 0;
   uint32_t q_dim() const { return n_heads * head_dim; }
   uint32_t kv_dim() const { return n_kv_heads * head_dim; }
   uint32_t q_row() const { return q_stride ? q_stride : q_dim(); }
@@ -108,16 +112,21 @@ class Kernels {
           KernelVariants variants = {});
   KernelFamily family() const { return family_; }
 
-  // x[t] = table[tokens[t]] (f32 out), t < n.
-  void embed(Recorder& r, const DeviceMatrix& table, const TokenInput& tokens, const Slice& x, uint32_t n);
+  // x[t] = table[tokens[t]] * scale (f32 out), t < n.
+  void embed(Recorder& r, const DeviceMatrix& table, const TokenInput& tokens, const Slice& x, uint32_t n,
+             float scale = 1.0f);
   // y[t] = W x[t] (accumulate: y[t] += W x[t]). x: [n][x_stride], y: [n][y_stride].
   void matmul(Recorder& r, const DeviceMatrix& w, const MatmulInput& x, const Slice& y, uint32_t n, bool accumulate,
               uint32_t x_stride = 0, uint32_t y_stride = 0);
   // Which shader matmul() records for these operands and n tokens (tests check every path is exercised).
   const char* matmul_shader(const DeviceMatrix& w, const Slice& x, uint32_t x_stride = 0, uint32_t n = 1) const;
-  // y[t] = silu(Wg x[t]) * (Wu x[t]).
+  // y[t] = silu(Wg x[t]) * (Wu x[t]), or with gelu gelu(Wg x[t]) * (Wu x[t]) (GeGLU, GELU's tanh form).
   void matmul_swiglu(Recorder& r, const DeviceMatrix& gate, const DeviceMatrix& up, const MatmulInput& x,
-                     const Slice& y, uint32_t n);
+                     const Slice& y, uint32_t n, bool gelu = false);
+  // x[t] += rmsnorm(y[t]) * norm for t < n: rows of `dim` floats (a post-sublayer norm, Gemma).
+  void add_rmsnorm(Recorder& r, const Slice& x, const Slice& y, const Slice& norm, uint32_t dim, float eps, uint32_t n);
+  // v[i] = cap * tanh(v[i] / cap) for i < count (final logit soft-capping, Gemma 2).
+  void softcap(Recorder& r, const Slice& v, uint32_t count, float cap);
   // Add bias ([q_dim | kv_dim | kv_dim] f32; none when empty) to q, k, v of rows 0..n-1, RMS-normalize each
   // head of q and k times qk_norm ([head_dim | head_dim] f32, with s.norm_eps; none when empty), rotate q, k
   // (each at its position) in place and write k, v to its sequence's paged cache. rope_table: (cos, sin) of

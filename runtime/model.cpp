@@ -16,7 +16,8 @@ LlamaModel::LlamaModel(VulkanDevice& ctx, Pipelines& pipelines, const GgufFile& 
     : ctx_(ctx), hp_(read_llama_hparams(file)) {
   const LlamaTensors t = find_llama_tensors(file, hp_);
   n_ctx_ = opts.n_ctx ? opts.n_ctx : std::min<uint32_t>(hp_.n_ctx_train, 4096);
-  if (hp_.sliding_window && n_ctx_ > hp_.sliding_window)   // (within it, attending to a window is attending to all)
+  // (within it, attending to a window is attending to all)
+  if (hp_.sliding_window && hp_.swa_layers.empty() && n_ctx_ > hp_.sliding_window)
     throw Error("this model attends to a sliding window of " + std::to_string(hp_.sliding_window) +
                 " positions, which vkspec does not implement: use a context of at most that (--ctx " +
                 std::to_string(hp_.sliding_window) + ")");
@@ -146,6 +147,10 @@ LlamaModel::LlamaModel(VulkanDevice& ctx, Pipelines& pipelines, const GgufFile& 
       w.w_up = stacked({L.w_up}, f);
     }
     w.w_down = matrix(L.w_down);
+    if (L.attn_post_norm) {
+      w.attn_post_norm = vec(L.attn_post_norm);
+      w.ffn_post_norm = vec(L.ffn_post_norm);
+    }
     layers_.push_back(w);
   }
   up.flush();
@@ -158,6 +163,7 @@ LlamaModel::LlamaModel(VulkanDevice& ctx, Pipelines& pipelines, const GgufFile& 
   att_ = act_arena_->alloc(B * q_dim * 4, "activations");
   hb_ = act_arena_->alloc(B * hp_.ffn_dim * 4, "activations");
   x_out_ = act_arena_->alloc(B * hp_.dim * 4, "activations");
+  if (hp_.post_norms) sub_out_ = act_arena_->alloc(B * hp_.dim * 4, "activations");
   tokens_ = upload_arena_->alloc(2ull * std::max(opts.max_sequences, 1u) * n_ctx_ * 4, "token ids");
   // A submission's chunks each take ubatch_ pairs at most; it runs at most n_ctx + kMaxBatch rows per sequence.
   kv_rows_ = upload_arena_->alloc(2ull * std::max(opts.max_sequences, 1u) * (n_ctx_ + 2 * std::max(B, uint64_t(kMaxBatch))) *
@@ -167,16 +173,20 @@ LlamaModel::LlamaModel(VulkanDevice& ctx, Pipelines& pipelines, const GgufFile& 
   ids_ = readback_arena_->alloc(uint64_t(kMaxBatch) * contract::TOKEN_SLOT_UINTS * 4, "argmax token slots");
   // RoPE (cos, sin) of every position, so that passes recorded together need no per-pass host table; both
   // scaled by rope.scaling.attn_factor (ggml's mscale).
-  std::vector<float> rope(size_t(n_ctx_) * hp_.n_rot);
-  const std::vector<double> inv_freq = hp_.inv_freq(n_ctx_);
-  for (uint32_t pos = 0; pos < n_ctx_; ++pos)
-    for (uint32_t i = 0; i < hp_.n_rot / 2; ++i) {
-      const double theta = double(pos) * inv_freq[i];
-      rope[(size_t(pos) * hp_.n_rot / 2 + i) * 2] = float(std::cos(theta) * hp_.rope_attn_factor);
-      rope[(size_t(pos) * hp_.n_rot / 2 + i) * 2 + 1] = float(std::sin(theta) * hp_.rope_attn_factor);
-    }
-  rope_ = act_arena_->alloc(rope.size() * 4, "rope table");
-  up.upload(rope_, rope.data(), rope.size() * 4);
+  auto rope_table = [&](const std::vector<double>& inv_freq) {
+    std::vector<float> rope(size_t(n_ctx_) * hp_.n_rot);
+    for (uint32_t pos = 0; pos < n_ctx_; ++pos)
+      for (uint32_t i = 0; i < hp_.n_rot / 2; ++i) {
+        const double theta = double(pos) * inv_freq[i];
+        rope[(size_t(pos) * hp_.n_rot / 2 + i) * 2] = float(std::cos(theta) * hp_.rope_attn_factor);
+        rope[(size_t(pos) * hp_.n_rot / 2 + i) * 2 + 1] = float(std::sin(theta) * hp_.rope_attn_factor);
+      }
+    Slice s = act_arena_->alloc(rope.size() * 4, "rope table");
+    up.upload(s, rope.data(), rope.size() * 4);
+    return s;
+  };
+  rope_ = rope_table(hp_.inv_freq(n_ctx_));
+  rope_swa_ = hp_.rope_inv_freq_swa.empty() ? rope_ : rope_table(hp_.rope_inv_freq_swa);
   up.flush();
 
   kv_ = std::make_unique<PagedKvCache>(*act_arena_, *upload_arena_, hp_.n_layers, hp_.n_kv_heads, hp_.head_dim,
@@ -200,8 +210,8 @@ MemoryEstimate LlamaModel::estimate_memory(const VulkanDevice& ctx, const GgufFi
   // of the context)
   const uint32_t ubatch = ubatch_for(ctx, opts);
   const AttentionShape shape{hp.n_heads, hp.n_kv_heads, hp.head_dim, hp.n_rot};
-  e.activations = uint64_t(ubatch) * (2 * hp.dim + 2 * q_dim + 2 * kv_dim + hp.ffn_dim) * 4 +
-                  uint64_t(kMaxBatch) * hp.n_vocab * 4 + uint64_t(e.n_ctx) * hp.n_rot * 4 +
+  e.activations = uint64_t(ubatch) * ((hp.post_norms ? 3 : 2) * hp.dim + 2 * q_dim + 2 * kv_dim + hp.ffn_dim) * 4 +
+                  uint64_t(kMaxBatch) * hp.n_vocab * 4 + uint64_t(e.n_ctx) * hp.n_rot * 4 * (hp.rope_inv_freq_swa.empty() ? 1 : 2) +
                   2 * Kernels::attention_partials_bytes(shape, ubatch, (e.n_ctx + Kernels::kAttentionSplitGpu - 1) /
                                                                                    Kernels::kAttentionSplitGpu);
   const VkPhysicalDeviceMemoryProperties& mp = ctx.memory_properties();
@@ -418,7 +428,8 @@ uint32_t LlamaModel::record_chunk(Recorder& r, std::span<const ChunkPart> parts,
   kv_->record_copies(r);   // copy-on-write of shared blocks, before this chunk writes them
 
   const uint32_t qkv_w = hp_.q_dim() + 2 * hp_.kv_dim();   // one token's q, k, v side by side in qkv_
-  const AttentionShape shape{hp_.n_heads, hp_.n_kv_heads, hp_.head_dim, hp_.n_rot, qkv_w, qkv_w, hp_.rope_neox, hp_.rms_eps};
+  const AttentionShape shape{hp_.n_heads, hp_.n_kv_heads, hp_.head_dim, hp_.n_rot, qkv_w, qkv_w, hp_.rope_neox, hp_.rms_eps,
+                             hp_.attn_scale, hp_.attn_softcap};
   const VkDeviceSize x_row = VkDeviceSize(hp_.dim) * 4;
   const QkvSlices qkv = qkv_slices(qkv_, shape);
   auto rows_of = [](const Slice& s, VkDeviceSize row_bytes, uint32_t row0) {
@@ -439,32 +450,45 @@ uint32_t LlamaModel::record_chunk(Recorder& r, std::span<const ChunkPart> parts,
       rows += parts[j].n;
     }
     in.ids.size = VkDeviceSize(rows) * in.stride * 4;
-    k.embed(r, token_embd_, in, rows_of(x_, x_row, parts[i].row0), rows);
+    k.embed(r, token_embd_, in, rows_of(x_, x_row, parts[i].row0), rows, hp_.embed_scale);   // (* sqrt(dim): Gemma)
     i = j;
   }
   r.barrier();
+  // x += W in, or (post norms: Gemma) x += rmsnorm(W in) * post_norm
+  auto residual = [&](const DeviceMatrix& w, const Slice& in, const Slice& post_norm) {
+    if (!post_norm) {
+      k.matmul(r, w, in, x_, n, /*accumulate=*/true);
+      return;
+    }
+    k.matmul(r, w, in, sub_out_, n, false);
+    r.barrier();
+    k.add_rmsnorm(r, x_, sub_out_, post_norm, hp_.dim, hp_.rms_eps, n);
+  };
   for (uint32_t l = 0; l < hp_.n_layers; ++l) {
     const LayerWeights& L = layers_[l];
     const MatmulInput xa{x_, L.attn_norm, hp_.rms_eps};                      // xn = rmsnorm(x) * attn_norm
     const PagedKvView kv = kv_->view(l);
+    AttentionShape s = shape;                  // windowed layers: the last sliding_window keys, their own RoPE
+    if (hp_.is_swa(l)) s.window = hp_.sliding_window;
+    const Slice& rope = hp_.is_swa(l) ? rope_swa_ : rope_;
     if (L.fused_qkv) {   // [q k v] = [Wq; Wk; Wv] xn (+ [bq bk bv]; q, k heads normed); rope(q, k); cache <- k, v
-      k.qkv_rope_store_kv(r, L.wqkv, xa, qkv_, n, shape, rope_, kv, kv_rows, L.qkv_bias, L.qk_norm);
+      k.qkv_rope_store_kv(r, L.wqkv, xa, qkv_, n, s, rope, kv, kv_rows, L.qkv_bias, L.qk_norm);
     } else {
       k.matmul(r, L.wq, xa, qkv.q, n, false, 0, qkv_w);                     // q = Wq xn
       k.matmul(r, L.wk, xa, qkv.k, n, false, 0, qkv_w);                     // k = Wk xn
       k.matmul(r, L.wv, xa, qkv.v, n, false, 0, qkv_w);                     // v = Wv xn
       r.barrier();
-      k.rope_store_kv(r, shape, qkv.q, qkv.k, qkv.v, rope_, kv, kv_rows, n, L.qkv_bias, L.qk_norm);   // (+ b, norms) rope(q, k); cache <- k, v
+      k.rope_store_kv(r, s, qkv.q, qkv.k, qkv.v, rope, kv, kv_rows, n, L.qkv_bias, L.qk_norm);   // (+ b, norms) rope(q, k); cache <- k, v
     }
     r.barrier();
-    k.attention(r, shape, qkv.q, att_, kv, kv_rows, n);                      // att = softmax(q K^T / sqrt(hd)) V
+    k.attention(r, s, qkv.q, att_, kv, kv_rows, n);                          // att = softmax(cap(q K^T * scale)) V
     r.barrier();
-    k.matmul(r, L.wo, att_, x_, n, /*accumulate=*/true);                     // x += Wo att
+    residual(L.wo, att_, L.attn_post_norm);                                  // x += Wo att
     r.barrier();
     const MatmulInput xf{x_, L.ffn_norm, hp_.rms_eps};                       // xn = rmsnorm(x) * ffn_norm
-    k.matmul_swiglu(r, L.w_gate, L.w_up, xf, hb_, n);                        // hb = silu(Wg xn) * (Wu xn)
+    k.matmul_swiglu(r, L.w_gate, L.w_up, xf, hb_, n, hp_.gelu_gate);         // hb = silu|gelu(Wg xn) * (Wu xn)
     r.barrier();
-    k.matmul(r, L.w_down, hb_, x_, n, /*accumulate=*/true);                  // x += Wd hb
+    residual(L.w_down, hb_, L.ffn_post_norm);                                // x += Wd hb
     r.barrier();
   }
   // The rows that want logits, in order: runs of x gathered into x_out (unless they are one run already).
@@ -490,7 +514,12 @@ uint32_t LlamaModel::record_chunk(Recorder& r, std::span<const ChunkPart> parts,
   }
   const MatmulInput xo{x_rows, output_norm_, hp_.rms_eps};                   // xn = rmsnorm(x) * output_norm
   const VkDeviceSize logits_bytes = VkDeviceSize(hp_.n_vocab) * 4;
-  k.matmul(r, output_, xo, logits.sub(logits_row * logits_bytes, rows * logits_bytes), rows, false);   // logits = Wout xn
+  const Slice out = logits.sub(logits_row * logits_bytes, rows * logits_bytes);
+  k.matmul(r, output_, xo, out, rows, false);                                // logits = Wout xn
+  if (hp_.final_softcap > 0) {                                               // logits = cap tanh(logits / cap)
+    r.barrier();
+    k.softcap(r, out, rows * hp_.n_vocab, hp_.final_softcap);
+  }
   return rows;
 }
 

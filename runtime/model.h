@@ -42,6 +42,7 @@ struct LayerWeights {
   Slice ffn_norm;                  // [dim] f32
   DeviceMatrix w_gate, w_up;       // [ffn][dim]
   DeviceMatrix w_down;             // [dim][ffn]
+  Slice attn_post_norm, ffn_post_norm;   // [dim] f32, where the model has them (Gemma)
 };
 
 enum class Logits { None, Last, All };
@@ -161,7 +162,9 @@ class LlamaModel {
   // Activations for ubatch_ tokens, allocated once.
   Slice x_, qkv_, att_, hb_;   // qkv_: [n][q_dim + 2*kv_dim], each token's q, k, v side by side
   Slice x_out_;                // [ubatch_][dim]: the rows of x that want logits, gathered
+  Slice sub_out_;              // [ubatch_][dim]: a sublayer's output before its post norm (Gemma only)
   Slice rope_;            // [n_ctx][n_rot/2] (cos, sin), computed in double at load (device-resident)
+  Slice rope_swa_;        // the same for the sliding-window layers' frequencies, where they have their own
   Slice tokens_;          // [2 * max_sequences * n_ctx] uint ring: host-written input tokens (write_tokens)
   uint32_t tokens_cursor_ = 0;
   Slice kv_rows_;         // ring of KvRows entries, one per row of each chunk

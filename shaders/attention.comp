@@ -26,11 +26,13 @@ void main() {
   const uint q_base = t * pc.q_stride + h * pc.head_dim;
   const uint o_base = (t * pc.n_heads + h) * pc.head_dim;
   const uvec4 row = kv_row_of(pc.rows, t);   // {position, block table, tree base, tree path}
-  const uint len = row.x + 1u;               // causal: keys 0 .. pos
+  const uint len = row.x + 1u;               // causal: keys first_key .. pos
   const uint split = gl_WorkGroupID.z;
-  const uint k_begin = pc.split > 0u ? split * pc.split : 0u;
-  const uint k_end = pc.split > 0u ? min(len, k_begin + pc.split) : len;
-  if (k_begin >= k_end) return;   // past this token's keys (the dispatch covers the batch's longest row)
+  const uint k_begin = max(first_key(row.x, pc.window), pc.split > 0u ? split * pc.split : 0u);
+  const uint k_end = pc.split > 0u ? min(len, split * pc.split + pc.split) : len;
+  // past this token's keys (the dispatch covers the batch's longest row), or wholly before its window
+  // (attention_combine.comp skips those splits)
+  if (k_begin >= k_end) return;
 
   for (uint d = lane; d < pc.head_dim; d += WG) q_s[d] = Floats(pc.q).v[q_base + d];
   barrier();
@@ -51,7 +53,7 @@ void main() {
         s += q_s[d] * k2.x;
         s += q_s[d + 1u] * k2.y;
       }
-      s *= pc.scale;
+      s = softcap_score(s * pc.scale, pc.softcap);
     }
     const float m_new = max(m, wg_max(s));
     const float p = j < k_end ? exp(s - m_new) : 0.0;

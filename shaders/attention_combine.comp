@@ -1,7 +1,8 @@
 #version 460
 // Flash-decoding combine: one workgroup per (head, token) merges the partials {acc[head_dim], m, l} that
 // attention.comp wrote for the token's splits, in split order: M = max m_s, out = sum acc_s e^(m_s - M) /
-// sum l_s e^(m_s - M). A token with one split gets acc / l, exactly what the unsplit kernel writes.
+// sum l_s e^(m_s - M) (the splits from its window's first key). A token with one split gets acc / l, exactly
+// what the unsplit kernel writes.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "contract.h"
@@ -15,19 +16,21 @@ void main() {
   const uint stride = pc.head_dim + ATTENTION_PARTIAL_EXTRA;
   const uint base = (t * pc.n_heads + h) * pc.n_splits * stride;
   const uint o_base = (t * pc.n_heads + h) * pc.head_dim;
-  if (splits == 1u) {
-    const float l = Floats(pc.partials).v[base + pc.head_dim + 1u];
-    for (uint d = lane; d < pc.head_dim; d += WG) Floats(pc.out_).v[o_base + d] = Floats(pc.partials).v[base + d] / l;
+  const uint s0 = first_key(len - 1u, pc.window) / pc.split;   // splits before it saw no key of the window
+  if (splits - s0 == 1u) {
+    const uint at = base + s0 * stride;
+    const float l = Floats(pc.partials).v[at + pc.head_dim + 1u];
+    for (uint d = lane; d < pc.head_dim; d += WG) Floats(pc.out_).v[o_base + d] = Floats(pc.partials).v[at + d] / l;
     return;
   }
   float M = -1.0 / 0.0;
-  for (uint s = 0; s < splits; ++s) M = max(M, Floats(pc.partials).v[base + s * stride + pc.head_dim]);
+  for (uint s = s0; s < splits; ++s) M = max(M, Floats(pc.partials).v[base + s * stride + pc.head_dim]);
   precise float L = 0.0;
-  for (uint s = 0; s < splits; ++s)
+  for (uint s = s0; s < splits; ++s)
     L += Floats(pc.partials).v[base + s * stride + pc.head_dim + 1u] * exp(Floats(pc.partials).v[base + s * stride + pc.head_dim] - M);
   for (uint d = lane; d < pc.head_dim; d += WG) {
     precise float a = 0.0;
-    for (uint s = 0; s < splits; ++s)
+    for (uint s = s0; s < splits; ++s)
       a += Floats(pc.partials).v[base + s * stride + d] * exp(Floats(pc.partials).v[base + s * stride + pc.head_dim] - M);
     Floats(pc.out_).v[o_base + d] = a / L;
   }

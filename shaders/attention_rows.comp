@@ -88,7 +88,7 @@ void main() {
   const uint kvh = gl_WorkGroupID.x, t = gl_WorkGroupID.y, lane = gl_LocalInvocationID.x;
   const uint h0 = kvh * G;
   const uvec4 row = kv_row_of(pc.rows, t);   // {position, block table, tree base, tree path}
-  const uint len = row.x + 1u;              // causal: keys 0 .. pos
+  const uint len = row.x + 1u;              // causal: keys first_key .. pos
   vec4 m = vec4(-1.0 / 0.0), l = vec4(0.0);   // running max and sum per query head g (component g)
   // output texels 2e and 2e+1 (dims 8e..8e+7) of the G heads in [2i] and [2i+1], e = lane + i * WG
   vec4 acc0[2 * OPL], acc1[2 * OPL], acc2[2 * OPL], acc3[2 * OPL];
@@ -98,7 +98,7 @@ void main() {
   [[unroll]] for (uint d4 = 0; d4 < HD4; ++d4)
     [[unroll]] for (uint g = 0; g < G; ++g) q[d4 * G + g] = qv(t, h0 + g, d4);
 
-  for (uint c0 = 0; c0 < len; c0 += C) {
+  for (uint c0 = first_key(row.x, pc.window); c0 < len; c0 += C) {   // (chunks from the window's first key)
     const uint cn = min(C, len - c0);
     vec4 smax = vec4(-1.0 / 0.0);
     vec4 pr[R];   // this lane's keys lane + r * WG of the chunk: scores, then probabilities (0 past cn)
@@ -121,6 +121,9 @@ void main() {
         }
       }
       s *= pc.scale;
+      if (pc.softcap > 0.0)
+        s = vec4(softcap_score(s.x, pc.softcap), softcap_score(s.y, pc.softcap), softcap_score(s.z, pc.softcap),
+                 softcap_score(s.w, pc.softcap));
       pr[r] = s;
       smax = max(smax, s);
     }

@@ -100,3 +100,21 @@ vec2 rope_rotate(float a, float b, vec2 cs) {
   precise float ra = a * cs.x - b * cs.y, rb = a * cs.y + b * cs.x;
   return vec2(ra, rb);
 }
+
+// tanh with its argument clamped where the float result is +-1 already (tanh(9) rounds to 1): some drivers
+// compute tanh as a ratio of exponentials, which is inf / inf past ~44.
+float tanh_safe(float v) { return tanh(clamp(v, -9.0, 9.0)); }
+
+// The activation of a gated FFN's gate: SiLU (SwiGLU: Llama, Qwen, Phi) or GELU in its tanh form (GeGLU:
+// Gemma; ggml's gelu).
+float gate_activation(float g, bool gelu) {
+  if (!gelu) return g / (1.0 + exp(-g));
+  return 0.5 * g * (1.0 + tanh_safe(0.7978845608028654 * g * (1.0 + 0.044715 * g * g)));
+}
+
+// An attention score after its scale: cap * tanh(s / cap) where cap > 0 (Gemma 2's soft-capping).
+float softcap_score(float s, float cap) { return cap > 0.0 ? cap * tanh_safe(s / cap) : s; }
+
+// The first key a row at position pos attends to under a sliding window of `window` positions (0: none):
+// keys pos - window + 1 .. pos, llama.cpp's standard window (a key window or more positions back is masked).
+uint first_key(uint pos, uint window) { return window == 0u || pos < window ? 0u : pos + 1u - window; }

@@ -90,13 +90,16 @@ VKSPEC_CONST MODE_SWIGLU = 2u;        // matmul: y = silu(W x) * (W2 x)
 VKSPEC_CONST MODE_RMSNORM = 4u;       // matmul: x is rmsnorm(x) * norm, computed on the fly
 VKSPEC_CONST MODE_ROPE_KV = 8u;       // matmul_rows, the [q k v] projection: RoPE on q and k and the KV store
                                       // in the epilogue (rope_store_kv.comp's work, one dispatch less)
+VKSPEC_CONST MODE_GELU = 16u;         // with MODE_SWIGLU: the gate's activation is GELU (tanh form), GeGLU
+                                      // (Gemma); read in the store only (pc.mode)
 
 // ---- push-constant blocks ----
 #define PC_EMBED                                                                                        \
   vk_addr table; vk_addr table_scales; /* [vocab][dim] */                                               \
   vk_addr tokens;                      /* [n][stride] uint */                                           \
   vk_addr x;                           /* [n][dim] f32 */                                               \
-  vk_uint dim; vk_uint n; vk_uint vocab; vk_uint stride;
+  vk_uint dim; vk_uint n; vk_uint vocab; vk_uint stride;                                             \
+  vk_float scale;                      /* x = table row * scale (Gemma: sqrt(dim); else 1) */
 
 #define PC_MATMUL                                                                                       \
   vk_addr w; vk_addr w_scales;         /* [M][K] */                                                     \
@@ -135,6 +138,11 @@ VKSPEC_CONST MODE_ROPE_KV = 8u;       // matmul_rows, the [q k v] projection: Ro
   vk_addr qk_norm;                     /* [head_dim | head_dim] f32: per-head RMSNorm of q, k first; 0: none */ \
   vk_float norm_eps;
 
+// What a score is, shared by the attention kernels: s = q.k * scale, then softcap * tanh(s / softcap) where
+// softcap > 0 (Gemma 2), over the keys of the row's window: positions pos - window + 1 .. pos (window 0: all;
+// first_key in paged_kv.glsl).
+#define ATTENTION_SCORES vk_float softcap; vk_uint window;
+
 #define PC_ATTENTION                                                                                    \
   vk_addr q;                           /* [n][q_stride] (already rotated) */                            \
   vk_addr out_;                        /* [n][n_heads*head_dim] */                                      \
@@ -144,11 +152,13 @@ VKSPEC_CONST MODE_ROPE_KV = 8u;       // matmul_rows, the [q k v] projection: Ro
   vk_uint n_heads; vk_uint n_kv_heads; vk_uint head_dim;                                                \
   vk_float scale;                      /* 1/sqrt(head_dim) */                                           \
   vk_uint q_stride;                                                                                     \
-  vk_uint split;                       /* keys per workgroup (0: one workgroup per head and token) */
+  vk_uint split;                       /* keys per workgroup (0: one workgroup per head and token) */    \
+  ATTENTION_SCORES
 
 #define PC_ATTENTION_COMBINE                                                                            \
   vk_addr partials; vk_addr out_; vk_addr rows;                                                         \
-  vk_uint n_heads; vk_uint head_dim; vk_uint split; vk_uint n_splits;
+  vk_uint n_heads; vk_uint head_dim; vk_uint split; vk_uint n_splits;                                 \
+  vk_uint window;                      /* as PC_ATTENTION's: splits wholly before the window are skipped */
 
 #define PC_ATTENTION_ROWS                                                                               \
   vk_addr out_;                        /* [n][n_heads*head_dim] f32 */                                  \
@@ -156,7 +166,8 @@ VKSPEC_CONST MODE_ROPE_KV = 8u;       // matmul_rows, the [q k v] projection: Ro
   vk_uint q; vk_uint k_pool; vk_uint v_pool; vk_uint block_tables; /* texel offsets in their blocks */  \
   vk_uint n_heads; vk_uint n_kv_heads; /* head_dim: specialization constant 3 */                        \
   vk_float scale;                      /* 1/sqrt(head_dim) */                                           \
-  vk_uint q_stride;                    /* multiple of 4 */
+  vk_uint q_stride;                    /* multiple of 4 */                                              \
+  ATTENTION_SCORES
 
 #define PC_ARGMAX                                                                                       \
   vk_addr logits;                      /* [n][cols] */                                                  \
@@ -207,6 +218,16 @@ VKSPEC_CONST RESIDUAL_STREAM = 0x2u;   // the Gumbel noise of the draw from the 
   vk_uint position;                    /* of verify row 0 (the draws' counter, as sample_rows') */      \
   vk_float p_min;                      /* --draft-p-min: verify no draft after one below it (0: off) */
 
+#define PC_ADD_RMSNORM                                                                                  \
+  vk_addr x;                           /* [n][dim] f32: x += rmsnorm(y) * norm */                        \
+  vk_addr y;                           /* [n][dim] f32 */                                               \
+  vk_addr norm;                        /* [dim] f32 */                                                  \
+  vk_uint dim; vk_float eps;
+
+#define PC_SOFTCAP                                                                                      \
+  vk_addr v;                           /* [count] f32, in place: cap * tanh(v / cap) */                 \
+  vk_uint count; vk_float cap;
+
 #define PC_SAMPLE_ROWS                                                                                  \
   vk_addr rows;                        /* [workgroups] SAMPLE_ROW entries, one per workgroup */         \
   vk_uint V; vk_uint flags;            /* SAMPLE_DRAW */
@@ -224,6 +245,8 @@ struct ArgmaxPC { PC_ARGMAX };
 struct SampleRow { SAMPLE_ROW };
 struct SampleRowsPC { PC_SAMPLE_ROWS };
 struct SpecAcceptPC { PC_SPEC_ACCEPT };
+struct AddRmsNormPC { PC_ADD_RMSNORM };
+struct SoftcapPC { PC_SOFTCAP };
 }  // namespace vkspec::contract
 #endif
 #undef VKSPEC_CONST

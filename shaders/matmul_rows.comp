@@ -219,7 +219,7 @@ void store_row(uint row, uint t0, vec4 lo, vec4 hi, vec4 up_lo, vec4 up_hi, vec4
         v *= scale;
         v2 *= scale;
       }
-      if (SWIGLU) v = v / (1.0 + exp(-v)) * v2;
+      if (SWIGLU) v = gate_activation(v, (pc.mode & MODE_GELU) != 0u) * v2;
       if ((pc.mode & MODE_ACCUMULATE) != 0u) v += Floats(pc.y).v[o];
       Floats(pc.y).v[o] = v;
     }

@@ -26,6 +26,11 @@ class GgufWriter {
     for (float f : v) put(f);
     n_kv_++;
   }
+  void bools(const std::string& k, const std::vector<bool>& v) {
+    key(k, 9); put(uint32_t(7)); put(uint64_t(v.size()));
+    for (bool b : v) put(uint8_t(b));
+    n_kv_++;
+  }
   void i32s(const std::string& k, const std::vector<int32_t>& v) {
     key(k, 9); put(uint32_t(5)); put(uint64_t(v.size()));
     for (int32_t i : v) put(i);

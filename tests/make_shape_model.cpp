@@ -1,6 +1,6 @@
 // vkspec-shape: writes a random-weight Llama at a real shape with a real vocabulary, for benchmarks and
 // parity runs where no checkpoint can be downloaded.
-//   vkspec-shape OUT.gguf VOCAB.gguf 1b|3b|tiny|qwen2-0.5b|qwen2-tiny|qwen3-0.6b|qwen3-tiny|phi3-tiny f32|f16|q8_0 [SEED]
+//   vkspec-shape OUT.gguf VOCAB.gguf 1b|3b|tiny|qwen2-*|qwen3-*|phi3-tiny|gemma2-tiny|gemma3-tiny|gemma3-1b f32|f16|q8_0 [SEED]
 // VOCAB.gguf supplies the tokenizer metadata (e.g. ../shared/tokenizer-tests/ggml-vocab-llama-bpe.gguf, the
 // Llama 3 vocabulary); the hyperparameters are Llama-3.2-1B's / 3B's (tied embeddings, rope theta 500000 with
 // Llama 3 scaling); `tiny` is the same architecture and vocabulary at dim 256, 2 layers (tests: 65 MB in
@@ -9,7 +9,10 @@
 // llama.cpp's ggml-vocab-qwen2.gguf for the vocabulary), qwen2-tiny the same at dim 256, 2 layers; qwen3-0.6b
 // is Qwen3-0.6B's (`qwen3`: per-head q/k norms, 128-wide heads over a 1024 embedding), qwen3-tiny at dim 256;
 // phi3-tiny is Phi-4-mini's layout at dim 256 (`phi3`: q|k|v and gate|up stored fused, 3/4 of each head
-// rotated, LongRoPE short/long factors past an original context of 4096, attn_factor 1.19).
+// rotated, LongRoPE short/long factors past an original context of 4096, attn_factor 1.19); gemma2-tiny and
+// gemma3-tiny are Gemma 2's and Gemma 3's passes at dim 256 (`gemma2`: post norms, GeGLU, soft-capped scores
+// (cap 2) and logits (cap 5), layer 0 on a window of 8 positions; `gemma3`: q/k norms, layer 0 windowed with
+// RoPE base 10000, layer 1 global with base 1000000 scaled linearly by 8), gemma3-1b Gemma-3-1B's shape.
 // Weights ~ N(0, 1/cols) so activations stay O(1) through the layers; norms ~ 1, biases ~ N(0, 0.25).
 // Tensor data is streamed to the file (a 3B f16 model is 6 GB), never held whole in memory.
 #include <cmath>
@@ -51,7 +54,7 @@ std::vector<uint8_t> encode(const std::vector<float>& v, uint32_t type) {
 
 int main(int argc, char** argv) try {
   if (argc < 5) {
-    fprintf(stderr, "usage: vkspec-shape OUT.gguf VOCAB.gguf 1b|3b|tiny|qwen2-0.5b|qwen2-tiny|qwen3-0.6b|qwen3-tiny|phi3-tiny f32|f16|q8_0 [SEED [CHAT_TEMPLATE.jinja]]\n");
+    fprintf(stderr, "usage: vkspec-shape OUT.gguf VOCAB.gguf 1b|3b|tiny|qwen2-0.5b|qwen2-tiny|qwen3-0.6b|qwen3-tiny|phi3-tiny|gemma2-tiny|gemma3-tiny|gemma3-1b f32|f16|q8_0 [SEED [CHAT_TEMPLATE.jinja]]\n");
     return 2;
   }
   const std::string shape_name = argv[3];
@@ -64,9 +67,14 @@ int main(int argc, char** argv) try {
                   : shape_name == "qwen3-0.6b" ? Shape{1024, 28, 16, 8, 3072, 128}
                   : shape_name == "qwen3-tiny" ? Shape{256, 2, 4, 2, 512, 128}
                   : shape_name == "phi3-tiny"  ? Shape{256, 2, 4, 2, 512}
+                  : shape_name == "gemma2-tiny" ? Shape{256, 2, 4, 2, 512}
+                  : shape_name == "gemma3-tiny" ? Shape{256, 2, 4, 2, 512, 128}
+                  : shape_name == "gemma3-1b"  ? Shape{1152, 26, 4, 1, 6912, 256}
                                                : throw std::runtime_error("unknown shape " + shape_name);
   const bool phi3 = shape_name == "phi3-tiny";
-  const std::string arch = phi3 ? "phi3" : qwen3 ? "qwen3" : qwen2 ? "qwen2" : "llama", a = arch + ".";
+  const bool gemma2 = shape_name.rfind("gemma2-", 0) == 0, gemma3 = shape_name.rfind("gemma3-", 0) == 0, gemma = gemma2 || gemma3;
+  const std::string arch = phi3 ? "phi3" : gemma2 ? "gemma2" : gemma3 ? "gemma3" : qwen3 ? "qwen3" : qwen2 ? "qwen2" : "llama";
+  const std::string a = arch + ".";
   const uint32_t type = type_code(argv[4]);
   const uint32_t seed = argc > 5 ? uint32_t(std::stoul(argv[5])) : 1;
   GgufFile vocab(argv[2]);
@@ -83,15 +91,23 @@ int main(int argc, char** argv) try {
   w.u32(a + "attention.head_count", s.heads);
   w.u32(a + "attention.head_count_kv", s.kv_heads);
   w.u32(a + "feed_forward_length", s.ffn);
-  w.u32(a + "context_length", qwen2 ? 32768 : 131072);
+  w.u32(a + "context_length", qwen2 || gemma3 ? 32768 : gemma2 ? 8192 : 131072);
   const uint32_t n_rot = phi3 ? hd * 3 / 4 : hd;
   w.u32(a + "rope.dimension_count", n_rot);
   if (phi3) {
     w.u32(a + "rope.scaling.original_context_length", 4096);
     w.f32(a + "rope.scaling.attn_factor", 1.19f);
   }
-  w.f32(a + "rope.freq_base", qwen2 ? 1000000.f : 500000.f);
-  w.f32(a + "attention.layer_norm_rms_epsilon", qwen2 ? 1e-6f : 1e-5f);
+  if (gemma) {
+    const bool tiny = shape_name.find("tiny") != std::string::npos;
+    w.u32(a + "attention.sliding_window", tiny ? 8 : 512);
+    if (gemma2) w.f32(a + "attn_logit_softcapping", 2.f), w.f32(a + "final_logit_softcapping", 5.f);
+    if (gemma3 && tiny) w.bools(a + "attention.sliding_window_pattern", {true, false});
+    if (gemma3) w.f32(a + "rope.freq_base_swa", 10000.f);
+    if (gemma3 && tiny) w.str(a + "rope.scaling.type", "linear"), w.f32(a + "rope.scaling.factor", 8.f);
+  }
+  w.f32(a + "rope.freq_base", qwen2 || gemma3 ? 1000000.f : gemma2 ? 10000.f : 500000.f);
+  w.f32(a + "attention.layer_norm_rms_epsilon", qwen2 || gemma ? 1e-6f : 1e-5f);
   w.u32("general.file_type", type == 0 ? 0 : type == 1 ? 1 : 7);
   if (argc > 6) {   // an Instruct model's template (tokenizer.chat_template), e.g. ../shared/chat-templates/
     std::ifstream in(argv[6], std::ios::binary);
@@ -118,7 +134,7 @@ int main(int argc, char** argv) try {
       for (uint32_t i = 0; i < n_rot / 2; ++i) f[i] = 1.f + step * float(i);
       w.tensor(name, {n_rot / 2}, 0, f.data(), f.size() * 4);
     }
-  } else if (!qwen2) {
+  } else if (!qwen2 && !gemma) {
     w.tensor("rope_freqs.weight", {hd / 2}, 0, rope_factors.data(), rope_factors.size() * 4);
   }
   std::vector<Planned> plan = {{"token_embd.weight", n_vocab, s.dim, false}, {"output_norm.weight", 1, s.dim, true}};
@@ -132,7 +148,7 @@ int main(int argc, char** argv) try {
       plan.push_back({p + "attn_k.weight", s.kv_heads * hd, s.dim, false});
       plan.push_back({p + "attn_v.weight", s.kv_heads * hd, s.dim, false});
     }
-    if (qwen3) {
+    if (qwen3 || gemma3) {
       plan.push_back({p + "attn_q_norm.weight", 1, hd, true});
       plan.push_back({p + "attn_k_norm.weight", 1, hd, true});
     } else if (qwen2) {
@@ -145,6 +161,10 @@ int main(int argc, char** argv) try {
     if (!phi3) plan.push_back({p + "ffn_gate.weight", s.ffn, s.dim, false});
     plan.push_back({p + "ffn_up.weight", phi3 ? 2 * s.ffn : s.ffn, s.dim, false});
     plan.push_back({p + "ffn_down.weight", s.dim, s.ffn, false});
+    if (gemma) {
+      plan.push_back({p + "post_attention_norm.weight", 1, s.dim, true});
+      plan.push_back({p + "post_ffw_norm.weight", 1, s.dim, true});
+    }
   }
   // Header with every tensor's offset first (the writer lays tensors out in order, 32-byte aligned), then
   // the data, one tensor at a time.
@@ -157,7 +177,10 @@ int main(int argc, char** argv) try {
   fwrite(head.data(), 1, head.size(), out);
   std::mt19937 rng(seed);
   for (const Planned& t : plan) {
-    std::normal_distribution<float> nd(t.norm ? 1.f : 0.f, t.norm ? 0.1f : t.bias ? 0.25f : 1.f / std::sqrt(float(t.cols)));
+    // Gemma's post norms ~ 6: the sublayers' outputs outweigh the scaled embedding in x, which would
+    // otherwise make the tied logits repeat the input token
+    const float norm_mean = t.name.find(".post_") != std::string::npos ? 6.f : 1.f;
+    std::normal_distribution<float> nd(t.norm ? norm_mean : 0.f, t.norm ? 0.1f : t.bias ? 0.25f : 1.f / std::sqrt(float(t.cols)));
     std::vector<float> v(size_t(t.rows) * t.cols);
     for (auto& x : v) x = nd(rng);
     std::vector<uint8_t> bytes = encode(v, t.norm || t.bias ? 0 : type);

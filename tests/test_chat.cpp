@@ -338,6 +338,28 @@ TEST_F(Chat, RegenAndReadAsLlamaCli) {
   EXPECT_NE(first.err.find("no reply to generate again"), std::string::npos) << first.err;
 }
 
+// `vkspec chat` on Gemma 2's and Gemma 3's passes (vkspec-shape gemma2-tiny, gemma3-tiny, carrying Gemma 2's
+// template; Llama 2's vocabulary): two turns, each prompt the template's, each reply at most 6 tokens; exit 0 at EOF.
+TEST_F(Chat, GemmaModelsChat) {
+  for (const char* shape : {"gemma2-tiny", "gemma3-tiny"}) {
+    SCOPED_TRACE(shape);
+    const std::string m = tmp(std::string(shape) + ".gguf");
+    Result r = run_command(std::string(VKSPEC_SHAPE_BIN) + " " + m + " " + shared("tokenizer-tests/ggml-vocab-llama-spm.gguf") +
+                           " " + shape + " f16 7 " + shared("chat-templates/google-gemma-2-2b-it.jinja"));
+    ASSERT_EQ(r.code, 0) << r.err;
+    write(tmp("gemma-turns.txt"), "hello there\nand again\n");
+    r = run_command(std::string(VKSPEC_BIN) + " chat -m " + m + " -n 6 --temp 0 --json < " + tmp("gemma-turns.txt"));
+    unlink(m.c_str());
+    ASSERT_EQ(r.code, 0) << r.err;
+    const std::vector<json> turns = json_lines(r.out);
+    ASSERT_EQ(turns.size(), 2u) << r.out;
+    EXPECT_EQ(turns[0]["prompt"], "<s><start_of_turn>user\nhello there<end_of_turn>\n<start_of_turn>model\n");
+    EXPECT_NE(turns[1]["prompt"].get<std::string>().find("<start_of_turn>user\nand again<end_of_turn>\n<start_of_turn>model\n"),
+              std::string::npos) << turns[1]["prompt"];
+    for (const json& t : turns) EXPECT_TRUE(t["ids"].size() >= 1 && t["ids"].size() <= 6) << t.dump();
+  }
+}
+
 // /save writes the conversation as apply-template's messages; /load takes it back, and the next turn is the
 // turn the conversation would have had without the round trip (same prompt, same greedy reply). A file
 // that is not a conversation ends a scripted chat with exit 1 and the reason.

@@ -218,19 +218,19 @@ TEST(Cli, StreamsTextAndTokenizes) {
   EXPECT_EQ(nlohmann::json::parse(t.out), nlohmann::json::parse("[128000, 9906, 1917]"));
 }
 
-// A Gemma 2 file (here llama.cpp's Llama 3 vocabulary renamed so, with a pre-tokenizer vkspec does not know
+// A Gemma 4 file (here llama.cpp's Llama 3 vocabulary renamed so, with a pre-tokenizer vkspec does not know
 // either) is refused for its architecture, not for its pre-tokenizer: the real reason first.
 TEST(Cli, AnotherArchitectureIsRefusedForItsArchitecture) {
   GgufFile vocab(shared_path("tokenizer-tests/ggml-vocab-llama-bpe.gguf"));
   GgufWriter w;
   w.copy_metadata(vocab, [](const std::string& k) { return k == "general.architecture" || k == "tokenizer.ggml.pre"; });
-  w.str("general.architecture", "gemma2");
-  w.str("tokenizer.ggml.pre", "gemma2-like");
-  const std::string path = ::testing::TempDir() + "/vkspec-gemma2-vocab.gguf";
+  w.str("general.architecture", "gemma4");
+  w.str("tokenizer.ggml.pre", "gemma4-like");
+  const std::string path = ::testing::TempDir() + "/vkspec-gemma4-vocab.gguf";
   w.write(path);
   const auto r = run_cli("run -m " + path + " -p hi");
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.err.find("architecture 'gemma2' (Gemma 2) is not supported"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("architecture 'gemma4' (Gemma 4) is not supported"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("pre-tokenizer"), std::string::npos) << r.err;
 }
 

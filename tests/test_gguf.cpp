@@ -197,7 +197,11 @@ TEST(Gguf, RefusesWhatItWouldOtherwiseIgnore) {
   EXPECT_NE(refusal("llama.attention.sliding_window", "", {}).find("metadata 'llama.attention.sliding_window'"), std::string::npos);
   EXPECT_EQ(refusal("llama.attention.sliding_window", "", {}, "llama", 0), "");   // (a window of 0 is none)
   EXPECT_NE(refusal("llama.expert_count", "", {}).find("mixture-of-experts ('llama', 8 experts)"), std::string::npos);
-  EXPECT_NE(refusal("", "", {}, "gemma2").find("architecture 'gemma2' (Gemma 2) is not supported"), std::string::npos);
+  EXPECT_NE(refusal("", "", {}, "gemma4").find("architecture 'gemma4' (Gemma 4) is not supported"), std::string::npos);
+  EXPECT_NE(refusal("", "", {}, "gemma2").find("missing tensor 'blk.0.post_attention_norm.weight'"), std::string::npos);
+  // Gemma 3 has no attention soft-capping: a cap in its file is not ignored
+  EXPECT_NE(refusal("gemma3.attn_logit_softcapping", "", {}, "gemma3", 50).find("metadata 'gemma3.attn_logit_softcapping'"),
+            std::string::npos);
   EXPECT_NE(refusal("", "", {}, "qwen2").find("missing tensor 'blk.0.attn_q.bias'"), std::string::npos);   // (Qwen2's are not optional)
   EXPECT_NE(refusal("qwen3moe.expert_count", "", {}, "qwen3moe").find("mixture-of-experts ('qwen3moe', 8 experts)"), std::string::npos);
 }

@@ -23,10 +23,15 @@ namespace {
 // arch "qwen2": q/k/v biases, NeoX RoPE pairs; "qwen3": per-head q/k norms, NeoX RoPE pairs and heads twice
 // as wide as dim / heads (key_length); "phi3": q|k|v and gate|up stored fused, NeoX RoPE pairs, LongRoPE
 // (short and long factors, the long ones taken for a context past 128) scaled by an attn_factor, and a
-// sliding window (4096) wider than the context; none with Llama 3's frequency factors.
+// sliding window (4096) wider than the context; "gemma2": embeddings scaled, post-attention and post-FFN
+// norms, GeGLU, attention and logits soft-capped (caps small enough to bend these scores), layer 0 on a window
+// of 6 positions (the default period of 2); "gemma3": the same with per-head q/k norms, no attention cap,
+// the window's layers given by a flag array and RoPE bases of their own (10000; global: 500000, linearly
+// scaled); none with Llama 3's frequency factors.
 constexpr uint32_t kMixed = 1000;
 std::string write_synthetic_model(uint32_t type = 0, bool llama3_keys = false, const std::string& arch = "llama") {
   const bool qwen2 = arch == "qwen2", qwen3 = arch == "qwen3", phi3 = arch == "phi3";
+  const bool gemma2 = arch == "gemma2", gemma3 = arch == "gemma3", gemma = gemma2 || gemma3;
   const uint32_t dim = 128, heads = 8, kv = 2, hd = qwen3 ? 32 : 16, ffn = 96, vocab = 97, layers = 2, n_rot = 12;
   const std::string a = arch + ".";
   GgufWriter w;
@@ -45,6 +50,17 @@ std::string write_synthetic_model(uint32_t type = 0, bool llama3_keys = false, c
     w.u32(a + "rope.scaling.original_context_length", 128);
     w.f32(a + "rope.scaling.attn_factor", 1.19f);
     w.u32(a + "attention.sliding_window", 4096);
+  }
+  if (gemma) {
+    w.u32(a + "attention.sliding_window", 6);
+    w.f32(a + "final_logit_softcapping", 3.f);
+  }
+  if (gemma2) w.f32(a + "attn_logit_softcapping", 0.5f);
+  if (gemma3) {
+    w.bools(a + "attention.sliding_window_pattern", {false, true});
+    w.f32(a + "rope.freq_base_swa", 10000.f);
+    w.str(a + "rope.scaling.type", "linear");
+    w.f32(a + "rope.scaling.factor", 8.f);
   }
   if (llama3_keys) {
     w.str("llama.rope.scaling.type", "llama3");
@@ -91,7 +107,7 @@ std::string write_synthetic_model(uint32_t type = 0, bool llama3_keys = false, c
         for (auto& x : b) x = nd(rng);
         w.tensor(p + name, {width}, 0, b.data(), b.size() * 4);
       }
-    if (qwen3) {
+    if (qwen3 || gemma3) {
       add(p + "attn_q_norm.weight", 1, hd, true);
       add(p + "attn_k_norm.weight", 1, hd, true);
     }
@@ -100,6 +116,10 @@ std::string write_synthetic_model(uint32_t type = 0, bool llama3_keys = false, c
     if (!phi3) add(p + "ffn_gate.weight", ffn, dim);
     add(p + "ffn_up.weight", phi3 ? 2 * ffn : ffn, dim);
     add(p + "ffn_down.weight", dim, ffn);
+    if (gemma) {
+      add(p + "post_attention_norm.weight", 1, dim, true);
+      add(p + "post_ffw_norm.weight", 1, dim, true);
+    }
   }
   std::string path = ::testing::TempDir() + "/vkspec-synthetic-" + std::to_string(type) + (llama3_keys ? "-keys" : "") +
                      "-" + arch + ".gguf";
@@ -150,11 +170,13 @@ TEST_F(ModelTest, RopeScalingFromTensorAndFromLlama3Keys) {
   }
 }
 
-// ... and the `qwen2`, `qwen3` and `phi3` architectures' (biases, per-head norms, NeoX RoPE pairs, wider
-// heads, stored-fused matrices, LongRoPE), q/k/v fused (f16) or not (mixed).
+// ... and the `qwen2`, `qwen3`, `phi3`, `gemma2` and `gemma3` architectures' (biases, per-head norms, NeoX
+// RoPE pairs, wider heads, stored-fused matrices, LongRoPE, Gemma's norms, GeGLU, soft-capping and sliding
+// windows: 20 tokens cross the window of 6), q/k/v fused (f16) or not (mixed).
 TEST_F(ModelTest, LogitsMatchCpuReferenceOnSyntheticModel) {
   for (const auto& [type, arch] : {std::pair{0u, "llama"}, {1u, "llama"}, {30u, "llama"}, {kMixed, "llama"}, {1u, "qwen2"},
-                                   {kMixed, "qwen2"}, {1u, "qwen3"}, {kMixed, "qwen3"}, {0u, "phi3"}, {1u, "phi3"}}) {
+                                   {kMixed, "qwen2"}, {1u, "qwen3"}, {kMixed, "qwen3"}, {0u, "phi3"}, {1u, "phi3"},
+                                   {1u, "gemma2"}, {kMixed, "gemma2"}, {1u, "gemma3"}, {0u, "gemma3"}}) {
     SCOPED_TRACE("weight type " + std::to_string(type) + ", " + arch);
     GgufFile f(write_synthetic_model(type, false, arch));
     LlamaModel model(gpu().ctx, gpu().pipelines, f);
@@ -167,6 +189,31 @@ TEST_F(ModelTest, LogitsMatchCpuReferenceOnSyntheticModel) {
       for (uint32_t v = 0; v < model.hparams().n_vocab; ++v)
         ASSERT_NEAR(model.logits(0)[v], want[v], 2e-4 * (1 + std::fabs(want[v]))) << "vocab " << v;
     }
+  }
+}
+
+// A sliding window past attention's 256-key split (the subgroup family splits; its combine starts at the
+// split that holds the window's first key) against the CPU reference: 250 positions as a prompt, then 12 rows
+// from 250 to 261 with their logits, in both kernel families.
+TEST_F(ModelTest, SlidingWindowAcrossAttentionSplitsMatchesCpuReference) {
+  GgufFile f(write_synthetic_model(1, false, "gemma2"));
+  for (KernelFamily fam : {KernelFamily::RowPerLane, KernelFamily::Subgroup}) {
+    SCOPED_TRACE(fam == KernelFamily::RowPerLane ? "row-per-lane" : "subgroup");
+    ModelOptions mo;
+    mo.kernels = fam;
+    mo.n_ctx = 512;
+    LlamaModel model(gpu().ctx, gpu().pipelines, f, mo);
+    CpuLlama ref(f, model.n_ctx());
+    std::vector<uint32_t> tokens;
+    for (uint32_t i = 0; i < 262; ++i) tokens.push_back((i * 37 + 11) % model.hparams().n_vocab);
+    std::vector<std::vector<double>> want;
+    for (uint32_t t : tokens) want.push_back(ref.step(t));
+    const int seq = model.kv().new_sequence();
+    model.forward(seq, std::span<const uint32_t>(tokens.data(), 250), Logits::None);
+    model.forward(seq, std::span<const uint32_t>(tokens.data() + 250, 12), Logits::All);
+    for (uint32_t r = 0; r < 12; ++r)
+      for (uint32_t v = 0; v < model.hparams().n_vocab; ++v)
+        ASSERT_NEAR(model.logits(r)[v], want[250 + r][v], 2e-4 * (1 + std::fabs(want[250 + r][v]))) << "row " << r << " vocab " << v;
   }
 }
 
@@ -209,10 +256,14 @@ TEST_F(ModelTest, PrefillEqualsTokenByTokenBitForBit) {
 // positions, one past the 256-key attention split) in one pass give every row bit-identically the logits of
 // its sequence run alone, in both kernel families; prefix sharing with copy-on-write (the source and the
 // sharer both writing into the shared partial block) changes nothing either.
+// The same with Gemma 2's sliding window (6 positions on layer 0): rows whose window starts in the split
+// before theirs, or past the split that holds their first keys.
 TEST_F(ModelTest, BatchOfSequencesEqualsEachSequenceAloneBitForBit) {
-  GgufFile f(shared_path("models/stories260K.gguf"));   // small: the subgroup family is slow on lavapipe
+  // small models: the subgroup family is slow on lavapipe
+  for (const std::string& path : {shared_path("models/stories260K.gguf"), write_synthetic_model(1, false, "gemma2")})
   for (KernelFamily fam : {KernelFamily::RowPerLane, KernelFamily::Subgroup}) {
-    SCOPED_TRACE(fam == KernelFamily::RowPerLane ? "row-per-lane" : "subgroup");
+    SCOPED_TRACE(path + (fam == KernelFamily::RowPerLane ? " row-per-lane" : " subgroup"));
+    GgufFile f(path);
     ModelOptions mo;
     mo.n_ctx = 512;
     mo.max_sequences = 8;
@@ -227,7 +278,8 @@ TEST_F(ModelTest, BatchOfSequencesEqualsEachSequenceAloneBitForBit) {
     };
     // (prefix length, rows after it, logits wanted for those rows)
     struct Case { uint32_t prefill, rows; Logits want; std::vector<uint32_t> t; };
-    std::vector<Case> cases = {{270, 5, Logits::All}, {33, 1, Logits::Last}, {7, 16, Logits::All}, {0, 3, Logits::Last}};
+    std::vector<Case> cases = {{270, 5, Logits::All}, {33, 1, Logits::Last}, {7, 16, Logits::All}, {0, 3, Logits::Last},
+                               {254, 6, Logits::All}};
     for (size_t i = 0; i < cases.size(); ++i) cases[i].t = tokens(cases[i].prefill + cases[i].rows, uint32_t(i));
     // Alone: the prefix, then the rows, logits read back.
     std::vector<std::vector<float>> alone;

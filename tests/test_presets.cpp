@@ -240,6 +240,16 @@ TEST(Presets, GrammarsAgreeWithLlamaCpp) {
   }
 }
 
+// The f16 file of a tiny shape (tests/make_shape_model.cpp), made once per build folder.
+std::string tiny_shape(const std::string& name, const std::string& vocab, const std::string& shape) {
+  const std::string f16 = std::string(VKSPEC_PRESETS_DIR) + "/" + name + "-f16.gguf";
+  if (!exists(f16)) {
+    Result r = run_command(std::string(VKSPEC_SHAPE_BIN) + " " + f16 + ".tmp " + vocab + " " + shape + " f16 && mv " + f16 + ".tmp " + f16);
+    EXPECT_EQ(r.code, 0) << r.err;
+  }
+  return f16;
+}
+
 // A family's real vocabulary and architecture at a tiny size (tests/make_shape_model.cpp), in f16 and in
 // llama.cpp's Q4_K_M of it (q4_K/q6_K layers, a q6_K tied embedding): greedy ids equal llama.cpp's for 16
 // tokens, or part at a near-tie (checked with the exact CPU reference). Llama 3
@@ -250,11 +260,7 @@ TEST(Presets, GrammarsAgreeWithLlamaCpp) {
 void tiny_shape_greedy_equals_llama_cpp(const std::string& name, const std::string& vocab, const std::string& shape,
                                         uint32_t ctx = 0) {
   const std::string ctx_flag = ctx ? " --ctx " + std::to_string(ctx) : "";
-  const std::string dir = std::string(VKSPEC_PRESETS_DIR), f16 = dir + "/" + name + "-f16.gguf", q4 = dir + "/" + name + "-Q4_K_M.gguf";
-  if (!exists(f16)) {
-    Result r = run_command(std::string(VKSPEC_SHAPE_BIN) + " " + f16 + ".tmp " + vocab + " " + shape + " f16 && mv " + f16 + ".tmp " + f16);
-    ASSERT_EQ(r.code, 0) << r.err;
-  }
+  const std::string dir = std::string(VKSPEC_PRESETS_DIR), f16 = tiny_shape(name, vocab, shape), q4 = dir + "/" + name + "-Q4_K_M.gguf";
   if (!exists(q4)) {
     Result r = run_command("python3 " + peer_dir() + "/quantize.py " + f16 + " " + q4 + ".tmp Q4_K_M >/dev/null && mv " +
                            q4 + ".tmp " + q4);
@@ -317,6 +323,39 @@ TEST(Presets, TinyPhi3ShapeGreedyEqualsLlamaCpp) {
   tiny_shape_greedy_equals_llama_cpp("tiny-phi3", vocab, "phi3-tiny", 8192);
 }
 
+
+// Gemma 2's and Gemma 3's passes (tests/make_shape_model.cpp gemma2-tiny, gemma3-tiny: post norms, GeGLU,
+// scaled embeddings, soft-capping, q/k norms, a window of 8 positions on layer 0 that the 24 tokens pass,
+// RoPE bases of their own) with Llama 2's SentencePiece vocabulary (no Gemma 2/3 vocabulary is at hand; the
+// architecture does not depend on it).
+TEST(Presets, TinyGemma2ShapeGreedyEqualsLlamaCpp) {
+  if (usable_peer().empty()) GTEST_SKIP() << "llama.cpp peer not installed (scripts/install-peer.sh needs node and npm)";
+  tiny_shape_greedy_equals_llama_cpp("tiny-gemma2", shared_path("tokenizer-tests/ggml-vocab-llama-spm.gguf"), "gemma2-tiny");
+}
+
+TEST(Presets, TinyGemma3ShapeGreedyEqualsLlamaCpp) {
+  if (usable_peer().empty()) GTEST_SKIP() << "llama.cpp peer not installed (scripts/install-peer.sh needs node and npm)";
+  tiny_shape_greedy_equals_llama_cpp("tiny-gemma3", shared_path("tokenizer-tests/ggml-vocab-llama-spm.gguf"), "gemma3-tiny");
+}
+
+// Speculation on Gemma: prompt lookup on Gemma 2's pass, and Gemma 3's pass or Gemma 2's own drafting for
+// it (one vocabulary), give plain greedy decoding's 48 tokens, which pass the window of 8 positions many times (each
+// verify pass and its truncation at a rejected draft on windowed layers).
+TEST(Presets, GemmaSpeculationGivesPlainDecodingsTokens) {
+  const std::string vocab = shared_path("tokenizer-tests/ggml-vocab-llama-spm.gguf");
+  const std::string target = tiny_shape("tiny-gemma2", vocab, "gemma2-tiny"), draft = tiny_shape("tiny-gemma3", vocab, "gemma3-tiny");
+  auto ids = [&](const std::string& flags) {
+    Result r = run_vkspec(VKSPEC_BIN, "run -m " + target + " -p 'The quick brown fox jumps over the lazy dog. The quick brown' -n 48 "
+                                      "--temp 0 --ignore-eos --json " + flags);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return r.code == 0 ? nlohmann::json::parse(r.out)["ids"].get<std::vector<int>>() : std::vector<int>{};
+  };
+  const std::vector<int> plain = ids("");
+  ASSERT_EQ(plain.size(), 48u);
+  EXPECT_EQ(ids("--draft ngram"), plain);
+  EXPECT_EQ(ids("-md " + draft + " --draft-max 4"), plain);   // (a random model: its drafts are rejected)
+  EXPECT_EQ(ids("-md " + target + " --draft-max 4"), plain);  // (the model itself: its drafts are accepted)
+}
 
 TEST(Presets, PerplexityMatchesLlamaCppWithinHalfAPercent) {
   std::ifstream in(shared_path("models/reference/perplexity.json"));

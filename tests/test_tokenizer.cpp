@@ -12,6 +12,7 @@
 
 #include "text/tokenizer.h"
 #include "tests/gguf_writer.h"
+#include "tests/run_command.h"
 #include "tests/run_program.h"
 #include "tests/vk_test_env.h"
 
@@ -82,6 +83,52 @@ TEST(Tokenizer, OtherFamiliesMatchLlamaCppVectors) {
   for (const char* vocab : {"ggml-vocab-qwen2.gguf", "ggml-vocab-starcoder.gguf", "ggml-vocab-refact.gguf", "ggml-vocab-phi-3.gguf"}) {
     SCOPED_TRACE(vocab);
     check_vectors(vocab, dir);
+  }
+}
+
+// Rules whose own vocabularies are not at hand, checked against llama.cpp on a vocabulary made for them:
+// Mistral Nemo's pre-tokenizer (tekken) over Llama 3's BPE vocabulary, and Gemma 2/3's SentencePiece rule (no
+// space prefix) over Llama 2's. llama.cpp (the peer's tokcheck.mjs) tokenizes llama.cpp's 46 cases and a few
+// of the letters, digits and line ends these rules split differently.
+TEST(Tokenizer, TekkenAndNoSpacePrefixMatchLlamaCpp) {
+  const char* peer = getenv("VKSPEC_PEER");
+  if (!peer || !std::ifstream(std::string(peer) + "/tokcheck.mjs") || run_command("node --version").code != 0)
+    GTEST_SKIP() << "no llama.cpp peer (scripts/install-peer.sh)";
+  const std::string dir = shared_path("tokenizer-tests"), sep = "\n__ggml_vocab_test__\n";
+  std::string texts = slurp(dir + "/ggml-vocab-llama-bpe.gguf.inp");
+  for (const char* extra : {"ÉcoleNormale SupÉRieure CamelCase HTTPServer iPhone", "día ÀÉÎ ñandú straße ΑΒΓαβγ",
+                            "x=12345.678/9\r\n\r\npath/to/file\n\n  indented\ttab", "MixedCASEWords and ÜBER-Öl"})
+    texts += std::string(extra) + sep;
+  const std::string texts_file = ::testing::TempDir() + "/vkspec-rule-cases.inp";
+  std::ofstream(texts_file, std::ios::binary) << texts;
+  struct Rule { const char* name; const char* base; const char* key; bool is_string; };
+  for (const Rule& rule : {Rule{"tekken", "ggml-vocab-llama-bpe.gguf", "tokenizer.ggml.pre", true},
+                           Rule{"no space prefix", "ggml-vocab-llama-spm.gguf", "tokenizer.ggml.add_space_prefix", false}}) {
+    SCOPED_TRACE(rule.name);
+    GgufFile base(dir + "/" + rule.base);
+    GgufWriter w;
+    w.copy_metadata(base, [&](const std::string& k) { return k == rule.key; });
+    if (rule.is_string) w.str(rule.key, "tekken");
+    else w.boolean(rule.key, false);
+    const std::string vocab = ::testing::TempDir() + "/vkspec-rule-" + std::string(rule.base);
+    w.write(vocab);
+    Result r = run_command("node " + std::string(peer) + "/tokcheck.mjs " + vocab + " --text-file " + texts_file);
+    ASSERT_EQ(r.code, 0) << r.err;
+    GgufFile f(vocab);
+    auto tok = Tokenizer::from_gguf(f);
+    std::istringstream lines(r.out);
+    int cases = 0, differ_from_base = 0;
+    auto base_tok = Tokenizer::from_gguf(base);
+    for (std::string line; std::getline(lines, line);) {
+      const auto j = nlohmann::json::parse(line);
+      const std::string text = j["text"];
+      const auto want = j["ids"].get<std::vector<uint32_t>>();
+      EXPECT_EQ(tok->encode(text, false, true), want) << "'" << text << "'";
+      differ_from_base += base_tok->encode(text, false, true) != want;
+      ++cases;
+    }
+    EXPECT_EQ(cases, 49);   // (llama.cpp's 46 but the empty one, and ours)
+    EXPECT_GT(differ_from_base, 5);   // the rule matters for these cases (the test would see it ignored)
   }
 }
 

@@ -27,6 +27,15 @@ const char* const kGpt2Pattern = GPT2_WORDS "|\\s+";
 // StarCoder's, SmolLM's and Refact's: digits apart first, then GPT-2's words (without the last \s+).
 const char* const kDigitsPattern = "\\p{N}";
 const char* const kStarcoderWordsPattern = GPT2_WORDS;
+// Mistral Nemo's (tekken): letters in runs of capitals then lower case, single digits. Written as llama.cpp
+// runs it: its tokenizer.json's [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] is "a letter but not a-z" and its lower-case
+// class "a letter but not A-Z" (which a non-ASCII letter of either case matches both ways).
+#define TEKKEN_UPPER "((?=[\\p{L}])([^a-z]))"
+#define TEKKEN_LOWER "((?=[\\p{L}])([^A-Z]))"
+const char* const kTekkenPattern = "[^\\r\\n\\p{L}\\p{N}]?" TEKKEN_UPPER "*" TEKKEN_LOWER "+|[^\\r\\n\\p{L}\\p{N}]?" TEKKEN_UPPER "+"
+                                   TEKKEN_LOWER "*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+#undef TEKKEN_UPPER
+#undef TEKKEN_LOWER
 #undef LLAMA3_WORDS
 #undef LLAMA3_REST
 #undef GPT2_WORDS
@@ -41,6 +50,7 @@ const PreTokenizer kPreTokenizers[] = {
     {"default gpt2", {kGpt2Pattern}, false},
     {"qwen2 deepseek-r1-qwen megrez", {kQwen2Pattern}, false},
     {"starcoder smollm refact", {kDigitsPattern, kStarcoderWordsPattern}, false},
+    {"tekken", {kTekkenPattern}, true},
 };
 
 class BpeTokenizer : public Tokenizer {
