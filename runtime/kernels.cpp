@@ -287,7 +287,7 @@ void Kernels::qkv_rope_store_kv(Recorder& r, const DeviceMatrix& wqkv, const Mat
 
 bool Kernels::attention_texels(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const {
   return family_ == KernelFamily::RowPerLane && ctx_.facts().subgroup_shuffle && s.head_dim % 8 == 0 &&
-         s.head_dim <= 128 && s.q_row() % 4 == 0 && s.n_heads / s.n_kv_heads <= 4 && texel_readable(q) &&
+         s.head_dim <= 256 && s.q_row() % 4 == 0 && s.n_heads / s.n_kv_heads <= 4 && texel_readable(q) &&
          texel_readable(kv.k_pool) && texel_readable(kv.v_pool) && texel_readable(kv.block_tables);
 }
 

@@ -146,7 +146,7 @@ class Kernels {
   void attention(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& out, const PagedKvView& kv,
                  const KvRows& rows, uint32_t n);
   // Which shader attention() records: attention_rows (texel reads, G = n_heads/n_kv_heads <= 4 query heads
-  // per workgroup, head_dim a multiple of 8 up to 128: whole f16 KV texels per row) for the row-per-lane
+  // per workgroup, head_dim a multiple of 8 up to 256: whole f16 KV texels per row) for the row-per-lane
   // family when q, the pools and the table are texel-readable and the device has subgroupShuffle.
   const char* attention_shader(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const;
   // slots[t] = {argmax of row t (lowest id among ties), its softmax probability when top_prob else 0};

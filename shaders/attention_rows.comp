@@ -30,8 +30,8 @@ layout(constant_id = 2) const uint G = 1;   // query heads per kv head: 1..4
 // head_dim as a constant: the d4 loops unroll and the row's q texels stay in registers (or the lane's
 // stack), loaded once; fetched per key instead, they were G of every G + 1 texel fetches of the scores,
 // each a function call on llvmpipe (attention at ~200 keys: 0.67 -> 0.60 ms for a 6-row verify, 0.99 ->
-// 0.81 ms for a 16-row prefill chunk, pycode target). The host keeps HD <= 128 and HD % 8 == 0
-// (Kernels::attention_texels): at most 128 q texels per lane, whole KV texels per row.
+// 0.81 ms for a 16-row prefill chunk, pycode target). The host keeps HD <= 256 and HD % 8 == 0
+// (Kernels::attention_texels): at most 256 q texels per lane, whole KV texels per row.
 layout(constant_id = 3) const uint HD = 64;
 const uint HD4 = HD / 4u;                   // q and output texels (f32) per head
 const uint HD8 = HD / 8u;                   // KV texels (f16) per row

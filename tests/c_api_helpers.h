@@ -16,6 +16,7 @@
 #include <vulkan/vulkan.h>
 
 #include "platform/platform.h"
+#include "tests/c_api_basics.h"
 #include "tests/run_program.h"
 #include "vkspec.h"
 
@@ -23,11 +24,6 @@
 namespace {
 
 
-inline std::string shared(const std::string& rel) {
-  const char* s = getenv("VKSPEC_SHARED");
-  return std::string(s ? s : "../shared") + "/" + rel;
-}
-const std::string kStories = shared("models/stories260K.gguf");
 
 struct Model {
   vkspec_model* m = nullptr;
@@ -53,14 +49,6 @@ struct Ctx {
     return p;
   }
 };
-
-inline std::vector<int32_t> tokenize(vkspec_model* m, const std::string& text) {
-  size_t n = 0;
-  EXPECT_EQ(vkspec_tokenize(m, text.data(), text.size(), 1, 1, nullptr, 0, &n), VKSPEC_OK);
-  std::vector<int32_t> ids(n);
-  EXPECT_EQ(vkspec_tokenize(m, text.data(), text.size(), 1, 1, ids.data(), ids.size(), &n), VKSPEC_OK);
-  return ids;
-}
 
 struct Streamed {
   std::vector<int32_t> ids;

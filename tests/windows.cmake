@@ -20,7 +20,7 @@ list(APPEND VKSPEC_WINDOWS_SUITES test_kv_admission)
 target_compile_definitions(test_chat_template PRIVATE VKSPEC_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
 # The C API through vkspec.dll, as an application links it. (The examples are compared with vkspec.exe by
 # tests/windows/check_windows.py; external_device.cpp needs a Vulkan import library MinGW does not ship.)
-add_executable(test_c_api_batch test_c_api_batch.cpp)
+add_executable(test_c_api_batch test_c_api_batch.cpp test_c_api_model_io.cpp)
 target_link_libraries(test_c_api_batch PRIVATE vkspec_shared vkspec_platform vkspec_gguf GTest::gtest GTest::gtest_main)
 target_include_directories(test_c_api_batch PRIVATE ${CMAKE_SOURCE_DIR})
 foreach(t test_c_api test_c_api_context test_c_api_external)
