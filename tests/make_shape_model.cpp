@@ -1,6 +1,6 @@
 // vkspec-shape: writes a random-weight Llama at a real shape with a real vocabulary, for benchmarks and
 // parity runs where no checkpoint can be downloaded.
-//   vkspec-shape OUT.gguf VOCAB.gguf 1b|3b|tiny|qwen2-*|qwen3-*|phi3-tiny|gemma2-tiny|gemma3-tiny|gemma3-1b f32|f16|q8_0 [SEED]
+//   vkspec-shape OUT.gguf VOCAB.gguf 1b|3b|tiny|qwen2-*|qwen3-*|phi3-tiny|gemma2-tiny|gemma2-2b|gemma3-tiny|gemma3-1b f32|f16|q8_0 [SEED]
 // VOCAB.gguf supplies the tokenizer metadata (e.g. ../shared/tokenizer-tests/ggml-vocab-llama-bpe.gguf, the
 // Llama 3 vocabulary); the hyperparameters are Llama-3.2-1B's / 3B's (tied embeddings, rope theta 500000 with
 // Llama 3 scaling); `tiny` is the same architecture and vocabulary at dim 256, 2 layers (tests: 65 MB in
@@ -12,7 +12,8 @@
 // rotated, LongRoPE short/long factors past an original context of 4096, attn_factor 1.19); gemma2-tiny and
 // gemma3-tiny are Gemma 2's and Gemma 3's passes at dim 256 (`gemma2`: post norms, GeGLU, soft-capped scores
 // (cap 2) and logits (cap 5), layer 0 on a window of 8 positions; `gemma3`: q/k norms, layer 0 windowed with
-// RoPE base 10000, layer 1 global with base 1000000 scaled linearly by 8), gemma3-1b Gemma-3-1B's shape.
+// RoPE base 10000, layer 1 global with base 1000000 scaled linearly by 8), gemma3-1b and gemma2-2b the real
+// shapes (their windows, Gemma 2's caps of 50 and 30).
 // Weights ~ N(0, 1/cols) so activations stay O(1) through the layers; norms ~ 1, biases ~ N(0, 0.25).
 // Tensor data is streamed to the file (a 3B f16 model is 6 GB), never held whole in memory.
 #include <cmath>
@@ -54,7 +55,7 @@ std::vector<uint8_t> encode(const std::vector<float>& v, uint32_t type) {
 
 int main(int argc, char** argv) try {
   if (argc < 5) {
-    fprintf(stderr, "usage: vkspec-shape OUT.gguf VOCAB.gguf 1b|3b|tiny|qwen2-0.5b|qwen2-tiny|qwen3-0.6b|qwen3-tiny|phi3-tiny|gemma2-tiny|gemma3-tiny|gemma3-1b f32|f16|q8_0 [SEED [CHAT_TEMPLATE.jinja]]\n");
+    fprintf(stderr, "usage: vkspec-shape OUT.gguf VOCAB.gguf 1b|3b|tiny|qwen2-0.5b|qwen2-tiny|qwen3-0.6b|qwen3-tiny|phi3-tiny|gemma2-tiny|gemma2-2b|gemma3-tiny|gemma3-1b f32|f16|q8_0 [SEED [CHAT_TEMPLATE.jinja]]\n");
     return 2;
   }
   const std::string shape_name = argv[3];
@@ -70,6 +71,7 @@ int main(int argc, char** argv) try {
                   : shape_name == "gemma2-tiny" ? Shape{256, 2, 4, 2, 512}
                   : shape_name == "gemma3-tiny" ? Shape{256, 2, 4, 2, 512, 128}
                   : shape_name == "gemma3-1b"  ? Shape{1152, 26, 4, 1, 6912, 256}
+                  : shape_name == "gemma2-2b"  ? Shape{2304, 26, 8, 4, 9216, 256}
                                                : throw std::runtime_error("unknown shape " + shape_name);
   const bool phi3 = shape_name == "phi3-tiny";
   const bool gemma2 = shape_name.rfind("gemma2-", 0) == 0, gemma3 = shape_name.rfind("gemma3-", 0) == 0, gemma = gemma2 || gemma3;
@@ -100,8 +102,8 @@ int main(int argc, char** argv) try {
   }
   if (gemma) {
     const bool tiny = shape_name.find("tiny") != std::string::npos;
-    w.u32(a + "attention.sliding_window", tiny ? 8 : 512);
-    if (gemma2) w.f32(a + "attn_logit_softcapping", 2.f), w.f32(a + "final_logit_softcapping", 5.f);
+    w.u32(a + "attention.sliding_window", tiny ? 8 : gemma2 ? 4096 : 512);
+    if (gemma2) w.f32(a + "attn_logit_softcapping", tiny ? 2.f : 50.f), w.f32(a + "final_logit_softcapping", tiny ? 5.f : 30.f);
     if (gemma3 && tiny) w.bools(a + "attention.sliding_window_pattern", {true, false});
     if (gemma3) w.f32(a + "rope.freq_base_swa", 10000.f);
     if (gemma3 && tiny) w.str(a + "rope.scaling.type", "linear"), w.f32(a + "rope.scaling.factor", 8.f);

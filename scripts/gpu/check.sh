@@ -7,7 +7,8 @@
 #   4. vkspec bench beside llama.cpp's Vulkan backend (bench.sh) at the 1B shape, Q4_K_M;
 #   5. the rest of the suite; the pycode pair plain and speculative (draft model alone, then lookup in front,
 #      then sampled at T = 0.8); Q8_0; serving at 1 and 8 streams;
-#   6. serving the pycode pair at 1 and 8 streams, plain against the draft model (greedy, then T = 0.8).
+#   6. serving the pycode pair at 1 and 8 streams, plain against the draft model (greedy, then T = 0.8);
+#      (before 6) the Gemma 3 1B shape beside llama.cpp's Vulkan backend.
 # Every log and JSON is packed into OUTDIR/results.tgz after each stage (the device tool returns at most 8 files).
 #   scripts/gpu/check.sh OUTDIR       (from the repository root, after scripts/gpu/pack.sh here)
 set -u
@@ -40,6 +41,10 @@ for j in pycode pycode-chains pycode-lookup pycode-t0.8 pycode-t0.8-rejection; d
   python3 -c "import json,sys; v=json.load(open(sys.argv[1])); print(sys.argv[2], 'plain %.0f spec %.0f tok/s x%.2f accept %.2f' % (v['plain']['decode_tok_s'], v['speculative']['decode_tok_s'], v['speedup'], v['speculative']['acceptance_rate']))" "$out/$j.json" $j
 done
 scripts/gpu/bench.sh "$out" /tmp/1b-q8_0.gguf
+# issue 63: Gemma 3's pass (post norms, GeGLU, 256-wide heads, sliding-window layers) at its 1B shape, Q4_K_M
+build/tests/vkspec-shape /tmp/g3-f16.gguf .gpu/shared/tokenizer-tests/ggml-vocab-llama-spm.gguf gemma3-1b f16 > "$out/g3.log" 2>&1 &&
+  .gpu/llama/llama_driver --quantize /tmp/g3-f16.gguf /tmp/g3-1b-q4km.gguf 15 >> "$out/g3.log" 2>&1 &&
+  scripts/gpu/bench.sh "$out" /tmp/g3-1b-q4km.gguf; pack
 echo "== serving, 1B Q4_K_M"; date +%T
 timeout 150 python3 scripts/serve_bench.py --vkspec build/vkspec --model /tmp/1b-q4km.gguf --streams 1,8 --n 64 --rounds 2 > "$out/serve.txt" 2>&1
 tail -15 "$out/serve.txt"; date +%T; pack
