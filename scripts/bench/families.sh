@@ -17,7 +17,7 @@ for f in "${families[@]}"; do
   m="$dir/$name-$quant.gguf"
   if [ ! -f "$m" ]; then
     build/tests/vkspec-shape "$dir/$name-f16.gguf" "$vocab" "$shape" f16
-    python3 .peer/quantize.py "$dir/$name-f16.gguf" "$m" "$quant" > /dev/null
+    python3 .peer/quantize.py "$dir/$name-f16.gguf" "$m" "$quant" > /dev/null 2>&1
     rm "$dir/$name-f16.gguf"
   fi
   for prompt in code1 prose; do
