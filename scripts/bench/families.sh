@@ -12,6 +12,28 @@ V=../shared/tokenizer-tests Q=.peer/vocab/ggml-vocab-qwen2.gguf
 # name, shape, vocabulary
 families=("llama-1b 1b $V/ggml-vocab-llama-bpe.gguf" "qwen2-0.5b qwen2-0.5b $Q" "qwen3-0.6b qwen3-0.6b $Q"
           "gemma3-1b gemma3-1b $V/ggml-vocab-llama-spm.gguf" "gemma2-2b gemma2-2b $V/ggml-vocab-llama-spm.gguf")
+# Where vkspec's and llama.cpp's greedy ids part (if they do), llama.cpp's own logits of the two choices there:
+# a gap within quantization noise (< 0.15) is a near-tie of random weights, not a difference of the passes.
+parting() {
+  local m=$1 file=$2 prompt ours theirs
+  prompt=$(build/vkspec tokenize -m "$m" -f "$file" --json | tr -d '[] \n')
+  ours=$(build/vkspec run -m "$m" -f "$file" -n 64 --temp 0 --ignore-eos --json 2>/dev/null | python3 -c "import json,sys; print(','.join(map(str, json.load(sys.stdin)['ids'])))")
+  theirs=$(node .peer/peer.mjs --model "$m" --gpu false --threads 1 --runs 1 --ignore-eos --n 64 --prompt-ids "$prompt" 2>/dev/null |
+           python3 -c "import json,sys; print(','.join(map(str, json.load(sys.stdin)['ids'])))")
+  python3 - "$m" "$prompt" "$ours" "$theirs" <<'PY'
+import json, os, subprocess, sys
+m, prompt, ours, theirs = sys.argv[1], sys.argv[2].split(','), sys.argv[3].split(','), sys.argv[4].split(',')
+k = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), None)
+if k is None: sys.exit(0)
+out = subprocess.run(['node', 'tests/peer_logits.mjs', m, ','.join(prompt + ours[:k]), ours[k] + ',' + theirs[k]],
+                     capture_output=True, text=True, env=dict(os.environ, VKSPEC_PEER=os.path.abspath('.peer')))
+r = json.loads(out.stdout)
+gap = r['logits'][theirs[k]] - r['logits'][ours[k]]
+print('             parting at %d: llama.cpp\'s logits of its choice and of vkspec\'s differ by %.3f (%s)' % (
+  k, gap, 'a near-tie' if gap < 0.15 else 'NOT a near-tie'))
+PY
+}
+
 for f in "${families[@]}"; do
   read -r name shape vocab <<<"$f"
   m="$dir/$name-$quant.gguf"
@@ -28,5 +50,6 @@ v = json.load(sys.stdin); p = v['plain']; l = v['llama_cpp']
 print('%-12s %-6s %3d prompt tokens  ids equal %2d/64  decode %5.2f tok/s (x%.2f)  prefill %6.1f tok/s (x%.2f)' % (
   '$name', '$prompt', v['prompt_tokens'], l['same_leading_ids'], p['decode_tok_s'], p['decode_tok_s'] / l['decode_tok_s'],
   p['prefill_tok_s'], p['prefill_tok_s'] / l['prefill_tok_s']))"
+    parting "$m" "scripts/bench/prompts/$prompt.txt"
   done
 done
