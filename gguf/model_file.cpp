@@ -310,11 +310,19 @@ LlamaTensors find_llama_tensors(const GgufFile& f, const LlamaHParams& hp) {
       L.q_norm = require(f, p + "attn_q_norm.weight", {hp.head_dim});
       L.k_norm = require(f, p + "attn_k_norm.weight", {hp.head_dim});
     }
+    if (hp.arch == Architecture::Llama) {   // optional biases of the output and FFN projections
+      auto optional = [&](const std::string& name, uint64_t width) { return f.tensor(name) ? require(f, name, {width}) : nullptr; };
+      L.bo = optional(p + "attn_output.bias", hp.dim);
+      L.b_gate = optional(p + "ffn_gate.bias", hp.ffn_dim);
+      L.b_up = optional(p + "ffn_up.bias", hp.ffn_dim);
+      L.b_down = optional(p + "ffn_down.bias", hp.dim);
+    }
     if (hp.post_norms) {
       L.attn_post_norm = require(f, p + "post_attention_norm.weight", {hp.dim});
       L.ffn_post_norm = require(f, p + "post_ffw_norm.weight", {hp.dim});
     }
-    for (const GgufTensor* n : {L.attn_norm, L.ffn_norm, L.bq, L.bk, L.bv, L.q_norm, L.k_norm, L.attn_post_norm, L.ffn_post_norm})
+    for (const GgufTensor* n : {L.attn_norm, L.ffn_norm, L.bq, L.bk, L.bv, L.q_norm, L.k_norm, L.attn_post_norm, L.ffn_post_norm,
+                                L.bo, L.b_gate, L.b_up, L.b_down})
       if (n && n->type != 0) throw Error("tensor '" + n->name + "': norm weights and biases must be f32");
     for (const GgufTensor* w : {L.wq, L.wk, L.wv, L.wqkv, L.wo, L.w_gate, L.w_up, L.w_gate_up, L.w_down})
       if (w) weight_dtype(*w);
@@ -329,7 +337,8 @@ LlamaTensors find_llama_tensors(const GgufFile& f, const LlamaHParams& hp) {
                                       f.tensor("rope_factors_short.weight"), f.tensor("rope_factors_long.weight")};
   for (const LlamaLayerTensors& L : t.layers)
     read.insert({L.attn_norm, L.wq, L.wk, L.wv, L.wqkv, L.bq, L.bk, L.bv, L.q_norm, L.k_norm, L.wo, L.ffn_norm,
-                 L.w_gate, L.w_up, L.w_gate_up, L.w_down, L.attn_post_norm, L.ffn_post_norm});
+                 L.w_gate, L.w_up, L.w_gate_up, L.w_down, L.attn_post_norm, L.ffn_post_norm, L.bo, L.b_gate, L.b_up,
+                 L.b_down});
   for (const GgufTensor& x : f.tensors())
     if (!read.count(&x)) throw Error("'" + f.path() + "': " + unread_tensor(x.name) + " (refused rather than ignored)");
   return t;

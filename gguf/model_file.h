@@ -80,6 +80,12 @@ struct LlamaLayerTensors {
   // Phi-3 stores these fused (then wq, wk, wv, or w_gate and w_up, are null):
   const GgufTensor* wqkv = nullptr;       // [q_dim + 2*kv_dim][dim]: Wq, Wk, Wv stacked by rows
   const GgufTensor* w_gate_up = nullptr;  // [2*ffn_dim][dim]: Wg rows, then Wu rows
+  // The Llama architecture's optional biases (llama.cpp reads them), f32: x += Wo att + bo; the gate's and the
+  // up projection's before the activation; x += Wd hb + bd.
+  const GgufTensor* bo = nullptr;       // [dim]
+  const GgufTensor* b_gate = nullptr;   // [ffn_dim]
+  const GgufTensor* b_up = nullptr;     // [ffn_dim]
+  const GgufTensor* b_down = nullptr;   // [dim]
   const GgufTensor* attn_post_norm = nullptr;   // [dim] f32: x += rmsnorm(Wo att) * attn_post_norm (Gemma)
   const GgufTensor* ffn_post_norm = nullptr;    // [dim] f32: x += rmsnorm(Wd hb) * ffn_post_norm (Gemma)
 };

@@ -245,6 +245,17 @@ void Kernels::add_rmsnorm(Recorder& r, const Slice& x, const Slice& y, const Sli
   r.dispatch(pipelines_.get("add_rmsnorm", {wg_synced(256)}), &pc, sizeof pc, n);
 }
 
+void Kernels::add_bias(Recorder& r, const Slice& y, const Slice& b, uint32_t width, uint32_t stride, uint32_t n) {
+  contract::BiasRowsPC pc{y.address, b.address, 0, width, stride, 0, 0};
+  r.dispatch(pipelines_.get("bias_rows", {wg_synced(256)}), &pc, sizeof pc, n);
+}
+
+void Kernels::biased_glu(Recorder& r, const Slice& gu, const Slice& b, const Slice& y, uint32_t width, uint32_t n,
+                         bool gelu) {
+  contract::BiasRowsPC pc{y.address, b.address, gu.address, width, width, 1, gelu ? 1u : 0u};
+  r.dispatch(pipelines_.get("bias_rows", {wg_synced(256)}), &pc, sizeof pc, n);
+}
+
 void Kernels::softcap(Recorder& r, const Slice& v, uint32_t count, float cap) {
   constexpr uint32_t wg = 256;
   if (ceil_div(count, wg) > 65535) throw Error("internal: softcap over more than 65535 workgroups");

@@ -125,6 +125,11 @@ class Kernels {
                      const Slice& y, uint32_t n, bool gelu = false);
   // x[t] += rmsnorm(y[t]) * norm for t < n: rows of `dim` floats (a post-sublayer norm, Gemma).
   void add_rmsnorm(Recorder& r, const Slice& x, const Slice& y, const Slice& norm, uint32_t dim, float eps, uint32_t n);
+  // y[t][i] += b[i] for t < n, i < width, rows `stride` floats apart (biases after a matmul).
+  void add_bias(Recorder& r, const Slice& y, const Slice& b, uint32_t width, uint32_t stride, uint32_t n);
+  // y[t][i] = silu|gelu(gu[t][i] + b[i]) * (gu[t][width + i] + b[width + i]) for t < n: a gated FFN whose gate
+  // and up projections have biases (gu: their sums side by side, [n][2 width]; y: [n][width]).
+  void biased_glu(Recorder& r, const Slice& gu, const Slice& b, const Slice& y, uint32_t width, uint32_t n, bool gelu);
   // v[i] = cap * tanh(v[i] / cap) for i < count (final logit soft-capping, Gemma 2).
   void softcap(Recorder& r, const Slice& v, uint32_t count, float cap);
   // Add bias ([q_dim | kv_dim | kv_dim] f32; none when empty) to q, k, v of rows 0..n-1, RMS-normalize each

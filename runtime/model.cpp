@@ -151,6 +151,15 @@ LlamaModel::LlamaModel(VulkanDevice& ctx, Pipelines& pipelines, const GgufFile& 
       w.attn_post_norm = vec(L.attn_post_norm);
       w.ffn_post_norm = vec(L.ffn_post_norm);
     }
+    if (L.bo) w.bo = vec(L.bo);
+    if (L.b_down) w.b_down = vec(L.b_down);
+    if (L.b_gate || L.b_up) {   // [b_gate | b_up], zeros for the one the file lacks
+      std::vector<float> b(2 * size_t(hp_.ffn_dim), 0.0f);
+      if (L.b_gate) std::memcpy(b.data(), read(L.b_gate), sizeof(float) * hp_.ffn_dim);
+      if (L.b_up) std::memcpy(b.data() + hp_.ffn_dim, read(L.b_up), sizeof(float) * hp_.ffn_dim);
+      w.glu_bias = weights_arena_->alloc(b.size() * 4, "FFN biases");
+      up.upload(w.glu_bias, b.data(), b.size() * 4);
+    }
     layers_.push_back(w);
   }
   up.flush();
@@ -164,6 +173,8 @@ LlamaModel::LlamaModel(VulkanDevice& ctx, Pipelines& pipelines, const GgufFile& 
   hb_ = act_arena_->alloc(B * hp_.ffn_dim * 4, "activations");
   x_out_ = act_arena_->alloc(B * hp_.dim * 4, "activations");
   if (hp_.post_norms) sub_out_ = act_arena_->alloc(B * hp_.dim * 4, "activations");
+  if (std::any_of(layers_.begin(), layers_.end(), [](const LayerWeights& w) { return bool(w.glu_bias); }))
+    gate_up_ = act_arena_->alloc(B * 2 * hp_.ffn_dim * 4, "activations");
   tokens_ = upload_arena_->alloc(2ull * std::max(opts.max_sequences, 1u) * n_ctx_ * 4, "token ids");
   // A submission's chunks each take ubatch_ pairs at most; it runs at most n_ctx + kMaxBatch rows per sequence.
   kv_rows_ = upload_arena_->alloc(2ull * std::max(opts.max_sequences, 1u) * (n_ctx_ + 2 * std::max(B, uint64_t(kMaxBatch))) *
@@ -210,7 +221,10 @@ MemoryEstimate LlamaModel::estimate_memory(const VulkanDevice& ctx, const GgufFi
   // of the context)
   const uint32_t ubatch = ubatch_for(ctx, opts);
   const AttentionShape shape{hp.n_heads, hp.n_kv_heads, hp.head_dim, hp.n_rot};
-  e.activations = uint64_t(ubatch) * ((hp.post_norms ? 3 : 2) * hp.dim + 2 * q_dim + 2 * kv_dim + hp.ffn_dim) * 4 +
+  const bool glu_bias = std::any_of(file.tensors().begin(), file.tensors().end(), [](const GgufTensor& g) {
+    return g.name.find("ffn_gate.bias") != std::string::npos || g.name.find("ffn_up.bias") != std::string::npos;
+  });
+  e.activations = uint64_t(ubatch) * ((hp.post_norms ? 3 : 2) * hp.dim + 2 * q_dim + 2 * kv_dim + (glu_bias ? 3 : 1) * hp.ffn_dim) * 4 +
                   uint64_t(kMaxBatch) * hp.n_vocab * 4 + uint64_t(e.n_ctx) * hp.n_rot * 4 * (hp.rope_inv_freq_swa.empty() ? 1 : 2) +
                   2 * Kernels::attention_partials_bytes(shape, ubatch, (e.n_ctx + Kernels::kAttentionSplitGpu - 1) /
                                                                                    Kernels::kAttentionSplitGpu);
@@ -454,15 +468,19 @@ uint32_t LlamaModel::record_chunk(Recorder& r, std::span<const ChunkPart> parts,
     i = j;
   }
   r.barrier();
-  // x += W in, or (post norms: Gemma) x += rmsnorm(W in) * post_norm
-  auto residual = [&](const DeviceMatrix& w, const Slice& in, const Slice& post_norm) {
-    if (!post_norm) {
-      k.matmul(r, w, in, x_, n, /*accumulate=*/true);
+  // x += W in (+ bias), or (post norms: Gemma) x += rmsnorm(W in) * post_norm
+  auto residual = [&](const DeviceMatrix& w, const Slice& in, const Slice& post_norm, const Slice& bias) {
+    if (post_norm) {
+      k.matmul(r, w, in, sub_out_, n, false);
+      r.barrier();
+      k.add_rmsnorm(r, x_, sub_out_, post_norm, hp_.dim, hp_.rms_eps, n);
       return;
     }
-    k.matmul(r, w, in, sub_out_, n, false);
-    r.barrier();
-    k.add_rmsnorm(r, x_, sub_out_, post_norm, hp_.dim, hp_.rms_eps, n);
+    k.matmul(r, w, in, x_, n, /*accumulate=*/true);
+    if (bias) {
+      r.barrier();
+      k.add_bias(r, x_, bias, hp_.dim, hp_.dim, n);
+    }
   };
   for (uint32_t l = 0; l < hp_.n_layers; ++l) {
     const LayerWeights& L = layers_[l];
@@ -483,12 +501,20 @@ uint32_t LlamaModel::record_chunk(Recorder& r, std::span<const ChunkPart> parts,
     r.barrier();
     k.attention(r, s, qkv.q, att_, kv, kv_rows, n);                          // att = softmax(cap(q K^T * scale)) V
     r.barrier();
-    residual(L.wo, att_, L.attn_post_norm);                                  // x += Wo att
+    residual(L.wo, att_, L.attn_post_norm, L.bo);                            // x += Wo att (+ bo)
     r.barrier();
     const MatmulInput xf{x_, L.ffn_norm, hp_.rms_eps};                       // xn = rmsnorm(x) * ffn_norm
-    k.matmul_swiglu(r, L.w_gate, L.w_up, xf, hb_, n, hp_.gelu_gate);         // hb = silu|gelu(Wg xn) * (Wu xn)
+    if (!L.glu_bias) {
+      k.matmul_swiglu(r, L.w_gate, L.w_up, xf, hb_, n, hp_.gelu_gate);       // hb = silu|gelu(Wg xn) * (Wu xn)
+    } else {                                                                 // ... (Wg xn + bg), (Wu xn + bu)
+      const uint32_t ffn = hp_.ffn_dim;
+      k.matmul(r, L.w_gate, xf, gate_up_, n, false, 0, 2 * ffn);
+      k.matmul(r, L.w_up, xf, gate_up_.sub(VkDeviceSize(ffn) * 4, gate_up_.size - VkDeviceSize(ffn) * 4), n, false, 0, 2 * ffn);
+      r.barrier();
+      k.biased_glu(r, gate_up_, L.glu_bias, hb_, ffn, n, hp_.gelu_gate);
+    }
     r.barrier();
-    residual(L.w_down, hb_, L.ffn_post_norm);                                // x += Wd hb
+    residual(L.w_down, hb_, L.ffn_post_norm, L.b_down);                      // x += Wd hb (+ bd)
     r.barrier();
   }
   // The rows that want logits, in order: runs of x gathered into x_out (unless they are one run already).

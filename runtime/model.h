@@ -43,6 +43,8 @@ struct LayerWeights {
   DeviceMatrix w_gate, w_up;       // [ffn][dim]
   DeviceMatrix w_down;             // [dim][ffn]
   Slice attn_post_norm, ffn_post_norm;   // [dim] f32, where the model has them (Gemma)
+  Slice bo, b_down;                // [dim] f32, where the model has them (Llama's optional biases)
+  Slice glu_bias;                  // [2*ffn] f32 [b_gate | b_up] (zeros for one it lacks), where it has either
 };
 
 enum class Logits { None, Last, All };
@@ -163,6 +165,7 @@ class LlamaModel {
   Slice x_, qkv_, att_, hb_;   // qkv_: [n][q_dim + 2*kv_dim], each token's q, k, v side by side
   Slice x_out_;                // [ubatch_][dim]: the rows of x that want logits, gathered
   Slice sub_out_;              // [ubatch_][dim]: a sublayer's output before its post norm (Gemma only)
+  Slice gate_up_;              // [ubatch_][2*ffn]: the gate's and up projection's sums (FFN biases only)
   Slice rope_;            // [n_ctx][n_rot/2] (cos, sin), computed in double at load (device-resident)
   Slice rope_swa_;        // the same for the sliding-window layers' frequencies, where they have their own
   Slice tokens_;          // [2 * max_sequences * n_ctx] uint ring: host-written input tokens (write_tokens)

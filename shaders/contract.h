@@ -224,6 +224,12 @@ VKSPEC_CONST RESIDUAL_STREAM = 0x2u;   // the Gumbel noise of the draw from the 
   vk_addr norm;                        /* [dim] f32 */                                                  \
   vk_uint dim; vk_float eps;
 
+#define PC_BIAS_ROWS                                                                                    \
+  vk_addr y;                           /* [n][stride] f32: glu 0: y[t][i] += b[i], i < width */          \
+  vk_addr b;                           /* [width] f32 (glu: [2 width], the gate's, then the up's) */    \
+  vk_addr gu;                          /* glu: [n][2 width] f32 gate|up sums; y[t][i] = act(g + bg) * (u + bu) */ \
+  vk_uint width; vk_uint stride; vk_uint glu; vk_uint gelu;
+
 #define PC_SOFTCAP                                                                                      \
   vk_addr v;                           /* [count] f32, in place: cap * tanh(v / cap) */                 \
   vk_uint count; vk_float cap;
@@ -247,6 +253,7 @@ struct SampleRowsPC { PC_SAMPLE_ROWS };
 struct SpecAcceptPC { PC_SPEC_ACCEPT };
 struct AddRmsNormPC { PC_ADD_RMSNORM };
 struct SoftcapPC { PC_SOFTCAP };
+struct BiasRowsPC { PC_BIAS_ROWS };
 }  // namespace vkspec::contract
 #endif
 #undef VKSPEC_CONST

@@ -26,7 +26,7 @@ class CpuLlama {
     for (auto& L : t.layers) {
       layers.push_back({deq(L.attn_norm), deq(L.wq), deq(L.wk), deq(L.wv), deq(L.wo), deq(L.ffn_norm), deq(L.w_gate),
                         deq(L.w_up), deq(L.w_down), deq(L.bq), deq(L.bk), deq(L.bv), deq(L.q_norm), deq(L.k_norm),
-                        deq(L.attn_post_norm), deq(L.ffn_post_norm)});
+                        deq(L.attn_post_norm), deq(L.ffn_post_norm), deq(L.bo), deq(L.b_gate), deq(L.b_up), deq(L.b_down)});
       Layer& y = layers.back();
       if (L.wqkv) {
         const std::vector<float> m = deq(L.wqkv);
@@ -83,15 +83,19 @@ class CpuLlama {
           for (uint32_t e = 0; e < hd; ++e) att[h * hd + e] += s[j] / z * vcache[l][j][g * hd + e];
       }
       auto o = matvec(L.wo, att, D);
+      for (uint32_t i = 0; i < D && !L.bo.empty(); ++i) o[i] += L.bo[i];
       if (!L.attn_post_norm.empty()) o = rmsnorm(o, L.attn_post_norm);   // (Gemma)
       for (uint32_t i = 0; i < D; ++i) x[i] += o[i];
       xn = rmsnorm(x, L.ffn_norm);
       auto gt = matvec(L.w_gate, xn, hp.ffn_dim), up = matvec(L.w_up, xn, hp.ffn_dim);
+      for (uint32_t i = 0; i < hp.ffn_dim && !L.b_gate.empty(); ++i) gt[i] += L.b_gate[i];
+      for (uint32_t i = 0; i < hp.ffn_dim && !L.b_up.empty(); ++i) up[i] += L.b_up[i];
       for (uint32_t i = 0; i < hp.ffn_dim; ++i) {
         const double g = gt[i];   // SiLU, or GELU's tanh form (Gemma)
         gt[i] = (hp.gelu_gate ? 0.5 * g * (1 + std::tanh(std::sqrt(2 / M_PI) * (g + 0.044715 * g * g * g))) : g / (1 + std::exp(-g))) * up[i];
       }
       auto dn = matvec(L.w_down, gt, D);
+      for (uint32_t i = 0; i < D && !L.b_down.empty(); ++i) dn[i] += L.b_down[i];
       if (!L.ffn_post_norm.empty()) dn = rmsnorm(dn, L.ffn_post_norm);
       for (uint32_t i = 0; i < D; ++i) x[i] += dn[i];
     }
@@ -107,7 +111,7 @@ class CpuLlama {
  private:
   struct Layer {
     std::vector<float> attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down, bq, bk, bv, q_norm, k_norm, attn_post_norm,
-        ffn_post_norm;
+        ffn_post_norm, bo, b_gate, b_up, b_down;
   };
   void norm_heads(std::vector<double>& v, uint32_t heads, const std::vector<float>& w) const {
     for (uint32_t h = 0; h < heads; ++h) {

@@ -1,10 +1,11 @@
 // vkspec-shape: writes a random-weight Llama at a real shape with a real vocabulary, for benchmarks and
 // parity runs where no checkpoint can be downloaded.
-//   vkspec-shape OUT.gguf VOCAB.gguf 1b|3b|tiny|qwen2-*|qwen3-*|phi3-tiny|gemma2-tiny|gemma2-2b|gemma3-tiny|gemma3-1b f32|f16|q8_0 [SEED]
+//   vkspec-shape OUT.gguf VOCAB.gguf 1b|3b|tiny|tiny-biases|qwen2-*|qwen3-*|phi3-tiny|gemma2-tiny|gemma2-2b|gemma3-tiny|gemma3-1b f32|f16|q8_0 [SEED]
 // VOCAB.gguf supplies the tokenizer metadata (e.g. ../shared/tokenizer-tests/ggml-vocab-llama-bpe.gguf, the
 // Llama 3 vocabulary); the hyperparameters are Llama-3.2-1B's / 3B's (tied embeddings, rope theta 500000 with
 // Llama 3 scaling); `tiny` is the same architecture and vocabulary at dim 256, 2 layers (tests: 65 MB in
-// f16, rows a multiple of 256 so that llama.cpp's k-quant presets apply). qwen2-0.5b is Qwen2.5-0.5B's shape
+// f16, rows a multiple of 256 so that llama.cpp's k-quant presets apply), `tiny-biases` with every optional
+// bias of the llama architecture (q/k/v, output, FFN gate, up and down). qwen2-0.5b is Qwen2.5-0.5B's shape
 // in the `qwen2` architecture (q/k/v biases, rope theta 1000000, tied embeddings; ../shared's models or
 // llama.cpp's ggml-vocab-qwen2.gguf for the vocabulary), qwen2-tiny the same at dim 256, 2 layers; qwen3-0.6b
 // is Qwen3-0.6B's (`qwen3`: per-head q/k norms, 128-wide heads over a 1024 embedding), qwen3-tiny at dim 256;
@@ -55,7 +56,7 @@ std::vector<uint8_t> encode(const std::vector<float>& v, uint32_t type) {
 
 int main(int argc, char** argv) try {
   if (argc < 5) {
-    fprintf(stderr, "usage: vkspec-shape OUT.gguf VOCAB.gguf 1b|3b|tiny|qwen2-0.5b|qwen2-tiny|qwen3-0.6b|qwen3-tiny|phi3-tiny|gemma2-tiny|gemma2-2b|gemma3-tiny|gemma3-1b f32|f16|q8_0 [SEED [CHAT_TEMPLATE.jinja]]\n");
+    fprintf(stderr, "usage: vkspec-shape OUT.gguf VOCAB.gguf 1b|3b|tiny|tiny-biases|qwen2-0.5b|qwen2-tiny|qwen3-0.6b|qwen3-tiny|phi3-tiny|gemma2-tiny|gemma2-2b|gemma3-tiny|gemma3-1b f32|f16|q8_0 [SEED [CHAT_TEMPLATE.jinja]]\n");
     return 2;
   }
   const std::string shape_name = argv[3];
@@ -63,6 +64,7 @@ int main(int argc, char** argv) try {
   const Shape s = shape_name == "1b"           ? Shape{2048, 16, 32, 8, 8192}
                   : shape_name == "3b"         ? Shape{3072, 28, 24, 8, 8192}
                   : shape_name == "tiny"       ? Shape{256, 2, 4, 2, 512}
+                  : shape_name == "tiny-biases" ? Shape{256, 2, 4, 2, 512}
                   : shape_name == "qwen2-0.5b" ? Shape{896, 24, 14, 2, 4864}
                   : shape_name == "qwen2-tiny" ? Shape{256, 2, 4, 2, 512}
                   : shape_name == "qwen3-0.6b" ? Shape{1024, 28, 16, 8, 3072, 128}
@@ -73,7 +75,7 @@ int main(int argc, char** argv) try {
                   : shape_name == "gemma3-1b"  ? Shape{1152, 26, 4, 1, 6912, 256}
                   : shape_name == "gemma2-2b"  ? Shape{2304, 26, 8, 4, 9216, 256}
                                                : throw std::runtime_error("unknown shape " + shape_name);
-  const bool phi3 = shape_name == "phi3-tiny";
+  const bool phi3 = shape_name == "phi3-tiny", biases = shape_name == "tiny-biases";
   const bool gemma2 = shape_name.rfind("gemma2-", 0) == 0, gemma3 = shape_name.rfind("gemma3-", 0) == 0, gemma = gemma2 || gemma3;
   const std::string arch = phi3 ? "phi3" : gemma2 ? "gemma2" : gemma3 ? "gemma3" : qwen3 ? "qwen3" : qwen2 ? "qwen2" : "llama";
   const std::string a = arch + ".";
@@ -153,7 +155,7 @@ int main(int argc, char** argv) try {
     if (qwen3 || gemma3) {
       plan.push_back({p + "attn_q_norm.weight", 1, hd, true});
       plan.push_back({p + "attn_k_norm.weight", 1, hd, true});
-    } else if (qwen2) {
+    } else if (qwen2 || biases) {
       plan.push_back({p + "attn_q.bias", 1, s.heads * hd, false, true});
       plan.push_back({p + "attn_k.bias", 1, s.kv_heads * hd, false, true});
       plan.push_back({p + "attn_v.bias", 1, s.kv_heads * hd, false, true});
@@ -163,6 +165,10 @@ int main(int argc, char** argv) try {
     if (!phi3) plan.push_back({p + "ffn_gate.weight", s.ffn, s.dim, false});
     plan.push_back({p + "ffn_up.weight", phi3 ? 2 * s.ffn : s.ffn, s.dim, false});
     plan.push_back({p + "ffn_down.weight", s.dim, s.ffn, false});
+    if (biases)   // every optional bias llama.cpp reads in the llama architecture
+      for (const auto& [name, width] : {std::pair{"attn_output.bias", s.dim}, {"ffn_gate.bias", s.ffn}, {"ffn_up.bias", s.ffn},
+                                        {"ffn_down.bias", s.dim}})
+        plan.push_back({p + name, 1, width, false, true});
     if (gemma) {
       plan.push_back({p + "post_attention_norm.weight", 1, s.dim, true});
       plan.push_back({p + "post_ffw_norm.weight", 1, s.dim, true});

@@ -158,7 +158,7 @@ TEST(Gguf, RejectsShapeInconsistentWithHyperparameters) {
 
 
 // Nothing in a file is ignored silently (issue: model families): a tensor the forward pass would not read
-// (an output or FFN bias, a per-head norm, experts; q/k/v biases come in threes), metadata under the
+// (a norm's bias, a per-head norm, experts; q/k/v biases come in threes), metadata under the
 // architecture's prefix that changes the computation (a sliding window), experts and other architectures are
 // refused by name, the real reason first.
 TEST(Gguf, RefusesWhatItWouldOtherwiseIgnore) {
@@ -189,8 +189,10 @@ TEST(Gguf, RefusesWhatItWouldOtherwiseIgnore) {
   };
   EXPECT_EQ(refusal("", "", {}), "");   // the file as it is
   EXPECT_NE(refusal("", "blk.0.attn_q.bias", {hp.q_dim()}).find("missing tensor 'blk.0.attn_k.bias'"), std::string::npos);
-  EXPECT_NE(refusal("", "blk.1.attn_output.bias", {hp.dim}).find("biases ('blk.1.attn_output.bias') are not supported"), std::string::npos);
-  EXPECT_NE(refusal("", "blk.0.ffn_down.bias", {hp.dim}).find("biases ('blk.0.ffn_down.bias') are not supported"), std::string::npos);
+  // the llama architecture's optional output and FFN biases are read (llama.cpp's too), at their shapes only
+  EXPECT_EQ(refusal("", "blk.1.attn_output.bias", {hp.dim}), "");
+  EXPECT_NE(refusal("", "blk.0.ffn_down.bias", {hp.dim + 1}).find("tensor 'blk.0.ffn_down.bias' has shape"), std::string::npos);
+  EXPECT_NE(refusal("", "blk.0.ffn_norm.bias", {hp.dim}).find("biases ('blk.0.ffn_norm.bias') are not supported"), std::string::npos);
   EXPECT_NE(refusal("", "blk.0.attn_k_norm.weight", {hp.head_dim}).find("per-head query/key norms"), std::string::npos);
   EXPECT_NE(refusal("", "blk.0.ffn_gate_inp.weight", {hp.dim, 8}).find("mixture-of-experts"), std::string::npos);
   EXPECT_NE(refusal("", "blk.0.post_attention_norm.weight", {hp.dim}).find("is not one the llama forward pass reads"), std::string::npos);

@@ -27,15 +27,17 @@ namespace {
 // norms, GeGLU, attention and logits soft-capped (caps small enough to bend these scores), layer 0 on a window
 // of 6 positions (the default period of 2); "gemma3": the same with per-head q/k norms, no attention cap,
 // the window's layers given by a flag array and RoPE bases of their own (10000; global: 500000, linearly
-// scaled); none with Llama 3's frequency factors.
+// scaled); "llama-biases": a llama file with every optional bias llama.cpp reads (q/k/v, output, FFN gate and
+// down; no up); none with Llama 3's frequency factors.
 constexpr uint32_t kMixed = 1000;
 std::string write_synthetic_model(uint32_t type = 0, bool llama3_keys = false, const std::string& arch = "llama") {
-  const bool qwen2 = arch == "qwen2", qwen3 = arch == "qwen3", phi3 = arch == "phi3";
+  const bool qwen2 = arch == "qwen2", qwen3 = arch == "qwen3", phi3 = arch == "phi3", biases = arch == "llama-biases";
   const bool gemma2 = arch == "gemma2", gemma3 = arch == "gemma3", gemma = gemma2 || gemma3;
+  const std::string file_arch = biases ? "llama" : arch;
   const uint32_t dim = 128, heads = 8, kv = 2, hd = qwen3 ? 32 : 16, ffn = 96, vocab = 97, layers = 2, n_rot = 12;
-  const std::string a = arch + ".";
+  const std::string a = file_arch + ".";
   GgufWriter w;
-  w.str("general.architecture", arch);
+  w.str("general.architecture", file_arch);
   if (qwen3) w.u32(a + "attention.key_length", hd);
   w.u32(a + "embedding_length", dim);
   w.u32(a + "block_count", layers);
@@ -101,7 +103,7 @@ std::string write_synthetic_model(uint32_t type = 0, bool llama3_keys = false, c
       add(p + "attn_k.weight", kv * hd, dim);
       add(p + "attn_v.weight", kv * hd, dim);
     }
-    if (qwen2)   // (f32 vectors of O(1) values: as large as the products they are added to)
+    if (qwen2 || biases)   // (f32 vectors of O(1) values: as large as the products they are added to)
       for (const auto& [name, width] : {std::pair{"attn_q.bias", heads * hd}, {"attn_k.bias", kv * hd}, {"attn_v.bias", kv * hd}}) {
         std::vector<float> b(width);
         for (auto& x : b) x = nd(rng);
@@ -116,6 +118,12 @@ std::string write_synthetic_model(uint32_t type = 0, bool llama3_keys = false, c
     if (!phi3) add(p + "ffn_gate.weight", ffn, dim);
     add(p + "ffn_up.weight", phi3 ? 2 * ffn : ffn, dim);
     add(p + "ffn_down.weight", dim, ffn);
+    if (biases)   // Llama's optional ones (no ffn_up.bias: one of the gate's pair alone)
+      for (const auto& [name, width] : {std::pair{"attn_output.bias", dim}, {"ffn_gate.bias", ffn}, {"ffn_down.bias", dim}}) {
+        std::vector<float> b(width);
+        for (auto& x : b) x = nd(rng);
+        w.tensor(p + name, {width}, 0, b.data(), b.size() * 4);
+      }
     if (gemma) {
       add(p + "post_attention_norm.weight", 1, dim, true);
       add(p + "post_ffw_norm.weight", 1, dim, true);
@@ -176,7 +184,7 @@ TEST_F(ModelTest, RopeScalingFromTensorAndFromLlama3Keys) {
 TEST_F(ModelTest, LogitsMatchCpuReferenceOnSyntheticModel) {
   for (const auto& [type, arch] : {std::pair{0u, "llama"}, {1u, "llama"}, {30u, "llama"}, {kMixed, "llama"}, {1u, "qwen2"},
                                    {kMixed, "qwen2"}, {1u, "qwen3"}, {kMixed, "qwen3"}, {0u, "phi3"}, {1u, "phi3"},
-                                   {1u, "gemma2"}, {kMixed, "gemma2"}, {1u, "gemma3"}, {0u, "gemma3"}}) {
+                                   {1u, "gemma2"}, {kMixed, "gemma2"}, {1u, "gemma3"}, {0u, "gemma3"}, {1u, "llama-biases"}}) {
     SCOPED_TRACE("weight type " + std::to_string(type) + ", " + arch);
     GgufFile f(write_synthetic_model(type, false, arch));
     LlamaModel model(gpu().ctx, gpu().pipelines, f);

@@ -310,6 +310,12 @@ TEST(Presets, TinyLlama3ShapeGreedyEqualsLlamaCpp) {
   tiny_shape_greedy_equals_llama_cpp("tiny-llama3", shared_path("tokenizer-tests/ggml-vocab-llama-bpe.gguf"), "tiny");
 }
 
+// The llama architecture with every optional bias llama.cpp reads (q/k/v, output, FFN gate, up and down).
+TEST(Presets, TinyLlamaWithBiasesGreedyEqualsLlamaCpp) {
+  if (usable_peer().empty()) GTEST_SKIP() << "llama.cpp peer not installed (scripts/install-peer.sh needs node and npm)";
+  tiny_shape_greedy_equals_llama_cpp("tiny-biases", shared_path("tokenizer-tests/ggml-vocab-llama-bpe.gguf"), "tiny-biases");
+}
+
 TEST(Presets, TinyQwen2ShapeGreedyEqualsLlamaCpp) {
   const std::string vocab = peer_dir() + "/vocab/ggml-vocab-qwen2.gguf";
   if (usable_peer().empty() || !exists(vocab)) GTEST_SKIP() << "llama.cpp peer not installed (scripts/install-peer.sh needs node and npm)";

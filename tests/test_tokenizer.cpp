@@ -12,7 +12,6 @@
 
 #include "text/tokenizer.h"
 #include "tests/gguf_writer.h"
-#include "tests/run_command.h"
 #include "tests/run_program.h"
 #include "tests/vk_test_env.h"
 
@@ -92,7 +91,7 @@ TEST(Tokenizer, OtherFamiliesMatchLlamaCppVectors) {
 // of the letters, digits and line ends these rules split differently.
 TEST(Tokenizer, TekkenAndNoSpacePrefixMatchLlamaCpp) {
   const char* peer = getenv("VKSPEC_PEER");
-  if (!peer || !std::ifstream(std::string(peer) + "/tokcheck.mjs") || run_command("node --version").code != 0)
+  if (!peer || !std::ifstream(std::string(peer) + "/tokcheck.mjs") || run_program({"node", "--version"}).code != 0)
     GTEST_SKIP() << "no llama.cpp peer (scripts/install-peer.sh)";
   const std::string dir = shared_path("tokenizer-tests"), sep = "\n__ggml_vocab_test__\n";
   std::string texts = slurp(dir + "/ggml-vocab-llama-bpe.gguf.inp");
@@ -112,7 +111,7 @@ TEST(Tokenizer, TekkenAndNoSpacePrefixMatchLlamaCpp) {
     else w.boolean(rule.key, false);
     const std::string vocab = ::testing::TempDir() + "/vkspec-rule-" + std::string(rule.base);
     w.write(vocab);
-    Result r = run_command("node " + std::string(peer) + "/tokcheck.mjs " + vocab + " --text-file " + texts_file);
+    Result r = run_program({"node", std::string(peer) + "/tokcheck.mjs", vocab, "--text-file", texts_file});
     ASSERT_EQ(r.code, 0) << r.err;
     GgufFile f(vocab);
     auto tok = Tokenizer::from_gguf(f);
