@@ -221,11 +221,13 @@ MemoryEstimate LlamaModel::estimate_memory(const VulkanDevice& ctx, const GgufFi
   // of the context)
   const uint32_t ubatch = ubatch_for(ctx, opts);
   const AttentionShape shape{hp.n_heads, hp.n_kv_heads, hp.head_dim, hp.n_rot};
-  const bool glu_bias = std::any_of(file.tensors().begin(), file.tensors().end(), [](const GgufTensor& g) {
-    return g.name.find("ffn_gate.bias") != std::string::npos || g.name.find("ffn_up.bias") != std::string::npos;
-  });
-  e.activations = uint64_t(ubatch) * ((hp.post_norms ? 3 : 2) * hp.dim + 2 * q_dim + 2 * kv_dim + (glu_bias ? 3 : 1) * hp.ffn_dim) * 4 +
-                  uint64_t(kMaxBatch) * hp.n_vocab * 4 + uint64_t(e.n_ctx) * hp.n_rot * 4 * (hp.rope_inv_freq_swa.empty() ? 1 : 2) +
+  const LlamaTensors t = find_llama_tensors(file, hp);   // (the constructor's rule for the FFN biases' buffer)
+  const bool glu_bias =
+      std::any_of(t.layers.begin(), t.layers.end(), [](const LlamaLayerTensors& L) { return L.b_gate || L.b_up; });
+  const uint64_t sub_out = hp.post_norms ? hp.dim : 0, gate_up = glu_bias ? 2 * hp.ffn_dim : 0;
+  const uint64_t rope_tables = hp.rope_inv_freq_swa.empty() ? 1 : 2;
+  e.activations = uint64_t(ubatch) * (2 * hp.dim + sub_out + 2 * q_dim + 2 * kv_dim + hp.ffn_dim + gate_up) * 4 +
+                  uint64_t(kMaxBatch) * hp.n_vocab * 4 + uint64_t(e.n_ctx) * hp.n_rot * 4 * rope_tables +
                   2 * Kernels::attention_partials_bytes(shape, ubatch, (e.n_ctx + Kernels::kAttentionSplitGpu - 1) /
                                                                                    Kernels::kAttentionSplitGpu);
   const VkPhysicalDeviceMemoryProperties& mp = ctx.memory_properties();

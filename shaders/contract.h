@@ -140,7 +140,7 @@ VKSPEC_CONST MODE_GELU = 16u;         // with MODE_SWIGLU: the gate's activation
 
 // What a score is, shared by the attention kernels: s = q.k * scale, then softcap * tanh(s / softcap) where
 // softcap > 0 (Gemma 2), over the keys of the row's window: positions pos - window + 1 .. pos (window 0: all;
-// first_key in paged_kv.glsl).
+// first_key in common.glsl).
 #define ATTENTION_SCORES vk_float softcap; vk_uint window;
 
 #define PC_ATTENTION                                                                                    \
@@ -150,7 +150,7 @@ VKSPEC_CONST MODE_GELU = 16u;         // with MODE_SWIGLU: the gate's activation
   vk_addr rows;                        /* [n] uvec2 {position, first uint of its block table} */        \
   vk_addr partials;                    /* split > 0: [n][n_heads][n_splits][head_dim + 2] */            \
   vk_uint n_heads; vk_uint n_kv_heads; vk_uint head_dim;                                                \
-  vk_float scale;                      /* 1/sqrt(head_dim) */                                           \
+  vk_float scale;                      /* a score's, AttentionShape::scale (default 1/sqrt(head_dim)) */ \
   vk_uint q_stride;                                                                                     \
   vk_uint split;                       /* keys per workgroup (0: one workgroup per head and token) */    \
   ATTENTION_SCORES
@@ -165,7 +165,7 @@ VKSPEC_CONST MODE_GELU = 16u;         // with MODE_SWIGLU: the gate's activation
   vk_addr rows;                        /* [n] uvec2 {position, first uint of its block table} */        \
   vk_uint q; vk_uint k_pool; vk_uint v_pool; vk_uint block_tables; /* texel offsets in their blocks */  \
   vk_uint n_heads; vk_uint n_kv_heads; /* head_dim: specialization constant 3 */                        \
-  vk_float scale;                      /* 1/sqrt(head_dim) */                                           \
+  vk_float scale;                      /* a score's, AttentionShape::scale (default 1/sqrt(head_dim)) */ \
   vk_uint q_stride;                    /* multiple of 4 */                                              \
   ATTENTION_SCORES
 
