@@ -24,19 +24,20 @@ BatchEngine::BatchEngine(std::shared_ptr<TargetModel> target, const DraftOptions
   const uint32_t V = m.hparams().n_vocab;
   rec_ = std::make_unique<Recorder>(*t_->ctx, profiling_requested());
   // A step's logits rows: one per sequence (its decode row or its prompt's last), K + 1 when it speculates,
-  // 2K + 1 (at most a tree's nodes) when a draft model's runner-ups join its chain (DraftTree).
-  const uint32_t verify_rows = draft_model_ ? std::min(2 * o.max + 1, TokenTree::kMaxNodes) : o.max + 1;
+  // a tree's nodes when a draft model drafts trees (DraftTree).
+  const uint32_t verify_rows = draft_model_ ? std::max(o.max + 1, TokenTree::kMaxNodes) : o.max + 1;
   const VkDeviceSize rows = VkDeviceSize(opts.parallel) * (has_drafter() ? verify_rows : 1);
   logits_arena_ = std::make_unique<Arena>(*t_->ctx, MemoryKind::Device, rows * V * 4 + 4096);
   logits_ = logits_arena_->alloc(rows * V * 4, "batch logits");
   logits_readback_arena_ = std::make_unique<Arena>(*t_->ctx, MemoryKind::Readback, VkDeviceSize(opts.parallel) * V * 4 + 4096);
   logits_host_ = logits_readback_arena_->alloc(VkDeviceSize(opts.parallel) * V * 4, "batch logits read back");
-  if (draft_model_) {   // one row per sequence for each batched draft step
-    const VkDeviceSize bytes = VkDeviceSize(opts.parallel) * draft_model_->model->hparams().n_vocab * 4;
+  if (draft_model_) {   // a batched draft step's rows: one per sequence, a tree's running nodes at one depth
+    const VkDeviceSize bytes =
+        VkDeviceSize(opts.parallel) * DraftTreeShape::kMaxRunning * draft_model_->model->hparams().n_vocab * 4;
     draft_logits_arena_ = std::make_unique<Arena>(*t_->ctx, MemoryKind::Device, bytes + 4096);
     draft_logits_ = draft_logits_arena_->alloc(bytes, "batched draft logits");
   }
-  choices_ = std::make_unique<BatchedChoices>(*t_->ctx, *t_->pipelines, V, opts.parallel);
+  choices_ = std::make_unique<BatchedChoices>(*t_->ctx, *t_->pipelines, V, opts.parallel * DraftTreeShape::kMaxRunning);
   for (uint32_t i = 0; i < opts.parallel; ++i) {
     auto s = std::make_unique<RequestSlot>();
     s->index = i;

@@ -49,7 +49,7 @@ void BatchEngine::draft_and_demand(std::vector<StepDemand>& demand, DraftSteps& 
     drafts.rows = record_batched_drafts(*draft_model_->model, batched, draft_logits_, *choices_);
     drafts.end = rec_->mark();
     for (size_t j = 0; j < batched.size(); ++j) {
-      drafts.steps = std::max(drafts.steps, batched[j].k);
+      drafts.steps = std::max(drafts.steps, batched[j].steps);
       demand[batched_slots[j]] = {StepPart::Verify, slots_[batched_slots[j]]->sequence->spec->drafts_recorded(batched[j].k)};
     }
   }

@@ -319,9 +319,11 @@ typedef struct vkspec_draft_params {
   uint32_t min;              /* rounds that would draft fewer tokens decode plainly (0..max) */
   float p_min;               /* a draft model's step whose top probability is below this ends the draft (0: off) */
   /* API version 13, token trees (several continuations verified in one pass) for requests without a
-   * penalty, constraint or rejection sampling; the tokens are the same. 1 (default, "auto"): prompt lookup's
-   * rounds where earlier matches continue differently, and a draft model's with each step's runner-up as a
-   * leaf beside its draft on GPUs; 2 ("wide"): the runner-up leaves on CPU devices too; 0 ("off"): chains. */
+   * penalty or constraint; the tokens are the same (with rejection sampling, a node's children are tried in
+   * turn). 1 (default, "auto"): prompt lookup's
+   * rounds where earlier matches continue differently, and a draft model's trees (each node's draw and
+   * runner-up, the nodes worth their verify rows) on GPUs; 2 ("wide"): a draft model's trees of 16 nodes on
+   * every device; 0 ("off"): chains. */
   int32_t tree;
 } vkspec_draft_params;
 

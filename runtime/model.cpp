@@ -388,7 +388,7 @@ uint32_t LlamaModel::record_batch(Recorder& r, std::span<const SeqRows> rows, co
   uint32_t logits_rows = 0;
   for (const SeqRows& s : rows) {
     if (s.n == 0) throw Error("internal: a sequence with no rows in a batch");
-    if (s.tree && s.tree->n != s.n) throw Error("internal: a tree's rows are its nodes");
+    if (s.tree && s.first_node + s.n > s.tree->n) throw Error("internal: a tree's rows are its nodes");
     logits_rows += s.want == Logits::All ? s.n : s.want == Logits::Last ? 1 : 0;
     for (const SeqRows& t : rows)
       if (&t != &s && t.seq == s.seq) throw Error("internal: a sequence appears twice in one batch");
@@ -409,7 +409,8 @@ uint32_t LlamaModel::record_batch(Recorder& r, std::span<const SeqRows> rows, co
       const uint32_t take = std::min(ubatch_ - used, s.n - i);
       const TokenInput in{s.in.ids.sub(VkDeviceSize(i) * s.in.stride * 4, VkDeviceSize(take) * s.in.stride * 4), s.in.stride};
       const TokenTree* tree = s.tree && !s.tree->chain() ? s.tree : nullptr;   // a chain's rows are plain rows
-      parts.push_back({s.seq, in, used, take, s.want == Logits::Last && i + take == s.n, s.want == Logits::All, tree, i});
+      parts.push_back({s.seq, in, used, take, s.want == Logits::Last && i + take == s.n, s.want == Logits::All, tree,
+                       s.first_node + i});
       used += take;
       i += take;
       if (used == ubatch_) flush();

@@ -51,14 +51,17 @@ enum class Logits { None, Last, All };
 
 // The rows one sequence contributes to a batched pass: n tokens read from `in`, run at positions
 // kv().length(seq) .. +n and appended to its cache. Last: the last row's logits; All: every row's.
-// tree (n = tree->n rows, not a chain): the rows are its nodes, each at base + its depth over its ancestors'
-// keys (runtime/token_tree.h), stored at base + its index (base: the length before the pass).
+// tree (not a chain): the rows are its nodes first_node .. first_node + n - 1, each at base + its depth over
+// its ancestors' keys (runtime/token_tree.h), stored at base + its index, base being the length before the
+// pass less first_node (a draft model runs a tree a depth at a time, growing its cache past the nodes it
+// does not run first).
 struct SeqRows {
   int seq = -1;
   TokenInput in;
   uint32_t n = 0;
   Logits want = Logits::None;
   const TokenTree* tree = nullptr;
+  uint32_t first_node = 0;
 };
 
 // Device memory a model needs (what LlamaModel's constructor checks before allocating).

@@ -64,7 +64,8 @@ DeviceSampler::BatchRow TokenChooser::batch_row(const Slice& logits, uint32_t ou
 }
 
 void TokenChooser::record_rejection_verify(Recorder& r, Kernels& k, const Slice& logits, uint32_t drafts,
-                                           uint32_t history_len, uint64_t position, bool model_drafts, float p_min) {
+                                           uint32_t history_len, uint64_t position, bool model_drafts, float p_min,
+                                           const TokenTree* tree) {
   if (!rejection_ || drafts == 0 || drafts >= kSlots) throw Error("internal: record_rejection_verify out of range");
   const uint32_t rows = drafts + 1;
   const VkDeviceSize row = VkDeviceSize(n_vocab_) * 4;
@@ -72,8 +73,12 @@ void TokenChooser::record_rejection_verify(Recorder& r, Kernels& k, const Slice&
   DeviceSampler::Rows j{logits.sub(0, rows * row), p_rows_.sub(0, rows * row), rows, history_len, position, &out};
   sampler_->record(r, device_p_, j);
   r.barrier();
+  if (tree && tree->n != rows) throw Error("internal: a rejection tree's nodes are not its drafts");
+  uint32_t parents[2] = {0, 0};
+  for (uint32_t i = 1; tree && i < tree->n; ++i) parents[i / 8] |= uint32_t(tree->parent[i]) << (4 * (i % 8));
   const contract::SpecAcceptPC pc{p_rows_.address, model_drafts ? q.address : 0, slots_.address, out.address,
-                                  device_p_.seed, n_vocab_, drafts, uint32_t(position), p_min};
+                                  device_p_.seed, n_vocab_, drafts, uint32_t(position), tree ? 0.0f : p_min,
+                                  tree ? 1u : 0u, parents[0], parents[1]};
   k.spec_accept(r, pc);
   r.barrier();
 }

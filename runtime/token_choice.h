@@ -56,6 +56,8 @@ class TokenChooser {
   }
   [[noreturn]] static void throw_non_finite(uint32_t id);
   float top_prob(uint32_t slot) const;
+  // A rejection verdict's slot: the tree node its token was accepted at (0: the draw that ends the walk).
+  uint32_t verdict_node(uint32_t slot) const { return slots_.host<uint32_t>()[contract::TOKEN_SLOT_UINTS * slot + 1]; }
   void set_token(uint32_t slot, uint32_t token);   // host-written, before the submission that reads it
 
   // The penalty history of this submission's choices: the context, written by the host (Device mode).
@@ -99,10 +101,13 @@ class TokenChooser {
   // `drafts` + 1 logits rows (with sample_rows' draws into the verify slots), then spec_accept.comp's verdict
   // over them: the verify slots hold the accepted drafts and the token after them (a residual or bonus draw,
   // never the rejected draft), which SpeculativeDecoder::finish walks as in the coupled mode. model_drafts:
-  // the drafts are a draft model's (q rows), else host-written (q one-hot). p_min: keep_drafts' cut.
+  // the drafts are a draft model's (q rows), else host-written (q one-hot). p_min: keep_drafts' cut. tree:
+  // the drafts are its nodes 1..drafts (siblings tried in turn), each verdict slot's node in its aux
+  // (verdict_node); a draft model's j-th child of a node is its j-th independent draw there (its position +
+  // j contract::DRAW_INDEX_STRIDE).
   bool rejection() const { return rejection_; }
   void record_rejection_verify(Recorder& r, Kernels& k, const Slice& logits, uint32_t drafts, uint32_t history_len,
-                               uint64_t position, bool model_drafts, float p_min);
+                               uint64_t position, bool model_drafts, float p_min, const TokenTree* tree = nullptr);
 
  private:
   uint32_t n_vocab_;

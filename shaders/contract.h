@@ -208,6 +208,11 @@ VKSPEC_CONST SAMPLE_DRAW = 1u;      // sample_rows: draw a token per row into it
 VKSPEC_CONST DRAFT_STREAM = 0x80000000u;
 VKSPEC_CONST ACCEPT_STREAM = 0x1u;     // the uniform that accepts or rejects a draft
 VKSPEC_CONST RESIDUAL_STREAM = 0x2u;   // the Gumbel noise of the draw from the residual after a rejection
+// A token tree's siblings: child j of a node is accepted by the uniform of stream ACCEPT_STREAM + j *
+// SIBLING_STREAM; a draft model's j-th draw after a node is keyed by position + j * DRAW_INDEX_STRIDE (+
+// DRAFT_STREAM), independent draws from one q.
+VKSPEC_CONST SIBLING_STREAM = 0x10u;
+VKSPEC_CONST DRAW_INDEX_STRIDE = 0x1000000u;
 #define PC_SPEC_ACCEPT                                                                                  \
   vk_addr p;                           /* [k + 1][V] f32: the target's probabilities after each verify row */ \
   vk_addr q;                           /* [k][V] f32: the draft's after each of its steps; 0: host drafts */ \
@@ -216,7 +221,9 @@ VKSPEC_CONST RESIDUAL_STREAM = 0x2u;   // the Gumbel noise of the draw from the 
   vk_addr seed;                                                                                         \
   vk_uint V; vk_uint k;                                                                                 \
   vk_uint position;                    /* of verify row 0 (the draws' counter, as sample_rows') */      \
-  vk_float p_min;                      /* --draft-p-min: verify no draft after one below it (0: off) */
+  vk_float p_min;                      /* --draft-p-min: verify no draft after one below it (0: off) */ \
+  vk_uint tree;                        /* 0: a chain; else the drafts are a token tree's nodes 1..k, */ \
+  vk_uint parents_lo; vk_uint parents_hi; /* node i's parent in nibble i of lo (i < 8) or hi (i - 8) */
 
 #define PC_ADD_RMSNORM                                                                                  \
   vk_addr x;                           /* [n][dim] f32: x += rmsnorm(y) * norm */                        \

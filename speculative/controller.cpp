@@ -41,7 +41,33 @@ Verdict walk_tree(const TokenChooser& ch, const TokenTree& tree, std::span<const
   }
 }
 
+// Rejection sampling's verdict over a tree (spec_accept.comp): the verify slots hold the accepted nodes' tokens,
+// each slot's aux naming its node, then the token that ends the walk (aux 0).
+Verdict walk_verdict(const TokenChooser& ch, const TokenTree& tree) {
+  Verdict v;
+  for (uint32_t node = 0;;) {
+    const uint32_t slot = TokenChooser::kVerifySlot + v.accepted, next = ch.verdict_node(slot);
+    if (next == 0) {
+      v.next = ch.token(slot);
+      return v;
+    }
+    if (next >= tree.n || tree.parent[next] != node) throw Error("internal: a rejection verdict off the tree");
+    v.path[++v.accepted] = uint8_t(next);
+    node = next;
+  }
+}
+
 }  // namespace
+
+// What a draft model's tree tells of its runner-ups: at each node the walk reached whose draw was not the
+// target's choice, whether its rank-1 child was.
+void SpeculativeDecoder::observe_runner_ups(const DraftTreeShape& s, std::span<const uint8_t> path, uint32_t accepted) {
+  for (uint32_t d = 0; d <= accepted; ++d) {
+    const uint32_t next = d < accepted ? path[d + 1] : 0;
+    for (uint32_t c = path[d] + 1u; c < s.tree.n; ++c)
+      if (s.tree.parent[c] == path[d] && s.rank[c] == 1 && s.sibling[c] != next) policy_.observe_runner_up(c == next);
+  }
+}
 
 SpeculativeDecoder::SpeculativeDecoder(LlamaModel& target, int seq, Drafter& drafter, TokenChooser& chooser, Recorder& rec,
                                        std::vector<uint32_t>& context, const SpeculativeOptions& opts, Emit emit)
@@ -114,8 +140,13 @@ uint32_t SpeculativeDecoder::drafts_planned(uint32_t sharing, const std::optiona
   round_.model_drafts = false;
   round_.tree = TokenTree{};
   round_.tree_allowed = opts_.tree != DraftTree::Off && can_draft_tree(chooser_.params());
-  round_.runner_ups = round_.tree_allowed && (opts_.tree == DraftTree::Wide || !target_.facts().prefers_row_per_lane());
-  if (round_.runner_ups) k_max = std::min({k_max, (TokenTree::kMaxNodes - 1) / 2, room / 2});   // a chain and its leaves
+  round_.model_tree = {};
+  if (round_.tree_allowed && k_max > 0 && (opts_.tree == DraftTree::Wide || !target_.facts().prefers_row_per_lane())) {
+    // the draft model's tree: k_max deep at most, its nodes those worth their verify rows (Wide: all it may have)
+    const double a0 = std::min(policy_.alpha(), 0.99);
+    round_.model_tree = {TokenTree::kMaxNodes, a0, (1 - a0) * policy_.runner_up_rate(),
+                         opts_.tree == DraftTree::Wide ? 0.0 : policy_.node_value_min(k_max)};
+  }
   return k_max;
 }
 
@@ -131,6 +162,11 @@ uint32_t SpeculativeDecoder::drafts_recorded(uint32_t k) {
 
 void SpeculativeDecoder::record_verify(const Slice& target_logits) {
   // the target's own choice after each row: row r's penalty sees the drafts before it, its draw position r
+  if (tree_ && chooser_.rejection()) {   // siblings tried in turn: the verdict's slots name their nodes
+    chooser_.record_rejection_verify(rec_, target_.kernels(), target_logits, k_, history_len_, context_.size(),
+                                     round_.model_drafts, 0.0f, &round_.tree);
+    return;
+  }
   if (tree_) {   // each node's choice at its own depth (no penalty window or mask: can_draft_tree)
     chooser_.record_tree_choices(rec_, target_.kernels(), target_logits, round_.tree, TokenChooser::kVerifySlot,
                                  history_len_, context_.size());
@@ -152,18 +188,21 @@ bool SpeculativeDecoder::finish(double draft_s, double verify_s, double catch_up
   std::vector<uint32_t>& drafts = drafts_;
   drafts.resize(k);
   for (uint32_t i = 0; i < k; ++i) drafts[i] = chooser_.token(i + 1);
-  drafter_.round_done(drafts);
   const uint32_t kept = tree_ ? k : keep_drafts(chooser_, k, drafter_.p_min());
   const std::span<const uint32_t> verified(drafts.data(), kept);
-  const Verdict v = tree_ ? walk_tree(chooser_, round_.tree, verified) : verify(chooser_, verified);
+  const Verdict v = !tree_                ? verify(chooser_, verified)
+                    : chooser_.rejection() ? walk_verdict(chooser_, round_.tree)
+                                           : walk_tree(chooser_, round_.tree, verified);
   if (v.accepted > kept) throw Error("internal: verification accepted more drafts than it was given");
+  drafter_.round_done(drafts, tree_ ? std::span<const uint8_t>(v.path.data(), v.accepted + 1) : std::span<const uint8_t>());
+  if (tree_ && round_.model_drafts) observe_runner_ups(round_.shape, v.path, v.accepted);
   stats_.drafted += kept;
   stats_.accepted += v.accepted;
   if (!drafter_.steps_timed()) draft_s = catch_up_s = -1;   // host lookups: no draft steps to price
   // a tree is priced as the chain of its depth (what adaptive K's per-position acceptance models)
   uint32_t depth = 0;
   for (uint32_t i = 0; tree_ && i < round_.tree.n; ++i) depth = std::max<uint32_t>(depth, round_.tree.depth[i]);
-  policy_.observe(tree_ ? depth : kept, v.accepted, draft_s, verify_s, catch_up_s);
+  policy_.observe(tree_ ? depth : kept, v.accepted, draft_s, verify_s, catch_up_s, k + 1);
   for (uint32_t d = 0; d < (tree_ ? depth : kept); ++d) stats_.drafted_at[d]++, stats_.accepted_at[d] += d < v.accepted;
   for (uint32_t d = 1; tree_ && d <= v.accepted; ++d)   // a tree's accepted nodes move to the positions they hold
     if (v.path[d] != d) target_.kv().queue_move(seq_, base_ + v.path[d], base_ + d);

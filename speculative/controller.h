@@ -35,9 +35,10 @@ namespace vkspec {
 // Which rounds draft token trees (verified in one pass) instead of chains:
 //   Off:  none.
 //   Auto: prompt lookup's rounds where earlier matches continue differently (NgramDrafter::propose_tree), and
-//         a draft model's with each step's runner-up as a leaf beside its draft where the device is a GPU
-//         (a verify pass of 2K + 1 rows costs about what one of K + 1 costs there; on a CPU device it does not).
-//   Wide: as Auto, the runner-up leaves on every device.
+//         a draft model's trees (speculative/draft_tree.h: each node's draw and runner-up, the nodes whose
+//         chance of being reached pays for their verify rows, DraftPolicy::node_value_min) where the device is
+//         a GPU (a verify pass of 16 rows costs about what one of 6 costs there; on a CPU device it does not).
+//   Wide: as Auto, and a draft model's trees on every device, as many nodes as a tree may have.
 enum class DraftTree : uint8_t { Off, Auto, Wide };
 
 struct SpeculativeOptions {
@@ -55,11 +56,9 @@ struct SpeculativeOptions {
 };
 
 // The one rule for when a round may draft a tree: its verify rows' choices must not depend on the drafts
-// before them along a chain (a penalty's window, a constraint's mask) and its verdict must be the walk
-// (not rejection sampling's).
-inline bool can_draft_tree(const SamplingParams& p) {
-  return !p.penalized() && !p.constrained() && (p.greedy() || p.spec_sampling == SpecSampling::Coupled);
-}
+// before them along a chain (a penalty's window, a constraint's mask). Its verdict is the walk over the
+// target's choices, or rejection sampling's over siblings in turn (spec_accept.comp).
+inline bool can_draft_tree(const SamplingParams& p) { return !p.penalized() && !p.constrained(); }
 
 struct SpeculativeStats {
   uint64_t drafted = 0, accepted = 0, verify_passes = 0, tokens = 0, tree_rounds = 0;
@@ -117,6 +116,7 @@ class SpeculativeDecoder {
 
  private:
   uint32_t record_drafts();   // steps 2-4 for this sequence alone
+  void observe_runner_ups(const DraftTreeShape& shape, std::span<const uint8_t> path, uint32_t accepted);
   LlamaModel& target_;
   int seq_;
   Drafter& drafter_;

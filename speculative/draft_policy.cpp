@@ -114,7 +114,16 @@ uint32_t DraftPolicy::next_k(bool free_drafts) const {
   return choose(free_drafts);
 }
 
-void DraftPolicy::observe(uint32_t drafted, uint32_t accepted, double draft_s, double pass_s, double catch_up_s) {
+double DraftPolicy::node_value_min(uint32_t k) const {
+  const double a = std::min(alpha(), 0.999);
+  const double tokens = (1 - std::pow(a, k + 1)) / (1 - a);
+  if (timing_free_ || t_plain_.size() == 0 || t_draft_.size() == 0)
+    return (modeled_pass(k + 2) - modeled_pass(k + 1)) * tokens / (modeled_drafts(k) + modeled_pass(k + 1));
+  return (pass_cost(k + 2) - pass_cost(k + 1)) * tokens / (measured_drafts(k) + pass_cost(k + 1));
+}
+
+void DraftPolicy::observe(uint32_t drafted, uint32_t accepted, double draft_s, double pass_s, double catch_up_s,
+                          uint32_t verify_rows) {
   if (drafted == 0) {
     if (pass_s >= 0) t_plain_.add(pass_s);
     // A probe that the next round's choice, plain, says did not pay: wait twice as long for the next. (Its
@@ -129,7 +138,7 @@ void DraftPolicy::observe(uint32_t drafted, uint32_t accepted, double draft_s, d
   since_plain_++;
   // The first round of each verify size is not timed: it runs pipeline variants for the first time (on
   // lavapipe they are compiled then) and its draft steps follow the drafter's catch-up cold.
-  const uint32_t rows = drafted + 1;   // the verify pass
+  const uint32_t rows = verify_rows ? verify_rows : drafted + 1;   // the verify pass
   if (rows <= kMaxPass && !std::exchange(size_seen_[rows], true)) draft_s = pass_s = catch_up_s = -1;
   if (pass_s >= 0 && rows <= kMaxPass) verify_[verify_seen_++ % kVerifyWindow] = {rows, pass_s};
   if (draft_s >= 0) t_draft_.add(draft_s / drafted);

@@ -144,8 +144,21 @@ class DraftPolicy {
   // One round: `drafted` tokens proposed in draft_s seconds, `accepted` of them kept, and the target's
   // pass over drafted + 1 tokens (verify and accept) took pass_s seconds; the drafter's catch-up on unseen
   // context before its steps took catch_up_s (-1: none, or not timed). Times < 0 are not measurements.
-  void observe(uint32_t drafted, uint32_t accepted, double draft_s, double pass_s, double catch_up_s = -1);
+  // verify_rows: the pass's rows, where they are not drafted + 1 (a tree's nodes, priced as the chain of its
+  // depth, `drafted`).
+  void observe(uint32_t drafted, uint32_t accepted, double draft_s, double pass_s, double catch_up_s = -1,
+               uint32_t verify_rows = 0);
   double alpha() const { return accepted_ / (accepted_ + rejected_); }
+  // A draft model's tree: whether a runner-up was the target's choice where its draw was not, and how often
+  // that is (decayed counts as alpha's; prior 0.5).
+  void observe_runner_up(bool accepted) {
+    runner_up_accepted_ = kRankDecay * runner_up_accepted_ + accepted;
+    runner_up_rejected_ = kRankDecay * runner_up_rejected_ + !accepted;
+  }
+  double runner_up_rate() const { return runner_up_accepted_ / (runner_up_accepted_ + runner_up_rejected_); }
+  // The least probability of being reached that pays for a tree node's verify row: the row's cost (the
+  // measured passes' slope, else kVerifyGrowth steps) in the time a round of k drafts takes to yield a token.
+  double node_value_min(uint32_t k) const;
   // The measured cost model (seconds; -1 while unmeasured): a target pass over n tokens, a draft step.
   double pass_cost(uint32_t n) const;
   double draft_cost() const { return t_draft_.median(); }
@@ -177,6 +190,8 @@ class DraftPolicy {
   uint32_t sharing_ = 1;                     // sequences sharing the passes (share_passes)
   std::optional<SharedCosts> costs_;         // their measured costs (share_passes)
   double accepted_ = 3.0, rejected_ = 1.0;   // decayed counts of accepted drafts and rejections (prior 0.75)
+  static constexpr double kRankDecay = 0.95;
+  double runner_up_accepted_ = 1.0, runner_up_rejected_ = 1.0;   // observe_runner_up's
   RecentMedian<9> t_plain_;                  // seconds per one-token pass
   RecentMedian<15> t_draft_;                 // seconds per drafted token
   RecentMedian<9> t_catch_up_;               // seconds per catch-up pass

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace vkspec {
 
@@ -47,7 +48,7 @@ void ModelDrafter::keep_prefix(std::span<const uint32_t> context) {
   pending_ = 0;
 }
 
-ModelDrafter::Steps ModelDrafter::begin(std::span<const uint32_t> context, uint32_t k) {
+ModelDrafter::Steps ModelDrafter::begin(std::span<const uint32_t> context, uint32_t k, DraftRound& round) {
   // Keep the cached prefix the context still agrees with; drop the rest (rejected drafts). The last context
   // token must be run to get its logits.
   keep_prefix(context.first(context.size() - 1));
@@ -57,112 +58,160 @@ ModelDrafter::Steps ModelDrafter::begin(std::span<const uint32_t> context, uint3
   if (st.k == 0) return st;
   st.in = model_.write_tokens(context.subspan(common));
   st.n_in = uint32_t(context.size() - common);
+  st.count = st.k;
+  tree_base_ = uint32_t(context.size() - 1);   // g's position
+  const DraftRound::ModelTree& t = round.model_tree;
+  if (t.nodes > 2 && p_min_ <= 0) {
+    const uint32_t nodes = std::min(t.nodes, model_.n_ctx() + 1 - uint32_t(context.size()));   // its rows fit
+    round.shape = shape_draft_tree(st.k, std::max(nodes, 2u), t.a0, t.a1, t.v_min);
+    if (!round.shape.tree.chain()) {
+      round.tree = round.shape.tree;
+      st.tree = true;
+      st.count = round.shape.steps;
+      st.k = round.tree.n - 1;
+    }
+  }
   return st;
 }
 
-// Step i's choice: draft i + 1 into slot i + 1 (argmax, or a draw with the target's noise at the draft's
-// position, as the target's verify row for it draws; under rejection sampling, noise of its own and its
-// probability row kept: TokenChooser::rejection); recorded now, or added to `batch` (recorded with other
-// sequences' choices of the same step).
-void ModelDrafter::choose(uint32_t i, DraftRound& round, const Slice& logits_row, size_t context_size,
+SeqRows ModelDrafter::rows(uint32_t i, const Steps& st, DraftRound& round) {
+  if (i == 0 || !st.tree) return {seq_, i == 0 ? st.in : round.chooser.input(i), i == 0 ? st.n_in : 1, Logits::Last};
+  // depth i's running nodes, over their ancestors' keys (the root at tree_base_, node x at tree_base_ + x)
+  const DraftTreeShape& s = round.shape;
+  model_.kv().grow(seq_, tree_base_ + s.first[i]);   // (the leaves before them do not run)
+  return {seq_, round.chooser.input(s.first[i]), s.running[i], Logits::All, &round.tree, s.first[i]};
+}
+
+uint32_t ModelDrafter::logits_rows(uint32_t i, const Steps& st, const DraftRound& round) const {
+  return i == 0 || !st.tree ? 1 : round.shape.running[i];
+}
+
+// A draft into `slot` from one logits row, drawn at counter `position` (argmax, or a draw with the target's
+// noise at the draft's position, as the target's verify row for it draws; under rejection sampling, noise of
+// its own and its probability row kept: TokenChooser::rejection); recorded now, or added to `batch` (recorded
+// with other sequences' choices of the same step).
+void ModelDrafter::choose(uint32_t i, const Steps& st, DraftRound& round, const Slice& logits, size_t context_size,
                           BatchedChoices* batch) {
   TokenChooser& ch = round.chooser;
   round.model_drafts = true;
-  if (i > 0) ch.record_append_history(round.rec, i, 1, round.history_len + i - 1);
-  if (batch)
-    batch->add(round.rec, model_.kernels(), ch, logits_row, i + 1, round.history_len + i, context_size + i, p_min_ > 0);
-  else
-    ch.record_choice(round.rec, model_.kernels(), logits_row, 1, i + 1, round.history_len + i, context_size + i, p_min_ > 0);
+  const VkDeviceSize row = VkDeviceSize(model_.hparams().n_vocab) * 4;
+  const auto draw = [&](const Slice& logits_row, uint32_t slot, uint32_t history_len, uint64_t position) {
+    if (batch)
+      batch->add(round.rec, model_.kernels(), ch, logits_row, slot, history_len, position, p_min_ > 0);
+    else
+      ch.record_choice(round.rec, model_.kernels(), logits_row, 1, slot, history_len, position, p_min_ > 0);
+  };
+  if (!st.tree) {   // draft i + 1 at position context + i, its penalty history the drafts before it
+    if (i > 0) ch.record_append_history(round.rec, i, 1, round.history_len + i - 1);
+    draw(logits.sub(0, row), i + 1, round.history_len + i, context_size + i);
+    return;
+  }
+  // each running node's rank-0 child, drawn at the child's position (no penalty: can_draft_tree); under
+  // rejection sampling its rank-1 child too, the node's second draw (independent: spec_accept.comp's siblings)
+  const DraftTreeShape& s = round.shape;
+  const uint32_t node0 = i == 0 ? 0 : s.first[i];
+  for (uint32_t c = s.first[i + 1]; c < s.first[i + 2]; ++c)
+    if (s.rank[c] == 0 || ch.rejection())
+      draw(logits.sub((s.tree.parent[c] - node0) * row, row), c, round.history_len,
+           context_size + i + uint64_t(s.rank[c]) * contract::DRAW_INDEX_STRIDE);
 }
 
-bool ModelDrafter::shape(DraftRound& round, uint32_t k) const {
-  if (!round.runner_ups || p_min_ > 0 || k == 0) return false;
-  round.tree = TokenTree{};
-  for (uint32_t i = 0; i < k; ++i) round.tree.add(i);          // the chain: node i + 1 below node i
-  for (uint32_t i = 0; i < k; ++i) round.tree.add(i);          // its runner-ups: node k + 1 + i beside node i + 1
-  return true;
+void ModelDrafter::choose_runner_ups(uint32_t i, DraftRound& round, const Slice& logits) {
+  if (round.chooser.rejection()) return;   // its rank-1 children are draws (choose)
+  const DraftTreeShape& s = round.shape;
+  const VkDeviceSize row = VkDeviceSize(model_.hparams().n_vocab) * 4;
+  const uint32_t node0 = i == 0 ? 0 : s.first[i];
+  for (uint32_t c = s.first[i + 1]; c < s.first[i + 2]; ++c)
+    if (s.rank[c] == 1)
+      round.chooser.record_runner_up(round.rec, model_.kernels(), logits.sub((s.tree.parent[c] - node0) * row, row),
+                                     s.sibling[c], c);
 }
 
-void ModelDrafter::choose_runner_up(uint32_t i, DraftRound& round, const Slice& logits_row) {
-  const uint32_t k = (round.tree.n - 1) / 2;
-  round.chooser.record_runner_up(round.rec, model_.kernels(), logits_row, i + 1, k + 1 + i);
-}
-
-void ModelDrafter::end(std::span<const uint32_t> context, uint32_t k) {
+void ModelDrafter::end(std::span<const uint32_t> context, const Steps& st, const DraftRound& round) {
   cached_.assign(context.begin(), context.end());
-  pending_ = k - 1;   // drafts whose K/V the steps appended (all but the last)
+  pending_ = st.tree ? 0 : st.k - 1;   // a chain's drafts whose K/V the steps appended (all but the last)
+  tree_pending_ = st.tree;
+  tree_ran_ = 0;
+  for (uint32_t x = 0; st.tree && x < round.tree.n; ++x) tree_ran_ |= uint32_t(round.shape.runs(x)) << x;
 }
 
 uint32_t ModelDrafter::record_steps(std::span<const uint32_t> context, uint32_t k, DraftRound& round) {
-  // Step i runs the draft over its input (step 0: the context it has not seen; then draft i, slot i) and
-  // chooses draft i + 1 into slot i + 1: k steps for k drafts.
-  Steps st = begin(context, k);
+  // Step i runs the draft over its rows (step 0: the context it has not seen, ending with g; then draft i,
+  // slot i, or a tree's running nodes at depth i) and chooses the drafts after them.
+  Steps st = begin(context, k, round);
   if (st.k == 0) return 0;
-  const bool runner_ups = shape(round, st.k);
   if (st.n_in > 2 && round.rec.can_mark()) {   // catch up first, timed apart (DraftRound::catch_up_end)
     model_.record_forward(round.rec, seq_, st.in, st.n_in - 1, Logits::None);
     round.catch_up_end = round.rec.mark();
     st.in = model_.write_tokens(context.last(1));
     st.n_in = 1;
   }
-  for (uint32_t i = 0; i < st.k; ++i) {
-    model_.record_forward(round.rec, seq_, st.in, st.n_in, Logits::Last);
-    choose(i, round, model_.logits_rows(), context.size());
-    if (runner_ups) choose_runner_up(i, round, model_.logits_rows());
-    st.in = round.chooser.input(i + 1);
-    st.n_in = 1;
+  for (uint32_t i = 0; i < st.count; ++i) {
+    const SeqRows r = rows(i, st, round);
+    model_.record_batch(round.rec, std::span<const SeqRows>(&r, 1), model_.logits_rows());
+    choose(i, st, round, model_.logits_rows(), context.size());
+    if (st.tree) choose_runner_ups(i, round, model_.logits_rows());
   }
-  end(context, st.k);
+  end(context, st, round);
   return st.k;
 }
 
 uint32_t record_batched_drafts(LlamaModel& draft, std::span<BatchedDraft> jobs, const Slice& logits,
                                BatchedChoices& choices) {
   std::vector<ModelDrafter::Steps> steps;
-  uint32_t k_max = 0;
-  std::vector<bool> runner_ups;
+  uint32_t count_max = 0;
   for (BatchedDraft& j : jobs) {
     if (&j.drafter->model() != &draft) throw Error("internal: batched drafts on different draft models");
-    steps.push_back(j.k ? j.drafter->begin(j.context, j.k) : ModelDrafter::Steps{});
+    steps.push_back(j.k ? j.drafter->begin(j.context, j.k, *j.round) : ModelDrafter::Steps{});
     j.k = steps.back().k;
-    runner_ups.push_back(j.drafter->shape(*j.round, j.k));
-    k_max = std::max(k_max, j.k);
+    j.steps = steps.back().count;
+    count_max = std::max(count_max, steps.back().count);
   }
   const VkDeviceSize row = VkDeviceSize(draft.hparams().n_vocab) * 4;
   std::vector<SeqRows> rows;
+  std::vector<uint32_t> first_row(jobs.size());
   uint32_t n_rows = 0;
-  for (uint32_t i = 0; i < k_max; ++i) {
+  for (uint32_t i = 0; i < count_max; ++i) {
     rows.clear();
+    uint32_t r = 0;
     for (size_t j = 0; j < jobs.size(); ++j)
-      if (jobs[j].k > i) {
-        rows.push_back({jobs[j].drafter->sequence(), steps[j].in, steps[j].n_in, Logits::Last});
-        n_rows += steps[j].n_in;
+      if (steps[j].count > i) {
+        rows.push_back(jobs[j].drafter->rows(i, steps[j], *jobs[j].round));
+        n_rows += rows.back().n;
+        first_row[j] = r;
+        r += jobs[j].drafter->logits_rows(i, steps[j], *jobs[j].round);
       }
     Recorder& rec = jobs[0].round->rec;
     draft.record_batch(rec, rows, logits);
-    uint32_t r = 0;
-    for (size_t j = 0; j < jobs.size(); ++j) {
-      if (jobs[j].k <= i) continue;
-      jobs[j].drafter->choose(i, *jobs[j].round, logits.sub(r++ * row, row), jobs[j].context.size(), &choices);
-      steps[j].in = jobs[j].round->chooser.input(i + 1);
-      steps[j].n_in = 1;
-    }
+    for (size_t j = 0; j < jobs.size(); ++j)
+      if (steps[j].count > i)
+        jobs[j].drafter->choose(i, steps[j], *jobs[j].round, logits.sub(first_row[j] * row, logits.size - first_row[j] * row),
+                                jobs[j].context.size(), &choices);
     choices.record(rec, draft.kernels());
-    r = 0;
-    for (size_t j = 0; j < jobs.size(); ++j) {   // (the runner-ups leave out the drafts just chosen)
-      if (jobs[j].k <= i) continue;
-      const Slice row_logits = logits.sub(r++ * row, row);
-      if (runner_ups[j]) jobs[j].drafter->choose_runner_up(i, *jobs[j].round, row_logits);
-    }
+    for (size_t j = 0; j < jobs.size(); ++j)   // (the runner-ups leave out the drafts just chosen)
+      if (steps[j].count > i && steps[j].tree)
+        jobs[j].drafter->choose_runner_ups(i, *jobs[j].round, logits.sub(first_row[j] * row, logits.size - first_row[j] * row));
   }
-  for (BatchedDraft& j : jobs)
-    if (j.k) j.drafter->end(j.context, j.k);
+  for (size_t j = 0; j < jobs.size(); ++j)
+    if (jobs[j].k) jobs[j].drafter->end(jobs[j].context, steps[j], *jobs[j].round);
   return n_rows;
 }
 
-void ModelDrafter::round_done(std::span<const uint32_t> drafts) {
-  cached_.insert(cached_.end(), drafts.begin(), drafts.begin() + std::min<size_t>(pending_, drafts.size()));
-  pending_ = 0;
+void ModelDrafter::round_done(std::span<const uint32_t> drafts, std::span<const uint8_t> accepted_path) {
+  if (!std::exchange(tree_pending_, false)) {
+    cached_.insert(cached_.end(), drafts.begin(), drafts.begin() + std::min<size_t>(pending_, drafts.size()));
+    pending_ = 0;
+    return;
+  }
+  // The accepted nodes the draft ran, from depth 1 on, to the positions they now hold (an earlier move never
+  // writes a later one's source: node indices are at least their depths and grow along the path).
+  uint32_t kept = 0;
+  for (size_t d = 1; d < accepted_path.size() && (tree_ran_ >> accepted_path[d] & 1u); ++d) {
+    if (accepted_path[d] != d) model_.kv().queue_move(seq_, tree_base_ + accepted_path[d], tree_base_ + uint32_t(d));
+    cached_.push_back(drafts[accepted_path[d] - 1]);
+    ++kept;
+  }
+  model_.kv().truncate(seq_, tree_base_ + 1 + kept);
 }
 
 uint32_t NgramDrafter::write(std::span<const uint32_t> drafts, DraftRound& round) {

@@ -21,6 +21,7 @@
 #include "runtime/model.h"
 #include "runtime/token_choice.h"
 #include "runtime/token_tree.h"
+#include "speculative/draft_tree.h"
 
 namespace vkspec {
 
@@ -36,9 +37,14 @@ struct DraftRound {
   bool model_drafts = false;           // a draft model chose the drafts (ModelDrafter::choose), else the host wrote them
   // The drafts' shape: a chain, unless a drafter wrote a tree (node i's token in slot i) where the round
   // allows one (SpeculativeDecoder: can_draft_tree, DraftTree): prompt lookup's (tree_allowed), or a draft
-  // model's chain with each step's runner-up as a leaf beside its draft (runner_ups).
-  bool tree_allowed = false, runner_ups = false;
+  // model's (model_tree: what shape_draft_tree is given; nodes 0: chains).
+  bool tree_allowed = false;
+  struct ModelTree {
+    uint32_t nodes = 0;               // at most, the root included
+    double a0 = 0, a1 = 0, v_min = 0;   // shape_draft_tree's
+  } model_tree;
   TokenTree tree;
+  DraftTreeShape shape;               // a draft model's tree: how its steps expand `tree`
 };
 
 // How many of `k` drafts in slots 1..k are verified under --draft-p-min: all up to the first i >= 1 whose
@@ -75,8 +81,11 @@ class Drafter {
   // Up to `k` tokens likely to follow `context` (which ends with the last accepted token g, in slot 0), for
   // slots 1..: written now by the host, or left to a draft model's steps (Drafted).
   virtual Drafted draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) = 0;
-  // After the round's submission: the drafts it produced (all of them, verified or not).
-  virtual void round_done(std::span<const uint32_t> drafts) { (void)drafts; }
+  // After the round's submission: the drafts it produced (all of them, verified or not), and for a tree
+  // the accepted nodes by depth (accepted_path[0]: the root; empty for a chain).
+  virtual void round_done(std::span<const uint32_t> drafts, std::span<const uint8_t> accepted_path) {
+    (void)drafts, (void)accepted_path;
+  }
   virtual float p_min() const { return 0.0f; }
   // False when the last round's drafts must not price the drafter's steps (DraftPolicy::observe): host
   // lookups between a model's recorded steps would make its steps look free.
@@ -107,25 +116,34 @@ class ModelDrafter : public Drafter {
     return double(model_.weight_bytes()) / double(target.weight_bytes());
   }
   // The k steps of one sequence's drafts, recorded into the round (draft() left them to the caller): each
-  // chooses draft i + 1 into slot i + 1. Returns how many it drafted (k, or fewer at the context's end).
+  // chooses draft i + 1 into slot i + 1, or for a tree (shape) step d chooses the children of depth d's
+  // running nodes. Returns how many it drafted (k, or fewer at the context's end; a tree's nodes but the root).
   uint32_t record_steps(std::span<const uint32_t> context, uint32_t k, DraftRound& round);
-  void round_done(std::span<const uint32_t> drafts) override;
+  // A tree's accepted nodes that the draft ran move to the positions they hold in its cache (queue_move);
+  // the rest of its tree rows are dropped.
+  void round_done(std::span<const uint32_t> drafts, std::span<const uint8_t> accepted_path) override;
   float p_min() const override { return p_min_; }
 
   // record_steps() in parts, which record_batched_drafts interleaves for several sequences: begin() trims the
-  // cache to what still agrees with the context and writes the tokens the first step runs (k clamped to the
-  // context); step i runs `in` (n_in tokens) and choose(i) draws draft i + 1 from that step's logits row;
-  // end() records what the cache now holds.
-  struct Steps { TokenInput in; uint32_t n_in = 0, k = 0; };
-  Steps begin(std::span<const uint32_t> context, uint32_t k);
-  // After begin(): the round's tree when it takes runner-ups (chain nodes 1..k, then the leaf beside chain
-  // node i + 1 at k + 1 + i), and whether it does (not with --draft-p-min, whose cut a tree has not).
-  bool shape(DraftRound& round, uint32_t k) const;
-  // After step i's choice is recorded (in a batch: after the step's choices): its runner-up into its leaf.
-  void choose_runner_up(uint32_t i, DraftRound& round, const Slice& logits_row);
-  void choose(uint32_t i, DraftRound& round, const Slice& logits_row, size_t context_size,
+  // cache to what still agrees with the context, writes the tokens the first step runs (k clamped to the
+  // context) and shapes the round's tree where it drafts one (round.model_tree; not with --draft-p-min, whose
+  // cut a tree has not); rows(i) are step i's (the first: `in`, n_in tokens; a tree's: depth i's running
+  // nodes), choose(i) draws the drafts their logits rows give (the chain's draft i + 1; a tree's rank-0
+  // children), choose_runner_ups(i) then the tree's rank-1 children; end() records what the cache now holds.
+  struct Steps {
+    TokenInput in;
+    uint32_t n_in = 0, k = 0;
+    uint32_t count = 0;   // passes: k for a chain, shape.steps for a tree
+    bool tree = false;
+  };
+  Steps begin(std::span<const uint32_t> context, uint32_t k, DraftRound& round);
+  SeqRows rows(uint32_t i, const Steps& st, DraftRound& round);
+  uint32_t logits_rows(uint32_t i, const Steps& st, const DraftRound& round) const;   // what rows(i) leave
+  // logits: step i's first logits row and those after it
+  void choose(uint32_t i, const Steps& st, DraftRound& round, const Slice& logits, size_t context_size,
               BatchedChoices* batch = nullptr);
-  void end(std::span<const uint32_t> context, uint32_t k);
+  void choose_runner_ups(uint32_t i, DraftRound& round, const Slice& logits);
+  void end(std::span<const uint32_t> context, const Steps& st, const DraftRound& round);
   int sequence() const { return seq_; }
   LlamaModel& model() { return model_; }
 
@@ -135,6 +153,11 @@ class ModelDrafter : public Drafter {
   int seq_;
   std::vector<uint32_t> cached_;   // tokens whose K/V are in the draft's cache, in order
   uint32_t pending_ = 0;           // drafts of the last round whose K/V went in (round_done appends them)
+  // The last round's tree, when it drafted one: its root's position and the nodes the draft ran, whose K/V
+  // are at tree_base_ + node (round_done moves the accepted ones into place).
+  bool tree_pending_ = false;
+  uint32_t tree_base_ = 0;
+  uint32_t tree_ran_ = 0;          // bit i: node i ran
 };
 
 class NgramDrafter : public Drafter {
@@ -175,7 +198,9 @@ class LookupThenModelDrafter : public Drafter {
   double relative_cost(const LlamaModel& target) const override { return model_.relative_cost(target); }
   // the lookup's drafts, or the draft model (whose steps the caller records) when the lookup finds none
   Drafted draft(std::span<const uint32_t> context, uint32_t k, DraftRound& round) override;
-  void round_done(std::span<const uint32_t> drafts) override { source_->round_done(drafts); }
+  void round_done(std::span<const uint32_t> drafts, std::span<const uint8_t> accepted_path) override {
+    source_->round_done(drafts, accepted_path);
+  }
   float p_min() const override { return source_->p_min(); }
   bool steps_timed() const override { return source_ == &model_; }
   bool next_round_free(std::span<const uint32_t> context) const override { return !lookup_.propose(context, 1).empty(); }
@@ -192,15 +217,17 @@ class LookupThenModelDrafter : public Drafter {
 
 // The drafts of several sequences on one draft model, recorded together: step i of every sequence that
 // drafts more than i tokens runs in one batched pass (LlamaModel::record_batch), then each draws its draft
-// from its row, the step's choices recorded together (`choices`: one argmax or sample_rows dispatch for all
-// of them). Drafts are those each ModelDrafter::draft would give alone (batch invariance). `logits` holds a
-// row per job. Each job's k becomes what it drafted; returns the rows its passes ran in all, the first step's
+// from its row (a tree: step i of every sequence runs its depth-i nodes), the step's choices recorded together
+// (`choices`: one argmax or sample_rows dispatch for all of them). Drafts are those each ModelDrafter::draft
+// would give alone (batch invariance). `logits` holds DraftTreeShape::kMaxRunning rows per job. Each job's k
+// becomes what it drafted, `steps` its passes; returns the rows its passes ran in all, the first step's
 // catch-ups (context a draft model has not seen yet) included.
 struct BatchedDraft {
   ModelDrafter* drafter;
   std::span<const uint32_t> context;
   uint32_t k;
   DraftRound* round;
+  uint32_t steps = 0;
 };
 uint32_t record_batched_drafts(LlamaModel& draft, std::span<BatchedDraft> jobs, const Slice& logits,
                                BatchedChoices& choices);

@@ -3,12 +3,14 @@
 // min(1, p(d) / q(d)); a rejection draws from norm(max(0, p - q)); so the token at each position follows p.
 // Checked with binomial z-scores and chi-square tests (significance ~1e-6), each with its power: the same
 // counts refuse the distribution a wrong verdict would give. Also: host drafts (q one-hot), a chain's later
-// rows and its bonus row, --draft-p-min's cut, non-finite rows. The end-to-end tests (the models' tokens
+// rows and its bonus row, --draft-p-min's cut, non-finite rows; a token tree's siblings tried in turn. The end-to-end tests (the models' tokens
 // against plain sampling's distribution) are in test_speculative.
+#include <array>
 #include <map>
 #include <random>
 
 #include "runtime/rng.h"
+#include "runtime/token_tree.h"
 #include "tests/stats.h"
 #include "tests/vk_test_env.h"
 
@@ -48,12 +50,14 @@ struct Trials {
   float p_min = 0, top_prob = 1;   // every draft's top probability, but draft 2's: low_top_prob
   float low_top_prob = 1;
   uint32_t entering = kUnwritten;  // the verdict slots before the kernel (sample_rows' draws)
+  const TokenTree* tree = nullptr; // the drafts are its nodes 1..k (p: a row per node; q: per draft slot)
 };
 
 class RejectionTest : public VkTest {
  protected:
-  // Each trial's verdict slots (tokens), trial t at positions 32 t .. (independent numbers).
-  std::vector<std::vector<uint32_t>> verdicts(const Trials& t) {
+  // Each trial's verdict slots (tokens; `nodes`: their aux, the accepted nodes), trial t at positions 32 t ..
+  // (independent numbers).
+  std::vector<std::vector<uint32_t>> verdicts(const Trials& t, std::vector<std::vector<uint32_t>>* nodes = nullptr) {
     const uint32_t k = uint32_t(t.p.size()) - 1, n = uint32_t(t.drafts.size()), S = k + 1;
     std::vector<float> p, q;
     for (const auto& r : t.p) p.insert(p.end(), r.begin(), r.end());
@@ -69,11 +73,14 @@ class RejectionTest : public VkTest {
     const Slice pb = upload(p), qb = q.empty() ? Slice{} : upload(q), sb = upload(slots), vb = upload(entering);
     Kernels kernels(gpu().ctx, gpu().pipelines);
     const VkDeviceSize slot_bytes = 8;
+    uint32_t parents[2] = {0, 0};
+    for (uint32_t i = 1; t.tree && i < t.tree->n; ++i) parents[i / 8] |= uint32_t(t.tree->parent[i]) << (4 * (i % 8));
     for (uint32_t first = 0; first < n; first += 2048)
       run([&](Recorder& r) {
         for (uint32_t i = first; i < std::min(n, first + 2048); ++i) {
           const contract::SpecAcceptPC pc{pb.address, qb ? qb.address : 0, sb.sub(i * S * slot_bytes, S * slot_bytes).address,
-                                          vb.sub(i * S * slot_bytes, S * slot_bytes).address, kSeed, V, k, 32 * i, t.p_min};
+                                          vb.sub(i * S * slot_bytes, S * slot_bytes).address, kSeed, V, k, 32 * i, t.p_min,
+                                          t.tree ? 1u : 0u, parents[0], parents[1]};
           kernels.spec_accept(r, pc);
         }
       });
@@ -81,6 +88,11 @@ class RejectionTest : public VkTest {
     std::vector<std::vector<uint32_t>> v(n, std::vector<uint32_t>(S));
     for (uint32_t i = 0; i < n; ++i)
       for (uint32_t j = 0; j < S; ++j) v[i][j] = out[(size_t(i) * S + j) * 2];
+    if (nodes) {
+      nodes->assign(n, std::vector<uint32_t>(S));
+      for (uint32_t i = 0; i < n; ++i)
+        for (uint32_t j = 0; j < S; ++j) (*nodes)[i][j] = out[(size_t(i) * S + j) * 2 + 1];
+    }
     return v;
   }
 };
@@ -189,6 +201,66 @@ TEST_F(RejectionTest, AChainsRowsAndItsBonusFollowTheirDistributions) {
   }
   const ChiSquare fit = chi_square(bonus, as_dist(t.p[1]), first_accepted);
   EXPECT_TRUE(fit.fits()) << "the bonus after the cut: chi2 " << fit.stat << " >= " << fit.critical;
+}
+
+// A tree (Stratos §2.1): the root's two children are independent draws from q_0 and are tried in turn, the
+// second against the residual norm(max(0, p_0 - q_0)); each child has one child of its own. The root is left
+// through some child with probability a1 + (1 - a1) a2 (a1 = sum min(p_0, q_0), a2 = sum min(r, q_0)), which a
+// verdict that tried the first child only (a1) fails; the token at position 0 follows p_0, and after an
+// accepted child the next token follows that child's own row. Host drafts (q one-hot at distinct tokens): child
+// j is accepted with probability p_0 of its token.
+TEST_F(RejectionTest, ATreesSiblingsAreTriedInTurnAndEachPositionFollowsItsRow) {
+  std::mt19937 rng(13);
+  TokenTree tree;   // root -> 1, 2; 1 -> 3; 2 -> 4
+  tree.add(0), tree.add(0), tree.add(1), tree.add(2);
+  const uint32_t n = 16000;
+  Trials t;
+  for (uint32_t r = 0; r < 5; ++r) t.p.push_back(rotated(kP, 2 * r));
+  const std::vector<float> q0 = kQ, q1 = rotated(kQ, 5), q2 = rotated(kQ, 7);
+  t.q = {q0, q0, q1, q2};   // by draft slot: what each node was drawn from
+  t.tree = &tree;
+  for (uint32_t i = 0; i < n; ++i)
+    t.drafts.push_back({draw_from(q0, rng), draw_from(q0, rng), draw_from(q1, rng), draw_from(q2, rng)});
+  std::vector<std::vector<uint32_t>> nodes;
+  const auto vs = verdicts(t, &nodes);
+  std::map<uint32_t, uint64_t> first;
+  std::vector<std::map<uint32_t, uint64_t>> after(3);   // the token after accepted child 1 or 2
+  uint64_t left = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    ++first[vs[i][0]];
+    const uint32_t c = nodes[i][0];
+    if (c == 0) continue;
+    ASSERT_TRUE(c == 1 || c == 2) << "the walk left the root through node " << c;
+    ASSERT_EQ(vs[i][0], t.drafts[i][c - 1]);
+    ++left, ++after[c][vs[i][1]];
+  }
+  double a1 = 0, a2 = 0, z = 0;
+  for (uint32_t v = 0; v < V; ++v) a1 += std::min(t.p[0][v], q0[v]), z += std::max(0.0f, t.p[0][v] - q0[v]);
+  for (uint32_t v = 0; v < V; ++v) a2 += std::min(double(std::max(0.0f, t.p[0][v] - q0[v])) / z, double(q0[v]));
+  EXPECT_LT(binomial_z(left, n, a1 + (1 - a1) * a2), 5.0) << left << " of " << n << " left the root";
+  EXPECT_GT(binomial_z(left, n, a1), 5.0) << "power: the first child alone would leave it as often";
+  const ChiSquare fit = chi_square(first, as_dist(t.p[0]), n), wrong = chi_square(first, as_dist(q0), n);
+  EXPECT_TRUE(fit.fits()) << "position 0: chi2 " << fit.stat << " >= " << fit.critical;
+  EXPECT_FALSE(wrong.fits()) << "power at position 0: chi2 " << wrong.stat;
+  for (const uint32_t c : {1u, 2u}) {
+    uint64_t m = 0;
+    for (const auto& [token, count] : after[c]) m += count;
+    const ChiSquare f = chi_square(after[c], as_dist(t.p[c]), m), w = chi_square(after[c], as_dist(t.p[0]), m);
+    EXPECT_TRUE(f.fits()) << "after node " << c << " (" << m << " trials): chi2 " << f.stat << " >= " << f.critical;
+    EXPECT_FALSE(w.fits()) << "power after node " << c << ": chi2 " << w.stat;
+  }
+
+  const uint32_t m = 12000;   // host drafts: tokens 5 (p_0 = 0.25 rotated) and 0 below the root
+  Trials host{t.p, {}, std::vector<std::vector<uint32_t>>(m, {5, 0, 1, 2})};
+  host.tree = &tree;
+  std::vector<std::vector<uint32_t>> host_nodes;
+  std::map<uint32_t, uint64_t> c0;
+  std::array<uint64_t, 3> through{};
+  const auto hv = verdicts(host, &host_nodes);
+  for (uint32_t i = 0; i < m; ++i) ++c0[hv[i][0]], ++through[std::min(host_nodes[i][0], 2u)];
+  EXPECT_TRUE(chi_square(c0, as_dist(host.p[0]), m).fits()) << "host drafts, position 0";
+  EXPECT_LT(binomial_z(through[1], m, host.p[0][5]), 5.0) << "node 1 (token 5) accepted " << through[1] << " of " << m;
+  EXPECT_LT(binomial_z(through[2], m, host.p[0][0]), 5.0) << "node 2 (token 0) accepted " << through[2] << " of " << m;
 }
 
 // A verify row whose logits were non-finite (sample_rows drew NON_FINITE_TOKEN into its slot) keeps that

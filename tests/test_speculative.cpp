@@ -256,7 +256,7 @@ TEST_F(SpeculativeTest, DraftCatchUpIsTimedApartAndDraftsStayTheDraftsGreedyCont
     if (session.rec.can_mark()) {
       EXPECT_EQ(round.catch_up_end >= 0, k == 4u) << "k " << k;
     }
-    md.round_done(drafts);
+    md.round_done(drafts, {});
     context.insert(context.end(), drafts.begin(), drafts.end());
     context.push_back(want.front());   // the target's next choice (any token)
   }
@@ -445,9 +445,12 @@ TEST_F(SpeculativeTest, ConstrainedDecodingWithPromptLookupKeepsItsTokens) {
 
 // Rejection sampling (SpecSampling::Rejection) end to end, on the stories pair: the two tokens after a fixed
 // first one follow the target's own distribution (their joint, from its logits and the host Sampler), with the
-// draft model's drafts (q rows) and with prompt lookup's (q one-hot), chains of 3; the first draft is accepted
-// at the rate the theory gives (sum of min(p, q): the most any verification can accept). Power: the same counts
-// refuse the joint at temperature 1.2 instead of 0.8. The kernel's own tests are in test_rejection.
+// draft model's drafts (q rows) and with prompt lookup's (q one-hot), chains of 3, and trees: the draft model's
+// (two independent draws below each node, tried in turn) and the lookup's (two earlier continuations); the
+// first position is a draft's at the rate the theory gives (a chain: sum of min(p, q), the most any
+// verification of one draft can accept; two draws: a1 + (1 - a1) sum min(r, q), r the residual; the lookup's
+// two: p of either). Power: the same counts refuse the joint at temperature 1.2 instead of 0.8. The kernel's
+// own tests are in test_rejection.
 namespace {
 using Pair2 = std::pair<uint32_t, uint32_t>;
 
@@ -490,16 +493,31 @@ TEST_F(SpeculativeTest, RejectionSamplingFollowsTheTargetsDistribution) {
 #else
   const uint64_t n_model = 2000, n_lookup = 1600;
 #endif
-  struct Case { std::vector<uint32_t> prompt; uint32_t g; LlamaModel* draft; uint64_t n; };
+  struct Case {
+    std::string name;
+    std::vector<uint32_t> prompt;
+    uint32_t g;
+    LlamaModel* draft;
+    uint64_t n;
+    uint32_t k;   // K, the largest tree's nodes but its root
+    bool tree;
+  };
   // "One day, Lily" and its greedy continuation, then "One day," + " Lily": the lookup drafts the continuation
   const std::vector<uint32_t> story = {1, 385, 328, 432, 317}, more = plain_greedy(target, story, 8);
   std::vector<uint32_t> repeated = story;
   repeated.insert(repeated.end(), more.begin(), more.end());
   repeated.insert(repeated.end(), {385, 328, 432});
-  const std::vector<Case> cases = {{story, 0, &pair.draft, n_model}, {repeated, 317, nullptr, n_lookup},
-                                   {story, 0, &target, n_lookup / 8}};   // the target drafting: q = p
+  // "One day, Lily" and a token of its continuation, "Lily" + 300, "One day," + " Lily": the lookup's tree has
+  // the continuation and 300 below the root
+  std::vector<uint32_t> forked = story;
+  forked.insert(forked.end(), {more[0], 317, 300, 385, 328, 432});
+  const std::vector<Case> cases = {{"draft model", story, 0, &pair.draft, n_model, 3, false},
+                                   {"prompt lookup", repeated, 317, nullptr, n_lookup, 3, false},
+                                   {"the target drafting", story, 0, &target, n_lookup / 8, 3, false},   // q = p
+                                   {"draft model trees", story, 0, &pair.draft, n_model, 6, true},
+                                   {"prompt lookup trees", forked, 317, nullptr, n_lookup, 10, true}};
   for (const Case& c : cases) {
-    SCOPED_TRACE(!c.draft ? "prompt lookup" : c.draft == &target ? "the target drafting" : "draft model");
+    SCOPED_TRACE(c.name);
     std::vector<uint32_t> context = c.prompt;
     const uint32_t g = c.g ? c.g : plain_greedy(target, c.prompt, 1)[0];
     context.push_back(g);
@@ -507,9 +525,24 @@ TEST_F(SpeculativeTest, RejectionSamplingFollowsTheTargetsDistribution) {
     const std::map<Pair2, double> wrong = joint_distribution(target, context, hot, c.n);
     const std::map<uint32_t, double> p2 = next_distribution(target, context, p);
     // the first draft's acceptance: sum of min(p, q) for the draft model, p(d) for the lookup's one draft
+    const auto p_of = [&](uint32_t x) { return p2.count(x) ? p2.at(x) : 0.0; };
     double expected_acceptance = 0;
     if (c.draft) {
-      for (const auto& [x, qx] : next_distribution(*c.draft, context, p)) expected_acceptance += std::min(qx, p2.count(x) ? p2.at(x) : 0.0);
+      const std::map<uint32_t, double> q = next_distribution(*c.draft, context, p);
+      for (const auto& [x, qx] : q) expected_acceptance += std::min(qx, p_of(x));
+      if (c.tree) {   // a second draw against the residual r = norm(max(0, p - q))
+        double z = 0, second = 0;
+        for (const auto& [x, px] : p2) z += std::max(0.0, px - (q.count(x) ? q.at(x) : 0.0));
+        for (const auto& [x, qx] : q) second += std::min(qx, std::max(0.0, p_of(x) - qx) / z);
+        expected_acceptance += (1 - expected_acceptance) * second;
+      }
+    } else if (c.tree) {
+      const std::optional<NgramDrafter::TreeProposal> t = NgramDrafter().propose_tree(context, c.k);
+      ASSERT_TRUE(t.has_value());
+      uint32_t children = 0;
+      for (uint32_t i = 1; i < t->tree.n; ++i)
+        if (t->tree.parent[i] == 0) expected_acceptance += p_of(t->tokens[i]), ++children;
+      EXPECT_EQ(children, 2u);
     } else {
       const std::vector<uint32_t> lookup = NgramDrafter().propose(context, 3);
       ASSERT_EQ(lookup.size(), 3u);
@@ -531,13 +564,16 @@ TEST_F(SpeculativeTest, RejectionSamplingFollowsTheTargetsDistribution) {
       session.chooser.set_token(0, g);   // the first token fixed: the prefill's own draw replaced
       std::vector<uint32_t> ctx = c.prompt, out;
       std::vector<bool> from_draft;
-      generate_speculative(target, seq, *drafter, session.chooser, session.rec, ctx,
-                           SpeculativeOptions{3, 0}, [&](uint32_t t, bool d) {
+      SpeculativeOptions o{c.k, 0};
+      o.tree = c.tree ? DraftTree::Wide : DraftTree::Off;
+      const SpeculativeStats st = generate_speculative(target, seq, *drafter, session.chooser, session.rec, ctx, o,
+                                                       [&](uint32_t t, bool d) {
                              out.push_back(t), from_draft.push_back(d);
                              return out.size() < 3;
                            });
       ASSERT_EQ(out.size(), 3u);
       ASSERT_EQ(out[0], g);
+      ASSERT_EQ(st.tree_rounds > 0, c.tree);
       ++counts[{out[1], out[2]}];
       first_accepted += from_draft[1];
     }
@@ -556,7 +592,7 @@ TEST_F(SpeculativeTest, RejectionSamplingFollowsTheTargetsDistribution) {
     EXPECT_LT(binomial_z(first_accepted, c.n, expected_acceptance), 5.0)
         << first_accepted << " of " << c.n << " first drafts accepted, expected " << expected_acceptance;
     printf("rejection sampling, %s: first draft accepted %.3f (theory %.3f), chi2 %.1f (critical %.1f, df %u; "
-           "against T 1.2: %.1f)\n", !c.draft ? "prompt lookup" : c.draft == &target ? "the target drafting" : "draft model",
+           "against T 1.2: %.1f)\n", c.name.c_str(),
            double(first_accepted) / double(c.n), expected_acceptance, fit.stat, fit.critical, fit.df,
            chi_square(observed, wrong, c.n).stat);
   }

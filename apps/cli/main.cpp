@@ -72,7 +72,8 @@ void add_draft_options(CLI::App* c, vkspec::cli::RunOptions& o) {
       ->check(CLI::IsMember({"fixed", "adaptive"}));
   c->add_option("--draft-tree", o.draft_tree,
                 "auto (default): token trees (several continuations, one verify pass): prompt lookup's earlier "
-                "matches, and a draft model's runner-ups on GPUs; wide: the runner-ups on CPU devices too; off: chains")
+                "matches, and a draft model's trees (each node's draw and runner-up) on GPUs; wide: a draft model's "
+                "trees of 16 nodes on every device; off: chains")
       ->check(CLI::IsMember(std::vector<std::string>(std::begin(vkspec::cli::kDraftTreeNames),
                                                      std::end(vkspec::cli::kDraftTreeNames))));
   c->add_option("--spec-sampling", o.spec_sampling,
