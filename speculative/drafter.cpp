@@ -46,6 +46,7 @@ void ModelDrafter::keep_prefix(std::span<const uint32_t> context) {
   model_.kv().truncate(seq_, uint32_t(common));
   cached_.resize(common);
   pending_ = 0;
+  tree_pending_ = false;   // a tree round whose verdict never came: its rows are dropped with the rest
 }
 
 ModelDrafter::Steps ModelDrafter::begin(std::span<const uint32_t> context, uint32_t k, DraftRound& round) {

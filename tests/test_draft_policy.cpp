@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "speculative/draft_policy.h"
+#include "speculative/draft_tree.h"
 
 namespace vkspec::test {
 namespace {
@@ -54,6 +55,33 @@ TEST(DraftPolicy, SharedPassesPriceDraftsAtTheirShare) {
 // A batch's pass costs as a line over rows (PassCostLine: Theil-Sen): a line sampled exactly is recovered, a
 // stalled pass and a cold one among the samples move it by nothing; unknown before kMinSamples samples, and
 // with one row count known only there (its median: a lone sequence's draft steps are all one row).
+// A draft model's tree takes the nodes whose chance of being reached pays for their verify row: the row's cost
+// in the time a round of k drafts takes to yield a token (the reference written again here, timing-free: at the
+// sequence's share of the pass). Among 8 sequences a row costs more of a sequence's round than alone, so the
+// least value rises; with a GPU's measured costs (a row ~1% of a pass) the tree fills its 16 nodes, with a CPU's
+// (a row ~60% of a plain pass) it stays a chain. The runner-up rate starts at 0.5 and follows what is observed.
+TEST(DraftPolicy, TreeNodesPayForTheirVerifyRowsAtTheSequencesShare) {
+  const double g = DraftPolicy::kVerifyGrowth, draft = 0.2;
+  DraftPolicy p(5, true, /*timing_free=*/true, draft);
+  EXPECT_DOUBLE_EQ(p.runner_up_rate(), 0.5);
+  for (int i = 0; i < 60; ++i) p.observe(4, 3, -1, -1), p.observe_runner_up(i % 4 != 0);
+  EXPECT_NEAR(p.runner_up_rate(), 0.75, 0.06);
+  const double a = std::min(p.alpha(), 0.999), tokens = (1 - std::pow(a, 6)) / (1 - a);
+  std::vector<double> v;
+  for (const uint32_t b : {1u, 8u}) {
+    p.share_passes(b);
+    const double plain = (1 + g * (b - 1)) / b;   // its share of a plain pass, in plain steps
+    v.push_back(p.node_value_min(5));
+    EXPECT_NEAR(v.back(), g * tokens / (5 * draft * plain + plain + g * 5), 1e-12) << b << " sequences";
+  }
+  EXPECT_GT(v[1], v[0]);
+  const double a1 = (1 - a) * p.runner_up_rate();
+  p.share_passes(1, SharedCosts{1.0, 0.01, 0.2, 0.01});   // a GPU's: rows nearly free
+  EXPECT_EQ(shape_draft_tree(5, 16, a, a1, p.node_value_min(5)).tree.n, 16u);
+  p.share_passes(1, SharedCosts{1.0, 0.6, 0.2, 0.1});     // a CPU's: a row costs most of a plain pass
+  EXPECT_TRUE(shape_draft_tree(5, 16, a, a1, p.node_value_min(5)).tree.chain());
+}
+
 TEST(DraftPolicy, PassCostLineFitsALineThroughOutliers) {
   const auto t = [](double n) { return 0.006 + 0.0009 * n; };
   PassCostLine line;

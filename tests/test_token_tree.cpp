@@ -330,6 +330,25 @@ TEST_F(BatchEngineTest, DraftModelTreesGiveTheTokensOfDecodingWithoutThem) {
   }
   EXPECT_GT(tree_rounds, 0u);
   EXPECT_LT(greedy_tree_passes, greedy_chain_passes);
+
+  // other budgets, and prompt lookup before the draft model (trees from both sources)
+  const std::vector<uint32_t> code = encode(*t, kRepetitiveCode);
+  for (const auto& [k, ngram] : {std::pair{3u, false}, {7u, true}}) {
+    DraftOptions other = o;
+    other.max = k;
+    other.ngram = ngram;
+    Engine e(t, other);
+    for (const float temp : {0.0f, 0.8f}) {
+      SCOPED_TRACE("K " + std::to_string(k) + (ngram ? ", lookup then model" : "") + ", T " + std::to_string(temp));
+      SamplingParams sp;
+      sp.temperature = temp;
+      sp.seed = 5;
+      const SequenceResult plain = e.generate(code, sp, 48, true, false);
+      const SequenceResult tree = e.generate(code, sp, 48, true, true);
+      EXPECT_EQ(tree.ids, plain.ids);
+      EXPECT_GT(tree.spec.tree_rounds, 0u);
+    }
+  }
 }
 
 }  // namespace

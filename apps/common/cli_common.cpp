@@ -209,7 +209,9 @@ nlohmann::json speculative_json(const RunOptions& o, const std::string& drafter,
           {"draft_p_min", o.draft_p_min}, {"draft_policy", o.draft_policy == "adaptive" ? "adaptive" : "fixed"},
           {"spec_sampling", o.spec_sampling}, {"draft_tree", o.draft_tree}, {"tree_rounds", s.tree_rounds},
           {"drafted", s.drafted}, {"accepted", s.accepted}, {"acceptance_rate", s.acceptance_rate()},
-          {"tokens_per_verify", s.tokens_per_verify()}, {"verify_passes", s.verify_passes}};
+          {"tokens_per_verify", s.tokens_per_verify()}, {"verify_passes", s.verify_passes},
+          // drafts (a tree's nodes) per verify pass: how wide the passes were
+          {"drafted_per_verify", s.verify_passes ? double(s.drafted) / double(s.verify_passes) : 0.0}};
 }
 
 std::string cli_stop_reason(const char* library_reason) {

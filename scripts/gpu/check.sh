@@ -34,11 +34,11 @@ build/vkspec bench -m $M/pycode-target-f16.gguf -md $M/pycode-draft-f16.gguf -n 
 build/vkspec bench -m $M/pycode-target-f16.gguf -md $M/pycode-draft-f16.gguf --draft ngram -n 128 --reps 5 --json > "$out/pycode-lookup.json" 2>&1
 # sampled: the Gumbel coupling's acceptance and speed on the GPU (T = 0.8, a fixed seed)
 build/vkspec bench -m $M/pycode-target-f16.gguf -md $M/pycode-draft-f16.gguf --temp 0.8 --seed 3 -n 128 --reps 5 --json > "$out/pycode-t0.8.json" 2>&1
-# issue 61: the draft model's chains against its runner-up trees (auto on a GPU), rejection against coupling
+# issue 61: the draft model's chains against its trees (auto on a GPU), rejection against coupling (over trees)
 build/vkspec bench -m $M/pycode-target-f16.gguf -md $M/pycode-draft-f16.gguf --draft-tree off -n 128 --reps 5 --json > "$out/pycode-chains.json" 2>&1
 build/vkspec bench -m $M/pycode-target-f16.gguf -md $M/pycode-draft-f16.gguf --temp 0.8 --seed 3 --spec-sampling rejection -n 128 --reps 5 --json > "$out/pycode-t0.8-rejection.json" 2>&1
 for j in pycode pycode-chains pycode-lookup pycode-t0.8 pycode-t0.8-rejection; do
-  python3 -c "import json,sys; v=json.load(open(sys.argv[1])); print(sys.argv[2], 'plain %.0f spec %.0f tok/s x%.2f accept %.2f' % (v['plain']['decode_tok_s'], v['speculative']['decode_tok_s'], v['speedup'], v['speculative']['acceptance_rate']))" "$out/$j.json" $j
+  python3 -c "import json,sys; v=json.load(open(sys.argv[1])); s=v['speculative']; print(sys.argv[2], 'plain %.0f spec %.0f tok/s x%.2f accept %.2f tokens/verify %.2f trees %d/%d' % (v['plain']['decode_tok_s'], s['decode_tok_s'], v['speedup'], s['acceptance_rate'], s['tokens_per_verify'], s['tree_rounds'], s['verify_passes']))" "$out/$j.json" $j
 done
 scripts/gpu/bench.sh "$out" /tmp/1b-q8_0.gguf
 # issue 63: Gemma 3's pass (post norms, GeGLU, 256-wide heads, sliding-window layers) at its 1B shape, Q4_K_M
