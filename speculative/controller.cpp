@@ -144,7 +144,7 @@ uint32_t SpeculativeDecoder::drafts_planned(uint32_t sharing, const std::optiona
   if (round_.tree_allowed && k_max > 0 && (opts_.tree == DraftTree::Wide || !target_.facts().prefers_row_per_lane())) {
     // the draft model's tree: k_max deep at most, its nodes those worth their verify rows (Wide: all it may have)
     const double a0 = std::min(policy_.alpha(), 0.99);
-    round_.model_tree = {TokenTree::kMaxNodes, a0, (1 - a0) * policy_.runner_up_rate(),
+    round_.model_tree = {std::min(TokenTree::kMaxNodes, room + 1), a0, (1 - a0) * policy_.runner_up_rate(),
                          opts_.tree == DraftTree::Wide ? 0.0 : policy_.node_value_min(k_max)};
   }
   return k_max;

@@ -351,5 +351,33 @@ TEST_F(BatchEngineTest, DraftModelTreesGiveTheTokensOfDecodingWithoutThem) {
   }
 }
 
+// Near the end of the context a draft model's tree has no more nodes than the room left for the verify pass's
+// rows: generating past the context's end gives plain decoding's tokens, greedy and sampled.
+TEST_F(BatchEngineTest, DraftModelTreesFitTheRoomLeftAtTheContextsEnd) {
+  TargetModel::Options to;
+  to.path = shared_path("models/pycode-target-f16.gguf");
+  to.n_ctx = 40;
+  to.max_sequences = 2;
+  auto t = std::make_shared<TargetModel>(to);
+  DraftOptions o;
+  o.model_path = shared_path("models/pycode-draft-f16.gguf");
+  o.max = 5;
+  o.policy = DraftLengthPolicy::Fixed;
+  o.tree = DraftTree::Wide;
+  Engine e(t, o);
+  const std::vector<uint32_t> prompt = encode(*t, kPrompts[0]);
+  for (const float temp : {0.0f, 0.8f}) {
+    SCOPED_TRACE("T " + std::to_string(temp));
+    SamplingParams sp;
+    sp.temperature = temp;
+    sp.seed = 2;
+    const SequenceResult plain = e.generate(prompt, sp, 64, true, false);
+    const SequenceResult tree = e.generate(prompt, sp, 64, true, true);
+    EXPECT_EQ(prompt.size() + plain.ids.size(), 40u) << "the context filled";
+    EXPECT_EQ(tree.ids, plain.ids) << tree.error;
+    EXPECT_GT(tree.spec.tree_rounds, 0u);
+  }
+}
+
 }  // namespace
 }  // namespace vkspec::test
