@@ -17,7 +17,8 @@
 // top probability is below p_min (the same rule, written again here: the host knows the top probabilities
 // only after the submission); a tree keeps every node.
 // Verdict: out slots 0..a-1 = the accepted drafts (aux: their node), slot a = the residual's or the bonus draw
-// (aux 0), never a rejected sibling's token when the residual has weight, so the host's walk
+// (aux 0; p_u's own draw where no residual has weight), never a rejected sibling's token when the residual has
+// weight, so the host's walk
 // (speculative/controller.cpp) stops there. The out slots hold sample_rows' draws from p (by node) on entry:
 // a NON_FINITE_TOKEN at the node the walk reaches (its row's logits were non-finite) is written at a and ends
 // the walk. One workgroup per sequence; every lane walks alike (the residuals' sums need all of them).
@@ -139,7 +140,10 @@ void main() {
   for (;;) {   // uniform: every lane takes the same steps
     if (out_slots.v[SLOT_TOKEN(u)] == NON_FINITE_TOKEN) {
       barrier();
-      if (lane == 0u) out_slots.v[SLOT_TOKEN(a)] = NON_FINITE_TOKEN;
+      if (lane == 0u) {
+        out_slots.v[SLOT_TOKEN(a)] = NON_FINITE_TOKEN;
+        out_slots.v[SLOT_AUX(a)] = 0u;
+      }
       return;
     }
     const uint key = counter_key(pc.seed, pc.position + depth_of(u));
@@ -176,6 +180,7 @@ void main() {
       uint t = draw(u, m, rejected ? stream_key(key, RESIDUAL_STREAM) : key, false);
       // p and q equal to rounding leave no residual: the draw from r without d is the limit it tends to
       if (t == 0xffffffffu && rejected) t = draw(u, m, stream_key(key, RESIDUAL_STREAM), true);
+      if (t == 0xffffffffu && rejected) t = draw(u, 0u, key, false);   // r all on rejected tokens: p's own draw
       if (lane == 0u && t != 0xffffffffu) {
         out_slots.v[SLOT_TOKEN(a)] = s_bad ? NON_FINITE_TOKEN : t;
         out_slots.v[SLOT_AUX(a)] = 0u;

@@ -261,6 +261,13 @@ TEST_F(RejectionTest, ATreesSiblingsAreTriedInTurnAndEachPositionFollowsItsRow) 
   EXPECT_TRUE(chi_square(c0, as_dist(host.p[0]), m).fits()) << "host drafts, position 0";
   EXPECT_LT(binomial_z(through[1], m, host.p[0][5]), 5.0) << "node 1 (token 5) accepted " << through[1] << " of " << m;
   EXPECT_LT(binomial_z(through[2], m, host.p[0][0]), 5.0) << "node 2 (token 0) accepted " << through[2] << " of " << m;
+
+  Trials bad{t.p, t.q, std::vector<std::vector<uint32_t>>(16, t.drafts[0])};   // the root's row non-finite
+  bad.tree = &tree;
+  bad.entering = contract::NON_FINITE_TOKEN;
+  std::vector<std::vector<uint32_t>> bad_nodes;
+  const auto bv = verdicts(bad, &bad_nodes);
+  for (uint32_t i = 0; i < 16; ++i) EXPECT_TRUE(bv[i][0] == contract::NON_FINITE_TOKEN && bad_nodes[i][0] == 0u);
 }
 
 // A verify row whose logits were non-finite (sample_rows drew NON_FINITE_TOKEN into its slot) keeps that
