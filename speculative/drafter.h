@@ -5,8 +5,9 @@
 //                 with the accepted context (filled lazily: the first call prefills the prompt). Its K steps
 //                 are recorded into the round's command buffer: each chooses its draft on the device (argmax,
 //                 or a draw after the target's sampling transforms with the target's noise at that
-//                 position: speculative/controller.h) into the slot the next step embeds. --draft-p-min
-//                 limits what is verified (keep_drafts).
+//                 position: speculative/controller.h) into the slot the next step embeds, or, for a token
+//                 tree (speculative/draft_tree.h), a step per depth chooses the children of that depth's
+//                 nodes. --draft-p-min limits what is verified (keep_drafts).
 //   NgramDrafter: prompt lookup: the longest recent n-gram that occurred earlier in the context proposes
 //                 the tokens that followed it (zero model cost); written into the slots by the host.
 //   LookupThenModelDrafter: both (-md with --draft ngram): prompt lookup when the context has a match of at
