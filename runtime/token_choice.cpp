@@ -74,8 +74,7 @@ void TokenChooser::record_rejection_verify(Recorder& r, Kernels& k, const Slice&
   sampler_->record(r, device_p_, j);
   r.barrier();
   if (tree && tree->n != rows) throw Error("internal: a rejection tree's nodes are not its drafts");
-  uint32_t parents[2] = {0, 0};
-  for (uint32_t i = 1; tree && i < tree->n; ++i) parents[i / 8] |= uint32_t(tree->parent[i]) << (4 * (i % 8));
+  const std::array<uint32_t, 2> parents = tree ? tree->parent_nibbles() : std::array<uint32_t, 2>{};
   const contract::SpecAcceptPC pc{p_rows_.address, model_drafts ? q.address : 0, slots_.address, out.address,
                                   device_p_.seed, n_vocab_, drafts, uint32_t(position), tree ? 0.0f : p_min,
                                   tree ? 1u : 0u, parents[0], parents[1]};

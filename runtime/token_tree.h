@@ -31,6 +31,13 @@ struct TokenTree {
       if (parent[i] != i - 1) return false;
     return true;
   }
+  // Every node's parent, nibble i of word i / 8 holding node i's (contract.h PC_SPEC_ACCEPT's parents_lo/hi).
+  std::array<uint32_t, 2> parent_nibbles() const {
+    static_assert(kMaxNodes <= 16, "two words of nibbles");
+    std::array<uint32_t, 2> w{};
+    for (uint32_t i = 1; i < n; ++i) w[i / 8] |= uint32_t(parent[i]) << (4 * (i % 8));
+    return w;
+  }
   // Node i's path (contract.h KV_ROW's tree path): nibble d is the node index of its ancestor at depth d
   // (its own at depth[i]).
   uint32_t path(uint32_t i) const {

@@ -171,6 +171,7 @@ uint32_t record_batched_drafts(LlamaModel& draft, std::span<BatchedDraft> jobs, 
   const VkDeviceSize row = VkDeviceSize(draft.hparams().n_vocab) * 4;
   std::vector<SeqRows> rows;
   std::vector<uint32_t> first_row(jobs.size());
+  const auto rows_of = [&](size_t j) { return logits.sub(first_row[j] * row, logits.size - first_row[j] * row); };
   uint32_t n_rows = 0;
   for (uint32_t i = 0; i < count_max; ++i) {
     rows.clear();
@@ -186,12 +187,11 @@ uint32_t record_batched_drafts(LlamaModel& draft, std::span<BatchedDraft> jobs, 
     draft.record_batch(rec, rows, logits);
     for (size_t j = 0; j < jobs.size(); ++j)
       if (steps[j].count > i)
-        jobs[j].drafter->choose(i, steps[j], *jobs[j].round, logits.sub(first_row[j] * row, logits.size - first_row[j] * row),
-                                jobs[j].context.size(), &choices);
+        jobs[j].drafter->choose(i, steps[j], *jobs[j].round, rows_of(j), jobs[j].context.size(), &choices);
     choices.record(rec, draft.kernels());
     for (size_t j = 0; j < jobs.size(); ++j)   // (the runner-ups leave out the drafts just chosen)
       if (steps[j].count > i && steps[j].tree)
-        jobs[j].drafter->choose_runner_ups(i, *jobs[j].round, logits.sub(first_row[j] * row, logits.size - first_row[j] * row));
+        jobs[j].drafter->choose_runner_ups(i, *jobs[j].round, rows_of(j));
   }
   for (size_t j = 0; j < jobs.size(); ++j)
     if (jobs[j].k) jobs[j].drafter->end(jobs[j].context, steps[j], *jobs[j].round);

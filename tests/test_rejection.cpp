@@ -73,8 +73,7 @@ class RejectionTest : public VkTest {
     const Slice pb = upload(p), qb = q.empty() ? Slice{} : upload(q), sb = upload(slots), vb = upload(entering);
     Kernels kernels(gpu().ctx, gpu().pipelines);
     const VkDeviceSize slot_bytes = 8;
-    uint32_t parents[2] = {0, 0};
-    for (uint32_t i = 1; t.tree && i < t.tree->n; ++i) parents[i / 8] |= uint32_t(t.tree->parent[i]) << (4 * (i % 8));
+    const std::array<uint32_t, 2> parents = t.tree ? t.tree->parent_nibbles() : std::array<uint32_t, 2>{};
     for (uint32_t first = 0; first < n; first += 2048)
       run([&](Recorder& r) {
         for (uint32_t i = first; i < std::min(n, first + 2048); ++i) {

@@ -4,8 +4,8 @@
 # POSIX shell or fork (test_cli, test_chat, test_server*, test_presets, test_c_api).
 target_link_libraries(vkspec_testlib PUBLIC vkspec_internal GTest::gtest GTest::gtest_main)
 set(VKSPEC_WINDOWS_SUITES test_platform)
-foreach(name test_kernels test_kernels_pass test_gguf test_tokenizer test_constraints test_model test_speculative test_draft_policy
-             test_sampler test_batch_engine test_chat_template)
+foreach(name test_kernels test_kernels_pass test_gguf test_tokenizer test_constraints test_model test_speculative
+             test_speculative_rejection test_draft_policy test_sampler test_batch_engine test_chat_template)
   add_executable(${name} ${name}.cpp)
   target_link_libraries(${name} PRIVATE vkspec_testlib)
   list(APPEND VKSPEC_WINDOWS_SUITES ${name})
