@@ -17,7 +17,17 @@ std::string env(const char* name) {
 constexpr std::pair<SubmitSplit, const char*> kSubmitSplitNames[] = {
     {SubmitSplit::Whole, "whole"}, {SubmitSplit::Parts, "parts"}, {SubmitSplit::EveryBarrier, "barriers"}};
 
+constexpr std::pair<MatmulPath, const char*> kMatmulPathNames[] = {
+    {MatmulPath::Auto, "auto"},       {MatmulPath::Fma, "fma"}, {MatmulPath::Int8Dot, "int8dot"},
+    {MatmulPath::Coopmat, "coopmat"}, {MatmulPath::CoopmatEmulated, "coopmat-emulated"}};
+
 }  // namespace
+
+const char* matmul_path_name(MatmulPath p) {
+  for (const auto& [v, name] : kMatmulPathNames)
+    if (v == p) return name;
+  return "?";
+}
 
 const char* submit_split_name(SubmitSplit s) {
   for (const auto& [v, name] : kSubmitSplitNames)
@@ -40,6 +50,12 @@ Settings read_settings() {
   if (const std::string v = env("VKSPEC_KERNELS"); v == "row") s.kernels = KernelFamily::RowPerLane;
   else if (v == "subgroup") s.kernels = KernelFamily::Subgroup;
   else if (!v.empty()) throw Error("VKSPEC_KERNELS must be 'row' or 'subgroup' (or unset), got '" + v + "'");
+  if (const std::string v = env("VKSPEC_MATMUL"); !v.empty()) {
+    bool known = false;
+    for (const auto& [path, name] : kMatmulPathNames)
+      if (v == name) s.matmul = path, known = true;
+    if (!known) throw Error("VKSPEC_MATMUL must be fma, int8dot, coopmat or coopmat-emulated (or unset), got '" + v + "'");
+  }
   if (const std::string v = env("VKSPEC_SUBMIT"); !v.empty()) {
     for (const auto& [split, name] : kSubmitSplitNames)
       if (v == name) s.submit = split;
@@ -58,6 +74,7 @@ std::string settings_json(const Settings& s) {
   j["VKSPEC_VALIDATION"] = s.validation;
   j["VKSPEC_PROFILE"] = s.profile == Profiling::Off ? "0" : s.profile == Profiling::PerKernel ? "1" : "each";
   j["VKSPEC_KERNELS"] = s.kernels == KernelFamily::Auto ? "auto" : s.kernels == KernelFamily::RowPerLane ? "row" : "subgroup";
+  j["VKSPEC_MATMUL"] = matmul_path_name(s.matmul);
   j["VKSPEC_SUBMIT"] = s.submit ? submit_split_name(*s.submit) : "auto";
   j["VKSPEC_MEMORY"] = s.discrete_memory ? "discrete" : "auto";
   j["VKSPEC_TODAY"] = s.today;

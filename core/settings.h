@@ -16,12 +16,18 @@ enum class KernelFamily : uint8_t { Auto, RowPerLane, Subgroup };
 enum class SubmitSplit : uint8_t { Whole, Parts, EveryBarrier };
 const char* submit_split_name(SubmitSplit s);   // "whole", "parts", "barriers"
 enum class Profiling : uint8_t { Off, PerKernel, PerDispatch };
+// The arithmetic of quantized weights' matmuls (runtime/kernels.h choose_kernels decides Auto): the kernel
+// family's float multiply-adds, packed 8-bit integer dot products, or matrix units (cooperative matrices;
+// emulated: the same kernel with the tile product done in shared memory, for devices without them).
+enum class MatmulPath : uint8_t { Auto, Fma, Int8Dot, Coopmat, CoopmatEmulated };
+const char* matmul_path_name(MatmulPath p);   // "auto", "fma", "int8dot", "coopmat", "coopmat-emulated"
 
 struct Settings {
   int device = -1;                            // VKSPEC_DEVICE: the device index when none is asked for
   bool validation = false;                    // VKSPEC_VALIDATION=1: the Khronos validation layer
   Profiling profile = Profiling::Off;         // VKSPEC_PROFILE=1 | each: GPU timestamps per kernel / dispatch
   KernelFamily kernels = KernelFamily::Auto;  // VKSPEC_KERNELS=row | subgroup: instead of the device's choice
+  MatmulPath matmul = MatmulPath::Auto;       // VKSPEC_MATMUL=fma | int8dot | coopmat | coopmat-emulated: likewise
   std::optional<SubmitSplit> submit;          // VKSPEC_SUBMIT=whole | parts | barriers: instead of the device's
   bool discrete_memory = false;               // VKSPEC_MEMORY=discrete: never map device memory (as on a dGPU)
   std::string today;                          // VKSPEC_TODAY=YYYY-MM-DD: chat templates' date (tests)

@@ -70,7 +70,14 @@ vkspec_status vkspec_list_devices(vkspec_device_info* out, uint32_t capacity, ui
       d.storage_8bit = f.storage_8bit;
       d.storage_16bit = f.storage_16bit;
       d.timestamps = f.timestamps;
-      copy_field(d.kernel_family, kernel_family(f));
+      const Settings settings = read_settings();
+      const KernelChoice choice = choose_kernels(f, settings.kernels, settings.matmul);
+      copy_field(d.kernel_family, choice.family == KernelFamily::RowPerLane ? "row-per-lane" : "subgroup");
+      copy_field(d.matmul_path, choice.refused.empty() ? matmul_path_name(choice.matmul) : "refused");
+      d.integer_dot_product = f.integer_dot_product;
+      d.integer_dot_accelerated = f.integer_dot_accelerated;
+      d.cooperative_matrix = f.cooperative_matrix;
+      d.cooperative_matrix_nv = f.cooperative_matrix_nv;
       copy_field(d.api_version, std::to_string(VK_API_VERSION_MAJOR(f.api_version)) + "." +
                                     std::to_string(VK_API_VERSION_MINOR(f.api_version)) + "." +
                                     std::to_string(VK_API_VERSION_PATCH(f.api_version)));

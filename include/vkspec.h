@@ -48,7 +48,7 @@
 extern "C" {
 #endif
 
-#define VKSPEC_API_VERSION 13
+#define VKSPEC_API_VERSION 14
 #define VKSPEC_MAX_LOGIT_BIAS 1024   /* vkspec_sampling_params.n_logit_bias's bound */
 #define VKSPEC_MAX_JSON_DEPTH 64     /* JSON text given to the library (messages, schemas) nests at most this deep */
 #define VKSPEC_LOGIT_BIAS_BOUND 100  /* each logit bias lies in [-VKSPEC_LOGIT_BIAS_BOUND, VKSPEC_LOGIT_BIAS_BOUND] */
@@ -89,6 +89,12 @@ typedef struct vkspec_device_info {
   char memory_model[16];       /* "discrete" (device memory only through staging copies) or "mapped" */
   char submit[16];             /* how a step's recording is submitted: "parts" (GPUs: the device starts
                                   while the host records), "whole" (CPU devices), "barriers" (a test mode) */
+  /* API version 14: packed 4x8-bit integer dot products (shaderIntegerDotProduct), whether the driver says
+     they are accelerated, VK_KHR_cooperative_matrix and VK_NV_cooperative_matrix (with 16x16x16 f16 tiles)
+     offered (0 or 1); the matmuls' arithmetic under the environment (VKSPEC_MATMUL): "fma", "int8dot",
+     "coopmat", "coopmat-emulated", or "refused" where the requested one cannot run */
+  int32_t integer_dot_product, integer_dot_accelerated, cooperative_matrix, cooperative_matrix_nv;
+  char matmul_path[24];
 } vkspec_device_info;
 
 /* Fills up to `capacity` entries; *count is the number of devices. */

@@ -42,9 +42,14 @@ std::string_view matmul_rows_shader(std::array<char, 48>& buf, const char* base,
   const int n = snprintf(buf.data(), buf.size(), "%s%s%s", base, tt == 1 ? "_t1" : "", rpl <= 2 ? "_r2" : "");
   return {buf.data(), size_t(std::min(n, int(buf.size()) - 1))};
 }
+const char* const kMatmulDot8Shader[] = {nullptr, nullptr, nullptr, "matmul_dot8_q8", "matmul_dot8_q4", "matmul_dot8_q6"};
+const char* const kMatmulCoopShader[] = {nullptr, "matmul_coop_f16", nullptr, "matmul_coop_q8", "matmul_coop_q4", "matmul_coop_q6"};
+const char* const kMatmulCoopNvShader[] = {nullptr, "matmul_coop_nv_f16", nullptr, "matmul_coop_nv_q8", "matmul_coop_nv_q4",
+                                           "matmul_coop_nv_q6"};
 const uint32_t kElemsPerTexel[] = {4, 8, 8, 16, 32, 32};   // q6: of its nibble plane
 static_assert(std::size(kMatmulShader) == WT_Q6 + 1 && std::size(kMatmulTileShader) == WT_Q6 + 1 &&
-                  std::size(kMatmulRowsShader) == WT_Q6 + 1 && std::size(kMatmulRowsX8Shader) == WT_Q6 + 1 &&
+                  std::size(kMatmulRowsShader) == WT_Q6 + 1 && std::size(kMatmulRowsX8Shader) == WT_Q6 + 1 && std::size(kMatmulDot8Shader) == WT_Q6 + 1 &&
+                  std::size(kMatmulCoopShader) == WT_Q6 + 1 && std::size(kMatmulCoopNvShader) == WT_Q6 + 1 &&
                   std::size(kElemsPerTexel) == WT_Q6 + 1,
               "one entry per weight format (WT_*)");
 
@@ -52,16 +57,38 @@ uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-Kernels::Kernels(VulkanDevice& ctx, Pipelines& pipelines, KernelFamily family, KernelVariants variants)
-    : ctx_(ctx), pipelines_(pipelines), family_(family) {
-  const Settings settings = read_settings();   // (before the conditions below: a bad value is refused on any device)
-  if (family_ == KernelFamily::Auto) family_ = settings.kernels;
-  if (family_ == KernelFamily::Auto)
-    family_ = ctx.facts().prefers_row_per_lane() || !ctx.facts().subgroup_shuffle ? KernelFamily::RowPerLane
-                                                                                  : KernelFamily::Subgroup;
+KernelChoice choose_kernels(const DeviceFacts& f, KernelFamily family, MatmulPath matmul) {
+  KernelChoice c;
+  c.family = family != KernelFamily::Auto ? family
+             : f.prefers_row_per_lane() || !f.subgroup_shuffle ? KernelFamily::RowPerLane
+                                                               : KernelFamily::Subgroup;
   // matmul.comp's lanes meet in wg_sum_pairwise, whose levels within a subgroup are shuffles
-  if (family_ == KernelFamily::Subgroup && !ctx.facts().subgroup_shuffle)
-    throw Error("the subgroup kernel family needs subgroup shuffles, which this device does not have (VKSPEC_KERNELS=row)");
+  if (c.family == KernelFamily::Subgroup && !f.subgroup_shuffle)
+    c.refused = "the subgroup kernel family needs subgroup shuffles, which this device does not have (VKSPEC_KERNELS=row)";
+  // The float multiply-adds stay the default until the other paths are measured faster on GPUs
+  // (docs/PERFORMANCE.md; scripts/gpu/ runs both).
+  c.matmul = matmul == MatmulPath::Auto ? MatmulPath::Fma : matmul;
+  if (c.matmul == MatmulPath::Int8Dot && !f.integer_dot_product)
+    c.refused = "VKSPEC_MATMUL=int8dot: this device has no shaderIntegerDotProduct (VK_KHR_shader_integer_dot_product)";
+  // matmul_coop.comp: 4 subgroups of 32 own 16 rows each on the matrix units; the emulation's tiles take
+  // 26 KiB of shared memory with SwiGLU
+  if (c.matmul == MatmulPath::Coopmat && !(f.cooperative_matrix_nv && f.subgroup_size == 32))
+    c.refused = std::string("VKSPEC_MATMUL=coopmat: this build's kernel needs VK_NV_cooperative_matrix with 16x16x16 f16 ") +
+                "tiles, f16 arithmetic and subgroups of 32" +
+                (f.cooperative_matrix ? " (the device offers VK_KHR_cooperative_matrix, which Debian 12's glslang cannot compile for)" : "");
+  if (c.matmul == MatmulPath::CoopmatEmulated && f.max_shared_memory < 32768)
+    c.refused = "VKSPEC_MATMUL=coopmat-emulated: needs 32 KiB of shared memory per workgroup";
+  return c;
+}
+
+Kernels::Kernels(VulkanDevice& ctx, Pipelines& pipelines, KernelFamily family, KernelVariants variants, MatmulPath matmul)
+    : ctx_(ctx), pipelines_(pipelines) {
+  const Settings settings = read_settings();   // (before the conditions below: a bad value is refused on any device)
+  const KernelChoice choice = choose_kernels(ctx.facts(), family != KernelFamily::Auto ? family : settings.kernels,
+                                             matmul != MatmulPath::Auto ? matmul : settings.matmul);
+  if (!choice.refused.empty()) throw Error(choice.refused);
+  family_ = choice.family;
+  matmul_ = choice.matmul;
   using contract::MATMUL_ROW_LANES;
   static_assert((MATMUL_ROW_LANES & (MATMUL_ROW_LANES - 1)) == 0 && MATMUL_ROW_LANES <= contract::RED_SCRATCH_FLOATS &&
                     MATMUL_ROW_LANES % 4 == 0,
@@ -111,6 +138,8 @@ bool Kernels::tile_matmul(const DeviceMatrix& w, uint32_t n, uint32_t x_stride) 
 }
 
 const char* Kernels::matmul_shader(const DeviceMatrix& w, const Slice& x, uint32_t x_stride, uint32_t n) const {
+  if (dot8_matmul(w, x_stride)) return kMatmulDot8Shader[w.format.storage];
+  if (coop_matmul(w, x_stride)) return (matmul_ == MatmulPath::Coopmat ? kMatmulCoopNvShader : kMatmulCoopShader)[w.format.storage];
   if (tile_matmul(w, n, x_stride)) return kMatmulTileShader[w.format.storage];
   if (!texel_path(family_, w, nullptr, x, x_stride ? x_stride : w.cols)) return kMatmulShader[w.format.storage];
   return (x8_matmul(w) ? kMatmulRowsX8Shader : kMatmulRowsShader)[w.format.storage];
@@ -139,9 +168,9 @@ static bool texel_matmul(KernelFamily fam, const DeviceMatrix& w, const DeviceMa
   return texel_path(fam, w, w2, in.x, x_stride ? x_stride : w.cols) && (!in.norm || texel_readable(in.norm));
 }
 
-Slice Kernels::quantize_x8(Recorder& r, const MatmulInput& in, uint32_t K, uint32_t n, uint32_t x_stride) {
-  using namespace contract;   // X8_ROW_TEXELS
-  const VkDeviceSize bytes = VkDeviceSize(n) * X8_ROW_TEXELS(K) * 16;
+Slice Kernels::quantize_x8(Recorder& r, const MatmulInput& in, uint32_t K, uint32_t n, uint32_t x_stride, bool dot8) {
+  using namespace contract;   // X8_ROW_TEXELS, DOT8_ROW_UINTS
+  const VkDeviceSize bytes = VkDeviceSize(n) * (dot8 ? DOT8_ROW_UINTS(K) * 4 : X8_ROW_TEXELS(K) * 16);
   X8Scratch& s = *x8_scratch_;
   if (s.half < bytes) {   // grown, never shrunk or freed: recorded passes keep reading the buffer they were given
     s.half = (std::max(bytes, 2 * s.half) + 255) / 256 * 256;
@@ -149,6 +178,12 @@ Slice Kernels::quantize_x8(Recorder& r, const MatmulInput& in, uint32_t K, uint3
   }
   const Slice out = s.buffer.sub(s.next * s.half, bytes);
   s.next ^= 1;
+  if (dot8) {
+    contract::QuantizeDot8PC pc{out.address, in.x.address, in.norm ? in.norm.address : 0, K, x_stride, in.eps};
+    r.dispatch(pipelines_.get("quantize_dot8", {ctx_.facts().subgroup_size, in.norm ? 1u : 0u}), &pc, sizeof pc, n);
+    r.barrier();
+    return out;
+  }
   QuantizeX8PC pc{out.address, texel_offset(in.x), in.norm ? texel_offset(in.norm) : 0, K, x_stride, in.eps};
   const VkBufferView views[Pipelines::kTexelBindings] = {in.x.texels, in.norm ? in.norm.texels : in.x.texels,
                                                          in.x.texels, in.x.texels};
@@ -170,6 +205,29 @@ void Kernels::record_matmul(Recorder& r, const DeviceMatrix& w, const DeviceMatr
   x_stride = x_stride ? x_stride : w.cols;
   y_stride = y_stride ? y_stride : w.rows;
   if (in.norm) mode |= contract::MODE_RMSNORM;
+  if (dot8_matmul(w, x_stride)) {   // see matmul_dot8.comp: the same kernel for one token and for tiles
+    using namespace contract;   // DOT8_ROW_UINTS
+    const Slice xq = quantize_x8(r, in, w.cols, n, x_stride, true);   // RMSNorm applied there
+    MatmulPC pc{w.data.address, w.scales.address, w2 ? w2->data.address : 0, w2 ? w2->scales.address : 0,
+                xq.address, y.address, w.rows, w.cols, n, DOT8_ROW_UINTS(w.cols), y_stride,
+                mode & ~contract::MODE_RMSNORM, 0, 0.0f};
+    const uint32_t tt = n == 1 ? 1 : kBatchTile, rt = n == 1 ? 1 : w2 ? kTileRowsSwiglu : kTileRows;
+    const Pipeline& p = pipelines_.get(kMatmulDot8Shader[f.storage], {contract::MATMUL_ROW_LANES, tt, rt, f.group,
+                                                                      f.has_min, mode & contract::MODE_SWIGLU});
+    r.dispatch(p, &pc, sizeof pc, ceil_div(w.rows, rt), ceil_div(n, tt));
+    return;
+  }
+  if (coop_matmul(w, x_stride)) {   // see matmul_coop.comp: the same kernel for one token and for tiles
+    MatmulPC pc{w.data.address, w.scales.address, w2 ? w2->data.address : 0, w2 ? w2->scales.address : 0,
+                in.x.address, y.address, w.rows, w.cols, n, x_stride, y_stride, mode,
+                in.norm ? in.norm.address : 0, in.eps};
+    const uint32_t bn = n <= 16 ? 16 : 32;
+    const char* shader = (matmul_ == MatmulPath::Coopmat ? kMatmulCoopNvShader : kMatmulCoopShader)[f.storage];
+    const Pipeline& p = pipelines_.get(shader, {contract::COOP_LANES, bn, f.group, f.has_min,
+                                                mode & (contract::MODE_SWIGLU | contract::MODE_RMSNORM)});
+    r.dispatch(p, &pc, sizeof pc, ceil_div(w.rows, contract::COOP_ROWS), ceil_div(n, bn));
+    return;
+  }
   if (texel_matmul(family_, w, w2, in, x_stride)) {
     // Tiles of equal width, as few as kBatchTile allows: a tile computes TT tokens whatever n is (tokens past
     // n repeat the last), so 12 rows as two tiles of 6, not 8 + 8 (a third of the work thrown away), and a
@@ -277,7 +335,7 @@ void Kernels::rope_store_kv(Recorder& r, const AttentionShape& s, const Slice& q
 // the device only, never on n: every pass of a model takes the same path (batch invariance).
 bool Kernels::qkv_rope_fused(const DeviceMatrix& wqkv, const MatmulInput& x, const AttentionShape& s,
                              const Slice& bias, const Slice& qk_norm) const {
-  return !bias && !qk_norm && !s.rope_neox && texel_matmul(family_, wqkv, nullptr, x, 0) && rows_per_lane(wqkv.rows, wg_rows_) % 2 == 0 &&
+  return !bias && !qk_norm && !s.rope_neox && !dot8_matmul(wqkv, 0) && !coop_matmul(wqkv, 0) && texel_matmul(family_, wqkv, nullptr, x, 0) && rows_per_lane(wqkv.rows, wg_rows_) % 2 == 0 &&
          wqkv.rows == s.q_dim() + 2 * s.kv_dim() && s.q_row() == wqkv.rows && s.kv_row() == wqkv.rows &&
          s.head_dim % 2 == 0 && s.n_rot % 2 == 0 && s.n_rot <= s.head_dim;
 }

@@ -12,6 +12,7 @@
 //               subgroupAdd (GPUs).
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "runtime/recorder.h"
 #include "core/settings.h"
@@ -83,6 +84,16 @@ inline QkvSlices qkv_slices(const Slice& qkv, const AttentionShape& s) {
   return {qkv, qkv.sub(k0, qkv.size - k0), qkv.sub(v0, qkv.size - v0)};
 }
 
+// The kernels a device runs, decided here once from its probed facts and the caller's or the environment's
+// request (VKSPEC_KERNELS, VKSPEC_MATMUL; Auto: the device's choice); `vkspec devices` prints it.
+// refused: why a requested family or path cannot run on this device ("" when it can).
+struct KernelChoice {
+  KernelFamily family = KernelFamily::RowPerLane;
+  MatmulPath matmul = MatmulPath::Fma;
+  std::string refused;
+};
+KernelChoice choose_kernels(const DeviceFacts& f, KernelFamily family, MatmulPath matmul);
+
 // Kernel variants whose fallbacks the tests compare with them (not settable at run time: a model's passes
 // all take the defaults).
 struct KernelVariants {
@@ -108,9 +119,12 @@ class Kernels {
   // sums per row and token).
   static constexpr uint32_t kTileRows = 8, kTileRowsSwiglu = 4;
 
+  // family, matmul: Auto takes VKSPEC_KERNELS / VKSPEC_MATMUL, then the device's choice (choose_kernels); a
+  // choice the device cannot run is an Error.
   Kernels(VulkanDevice& ctx, Pipelines& pipelines, KernelFamily family = KernelFamily::Auto,
-          KernelVariants variants = {});
+          KernelVariants variants = {}, MatmulPath matmul = MatmulPath::Auto);
   KernelFamily family() const { return family_; }
+  MatmulPath matmul_path() const { return matmul_; }
 
   // x[t] = table[tokens[t]] * scale (f32 out), t < n.
   void embed(Recorder& r, const DeviceMatrix& table, const TokenInput& tokens, const Slice& x, uint32_t n,
@@ -172,15 +186,32 @@ class Kernels {
   // the device only (every pass of a model takes the same path: batch invariance). KernelVariants::int8_x = false turns
   // it off (measurements, tests of the float path).
   bool x8_matmul(const DeviceMatrix& w) const { return x8_ && w.format.quantized(); }
+  // MatmulPath::Int8Dot: quantized weights multiply by packed int8 dot products (matmul_dot8.comp) in every
+  // pass, one token included, on either family; x is quantized by quantize_x8.comp's DOT8 build. Decided
+  // from the weights' format and shape and the device only (batch invariance).
+  bool dot8_matmul(const DeviceMatrix& w, uint32_t x_stride) const {
+    return matmul_ == MatmulPath::Int8Dot && w.format.quantized() && w.cols % contract::X8_BLOCK == 0 &&
+           (x_stride ? x_stride : w.cols) % 4 == 0;
+  }
+  // MatmulPath::Coopmat / CoopmatEmulated: f16 and quantized weights (whose values an f16 tile holds; f32 and
+  // bf16 would lose bits or range) multiply in f16 tiles (matmul_coop.comp) in every pass, one token
+  // included. Decided from the weights' format and shape and the device only.
+  bool coop_matmul(const DeviceMatrix& w, uint32_t x_stride) const {
+    return (matmul_ == MatmulPath::Coopmat || matmul_ == MatmulPath::CoopmatEmulated) &&
+           (w.format.quantized() || w.format.storage == WT_F16) && w.cols % contract::COOP_STEP == 0 &&
+           (x_stride ? x_stride : w.cols) % 4 == 0;
+  }
   bool tile_matmul(const DeviceMatrix& w, uint32_t n, uint32_t x_stride) const;
   // Records x (RMSNorm applied when in.norm is set) -> int8 activations and a barrier; returns where they
   // are: the next of two halves of a scratch buffer, so that a matmul still reading the other half (no
   // barrier between it and this call) is not overwritten.
-  Slice quantize_x8(Recorder& r, const MatmulInput& in, uint32_t K, uint32_t n, uint32_t x_stride);
+  // dot8: in the layout of matmul_dot8.comp (contract.h DOT8_BLOCK_UINTS), x read through device addresses.
+  Slice quantize_x8(Recorder& r, const MatmulInput& in, uint32_t K, uint32_t n, uint32_t x_stride, bool dot8 = false);
 
   VulkanDevice& ctx_;
   Pipelines& pipelines_;
   KernelFamily family_;
+  MatmulPath matmul_;
   uint32_t wg_rows_;   // workgroup size for the row-parallel kernels
   bool x8_ = false;    // int8 activations for quantized texel matmuls (x8_matmul)
   bool tile_ = false;  // multi-token matmuls in tiles (tile_matmul); KernelVariants::matmul_tile

@@ -86,7 +86,13 @@ DeviceFacts probe(VkPhysicalDevice pd, uint32_t index) {
   vk::vkEnumerateDeviceExtensionProperties(pd, nullptr, &n_ext, nullptr);
   std::vector<VkExtensionProperties> exts(n_ext);
   vk::vkEnumerateDeviceExtensionProperties(pd, nullptr, &n_ext, exts.data());
-  for (auto& e : exts) f.push_descriptor |= strcmp(e.extensionName, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME) == 0;
+  bool dot_extension = false, coopmat_nv_extension = false;
+  for (auto& e : exts) {
+    f.push_descriptor |= strcmp(e.extensionName, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME) == 0;
+    dot_extension |= strcmp(e.extensionName, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME) == 0;
+    f.cooperative_matrix |= strcmp(e.extensionName, "VK_KHR_cooperative_matrix") == 0;   // newer than Debian 12's headers
+    coopmat_nv_extension |= strcmp(e.extensionName, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) == 0;
+  }
   const Settings settings = read_settings();
   f.discrete_memory = settings.discrete_memory;
   f.submit_split = settings.submit ? *settings.submit
@@ -105,9 +111,36 @@ DeviceFacts probe(VkPhysicalDevice pd, uint32_t index) {
   VkPhysicalDeviceSubgroupSizeControlFeatures sgcf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES};
   v11.pNext = &v12;
   v12.pNext = &sgcf;
+  VkPhysicalDeviceShaderIntegerDotProductFeatures dotf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
+  VkPhysicalDeviceCooperativeMatrixFeaturesNV cmf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+  void** chain = &sgcf.pNext;
+  if (dot_extension) {
+    *chain = &dotf;
+    chain = &dotf.pNext;
+  }
+  if (coopmat_nv_extension) *chain = &cmf;
   VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
   f2.pNext = &v11;
   vk::vkGetPhysicalDeviceFeatures2(pd, &f2);
+  f.integer_dot_product = dotf.shaderIntegerDotProduct;
+  if (cmf.cooperativeMatrix && v12.shaderFloat16 && vk::vkGetPhysicalDeviceCooperativeMatrixPropertiesNV) {
+    uint32_t n = 0;
+    vk::vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(pd, &n, nullptr);
+    std::vector<VkCooperativeMatrixPropertiesNV> shapes(n, {VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
+    vk::vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(pd, &n, shapes.data());
+    for (const VkCooperativeMatrixPropertiesNV& c : shapes)
+      f.cooperative_matrix_nv |= c.MSize == 16 && c.NSize == 16 && c.KSize == 16 && c.AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+                                 c.BType == VK_COMPONENT_TYPE_FLOAT16_NV && c.CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+                                 c.DType == VK_COMPONENT_TYPE_FLOAT32_NV && c.scope == VK_SCOPE_SUBGROUP_NV;
+  }
+  if (f.integer_dot_product) {
+    VkPhysicalDeviceShaderIntegerDotProductProperties dotp{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_PROPERTIES};
+    VkPhysicalDeviceProperties2 p4{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+    p4.pNext = &dotp;
+    vk::vkGetPhysicalDeviceProperties2(pd, &p4);
+    f.integer_dot_accelerated = dotp.integerDotProduct4x8BitPackedSignedAccelerated;
+  }
+
   f.storage_16bit = v11.storageBuffer16BitAccess;
   f.storage_8bit = v12.storageBuffer8BitAccess;
   f.shader_float16 = v12.shaderFloat16;
@@ -252,6 +285,8 @@ void VulkanDevice::adopt(const ExternalDevice& e) {
   facts_.shader_int8 &= e.shader_int8;
   facts_.subgroup_size_control &= e.subgroup_size_control;
   facts_.push_descriptor &= e.push_descriptor;
+  facts_.integer_dot_product &= e.shader_integer_dot_product;
+  facts_.cooperative_matrix_nv = false;   // not declared by ExternalDevice
   vk::vkGetPhysicalDeviceMemoryProperties(physical_, &mem_props_);
   uint32_t nq = 0;
   vk::vkGetPhysicalDeviceQueueFamilyProperties(physical_, &nq, nullptr);
@@ -358,23 +393,38 @@ VulkanDevice::VulkanDevice(const VulkanDeviceOptions& opts) {
     VkPhysicalDeviceVulkan11Features v11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
     VkPhysicalDeviceVulkan12Features v12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
     VkPhysicalDeviceSubgroupSizeControlFeatures sgcf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES};
-    // Only what the shaders use: buffer device addresses (and subgroup size control where the device has
-    // it). 8- and 16-bit types are probed (DeviceFacts) but no kernel uses them, so they are not enabled.
+    // Only what the shaders use: buffer device addresses (and subgroup size control, integer dot products and
+    // NV cooperative matrices with f16 arithmetic where the device has them). 8- and 16-bit types are probed (DeviceFacts) but no kernel uses them, so they are not enabled.
     v11.pNext = &v12;
     v12.bufferDeviceAddress = VK_TRUE;
+    void** chain = &v12.pNext;
     if (facts_.subgroup_size_control) {
-      v12.pNext = &sgcf;
+      *chain = &sgcf;
+      chain = &sgcf.pNext;
       sgcf.subgroupSizeControl = VK_TRUE;
+    }
+    VkPhysicalDeviceShaderIntegerDotProductFeatures dotf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
+    if (facts_.integer_dot_product) {   // the int8dot matmul path (runtime/kernels.h choose_kernels)
+      *chain = &dotf;
+      chain = &dotf.pNext;
+      dotf.shaderIntegerDotProduct = VK_TRUE;
+    }
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV cmf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+    if (facts_.cooperative_matrix_nv) {   // the coopmat matmul path: f16 tiles on matrix units
+      *chain = &cmf;
+      cmf.cooperativeMatrix = VK_TRUE;
+      v12.shaderFloat16 = VK_TRUE;
     }
     VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
     f2.pNext = &v11;
     VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
     dci.pNext = &f2;
-    const char* push_descriptor_ext = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
-    if (facts_.push_descriptor) {
-      dci.enabledExtensionCount = 1;
-      dci.ppEnabledExtensionNames = &push_descriptor_ext;
-    }
+    std::vector<const char*> extensions;
+    if (facts_.push_descriptor) extensions.push_back(VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+    if (facts_.integer_dot_product) extensions.push_back(VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
+    if (facts_.cooperative_matrix_nv) extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    dci.enabledExtensionCount = uint32_t(extensions.size());
+    dci.ppEnabledExtensionNames = extensions.data();
     dci.queueCreateInfoCount = 1;
     dci.pQueueCreateInfos = &qci;
     vk_check(vk::vkCreateDevice(physical_, &dci, nullptr, &device_), "vkCreateDevice");

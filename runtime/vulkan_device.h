@@ -34,6 +34,16 @@ struct DeviceFacts {
   bool buffer_device_address = false;
   bool timeline_semaphore = false;   // Vulkan 1.2 (the engine-submits mode's completion)
   bool push_descriptor = false;      // VK_KHR_push_descriptor (texel-buffer kernels bind through it)
+  // Packed 4x8-bit integer dot products in shaders (VK_KHR_shader_integer_dot_product's
+  // shaderIntegerDotProduct; the extension, since vkspec's instance asks for Vulkan 1.2: the int8dot matmul
+  // path), and whether the device says they are faster than their emulation
+  // (integerDotProduct4x8BitPackedSignedAccelerated; lavapipe: not).
+  bool integer_dot_product = false;
+  bool integer_dot_accelerated = false;
+  bool cooperative_matrix = false;      // VK_KHR_cooperative_matrix is offered (matrix units)
+  // VK_NV_cooperative_matrix with its feature, f16 arithmetic and a 16x16x16 f16 x f16 + f32 subgroup shape:
+  // what matmul_coop.comp's COOPMAT_NV build needs (Debian 12's glslang compiles no KHR cooperative matrix)
+  bool cooperative_matrix_nv = false;
   uint64_t max_texel_buffer_elements = 0;
   uint64_t max_storage_buffer_range = 0;
   uint32_t max_shared_memory = 0;
@@ -95,7 +105,8 @@ struct ExternalDevice {
   PFN_vkGetInstanceProcAddr get_instance_proc_addr = nullptr;   // null: the system loader's
   // Enabled at vkCreateDevice. Required: buffer_device_address (Vulkan 1.2).
   bool buffer_device_address = false, storage_16bit = false, storage_8bit = false, shader_float16 = false,
-       shader_int8 = false, subgroup_size_control = false, push_descriptor = false;
+       shader_int8 = false, subgroup_size_control = false, push_descriptor = false,
+       shader_integer_dot_product = false;
   // Held around every vkQueueSubmit vkspec makes (the queue may be shared with the application's threads).
   void (*lock_queue)(void* user) = nullptr;
   void (*unlock_queue)(void* user) = nullptr;

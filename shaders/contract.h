@@ -85,6 +85,22 @@ VKSPEC_CONST X8_BLOCK = 32u;
 VKSPEC_CONST X8_BLOCK_TEXELS = 5u;
 VKSPEC_CONST X8_SCALE_TEXEL = 4u;   // the block's texel of floats
 #define X8_ROW_TEXELS(K) ((K) / X8_BLOCK * X8_BLOCK_TEXELS)
+// Int8 activations for packed dot products (matmul_dot8.comp; MatmulPath::Int8Dot): quantize_x8.comp's
+// DOT8 build writes each token's x as blocks of X8_BLOCK values (the same q and d), DOT8_BLOCK_UINTS uints each:
+//   uints 0-7: the q as signed bytes, per 8 values v0..v7 two uints: (v0, v2, v4, v6) then (v1, v3, v5, v7),
+//              byte 0 lowest: the order in which a uint of eight 4-bit weights splits into its even and odd
+//              nibbles (u & 0x0F0F0F0F, (u >> 4) & 0x0F0F0F0F), so q4 and q6 weights meet them unshuffled;
+//   uints 8-11: floats as X8_SCALE_TEXEL's.
+// A token's row of K values is DOT8_ROW_UINTS(K) uints.
+VKSPEC_CONST DOT8_BLOCK_UINTS = 12u;
+VKSPEC_CONST DOT8_SCALES_AT = 8u;
+#define DOT8_ROW_UINTS(K) ((K) / X8_BLOCK * DOT8_BLOCK_UINTS)
+// matmul_coop.comp (MatmulPath::Coopmat, CoopmatEmulated): a workgroup of COOP_LANES lanes (4 subgroups of
+// 32 on the matrix units) owns COOP_ROWS rows x 16 or 32 tokens and steps through K by COOP_STEP weights (rows
+// must be whole steps: runtime/kernels.h coop_matmul).
+VKSPEC_CONST COOP_ROWS = 64u;
+VKSPEC_CONST COOP_STEP = 32u;
+VKSPEC_CONST COOP_LANES = 128u;
 VKSPEC_CONST MODE_ACCUMULATE = 1u;    // matmul: y += W x
 VKSPEC_CONST MODE_SWIGLU = 2u;        // matmul: y = silu(W x) * (W2 x)
 VKSPEC_CONST MODE_RMSNORM = 4u;       // matmul: x is rmsnorm(x) * norm, computed on the fly
@@ -123,6 +139,12 @@ VKSPEC_CONST MODE_GELU = 16u;         // with MODE_SWIGLU: the gate's activation
 #define PC_QUANTIZE_X8                                                                                  \
   vk_addr out_;                        /* [n][K / X8_BLOCK][X8_BLOCK_TEXELS] texels */                  \
   vk_uint x; vk_uint norm;             /* texel offsets: x [n][x_stride] f32, the [K] norm weight */    \
+  vk_uint K; vk_uint x_stride;                                                                          \
+  vk_float eps;
+
+#define PC_QUANTIZE_DOT8                                                                                \
+  vk_addr out_;                        /* [n][K / X8_BLOCK][DOT8_BLOCK_UINTS] uints */                  \
+  vk_addr x; vk_addr norm;             /* x [n][x_stride] f32, the [K] norm weight (0: none) */         \
   vk_uint K; vk_uint x_stride;                                                                          \
   vk_float eps;
 
@@ -250,6 +272,7 @@ struct EmbedPC { PC_EMBED };
 struct MatmulPC { PC_MATMUL };
 struct MatmulRowsPC { PC_MATMUL_ROWS };
 struct QuantizeX8PC { PC_QUANTIZE_X8 };
+struct QuantizeDot8PC { PC_QUANTIZE_DOT8 };
 struct RopeKvPC { PC_ROPE_STORE_KV };
 struct AttentionPC { PC_ATTENTION };
 struct AttentionCombinePC { PC_ATTENTION_COMBINE };

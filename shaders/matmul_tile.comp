@@ -9,7 +9,8 @@
 // chunks k4 = l, l + WG, ... of each row in ascending order with matmul.comp's expressions (dot4_acc,
 // `precise`), and each (row, token) sum is the pairwise tree of the lanes' sums in lane order, as
 // wg_sum_pairwise forms it there. Here each lane writes its sums to shared memory and lane i adds up value
-// i's WG sums in that tree (no shuffles; by count ~4x fewer shared-memory operations than a subgroupAdd per value).
+// i's WG sums in that tree (tile_sums.glsl; no shuffles; by count ~4x fewer shared-memory operations than a
+// subgroupAdd per value).
 // The epilogue is matmul_epilogue.glsl's, as in matmul.comp. So y[t][r] has the same bits whatever else
 // shares the pass.
 #extension GL_GOOGLE_include_directive : require
@@ -31,37 +32,9 @@ const bool SWIGLU = (MODE & MODE_SWIGLU) != 0u, NORMED = (MODE & MODE_RMSNORM) !
 layout(push_constant) uniform PC { PC_MATMUL } pc;   // shaders/contract.h
 #include "matmul_epilogue.glsl"
 
-// Every (row, token) sum (and SwiGLU's second one, and RMSNorm's sum of squares per token) is reduced through
-// this: value i's lane sums in row i of WG + 4 floats (the padding keeps one lane's vec4 reads of its row
-// and other lanes' of theirs in different banks), laid out as contract.h MATMUL_TILE_SUMS says (the host
-// checks that SS_AT + TT values fit MATMUL_TILE_VALUES and passes WG = MATMUL_ROW_LANES).
-const uint SS_AT = MATMUL_TILE_SUMS(RT, TT, SWIGLU);
-const uint ROW = WG + 4u;
-shared float tile_partials[MATMUL_TILE_VALUES * (MATMUL_ROW_LANES + 4u)];
+#include "tile_sums.glsl"
+const uint SS_AT = MATMUL_TILE_SUMS(RT, TT, SWIGLU);   // RMSNorm's sums of squares follow the sums
 shared float tok_sq[TT];
-
-// A value past the slots is dropped and reads back as NaN, so that a tile too large for them fails every
-// test instead of writing past the array (the checks fold away: values are constants after unrolling).
-void put_partial(uint value, float v) {
-  if (value < MATMUL_TILE_VALUES) tile_partials[value * ROW + gl_LocalInvocationID.x] = v;
-}
-
-// wg_sum_pairwise's result for `value` (after the barrier that follows the put_partial calls): the pairwise
-// tree over its WG lane sums, in registers.
-float lane_sum(uint value) {
-  if (value >= MATMUL_TILE_VALUES) return uintBitsToFloat(0x7fc00000u);
-  precise float t[MATMUL_ROW_LANES];
-  [[unroll]] for (uint i = 0; i < WG; i += 4u) {
-    const uint at = value * ROW + i;
-    t[i] = tile_partials[at];
-    t[i + 1u] = tile_partials[at + 1u];
-    t[i + 2u] = tile_partials[at + 2u];
-    t[i + 3u] = tile_partials[at + 3u];
-  }
-  [[unroll]] for (uint w = 1u; w < WG; w *= 2u)
-    [[unroll]] for (uint i = 0; i < WG; i += 2u * w) t[i] = t[i] + t[i + w];
-  return t[0];
-}
 
 void main() {
   const uint lane = gl_LocalInvocationID.x;

@@ -50,6 +50,25 @@ inline TestMatrix test_matrix(DType type, uint32_t rows, uint32_t cols, uint32_t
   return m;
 }
 
+// [rows][cols] blocks of `type` (Q4_0, Q8_0 or Q6_K) whose every scale is 1 and every quant byte quant_byte:
+// each weight at its format's extreme (the int8 kernels' largest exact products).
+inline std::vector<uint8_t> extreme_blocks(DType type, uint8_t quant_byte, uint32_t rows, uint32_t cols) {
+  const BlockLayout L = block_layout(type);
+  std::vector<uint8_t> blocks(size_t(rows) * cols / L.elems * L.bytes);
+  const uint16_t one = float_to_half(1.0f);
+  for (size_t b = 0; b < blocks.size(); b += L.bytes) {
+    if (type == DType::Q6_K) {   // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}
+      memset(&blocks[b], quant_byte, 192);
+      memset(&blocks[b + 192], 1, 16);
+      memcpy(&blocks[b + 208], &one, 2);
+      continue;
+    }
+    memcpy(&blocks[b], &one, 2);
+    memset(&blocks[b + 2], quant_byte, L.bytes - 2);
+  }
+  return blocks;
+}
+
 class KernelTest : public VkTest, public ::testing::WithParamInterface<KernelFamily> {
  protected:
   Kernels kernels() { return Kernels(gpu().ctx, gpu().pipelines, GetParam()); }
@@ -57,11 +76,11 @@ class KernelTest : public VkTest, public ::testing::WithParamInterface<KernelFam
   Kernels kernels_float_x() { return Kernels(gpu().ctx, gpu().pipelines, GetParam(), {.int8_x = false}); }
 };
 
-// The x a matmul of `m` multiplies: x itself, or, where it takes int8 activations (matmul_rows_*_x8),
-// x [n][K] rounded per 32 values as quantize_x8.comp does (tests/quant_reference.h).
+// The x a matmul of `m` multiplies: x itself, or, where it takes int8 activations (matmul_rows_*_x8,
+// matmul_dot8_*), x [n][K] rounded per 32 values as quantize_x8.comp does (tests/quant_reference.h).
 inline bool int8_x(const Kernels& k, const DeviceMatrix& m, const Slice& xs) {
   const std::string shader = k.matmul_shader(m, xs);
-  return shader.size() > 3 && shader.compare(shader.size() - 3, 3, "_x8") == 0;
+  return (shader.size() > 3 && shader.compare(shader.size() - 3, 3, "_x8") == 0) || shader.rfind("matmul_dot8_", 0) == 0;
 }
 inline std::vector<float> x_as_multiplied(const Kernels& k, const DeviceMatrix& m, const Slice& xs, const std::vector<float>& x) {
   return int8_x(k, m, xs) ? ref_int8_activations(x) : x;

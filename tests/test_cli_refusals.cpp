@@ -103,6 +103,7 @@ TEST(Cli, HostileInputsAreRefusedByName) {
       {"VKSPEC_PROFILE=yes run " + kStories + " -p hi", "VKSPEC_PROFILE must be"},
       {"VKSPEC_SUBMIT=split run " + kStories + " -p hi", "VKSPEC_SUBMIT must be"},
       {"VKSPEC_MEMORY=gpu run " + kStories + " -p hi", "VKSPEC_MEMORY must be"},
+      {"VKSPEC_MATMUL=tensor run " + kStories + " -p hi", "VKSPEC_MATMUL must be"},
       {"VKSPEC_DEVICE=99999999999 run " + kStories + " -p hi", "VKSPEC_DEVICE must be"},
       {"VKSPEC_PROFILE=2 devices --json", "VKSPEC_PROFILE must be"},
   };

@@ -41,19 +41,7 @@ TEST_P(KernelTest, Int8ActivationsHoldTheLargestProducts) {
   for (const auto& [type, quant_byte, w] : {std::tuple{DType::Q4_0, 0xff, 7.0}, std::tuple{DType::Q8_0, 0x80, -128.0},
                                             std::tuple{DType::Q6_K, 0x00, -32.0}}) {
   SCOPED_TRACE(dtype_name(type));
-  const BlockLayout L = block_layout(type);
-  std::vector<uint8_t> blocks(size_t(M) * K / L.elems * L.bytes);
-  const uint16_t one = float_to_half(1.0f);
-  for (size_t b = 0; b < blocks.size(); b += L.bytes) {
-    if (type == DType::Q6_K) {   // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}
-      memset(&blocks[b], quant_byte, 192);
-      memset(&blocks[b + 192], 1, 16);
-      memcpy(&blocks[b + 208], &one, 2);
-      continue;
-    }
-    memcpy(&blocks[b], &one, 2);
-    memset(&blocks[b + 2], quant_byte, L.bytes - 2);
-  }
+  const std::vector<uint8_t> blocks = extreme_blocks(type, uint8_t(quant_byte), M, K);
   DeviceMatrix m = upload_matrix(*arena_, gpu().uploader, type, M, K, blocks.data(), "w");
   gpu().uploader.flush();
   Kernels k = kernels();

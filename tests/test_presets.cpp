@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "platform/platform.h"
 #include "tests/cpu_reference.h"
 #include "text/tokenizer.h"
 #include "tests/run_command.h"
@@ -270,12 +271,13 @@ std::string tiny_q4_k_m(const std::string& name, const std::string& f16) {
 // scripts/install-peer.sh), whose biases change the ids (llama.cpp applies them: ignoring them would part),
 // and Qwen3 (`qwen3-tiny`: per-head q/k norms, heads wider than dim / heads; Qwen2.5's vocabulary).
 // ctx: the context both are created with (0: each one's default; LongRoPE's factors depend on it).
+// quantized_only: the Q4_K_M file alone.
 void tiny_shape_greedy_equals_llama_cpp(const std::string& name, const std::string& vocab, const std::string& shape,
-                                        uint32_t ctx = 0) {
+                                        uint32_t ctx = 0, bool quantized_only = false) {
   const std::string ctx_flag = ctx ? " --ctx " + std::to_string(ctx) : "";
   const std::string f16 = tiny_shape(name, vocab, shape), q4 = tiny_q4_k_m(name, f16);
   const int n = 24;
-  for (const std::string& model : {f16, q4}) {
+  for (const std::string& model : quantized_only ? std::vector<std::string>{q4} : std::vector<std::string>{f16, q4}) {
     Result tok = run_vkspec(VKSPEC_BIN, "tokenize -m " + model + " -p 'The quick brown fox jumps over' --json");
     ASSERT_EQ(tok.code, 0) << tok.err;
     const std::string ids = comma_list(nlohmann::json::parse(tok.out).get<std::vector<int>>());
@@ -350,6 +352,35 @@ TEST(Presets, TinyGemma2ShapeGreedyEqualsLlamaCpp) {
 TEST(Presets, TinyGemma3ShapeGreedyEqualsLlamaCpp) {
   if (usable_peer().empty()) GTEST_SKIP() << "llama.cpp peer not installed (scripts/install-peer.sh needs node and npm)";
   tiny_shape_greedy_equals_llama_cpp("tiny-gemma3", shared_path("tokenizer-tests/ggml-vocab-llama-spm.gguf"), "gemma3-tiny");
+}
+
+// The matmul paths beside the default (VKSPEC_MATMUL=int8dot and coopmat-emulated; tests/test_kernels_paths.cpp
+// has their kernels) at the model level: llama.cpp's Q4_K_M of the Llama 3 shape (q4_K and q6_K layers, a
+// q6_K tied output) gives llama.cpp's greedy ids (as above: equal, or parting at a near-tie of the exact
+// logits), and on the pycode target's Q8_0 prompt lookup and self-drafting (verify passes of several
+// tokens) and a prompt in chunks of 5 give plain decoding's ids.
+TEST(Presets, MatmulPathsAgreeWithLlamaCppAndKeepSpeculationLossless) {
+  if (preset("Q8_0").empty()) GTEST_SKIP() << "llama.cpp peer not installed (scripts/install-peer.sh needs node and npm)";
+  struct MatmulEnv {
+    explicit MatmulEnv(const char* path) { platform::set_env("VKSPEC_MATMUL", path); }
+    ~MatmulEnv() { platform::unset_env("VKSPEC_MATMUL"); }
+  };
+  const std::string q8 = preset("Q8_0");
+  for (const char* path : {"int8dot", "coopmat-emulated"}) {
+    SCOPED_TRACE(path);
+    const MatmulEnv env(path);
+    tiny_shape_greedy_equals_llama_cpp("tiny-llama3", shared_path("tokenizer-tests/ggml-vocab-llama-bpe.gguf"), "tiny", 0, true);
+    auto ids = [&](const std::string& flags) {
+      Result r = run_vkspec(VKSPEC_BIN, "run -m " + q8 + " -p 'def parse_args(argv):' -n 40 --temp 0 --ignore-eos --json " + flags);
+      EXPECT_EQ(r.code, 0) << r.err;
+      return r.code == 0 ? nlohmann::json::parse(r.out)["ids"].get<std::vector<int>>() : std::vector<int>{};
+    };
+    const std::vector<int> plain = ids("");
+    ASSERT_EQ(plain.size(), 40u);
+    EXPECT_EQ(ids("--draft ngram"), plain);
+    EXPECT_EQ(ids("-md " + q8 + " --draft-max 4"), plain);
+    EXPECT_EQ(ids("--ubatch 5"), plain);
+  }
 }
 
 // The tiny shape of every family (the vocabulary it is made with, the name of its files).

@@ -21,7 +21,7 @@ make_1b_models "$out/models.log" q4km:15 q8_0:7
 pack() { tar czf "$ret/results.tgz" -C /tmp results; }
 
 echo "== core suite (subgroup, validation on)"; date +%T
-TESTS="test_kernels test_kernels_pass test_model test_sampler test_speculative test_draft_policy test_batch_engine test_batch_prompt_cache" \
+TESTS="test_kernels test_kernels_pass test_kernels_paths test_model test_sampler test_speculative test_draft_policy test_batch_engine test_batch_prompt_cache" \
   scripts/gpu/run_suite.sh $logs subgroup; pack
 echo "== models"; date +%T; wait $models; echo "models rc=$?"
 scripts/gpu/bench.sh "$out" /tmp/1b-q4km.gguf; pack
