@@ -70,7 +70,7 @@ KernelChoice choose_kernels(const DeviceFacts& f, KernelFamily family, MatmulPat
   c.matmul = matmul == MatmulPath::Auto ? MatmulPath::Fma : matmul;
   if (c.matmul == MatmulPath::Int8Dot && !f.integer_dot_product)
     c.refused = "VKSPEC_MATMUL=int8dot: this device has no shaderIntegerDotProduct (VK_KHR_shader_integer_dot_product)";
-  // matmul_coop.comp: 4 subgroups of 32 own 16 rows each on the matrix units; the emulation's tiles take
+  // matmul_coop.comp: subgroups of 32 own 16 rows each on the matrix units; the emulation's tiles take
   // 26 KiB of shared memory with SwiGLU
   if (c.matmul == MatmulPath::Coopmat && !(f.cooperative_matrix_nv && f.subgroup_size == 32))
     c.refused = std::string("VKSPEC_MATMUL=coopmat: this build's kernel needs VK_NV_cooperative_matrix with 16x16x16 f16 ") +
@@ -211,7 +211,14 @@ void Kernels::record_matmul(Recorder& r, const DeviceMatrix& w, const DeviceMatr
     MatmulPC pc{w.data.address, w.scales.address, w2 ? w2->data.address : 0, w2 ? w2->scales.address : 0,
                 xq.address, y.address, w.rows, w.cols, n, DOT8_ROW_UINTS(w.cols), y_stride,
                 mode & ~contract::MODE_RMSNORM, 0, 0.0f};
-    const uint32_t tt = n == 1 ? 1 : kBatchTile, rt = n == 1 ? 1 : w2 ? kTileRowsSwiglu : kTileRows;
+    // A row's sums do not depend on the tile (matmul_dot8.comp), so a single token takes one row per
+    // workgroup, or as few more as keep the workgroups within 65535 (every device's limit per dimension:
+    // a 128k-word vocabulary's output is 128k rows).
+    uint32_t tt = kBatchTile, rt = w2 ? kTileRowsSwiglu : kTileRows;
+    if (n == 1) {
+      tt = 1;
+      for (rt = 1; ceil_div(w.rows, rt) > 65535;) rt *= 2;
+    }
     const Pipeline& p = pipelines_.get(kMatmulDot8Shader[f.storage], {contract::MATMUL_ROW_LANES, tt, rt, f.group,
                                                                       f.has_min, mode & contract::MODE_SWIGLU});
     r.dispatch(p, &pc, sizeof pc, ceil_div(w.rows, rt), ceil_div(n, tt));
@@ -221,11 +228,13 @@ void Kernels::record_matmul(Recorder& r, const DeviceMatrix& w, const DeviceMatr
     MatmulPC pc{w.data.address, w.scales.address, w2 ? w2->data.address : 0, w2 ? w2->scales.address : 0,
                 in.x.address, y.address, w.rows, w.cols, n, x_stride, y_stride, mode,
                 in.norm ? in.norm.address : 0, in.eps};
-    const uint32_t bn = n <= 16 ? 16 : 32;
+    // a row's sums depend on neither tile size: one token takes 16 rows per workgroup (a decode step's
+    // matmuls spread over the device), more take COOP_ROWS
+    const uint32_t bn = n <= 16 ? 16 : 32, bm = n == 1 ? 16 : contract::COOP_ROWS;
     const char* shader = (matmul_ == MatmulPath::Coopmat ? kMatmulCoopNvShader : kMatmulCoopShader)[f.storage];
-    const Pipeline& p = pipelines_.get(shader, {contract::COOP_LANES, bn, f.group, f.has_min,
-                                                mode & (contract::MODE_SWIGLU | contract::MODE_RMSNORM)});
-    r.dispatch(p, &pc, sizeof pc, ceil_div(w.rows, contract::COOP_ROWS), ceil_div(n, bn));
+    const Pipeline& p = pipelines_.get(shader, {2 * bm, bn, f.group, f.has_min,
+                                                mode & (contract::MODE_SWIGLU | contract::MODE_RMSNORM), bm});
+    r.dispatch(p, &pc, sizeof pc, ceil_div(w.rows, bm), ceil_div(n, bn));
     return;
   }
   if (texel_matmul(family_, w, w2, in, x_stride)) {
@@ -282,7 +291,12 @@ void Kernels::record_matmul(Recorder& r, const DeviceMatrix& w, const DeviceMatr
   const uint32_t tt = n == 1 ? 1 : Kernels::kBatchTile;
   const uint32_t lpr = family_ == KernelFamily::RowPerLane ? 1 : wg;
   const Pipeline& p = pipelines_.get(kMatmulShader[f.storage], {wg, tt, lpr, f.group, f.has_min, fma_});
-  r.dispatch(p, &pc, sizeof pc, lpr == 1 ? ceil_div(w.rows, wg) : w.rows, ceil_div(n, tt));
+  if (lpr == 1) {
+    r.dispatch(p, &pc, sizeof pc, ceil_div(w.rows, wg), ceil_div(n, tt));
+  } else {   // a workgroup per row, in slabs of at most 65535 (every device's limit per dimension)
+    const uint32_t slab = std::min(w.rows, 65535u);
+    r.dispatch(p, &pc, sizeof pc, slab, ceil_div(n, tt), ceil_div(w.rows, slab));
+  }
 }
 
 void Kernels::matmul(Recorder& r, const DeviceMatrix& w, const MatmulInput& x, const Slice& y, uint32_t n,

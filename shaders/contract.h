@@ -95,12 +95,11 @@ VKSPEC_CONST X8_SCALE_TEXEL = 4u;   // the block's texel of floats
 VKSPEC_CONST DOT8_BLOCK_UINTS = 12u;
 VKSPEC_CONST DOT8_SCALES_AT = 8u;
 #define DOT8_ROW_UINTS(K) ((K) / X8_BLOCK * DOT8_BLOCK_UINTS)
-// matmul_coop.comp (MatmulPath::Coopmat, CoopmatEmulated): a workgroup of COOP_LANES lanes (4 subgroups of
-// 32 on the matrix units) owns COOP_ROWS rows x 16 or 32 tokens and steps through K by COOP_STEP weights (rows
-// must be whole steps: runtime/kernels.h coop_matmul).
+// matmul_coop.comp (MatmulPath::Coopmat, CoopmatEmulated): a workgroup of 2 BM lanes (BM / 16 subgroups of 32
+// on the matrix units) owns BM rows x 16 or 32 tokens, BM = 16 for one token and COOP_ROWS for more, and steps
+// through K by COOP_STEP weights (rows must be whole steps: runtime/kernels.h coop_matmul).
 VKSPEC_CONST COOP_ROWS = 64u;
 VKSPEC_CONST COOP_STEP = 32u;
-VKSPEC_CONST COOP_LANES = 128u;
 VKSPEC_CONST MODE_ACCUMULATE = 1u;    // matmul: y += W x
 VKSPEC_CONST MODE_SWIGLU = 2u;        // matmul: y = silu(W x) * (W2 x)
 VKSPEC_CONST MODE_RMSNORM = 4u;       // matmul: x is rmsnorm(x) * norm, computed on the fly

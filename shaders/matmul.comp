@@ -29,7 +29,9 @@ layout(push_constant) uniform PC { PC_MATMUL } pc;   // shaders/contract.h
 
 void main() {
   const uint gid = gl_GlobalInvocationID.x;
-  const uint row = gid / LPR, lane = gid % LPR;
+  // LPR = WG: a workgroup per row, in z slabs of gl_NumWorkGroups.x rows (a dispatch dimension holds 65535
+  // workgroups on some devices; a 128k-word vocabulary's output is 128k rows)
+  const uint row = LPR == WG ? gl_WorkGroupID.z * gl_NumWorkGroups.x + gl_WorkGroupID.x : gid / LPR, lane = gid % LPR;
   const uint t0 = gl_WorkGroupID.y * TT;
   const bool in_range = row < pc.M;
   const uint r = in_range ? row : 0u;      // inactive lanes still join the reductions

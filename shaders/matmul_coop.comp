@@ -1,18 +1,19 @@
 #version 460
 // Matmul on matrix units (MatmulPath::Coopmat) or its emulation (CoopmatEmulated): y[t][r] (+)= sum_k W[r][k] *
-// x[t][k] for a tile of BM rows x BN tokens, with matmul.comp's modes (MODE_SWIGLU, MODE_RMSNORM,
+// x[t][k] for a tile of BM rows x BN tokens (WG = 2 BM lanes), with matmul.comp's modes (MODE_SWIGLU, MODE_RMSNORM,
 // MODE_ACCUMULATE). Per step of BK = 32 weights, the workgroup dequantizes its rows' weights into shared
 // memory and its tokens' x (times the norm weight under MODE_RMSNORM), both rounded to f16, then multiplies
 // the two tiles with f32 accumulators: the COOPMAT_NV build with 16x16x16 f16 cooperative matrices
-// (VK_NV_cooperative_matrix: Debian 12's glslang has no GL_KHR_cooperative_matrix), each of the 4 subgroups
+// (VK_NV_cooperative_matrix: Debian 12's glslang has no GL_KHR_cooperative_matrix), each subgroup of 32
 // owning 16 rows; the default build (emulated) in plain arithmetic from the same shared tiles, thread i
 // owning 4 rows x BN/8 tokens and adding the 32 products of a step in k order. Both end in the same store
 // through shared memory and matmul_epilogue.glsl, so every index, bound, dequantization and epilogue of the
 // matrix-unit kernel runs on every device the emulation runs on (lavapipe in CI).
 //
 // Batch invariance: the host runs every width of pass through this kernel, one token included (one valid
-// column of BN), and a (row, token) sum is made from that row's and that token's shared values in an order
-// that depends on neither the other rows nor the other tokens (RMSNorm's sum of squares: per token, 4 lanes
+// column of BN = 16, in tiles of BM = 16 rows: a workgroup per 16 rows spreads a one-token pass over the
+// device), and a (row, token) sum is made from that row's and that token's shared values in an order that
+// depends on neither BM, BN, the other rows nor the other tokens (RMSNorm's sum of squares: per token, 4 lanes
 // over fixed quarters of each step, added as (a + b) + (c + d)).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
@@ -32,9 +33,10 @@ layout(constant_id = 2) const uint GROUP = 32;      // quantized: weights per sc
 layout(constant_id = 3) const bool HAS_MIN = false; // quantized: scales are {s, m} pairs
 layout(constant_id = 4) const uint MODE = 0;        // MODE_SWIGLU | MODE_RMSNORM (MODE_ACCUMULATE stays in pc.mode)
 const bool SWIGLU = (MODE & MODE_SWIGLU) != 0u, NORMED = (MODE & MODE_RMSNORM) != 0u;
-const uint BM = COOP_ROWS, BK = COOP_STEP;          // contract.h; the host passes WG = COOP_LANES
+layout(constant_id = 5) const uint BM = 64;         // rows per workgroup: 16 or COOP_ROWS (the host passes WG = 2 BM)
+const uint BK = COOP_STEP;
 const uint STRIDE = BK + 8u;                        // shared row stride in elements (16-byte rows, fewer bank conflicts)
-const uint TOKEN_LANES = COOP_LANES / (BM / 4u);    // emulation: lanes along the tokens (8)
+const uint TOKEN_LANES = 8u;                        // emulation: lanes along the tokens (WG / (BM / 4))
 
 layout(push_constant) uniform PC { PC_MATMUL } pc;   // shaders/contract.h
 #include "matmul_epilogue.glsl"
@@ -46,14 +48,14 @@ SH_T to_sh(float v) { return float16_t(v); }
 #define SH_T float
 float to_sh(float v) { return unpackHalf2x16(packHalf2x16(vec2(v, 0.0))).x; }   // the value an f16 tile holds
 #endif
-shared SH_T sh_w[BM * STRIDE];
-shared SH_T sh_w2[SWIGLU ? BM * STRIDE : 1];
+shared SH_T sh_w[COOP_ROWS * STRIDE];               // sized for the largest BM (shared arrays take no spec-sized
+shared SH_T sh_w2[SWIGLU ? COOP_ROWS * STRIDE : 1]; // length in every compiler)
 shared SH_T sh_x[BN * STRIDE];
 // The tile's sums, [row][token] (BM * BN <= BM * STRIDE): the emulation's f32 weight tiles hold them once
 // read (lavapipe's 32 KiB of shared memory holds no more), the f16 ones cannot.
 #ifdef COOPMAT_NV
-shared float sh_out[BM * BN];
-shared float sh_out2[SWIGLU ? BM * BN : 1];
+shared float sh_out[COOP_ROWS * BN];
+shared float sh_out2[SWIGLU ? COOP_ROWS * BN : 1];
 #else
 #define sh_out sh_w
 #define sh_out2 sh_w2
@@ -81,7 +83,7 @@ void main() {
   const uint xs4 = pc.x_stride / 4u;   // the host asks for K % BK == 0 and x_stride % 4 == 0
 
 #ifdef COOPMAT_NV
-  const uint sg = gl_SubgroupID;   // rows 16 sg .. 16 sg + 15 (the host asks for 4 subgroups of 32)
+  const uint sg = gl_SubgroupID;   // rows 16 sg .. 16 sg + 15 (the host asks for BM / 16 subgroups of 32)
   fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc[BN / 16u], acc2[BN / 16u];
   [[unroll]] for (uint j = 0; j < BN / 16u; ++j) {
     acc[j] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
@@ -95,8 +97,8 @@ void main() {
   [[unroll]] for (uint i = 0; i < 4u * TPL; ++i) { acc[i] = 0.0; acc2[i] = 0.0; }
 #endif
   // RMSNorm: lane-owned quarter sums of x^2 (token i / 4, quarter i % 4, over every step)
-  precise float sq[BN * 4u / COOP_LANES + 1u];
-  [[unroll]] for (uint i = 0; i < BN * 4u / COOP_LANES + 1u; ++i) sq[i] = 0.0;
+  precise float sq[BN * 4u / 32u];   // at most BN * 4 / WG used (WG >= 32)
+  [[unroll]] for (uint i = 0; i < BN * 4u / 32u; ++i) sq[i] = 0.0;
 
   for (uint k0 = 0; k0 < pc.K; k0 += BK) {
     barrier();   // the previous step's tiles are read

@@ -181,6 +181,13 @@ TEST_P(KernelTest, MatmulPathsAreBothCovered) {
   EXPECT_STREQ(k.matmul_shader(q80, x), x8 ? "matmul_rows_q8_x8" : texels ? "matmul_rows_q8" : "matmul_q8");
 }
 
+// More rows than a dispatch dimension holds workgroups on some devices (65535; lavapipe, Intel): a 128k-word
+// vocabulary's output matrix, one token (a workgroup per row in the subgroup family) and a few.
+TEST_P(KernelTest, MatmulOfMoreRowsThanADispatchDimension) {
+  for (DType type : {DType::F16, DType::Q8_0})
+    for (uint32_t n : {1u, 3u}) check_matmul(this, kernels(), type, {70001, 32, n}, false);
+}
+
 TEST_P(KernelTest, MatmulAccumulatesIntoResidual) {
   for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_K})
     check_matmul(this, kernels(), type, {65, type == DType::Q4_K ? 256u : 96u, 4}, true);

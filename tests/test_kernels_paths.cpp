@@ -48,6 +48,8 @@ TEST_P(Int8DotTest, MatmulMatchesReference) {
         for (uint32_t n : {1u, 5u, 16u}) check_matmul(this, k, type, {M, K, n}, M == 7);
   }
   check_matmul(this, k, DType::Q4_0, {33, 32 * 70, 3}, false);   // blocks past the workgroup's 64 lanes
+  // more rows than a dispatch has workgroups per dimension (65535; a 128k-word vocabulary's output), one token
+  check_matmul(this, k, DType::Q8_0, {70001, 32, 1}, false);
 }
 
 // As test_kernels' Int8ActivationsHoldTheLargestProducts: the extreme quants against activations of +-127

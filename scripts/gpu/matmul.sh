@@ -2,7 +2,7 @@
 # On the device machine: issue 62's check of the matmul paths (about 5 minutes on an H200), most important first.
 #   1. the device's facts and its choice (integer dot products, accelerated or not, cooperative matrices);
 #   2. the paths' kernel tests (test_kernels_paths: int8dot, the cooperative-matrix kernel on the matrix units
-#      and emulated), validation on;
+#      and emulated) and the model's bit-for-bit tests on the matrix units, validation on;
 #   3. the 1B shape in Q4_K_M and Q8_0 at a 129- and a 513-token prompt: vkspec with fma, int8dot and coopmat
 #      and llama.cpp's Vulkan backend, interleaved (prefill and decode tok/s, ratios to llama.cpp);
 #   4. prompt lookup's verify passes (speculative decode) and serving at 1 and 8 streams, per path.
@@ -22,6 +22,10 @@ run_test() {   # name filter
   grep -E -A6 ': Failure$' "$out/suite/$1.log" | head -16
 }
 run_test test_kernels_paths '*'   # the matrix units' kernel included (CoopTest/*MatrixUnits)
+# the f16 models' matmuls on the matrix units: prompt chunks and batches give token-by-token decoding's bits
+VKSPEC_MATMUL=coopmat VKSPEC_VALIDATION=1 timeout 150 build/tests/test_model --gtest_filter='*Prefill*:*BatchOfSequences*' \
+  --gtest_brief=1 > "$out/suite/test_model.coopmat.log" 2>&1; echo "test_model coopmat rc=$?"
+grep -E -A6 ': Failure$' "$out/suite/test_model.coopmat.log" | head -16
 pack
 echo "== bench: fma | int8dot | coopmat | llama.cpp"; date +%T; wait $models; echo "models rc=$?"
 p513=/tmp/p512.txt
