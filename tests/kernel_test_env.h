@@ -124,5 +124,31 @@ inline void check_matmul(KernelTest* self, Kernels k, DType type, MatmulCase c, 
                  accumulate ? &y0 : nullptr);
 }
 
+// The int8 kernels sum exact integer products: the largest they can meet (every quant at its extreme, every
+// activation +-127 of the same sign, or alternating) must come out exact, y = K * w * x, for q4_0 blocks of
+// d = 1 and quants 15 (w = 15 - 8), q8_0 blocks of d = 1 and quants -128, and q6_K blocks of d = 1, scales 1
+// and quants 0 (w = 0 - 32). The float kernels hold these sums exactly too (integers below 2^24).
+inline void expect_largest_products_exact(VkTest& test, Kernels k) {
+  const uint32_t M = 37, K = 512;
+  for (const auto& [type, quant_byte, w] : {std::tuple{DType::Q4_0, 0xff, 7.0}, std::tuple{DType::Q8_0, 0x80, -128.0},
+                                            std::tuple{DType::Q6_K, 0x00, -32.0}}) {
+    SCOPED_TRACE(dtype_name(type));
+    const std::vector<uint8_t> blocks = extreme_blocks(type, uint8_t(quant_byte), M, K);
+    DeviceMatrix m = upload_matrix(*test.arena_, gpu().uploader, type, M, K, blocks.data(), "w");
+    gpu().uploader.flush();
+    for (float v : {1.0f, -1.0f}) {
+      std::vector<float> x(2 * K, v);   // token 0: all v; token 1: +-1 alternating (sum 0)
+      for (uint32_t i = 0; i < K; ++i) x[K + i] = i % 2 ? -1.0f : 1.0f;
+      Slice xs = test.upload(x), ys = test.zeros<float>(2 * M);
+      test.run([&](Recorder& r) { k.matmul(r, m, xs, ys, 2, false); });
+      auto y = test.download<float>(ys, 2 * M);
+      for (uint32_t r = 0; r < M; ++r) {
+        ASSERT_EQ(y[r], float(w * K * v)) << "x = " << v << " row " << r;
+        ASSERT_EQ(y[M + r], 0.0f) << "alternating x, row " << r;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace vkspec::test

@@ -31,33 +31,9 @@ TEST_P(KernelTest, MatmulMatchesReferenceAllTypesOddSizes) {
       for (uint32_t n : {1u, 5u}) check_matmul(this, kernels(), type, {M, 3 * block_layout(type).elems * 8, n}, false);
 }
 
-// The int8-activation kernels sum exact integer products (matmul_rows.comp X8; q4 packs two in one 32-bit
-// integer): the largest they can meet (every quant at its extreme, every activation +-127 of the same
-// sign, or alternating) must come out exact: y = K * w * x for q4_0 blocks of d = 1 and quants 15 (w = 15 - 8),
-// q8_0 blocks of d = 1 and quants -128, and q6_K blocks of d = 1, scales 1 and quants 0 (w = 0 - 32; q6 pairs
-// two of them in one product too).
-TEST_P(KernelTest, Int8ActivationsHoldTheLargestProducts) {
-  const uint32_t M = 37, K = 512;
-  for (const auto& [type, quant_byte, w] : {std::tuple{DType::Q4_0, 0xff, 7.0}, std::tuple{DType::Q8_0, 0x80, -128.0},
-                                            std::tuple{DType::Q6_K, 0x00, -32.0}}) {
-  SCOPED_TRACE(dtype_name(type));
-  const std::vector<uint8_t> blocks = extreme_blocks(type, uint8_t(quant_byte), M, K);
-  DeviceMatrix m = upload_matrix(*arena_, gpu().uploader, type, M, K, blocks.data(), "w");
-  gpu().uploader.flush();
-  Kernels k = kernels();
-  for (float v : {1.0f, -1.0f}) {
-    std::vector<float> x(2 * K, v);   // token 0: all v; token 1: +-1 alternating (sum 0)
-    for (uint32_t i = 0; i < K; ++i) x[K + i] = i % 2 ? -1.0f : 1.0f;
-    Slice xs = upload(x), ys = zeros<float>(2 * M);
-    run([&](Recorder& r) { k.matmul(r, m, xs, ys, 2, false); });
-    auto y = download<float>(ys, 2 * M);
-    for (uint32_t r = 0; r < M; ++r) {
-      ASSERT_NEAR(y[r], w * K * v, 1e-5 * std::fabs(w) * K) << "x = " << v << " row " << r;
-      ASSERT_NEAR(y[M + r], 0.0, 1e-5 * std::fabs(w) * K) << "alternating x, row " << r;
-    }
-  }
-  }
-}
+// The int8-activation kernels (matmul_rows.comp X8: q4 and q6 pack two products in one 32-bit integer) at
+// their largest products (kernel_test_env.h expect_largest_products_exact).
+TEST_P(KernelTest, Int8ActivationsHoldTheLargestProducts) { expect_largest_products_exact(*this, kernels()); }
 
 // Weight i of a matrix packed for the device, read back on the host as the kernels read it: s * q + m.
 float packed_value(const HostMatrix& h, size_t i) {

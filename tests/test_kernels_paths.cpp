@@ -54,28 +54,7 @@ TEST_P(Int8DotTest, MatmulMatchesReference) {
 
 // As test_kernels' Int8ActivationsHoldTheLargestProducts: the extreme quants against activations of +-127
 // must come out exact (y = K * w * x).
-TEST_P(Int8DotTest, TheLargestProductsAreExact) {
-  const uint32_t M = 37, K = 512;
-  Kernels k = dot8();
-  for (const auto& [type, quant_byte, w] : {std::tuple{DType::Q4_0, 0xff, 7.0}, std::tuple{DType::Q8_0, 0x80, -128.0},
-                                            std::tuple{DType::Q6_K, 0x00, -32.0}}) {
-    SCOPED_TRACE(dtype_name(type));
-    const std::vector<uint8_t> blocks = extreme_blocks(type, uint8_t(quant_byte), M, K);
-    DeviceMatrix m = upload_matrix(*arena_, gpu().uploader, type, M, K, blocks.data(), "w");
-    gpu().uploader.flush();
-    for (float v : {1.0f, -1.0f}) {
-      std::vector<float> x(2 * K, v);   // token 0: all v; token 1: +-1 alternating
-      for (uint32_t i = 0; i < K; ++i) x[K + i] = i % 2 ? -1.0f : 1.0f;
-      Slice xs = upload(x), ys = zeros<float>(2 * M);
-      run([&](Recorder& r) { k.matmul(r, m, xs, ys, 2, false); });
-      auto y = download<float>(ys, 2 * M);
-      for (uint32_t r = 0; r < M; ++r) {
-        ASSERT_EQ(y[r], float(w * K * v)) << "x = " << v << " row " << r;
-        ASSERT_EQ(y[M + r], 0.0f) << "alternating x, row " << r;
-      }
-    }
-  }
-}
+TEST_P(Int8DotTest, TheLargestProductsAreExact) { expect_largest_products_exact(*this, dot8()); }
 
 // A token's bits do not depend on the pass: each of n tokens of x ([n][K]) alone, in a batch of n, in
 // reversed order and in batches of each `partial` size (partial tiles); plain, through RMSNorm, and for the
