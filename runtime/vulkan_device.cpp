@@ -394,7 +394,8 @@ VulkanDevice::VulkanDevice(const VulkanDeviceOptions& opts) {
     VkPhysicalDeviceVulkan12Features v12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
     VkPhysicalDeviceSubgroupSizeControlFeatures sgcf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES};
     // Only what the shaders use: buffer device addresses (and subgroup size control, integer dot products and
-    // NV cooperative matrices with f16 arithmetic where the device has them). 8- and 16-bit types are probed (DeviceFacts) but no kernel uses them, so they are not enabled.
+    // NV cooperative matrices with f16 arithmetic where the device has them). 8- and 16-bit storage is probed
+    // (DeviceFacts) but no kernel uses it, so it is not enabled.
     v11.pNext = &v12;
     v12.bufferDeviceAddress = VK_TRUE;
     void** chain = &v12.pNext;
