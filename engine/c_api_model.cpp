@@ -9,7 +9,12 @@ using namespace vkspec;
 using namespace vkspec::capi;
 
 namespace {
-const char* kernel_family(const DeviceFacts& f) { return f.prefers_row_per_lane() ? "row-per-lane" : "subgroup"; }
+// The kernels a device runs under the environment (VKSPEC_KERNELS, VKSPEC_MATMUL): runtime/kernels.h decides.
+KernelChoice kernel_choice(const DeviceFacts& f) {
+  const Settings settings = read_settings();
+  return choose_kernels(f, settings.kernels, settings.matmul);
+}
+const char* kernel_family(const KernelChoice& c) { return c.family == KernelFamily::RowPerLane ? "row-per-lane" : "subgroup"; }
 }  // namespace
 
 extern "C" {
@@ -70,9 +75,8 @@ vkspec_status vkspec_list_devices(vkspec_device_info* out, uint32_t capacity, ui
       d.storage_8bit = f.storage_8bit;
       d.storage_16bit = f.storage_16bit;
       d.timestamps = f.timestamps;
-      const Settings settings = read_settings();
-      const KernelChoice choice = choose_kernels(f, settings.kernels, settings.matmul);
-      copy_field(d.kernel_family, choice.family == KernelFamily::RowPerLane ? "row-per-lane" : "subgroup");
+      const KernelChoice choice = kernel_choice(f);
+      copy_field(d.kernel_family, kernel_family(choice));
       copy_field(d.matmul_path, choice.refused.empty() ? matmul_path_name(choice.matmul) : "refused");
       d.integer_dot_product = f.integer_dot_product;
       d.integer_dot_accelerated = f.integer_dot_accelerated;
@@ -246,7 +250,7 @@ vkspec_status vkspec_model_get_info(const vkspec_model* model, vkspec_model_info
     *out = vkspec_model_info{};
     if (t.ctx) {
       copy_field(out->device, t.ctx->facts().name);
-      copy_field(out->kernel_family, kernel_family(t.ctx->facts()));
+      copy_field(out->kernel_family, kernel_family(kernel_choice(t.ctx->facts())));
     }
     out->n_ctx = t.model ? t.model->n_ctx() : 0;
     out->n_ubatch = t.model ? t.model->ubatch() : 0;

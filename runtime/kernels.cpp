@@ -42,6 +42,13 @@ std::string_view matmul_rows_shader(std::array<char, 48>& buf, const char* base,
   const int n = snprintf(buf.data(), buf.size(), "%s%s%s", base, tt == 1 ? "_t1" : "", rpl <= 2 ? "_r2" : "");
   return {buf.data(), size_t(std::min(n, int(buf.size()) - 1))};
 }
+// matmul_dot8.comp gathers a q6 unit's high bits for weights 8j..8j+7 with fixed masks: the even weights' at
+// bits 0, 4, 16, 20 and the odd ones' at 2, 6, 18, 22 of its high-bit uint shifted by 8 (j & 1). The layout
+// they read is contract.h's Q6_HIGH_SHIFT:
+static_assert(Q6_HIGH_SHIFT(0) == 0 && Q6_HIGH_SHIFT(2) == 4 && Q6_HIGH_SHIFT(4) == 16 && Q6_HIGH_SHIFT(6) == 20 &&
+                  Q6_HIGH_SHIFT(1) == 2 && Q6_HIGH_SHIFT(3) == 6 && Q6_HIGH_SHIFT(5) == 18 && Q6_HIGH_SHIFT(7) == 22 &&
+                  Q6_HIGH_SHIFT(8) == 8 && Q6_HIGH_SHIFT(15) == 30,
+              "matmul_dot8.comp's q6 high-bit masks");
 const char* const kMatmulDot8Shader[] = {nullptr, nullptr, nullptr, "matmul_dot8_q8", "matmul_dot8_q4", "matmul_dot8_q6"};
 const char* const kMatmulCoopShader[] = {nullptr, "matmul_coop_f16", nullptr, "matmul_coop_q8", "matmul_coop_q4", "matmul_coop_q6"};
 const char* const kMatmulCoopNvShader[] = {nullptr, "matmul_coop_nv_f16", nullptr, "matmul_coop_nv_q8", "matmul_coop_nv_q4",
@@ -54,6 +61,12 @@ static_assert(std::size(kMatmulShader) == WT_Q6 + 1 && std::size(kMatmulTileShad
               "one entry per weight format (WT_*)");
 
 uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
+// Workgroups per dispatch dimension every device takes (Vulkan's minimum maxComputeWorkGroupCount; lavapipe's
+// and Intel's); a 128k-word vocabulary's output matrix has more rows.
+constexpr uint32_t kMaxGroupsPerDimension = 65535;
+const char* coop_shader(MatmulPath path, uint8_t storage) {
+  return (path == MatmulPath::Coopmat ? kMatmulCoopNvShader : kMatmulCoopShader)[storage];
+}
 
 }  // namespace
 
@@ -137,12 +150,27 @@ bool Kernels::tile_matmul(const DeviceMatrix& w, uint32_t n, uint32_t x_stride) 
   return tile_ && n > 1 && w.cols % 4 == 0 && (x_stride ? x_stride : w.cols) % 4 == 0;
 }
 
+// The paths first (they take every width of pass), then the family's kernels: the texel one (row family) or
+// tiles of several tokens (subgroup family), else the device-address kernel.
+Kernels::MatmulKernel Kernels::matmul_kernel(const DeviceMatrix& w, const DeviceMatrix* w2, const MatmulInput& in,
+                                             uint32_t n, uint32_t x_stride) const {
+  if (dot8_matmul(w, x_stride)) return MatmulKernel::Dot8;
+  if (coop_matmul(w, x_stride)) return MatmulKernel::Coop;
+  if (texel_path(family_, w, w2, in.x, x_stride ? x_stride : w.cols) && (!in.norm || texel_readable(in.norm)))
+    return MatmulKernel::Texel;
+  return tile_matmul(w, n, x_stride) ? MatmulKernel::Tile : MatmulKernel::Plain;
+}
+
 const char* Kernels::matmul_shader(const DeviceMatrix& w, const Slice& x, uint32_t x_stride, uint32_t n) const {
-  if (dot8_matmul(w, x_stride)) return kMatmulDot8Shader[w.format.storage];
-  if (coop_matmul(w, x_stride)) return (matmul_ == MatmulPath::Coopmat ? kMatmulCoopNvShader : kMatmulCoopShader)[w.format.storage];
-  if (tile_matmul(w, n, x_stride)) return kMatmulTileShader[w.format.storage];
-  if (!texel_path(family_, w, nullptr, x, x_stride ? x_stride : w.cols)) return kMatmulShader[w.format.storage];
-  return (x8_matmul(w) ? kMatmulRowsX8Shader : kMatmulRowsShader)[w.format.storage];
+  const uint8_t f = w.format.storage;
+  switch (matmul_kernel(w, nullptr, MatmulInput(x), n, x_stride)) {
+    case MatmulKernel::Dot8: return kMatmulDot8Shader[f];
+    case MatmulKernel::Coop: return coop_shader(matmul_, f);
+    case MatmulKernel::Texel: return (x8_matmul(w) ? kMatmulRowsX8Shader : kMatmulRowsShader)[f];
+    case MatmulKernel::Tile: return kMatmulTileShader[f];
+    case MatmulKernel::Plain: break;
+  }
+  return kMatmulShader[f];
 }
 
 // Rows per lane for the texel kernel: each x texel is fetched once for all of a lane's rows (x fetches, not
@@ -162,11 +190,6 @@ struct RopeKvEpilogue {
   const PagedKvView& kv;
   const KvRows& rows;
 };
-
-static bool texel_matmul(KernelFamily fam, const DeviceMatrix& w, const DeviceMatrix* w2, const MatmulInput& in,
-                         uint32_t x_stride) {
-  return texel_path(fam, w, w2, in.x, x_stride ? x_stride : w.cols) && (!in.norm || texel_readable(in.norm));
-}
 
 Slice Kernels::quantize_x8(Recorder& r, const MatmulInput& in, uint32_t K, uint32_t n, uint32_t x_stride, bool dot8) {
   using namespace contract;   // X8_ROW_TEXELS, DOT8_ROW_UINTS
@@ -205,39 +228,38 @@ void Kernels::record_matmul(Recorder& r, const DeviceMatrix& w, const DeviceMatr
   x_stride = x_stride ? x_stride : w.cols;
   y_stride = y_stride ? y_stride : w.rows;
   if (in.norm) mode |= contract::MODE_RMSNORM;
-  if (dot8_matmul(w, x_stride)) {   // see matmul_dot8.comp: the same kernel for one token and for tiles
+  const MatmulKernel kernel = matmul_kernel(w, w2, in, n, x_stride);
+  if (kernel == MatmulKernel::Dot8) {   // see matmul_dot8.comp: the same kernel for one token and for tiles
     using namespace contract;   // DOT8_ROW_UINTS
     const Slice xq = quantize_x8(r, in, w.cols, n, x_stride, true);   // RMSNorm applied there
     MatmulPC pc{w.data.address, w.scales.address, w2 ? w2->data.address : 0, w2 ? w2->scales.address : 0,
                 xq.address, y.address, w.rows, w.cols, n, DOT8_ROW_UINTS(w.cols), y_stride,
                 mode & ~contract::MODE_RMSNORM, 0, 0.0f};
     // A row's sums do not depend on the tile (matmul_dot8.comp), so a single token takes one row per
-    // workgroup, or as few more as keep the workgroups within 65535 (every device's limit per dimension:
-    // a 128k-word vocabulary's output is 128k rows).
+    // workgroup, or as few more as keep the workgroups within kMaxGroupsPerDimension.
     uint32_t tt = kBatchTile, rt = w2 ? kTileRowsSwiglu : kTileRows;
     if (n == 1) {
       tt = 1;
-      for (rt = 1; ceil_div(w.rows, rt) > 65535;) rt *= 2;
+      for (rt = 1; ceil_div(w.rows, rt) > kMaxGroupsPerDimension;) rt *= 2;
     }
     const Pipeline& p = pipelines_.get(kMatmulDot8Shader[f.storage], {contract::MATMUL_ROW_LANES, tt, rt, f.group,
                                                                       f.has_min, mode & contract::MODE_SWIGLU});
     r.dispatch(p, &pc, sizeof pc, ceil_div(w.rows, rt), ceil_div(n, tt));
     return;
   }
-  if (coop_matmul(w, x_stride)) {   // see matmul_coop.comp: the same kernel for one token and for tiles
+  if (kernel == MatmulKernel::Coop) {   // see matmul_coop.comp: the same kernel for one token and for tiles
     MatmulPC pc{w.data.address, w.scales.address, w2 ? w2->data.address : 0, w2 ? w2->scales.address : 0,
                 in.x.address, y.address, w.rows, w.cols, n, x_stride, y_stride, mode,
                 in.norm ? in.norm.address : 0, in.eps};
     // a row's sums depend on neither tile size: one token takes 16 rows per workgroup (a decode step's
     // matmuls spread over the device), more take COOP_ROWS
     const uint32_t bn = n <= 16 ? 16 : 32, bm = n == 1 ? 16 : contract::COOP_ROWS;
-    const char* shader = (matmul_ == MatmulPath::Coopmat ? kMatmulCoopNvShader : kMatmulCoopShader)[f.storage];
-    const Pipeline& p = pipelines_.get(shader, {2 * bm, bn, f.group, f.has_min,
+    const Pipeline& p = pipelines_.get(coop_shader(matmul_, f.storage), {2 * bm, bn, f.group, f.has_min,
                                                 mode & (contract::MODE_SWIGLU | contract::MODE_RMSNORM), bm});
     r.dispatch(p, &pc, sizeof pc, ceil_div(w.rows, bm), ceil_div(n, bn));
     return;
   }
-  if (texel_matmul(family_, w, w2, in, x_stride)) {
+  if (kernel == MatmulKernel::Texel) {
     // Tiles of equal width, as few as kBatchTile allows: a tile computes TT tokens whatever n is (tokens past
     // n repeat the last), so 12 rows as two tiles of 6, not 8 + 8 (a third of the work thrown away), and a
     // verify of 6 as one tile of 6. Each token's sums do not depend on TT (batch invariance).
@@ -281,7 +303,7 @@ void Kernels::record_matmul(Recorder& r, const DeviceMatrix& w, const DeviceMatr
   MatmulPC pc{w.data.address, w.scales.address, w2 ? w2->data.address : 0, w2 ? w2->scales.address : 0,
               in.x.address, y.address, w.rows, w.cols, n, x_stride, y_stride, mode,
               in.norm ? in.norm.address : 0, in.eps};
-  if (tile_matmul(w, n, x_stride)) {   // see matmul_tile.comp
+  if (kernel == MatmulKernel::Tile) {   // see matmul_tile.comp
     const uint32_t rt = w2 ? kTileRowsSwiglu : kTileRows;
     const uint32_t spec_mode = mode & (contract::MODE_SWIGLU | contract::MODE_RMSNORM);
     const Pipeline& p = pipelines_.get(kMatmulTileShader[f.storage], {wg, kBatchTile, rt, f.group, f.has_min, spec_mode, fma_});
@@ -293,8 +315,8 @@ void Kernels::record_matmul(Recorder& r, const DeviceMatrix& w, const DeviceMatr
   const Pipeline& p = pipelines_.get(kMatmulShader[f.storage], {wg, tt, lpr, f.group, f.has_min, fma_});
   if (lpr == 1) {
     r.dispatch(p, &pc, sizeof pc, ceil_div(w.rows, wg), ceil_div(n, tt));
-  } else {   // a workgroup per row, in slabs of at most 65535 (every device's limit per dimension)
-    const uint32_t slab = std::min(w.rows, 65535u);
+  } else {   // a workgroup per row, in z slabs of at most kMaxGroupsPerDimension
+    const uint32_t slab = std::min(w.rows, kMaxGroupsPerDimension);
     r.dispatch(p, &pc, sizeof pc, slab, ceil_div(n, tt), ceil_div(w.rows, slab));
   }
 }
@@ -349,7 +371,7 @@ void Kernels::rope_store_kv(Recorder& r, const AttentionShape& s, const Slice& q
 // the device only, never on n: every pass of a model takes the same path (batch invariance).
 bool Kernels::qkv_rope_fused(const DeviceMatrix& wqkv, const MatmulInput& x, const AttentionShape& s,
                              const Slice& bias, const Slice& qk_norm) const {
-  return !bias && !qk_norm && !s.rope_neox && !dot8_matmul(wqkv, 0) && !coop_matmul(wqkv, 0) && texel_matmul(family_, wqkv, nullptr, x, 0) && rows_per_lane(wqkv.rows, wg_rows_) % 2 == 0 &&
+  return !bias && !qk_norm && !s.rope_neox && matmul_kernel(wqkv, nullptr, x, 1, 0) == MatmulKernel::Texel && rows_per_lane(wqkv.rows, wg_rows_) % 2 == 0 &&
          wqkv.rows == s.q_dim() + 2 * s.kv_dim() && s.q_row() == wqkv.rows && s.kv_row() == wqkv.rows &&
          s.head_dim % 2 == 0 && s.n_rot % 2 == 0 && s.n_rot <= s.head_dim;
 }

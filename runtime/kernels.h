@@ -202,6 +202,11 @@ class Kernels {
            (x_stride ? x_stride : w.cols) % 4 == 0;
   }
   bool tile_matmul(const DeviceMatrix& w, uint32_t n, uint32_t x_stride) const;
+  // The kernel a matmul of these operands over n tokens records: the one decision record_matmul,
+  // matmul_shader and qkv_rope_fused read (x_stride 0: w.cols).
+  enum class MatmulKernel : uint8_t { Dot8, Coop, Texel, Tile, Plain };
+  MatmulKernel matmul_kernel(const DeviceMatrix& w, const DeviceMatrix* w2, const MatmulInput& in, uint32_t n,
+                             uint32_t x_stride) const;
   // Records x (RMSNorm applied when in.norm is set) -> int8 activations and a barrier; returns where they
   // are: the next of two halves of a scratch buffer, so that a matmul still reading the other half (no
   // barrier between it and this call) is not overwritten.

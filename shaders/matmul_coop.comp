@@ -36,7 +36,7 @@ const bool SWIGLU = (MODE & MODE_SWIGLU) != 0u, NORMED = (MODE & MODE_RMSNORM) !
 layout(constant_id = 5) const uint BM = 64;         // rows per workgroup: 16 or COOP_ROWS (the host passes WG = 2 BM)
 const uint BK = COOP_STEP;
 const uint STRIDE = BK + 8u;                        // shared row stride in elements (16-byte rows, fewer bank conflicts)
-const uint TOKEN_LANES = 8u;                        // emulation: lanes along the tokens (WG / (BM / 4))
+const uint TOKEN_LANES = WG / (BM / 4u);            // emulation: lanes along the tokens (8: the host passes WG = 2 BM)
 
 layout(push_constant) uniform PC { PC_MATMUL } pc;   // shaders/contract.h
 #include "matmul_epilogue.glsl"

@@ -354,6 +354,14 @@ TEST(Presets, TinyGemma3ShapeGreedyEqualsLlamaCpp) {
   tiny_shape_greedy_equals_llama_cpp("tiny-gemma3", shared_path("tokenizer-tests/ggml-vocab-llama-spm.gguf"), "gemma3-tiny");
 }
 
+// vkspec's 40 greedy ids for `model` after `prompt` with extra run flags (empty when the run failed, which
+// is reported).
+std::vector<int> greedy_ids(const std::string& model, const std::string& prompt, const std::string& flags) {
+  Result r = run_vkspec(VKSPEC_BIN, "run -m " + model + " -p '" + prompt + "' -n 40 --temp 0 --ignore-eos --json " + flags);
+  EXPECT_EQ(r.code, 0) << r.err;
+  return r.code == 0 ? nlohmann::json::parse(r.out)["ids"].get<std::vector<int>>() : std::vector<int>{};
+}
+
 // The matmul paths beside the default (VKSPEC_MATMUL=int8dot and coopmat-emulated; tests/test_kernels_paths.cpp
 // has their kernels) at the model level: llama.cpp's Q4_K_M of the Llama 3 shape (q4_K and q6_K layers, a
 // q6_K tied output) gives llama.cpp's greedy ids (as above: equal, or parting at a near-tie of the exact
@@ -370,11 +378,7 @@ TEST(Presets, MatmulPathsAgreeWithLlamaCppAndKeepSpeculationLossless) {
     SCOPED_TRACE(path);
     const MatmulEnv env(path);
     tiny_shape_greedy_equals_llama_cpp("tiny-llama3", shared_path("tokenizer-tests/ggml-vocab-llama-bpe.gguf"), "tiny", 0, true);
-    auto ids = [&](const std::string& flags) {
-      Result r = run_vkspec(VKSPEC_BIN, "run -m " + q8 + " -p 'def parse_args(argv):' -n 40 --temp 0 --ignore-eos --json " + flags);
-      EXPECT_EQ(r.code, 0) << r.err;
-      return r.code == 0 ? nlohmann::json::parse(r.out)["ids"].get<std::vector<int>>() : std::vector<int>{};
-    };
+    auto ids = [&](const std::string& flags) { return greedy_ids(q8, "def parse_args(argv):", flags); };
     const std::vector<int> plain = ids("");
     ASSERT_EQ(plain.size(), 40u);
     EXPECT_EQ(ids("--draft ngram"), plain);
@@ -403,10 +407,7 @@ TEST(Presets, SpeculationInEveryFamilyGivesPlainDecodingsTokens) {
     SCOPED_TRACE(family.name);
     const std::string target = tiny_shape(family.name, family.vocab, family.shape);
     auto ids = [&](const std::string& flags) {
-      Result r = run_vkspec(VKSPEC_BIN, "run -m " + target + " -p 'The quick brown fox jumps over the lazy dog. The quick brown' "
-                                        "-n 40 --temp 0 --ignore-eos --json " + flags);
-      EXPECT_EQ(r.code, 0) << r.err;
-      return r.code == 0 ? nlohmann::json::parse(r.out)["ids"].get<std::vector<int>>() : std::vector<int>{};
+      return greedy_ids(target, "The quick brown fox jumps over the lazy dog. The quick brown", flags);
     };
     const std::vector<int> plain = ids("");
     ASSERT_EQ(plain.size(), 40u);
