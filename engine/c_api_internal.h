@@ -142,6 +142,8 @@ inline TargetModel::Options target_options(const char* path, const vkspec_model_
     e.shader_int8 = x->shader_int8;
     e.subgroup_size_control = x->subgroup_size_control;
     e.push_descriptor = x->push_descriptor;
+    e.shader_integer_dot_product = x->shader_integer_dot_product;
+    e.cooperative_matrix_nv = x->cooperative_matrix_nv;
     e.lock_queue = x->lock_queue;
     e.unlock_queue = x->unlock_queue;
     e.lock_user = x->lock_user;

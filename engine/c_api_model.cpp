@@ -111,6 +111,8 @@ vkspec_status vkspec_device_requirements_get(void* instance, void* physical_devi
     out->buffer_device_address = r.buffer_device_address;
     out->subgroup_size_control = r.subgroup_size_control;
     out->timeline_semaphore = r.timeline_semaphore;
+    out->shader_integer_dot_product = r.integer_dot_product;
+    out->cooperative_matrix_nv = r.cooperative_matrix_nv;
     for (const char* e : r.extensions)
       if (out->n_extensions < std::size(out->extensions)) out->extensions[out->n_extensions++] = e;
     copy_field(out->missing, r.missing);
@@ -251,6 +253,7 @@ vkspec_status vkspec_model_get_info(const vkspec_model* model, vkspec_model_info
     if (t.ctx) {
       copy_field(out->device, t.ctx->facts().name);
       copy_field(out->kernel_family, kernel_family(kernel_choice(t.ctx->facts())));
+      if (t.model) copy_field(out->matmul_path, matmul_path_name(t.model->kernels().matmul_path()));
     }
     out->n_ctx = t.model ? t.model->n_ctx() : 0;
     out->n_ubatch = t.model ? t.model->ubatch() : 0;

@@ -48,7 +48,7 @@
 extern "C" {
 #endif
 
-#define VKSPEC_API_VERSION 14
+#define VKSPEC_API_VERSION 15
 #define VKSPEC_MAX_LOGIT_BIAS 1024   /* vkspec_sampling_params.n_logit_bias's bound */
 #define VKSPEC_MAX_JSON_DEPTH 64     /* JSON text given to the library (messages, schemas) nests at most this deep */
 #define VKSPEC_LOGIT_BIAS_BOUND 100  /* each logit bias lies in [-VKSPEC_LOGIT_BIAS_BOUND, VKSPEC_LOGIT_BIAS_BOUND] */
@@ -151,6 +151,10 @@ typedef struct vkspec_external_device {
   int32_t (*submit)(const vkspec_submission* submission, void* user);
   void* submit_user;
   int32_t timeline_semaphore;           /* VkPhysicalDeviceVulkan12Features.timelineSemaphore enabled */
+  /* API version 15: the matmul paths' features (vkspec_device_requirements says which the device has).
+     shader_integer_dot_product: VK_KHR_shader_integer_dot_product and its shaderIntegerDotProduct enabled;
+     cooperative_matrix_nv: VK_NV_cooperative_matrix and its cooperativeMatrix enabled (with shader_float16). */
+  int32_t shader_integer_dot_product, cooperative_matrix_nv;
 } vkspec_external_device;
 
 /* What vkspec needs of a device, for an engine to merge into the VkDeviceCreateInfo of the device it will
@@ -167,6 +171,11 @@ typedef struct vkspec_device_requirements {
   char missing[256];               /* "" when the device has everything vkspec needs */
   int32_t timeline_semaphore;      /* 1: the device has timelineSemaphore (Vulkan 1.2); enable it for the
                                       engine-submits mode (API version 11) */
+  /* API version 15, optional (faster matmul paths, runtime's choice): 1 where the device has them; their
+     extensions are then in `extensions`. shader_integer_dot_product: enable
+     VkPhysicalDeviceShaderIntegerDotProductFeatures.shaderIntegerDotProduct; cooperative_matrix_nv: enable
+     VkPhysicalDeviceCooperativeMatrixFeaturesNV.cooperativeMatrix and VkPhysicalDeviceVulkan12Features.shaderFloat16. */
+  int32_t shader_integer_dot_product, cooperative_matrix_nv;
 } vkspec_device_requirements;
 VKSPEC_API vkspec_status vkspec_device_requirements_get(void* instance, void* physical_device,
                                                         void (*get_instance_proc_addr)(void),
@@ -239,6 +248,8 @@ typedef struct vkspec_model_info {
   int32_t has_chat_template; /* 1: the file has tokenizer.chat_template */
   double load_seconds;       /* reading, uploading and preparing the model */
   char architecture[32];     /* API version 12: the file's general.architecture ("llama", "qwen2") */
+  char matmul_path[24];      /* API version 15: the matmuls' arithmetic ("fma", "int8dot", "coopmat",
+                                "coopmat-emulated"; "" for a vocab_only model) */
 } vkspec_model_info;
 
 VKSPEC_API vkspec_status vkspec_model_get_info(const vkspec_model* model, vkspec_model_info* out);

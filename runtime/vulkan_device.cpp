@@ -241,7 +241,11 @@ DeviceRequirements device_requirements(const DeviceFacts& f, bool has_compute_qu
   for (const std::string& l : lacks) r.missing += (r.missing.empty() ? "" : ", ") + l;
   r.subgroup_size_control = f.subgroup_size_control;
   r.timeline_semaphore = f.timeline_semaphore;
+  r.integer_dot_product = f.integer_dot_product;
+  r.cooperative_matrix_nv = f.cooperative_matrix_nv;
   if (f.push_descriptor) r.extensions.push_back(VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+  if (f.integer_dot_product) r.extensions.push_back(VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
+  if (f.cooperative_matrix_nv) r.extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
   return r;
 }
 
@@ -286,7 +290,7 @@ void VulkanDevice::adopt(const ExternalDevice& e) {
   facts_.subgroup_size_control &= e.subgroup_size_control;
   facts_.push_descriptor &= e.push_descriptor;
   facts_.integer_dot_product &= e.shader_integer_dot_product;
-  facts_.cooperative_matrix_nv = false;   // not declared by ExternalDevice
+  facts_.cooperative_matrix_nv &= e.cooperative_matrix_nv && e.shader_float16;
   vk::vkGetPhysicalDeviceMemoryProperties(physical_, &mem_props_);
   uint32_t nq = 0;
   vk::vkGetPhysicalDeviceQueueFamilyProperties(physical_, &nq, nullptr);
@@ -381,8 +385,8 @@ VulkanDevice::VulkanDevice(const VulkanDeviceOptions& opts) {
     queue_family_ = UINT32_MAX;
     for (uint32_t i = 0; i < nq && queue_family_ == UINT32_MAX; ++i)
       if (qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) queue_family_ = i;
-    if (const std::string missing = device_requirements(facts_, queue_family_ != UINT32_MAX).missing; !missing.empty())
-      throw Error("device '" + facts_.name + "' lacks what vkspec needs: " + missing);
+    const DeviceRequirements req = device_requirements(facts_, queue_family_ != UINT32_MAX);
+    if (!req.missing.empty()) throw Error("device '" + facts_.name + "' lacks what vkspec needs: " + req.missing);
     if (qf[queue_family_].timestampValidBits == 0) facts_.timestamps = false;
 
     float prio = 1.0f;
@@ -399,19 +403,19 @@ VulkanDevice::VulkanDevice(const VulkanDeviceOptions& opts) {
     v11.pNext = &v12;
     v12.bufferDeviceAddress = VK_TRUE;
     void** chain = &v12.pNext;
-    if (facts_.subgroup_size_control) {
+    if (req.subgroup_size_control) {
       *chain = &sgcf;
       chain = &sgcf.pNext;
       sgcf.subgroupSizeControl = VK_TRUE;
     }
     VkPhysicalDeviceShaderIntegerDotProductFeatures dotf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
-    if (facts_.integer_dot_product) {   // the int8dot matmul path (runtime/kernels.h choose_kernels)
+    if (req.integer_dot_product) {   // the int8dot matmul path (runtime/kernels.h choose_kernels)
       *chain = &dotf;
       chain = &dotf.pNext;
       dotf.shaderIntegerDotProduct = VK_TRUE;
     }
     VkPhysicalDeviceCooperativeMatrixFeaturesNV cmf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
-    if (facts_.cooperative_matrix_nv) {   // the coopmat matmul path: f16 tiles on matrix units
+    if (req.cooperative_matrix_nv) {   // the coopmat matmul path: f16 tiles on matrix units
       *chain = &cmf;
       cmf.cooperativeMatrix = VK_TRUE;
       v12.shaderFloat16 = VK_TRUE;
@@ -420,12 +424,8 @@ VulkanDevice::VulkanDevice(const VulkanDeviceOptions& opts) {
     f2.pNext = &v11;
     VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
     dci.pNext = &f2;
-    std::vector<const char*> extensions;
-    if (facts_.push_descriptor) extensions.push_back(VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
-    if (facts_.integer_dot_product) extensions.push_back(VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
-    if (facts_.cooperative_matrix_nv) extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
-    dci.enabledExtensionCount = uint32_t(extensions.size());
-    dci.ppEnabledExtensionNames = extensions.data();
+    dci.enabledExtensionCount = uint32_t(req.extensions.size());
+    dci.ppEnabledExtensionNames = req.extensions.data();
     dci.queueCreateInfoCount = 1;
     dci.pQueueCreateInfos = &qci;
     vk_check(vk::vkCreateDevice(physical_, &dci, nullptr, &device_), "vkCreateDevice");

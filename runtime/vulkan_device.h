@@ -106,7 +106,7 @@ struct ExternalDevice {
   // Enabled at vkCreateDevice. Required: buffer_device_address (Vulkan 1.2).
   bool buffer_device_address = false, storage_16bit = false, storage_8bit = false, shader_float16 = false,
        shader_int8 = false, subgroup_size_control = false, push_descriptor = false,
-       shader_integer_dot_product = false;
+       shader_integer_dot_product = false, cooperative_matrix_nv = false;
   // Held around every vkQueueSubmit vkspec makes (the queue may be shared with the application's threads).
   void (*lock_queue)(void* user) = nullptr;
   void (*unlock_queue)(void* user) = nullptr;
@@ -124,7 +124,10 @@ struct DeviceRequirements {
   bool buffer_device_address = true;        // required
   bool subgroup_size_control = false;       // optional: enabled where the device has it
   bool timeline_semaphore = false;          // where the device has it: needed by the engine-submits mode
-  std::vector<const char*> extensions;      // optional ones the device has (VK_KHR_push_descriptor)
+  bool integer_dot_product = false;         // optional, the int8dot matmul path: shaderIntegerDotProduct
+  bool cooperative_matrix_nv = false;       // optional, the coopmat path: cooperativeMatrix (NV) + shaderFloat16
+  // optional ones the device has: VK_KHR_push_descriptor and the two above's
+  std::vector<const char*> extensions;
   std::string missing;
 };
 DeviceRequirements device_requirements(const DeviceFacts& f, bool has_compute_queue);

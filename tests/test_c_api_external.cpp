@@ -75,13 +75,27 @@ struct AppDevice {
         << vkspec_last_error();
     VkPhysicalDeviceVulkan12Features e12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
     VkPhysicalDeviceSubgroupSizeControlFeatures sgc{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES};
+    VkPhysicalDeviceShaderIntegerDotProductFeatures dot{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV coop{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
     VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
     f2.pNext = &e12;
     e12.bufferDeviceAddress = enable && req.buffer_device_address;
     e12.timelineSemaphore = enable && req.timeline_semaphore;
+    void** chain = &e12.pNext;
     if (enable && req.subgroup_size_control) {
-      e12.pNext = &sgc;
+      *chain = &sgc;
+      chain = &sgc.pNext;
       sgc.subgroupSizeControl = VK_TRUE;
+    }
+    if (enable && req.shader_integer_dot_product) {
+      *chain = &dot;
+      chain = &dot.pNext;
+      dot.shaderIntegerDotProduct = VK_TRUE;
+    }
+    if (enable && req.cooperative_matrix_nv) {
+      *chain = &coop;
+      coop.cooperativeMatrix = VK_TRUE;
+      e12.shaderFloat16 = VK_TRUE;
     }
     float prio = 1.0f;
     VkDeviceQueueCreateInfo qci{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
@@ -113,6 +127,8 @@ struct AppDevice {
     x.buffer_device_address = req.buffer_device_address;
     x.subgroup_size_control = req.subgroup_size_control;
     x.timeline_semaphore = req.timeline_semaphore;
+    x.shader_integer_dot_product = req.shader_integer_dot_product;
+    x.cooperative_matrix_nv = x.shader_float16 = req.cooperative_matrix_nv;
     for (uint32_t i = 0; i < req.n_extensions; ++i)
       x.push_descriptor |= strcmp(req.extensions[i], VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME) == 0;
     return x;
@@ -440,3 +456,57 @@ TEST(CApiExternal, DeviceRequirementsAndARefusal) {
 }
 
 }  // namespace
+
+// The matmul paths' features on an application's device: vkspec_device_requirements_get lists the
+// integer-dot extension where the device has it (lavapipe does); declared enabled, VKSPEC_MATMUL=int8dot runs
+// on the application's device (a Q8_0 model, whose matmuls take that path) with the tokens it gives on
+// vkspec's own; undeclared, the path is refused, naming the feature (vkspec uses no feature the application
+// did not declare), and the default path loads.
+TEST(CApiExternal, MatmulPathFeaturesOnlyWhereDeclared) {
+  if (std::string(VKSPEC_SHAPE_BIN).empty()) GTEST_SKIP() << "the model maker is a Linux program here";
+  AppDevice app;
+  if (!app.req.shader_integer_dot_product) GTEST_SKIP() << "the device has no integer dot products";
+  const std::string q8 = ::testing::TempDir() + "/vkspec-external-" + std::to_string(vkspec::platform::process_id()) + "-q8_0.gguf";
+  const auto made = vkspec::test::run_binary(VKSPEC_SHAPE_BIN, {q8, shared("tokenizer-tests/ggml-vocab-llama-spm.gguf"), "tiny", "q8_0", "3"});
+  ASSERT_EQ(made.code, 0) << made.err;
+  bool listed = false;
+  for (uint32_t i = 0; i < app.req.n_extensions; ++i)
+    listed |= strcmp(app.req.extensions[i], VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME) == 0;
+  EXPECT_TRUE(listed);
+  vkspec_external_device x = app.handoff();
+  ASSERT_EQ(x.shader_integer_dot_product, 1);
+  vkspec::platform::set_env("VKSPEC_MATMUL", "int8dot");
+  vkspec_model* own = load(q8, nullptr);
+  vkspec_model* theirs = load(q8, &x);
+  ASSERT_TRUE(own && theirs);
+  std::vector<std::vector<int32_t>> ids;
+  for (vkspec_model* m : {own, theirs}) {
+    vkspec_model_info info{};
+    ASSERT_EQ(vkspec_model_get_info(m, &info), VKSPEC_OK);
+    EXPECT_STREQ(info.matmul_path, "int8dot");
+    Ctx ctx(m, Ctx::greedy());
+    Streamed out;
+    ASSERT_EQ(generate(ctx.c, tokenize(m, "Once upon a time, there was a little dog"), 24, out, 0), VKSPEC_OK) << vkspec_last_error();
+    ids.push_back(out.ids);
+  }
+  EXPECT_EQ(ids[0].size(), 24u);
+  EXPECT_EQ(ids[1], ids[0]);
+  EXPECT_EQ(vkspec_model_free(theirs), VKSPEC_OK);
+  EXPECT_EQ(vkspec_model_free(own), VKSPEC_OK);
+
+  x.shader_integer_dot_product = 0;   // enabled, but not declared
+  vkspec_model_params p = vkspec_model_default_params();
+  p.external = &x;
+  vkspec_model* m = nullptr;
+  EXPECT_NE(vkspec_model_load(q8.c_str(), &p, &m), VKSPEC_OK);
+  EXPECT_NE(std::string(vkspec_last_error()).find("shaderIntegerDotProduct"), std::string::npos) << vkspec_last_error();
+  EXPECT_EQ(m, nullptr);
+  vkspec::platform::unset_env("VKSPEC_MATMUL");
+  ASSERT_EQ(vkspec_model_load(q8.c_str(), &p, &m), VKSPEC_OK) << vkspec_last_error();
+  vkspec_model_info info{};
+  ASSERT_EQ(vkspec_model_get_info(m, &info), VKSPEC_OK);
+  EXPECT_STREQ(info.matmul_path, "fma");
+  EXPECT_EQ(vkspec_model_free(m), VKSPEC_OK);
+  std::remove(q8.c_str());
+  EXPECT_EQ(app.validation_messages.load(), 0) << app.last_message;
+}

@@ -29,7 +29,7 @@ foreach(t test_c_api test_c_api_context test_c_api_external)
                         Vulkan::Headers)
   target_include_directories(${t} PRIVATE ${CMAKE_SOURCE_DIR})
   target_compile_definitions(${t} PRIVATE VKSPEC_BIN="$<TARGET_FILE:vkspec>" EXAMPLE_GENERATE="" EXAMPLE_GENERATE_STATIC=""
-                             EXAMPLE_EXTERNAL_DEVICE="" EXAMPLE_FRAME_LOOP="")
+                             EXAMPLE_EXTERNAL_DEVICE="" EXAMPLE_FRAME_LOOP="" VKSPEC_SHAPE_BIN="")
 endforeach()
 list(APPEND VKSPEC_WINDOWS_SUITES test_c_api_batch test_c_api test_c_api_context test_c_api_external)
 # What scripts/test-windows.sh runs: one suite a line, with the tests it leaves out. Those compare with
