@@ -13,6 +13,7 @@ namespace {
 // Push-constant blocks: shaders/contract.h defines each once for GLSL and C++.
 using contract::ArgmaxPC;
 using contract::AttentionCombinePC;
+using contract::AttentionCoopPC;
 using contract::AttentionPC;
 using contract::AttentionRowsPC;
 using contract::EmbedPC;
@@ -397,7 +398,14 @@ bool Kernels::attention_texels(const AttentionShape& s, const Slice& q, const Pa
 }
 
 const char* Kernels::attention_shader(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const {
+  if (coop_attention(s)) return matmul_ == MatmulPath::Coopmat ? "attention_coop_nv" : "attention_coop";
   return attention_texels(s, q, kv) ? "attention_rows" : "attention";
+}
+
+const Slice& Kernels::attention_partials(const AttentionShape& s, uint32_t n, uint32_t n_splits) {
+  const VkDeviceSize bytes = attention_partials_bytes(s, n, n_splits);
+  if (partials_->size < bytes) *partials_ = scratch_arena_->alloc(std::max(bytes, 2 * partials_->size), "attention partials");
+  return *partials_;
 }
 
 void Kernels::attention(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& out,
@@ -405,6 +413,24 @@ void Kernels::attention(Recorder& r, const AttentionShape& s, const Slice& q, co
   if (s.head_dim > contract::MAX_HEAD_DIM) throw Error("head_dim > " + std::to_string(contract::MAX_HEAD_DIM) + " is not supported");
   const float scale = s.scale > 0 ? s.scale : float(1.0 / std::sqrt(double(s.head_dim)));
   const uint32_t group = s.n_heads / s.n_kv_heads;
+  auto combine = [&](uint32_t split, uint32_t n_splits) {
+    r.barrier();
+    AttentionCombinePC cpc{partials_->address, out.address, rows.rows.address, s.n_heads, s.head_dim, split, n_splits,
+                           s.window};
+    r.dispatch(pipelines_.get("attention_combine", {64}), &cpc, sizeof cpc, s.n_heads, n);
+  };
+  if (coop_attention(s)) {   // see attention_coop.comp: splits of COOP_ATTN_SPLIT keys, by position
+    const uint32_t split = rows.max_len > contract::COOP_ATTN_SPLIT ? contract::COOP_ATTN_SPLIT : 0;
+    const uint32_t n_splits = split ? ceil_div(rows.max_len, split) : 1;
+    const Slice partials = split ? attention_partials(s, n, n_splits) : Slice{};
+    AttentionCoopPC pc{q.address, out.address, kv.k_pool.address, kv.v_pool.address, kv.block_tables.address,
+                       rows.rows.address, split ? partials.address : 0, s.n_heads, s.n_kv_heads, s.head_dim, scale,
+                       s.q_row(), split, s.softcap, s.window, n, rows.one_sequence ? contract::COOP_ATTN_ROWS / group : 1};
+    const Pipeline& p = pipelines_.get(attention_shader(s, q, kv), {contract::COOP_ATTN_WG, kv.block_size, group, s.head_dim});
+    r.dispatch(p, &pc, sizeof pc, s.n_kv_heads, ceil_div(n, pc.tile_tokens), n_splits);
+    if (split) combine(split, n_splits);
+    return;
+  }
   if (attention_texels(s, q, kv)) {
     AttentionRowsPC pc{out.address, rows.rows.address, texel_offset(q), texel_offset(kv.k_pool), texel_offset(kv.v_pool),
                        texel_offset(kv.block_tables), s.n_heads, s.n_kv_heads, scale, s.q_row(), s.softcap, s.window};
@@ -421,21 +447,12 @@ void Kernels::attention(Recorder& r, const AttentionShape& s, const Slice& q, co
   const uint32_t key_split = attention_split();
   const uint32_t split = rows.max_len > key_split ? key_split : 0;
   const uint32_t n_splits = split ? ceil_div(rows.max_len, split) : 1;
-  if (split) {
-    // Grown, never shrunk or freed: passes recorded earlier keep reading the buffer they were given.
-    const VkDeviceSize bytes = attention_partials_bytes(s, n, n_splits);
-    if (partials_->size < bytes) *partials_ = scratch_arena_->alloc(std::max(bytes, 2 * partials_->size), "attention partials");
-  }
+  const Slice partials = split ? attention_partials(s, n, n_splits) : Slice{};
   AttentionPC pc{q.address, out.address, kv.k_pool.address, kv.v_pool.address, kv.block_tables.address,
-                 rows.rows.address, split ? partials_->address : 0, s.n_heads, s.n_kv_heads, s.head_dim, scale,
+                 rows.rows.address, split ? partials.address : 0, s.n_heads, s.n_kv_heads, s.head_dim, scale,
                  s.q_row(), split, s.softcap, s.window};
   r.dispatch(pipelines_.get("attention", {wg, kv.block_size}), &pc, sizeof pc, s.n_heads, n, n_splits);
-  if (split) {
-    r.barrier();
-    AttentionCombinePC cpc{partials_->address, out.address, rows.rows.address, s.n_heads, s.head_dim, split, n_splits,
-                           s.window};
-    r.dispatch(pipelines_.get("attention_combine", {64}), &cpc, sizeof cpc, s.n_heads, n);
-  }
+  if (split) combine(split, n_splits);
 }
 
 // GPUs split every 64 keys: one workgroup per (head, token) walking its keys in chunks is latency-bound

@@ -34,6 +34,7 @@ struct PagedKvView {        // one layer of the KV cache, as the kernels see it
 struct KvRows {
   Slice rows;
   uint32_t max_len = 0;
+  bool one_sequence = false;   // every row in one sequence's table, none in a tree (attention tiles share keys)
 };
 
 // Token ids an embedding reads: `ids` holds them `stride` uints apart (1: host-written prompt tokens;
@@ -164,9 +165,10 @@ class Kernels {
   // out[t] = causal GQA attention of q[t] (at position p) over its sequence's cached keys 0..p.
   void attention(Recorder& r, const AttentionShape& s, const Slice& q, const Slice& out, const PagedKvView& kv,
                  const KvRows& rows, uint32_t n);
-  // Which shader attention() records: attention_rows (texel reads, G = n_heads/n_kv_heads <= 4 query heads
-  // per workgroup, head_dim a multiple of 8 up to 256: whole f16 KV texels per row) for the row-per-lane
-  // family when q, the pools and the table are texel-readable and the device has subgroupShuffle.
+  // Which shader attention() records: attention_coop(_nv) on the coopmat paths (coop_attention), else
+  // attention_rows (texel reads, G = n_heads/n_kv_heads <= 4 query heads per workgroup, head_dim a multiple
+  // of 8 up to 256: whole f16 KV texels per row) for the row-per-lane family when q, the pools and the table
+  // are texel-readable and the device has subgroupShuffle, else attention.
   const char* attention_shader(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const;
   // slots[t] = {argmax of row t (lowest id among ties), its softmax probability when top_prob else 0};
   // `exclude` (token slots): row t leaves out exclude's slot t token.
@@ -178,6 +180,15 @@ class Kernels {
 
  private:
   bool attention_texels(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const;
+  // MatmulPath::Coopmat / CoopmatEmulated: attention as flash-attention tiles (attention_coop.comp) in every
+  // pass, one token included, where the shape fits its tile. Decided from the shape and the path only.
+  bool coop_attention(const AttentionShape& s) const {
+    return (matmul_ == MatmulPath::Coopmat || matmul_ == MatmulPath::CoopmatEmulated) && s.head_dim % 16 == 0 &&
+           s.head_dim <= contract::COOP_ATTN_MAX_HEAD_DIM && s.n_heads / s.n_kv_heads <= contract::COOP_ATTN_ROWS;
+  }
+  // Split attention's partials for a pass of n rows in n_splits splits: grown, never shrunk or freed (passes
+  // recorded earlier keep reading the buffer they were given).
+  const Slice& attention_partials(const AttentionShape& s, uint32_t n, uint32_t n_splits);
   void record_matmul(Recorder& r, const DeviceMatrix& w, const DeviceMatrix* w2, const MatmulInput& in, const Slice& y,
                      uint32_t n, uint32_t mode, uint32_t x_stride, uint32_t y_stride,
                      const RopeKvEpilogue* rope = nullptr);

@@ -442,6 +442,7 @@ uint32_t LlamaModel::record_chunk(Recorder& r, std::span<const ChunkPart> parts,
     }
     kv_rows.max_len = std::max(kv_rows.max_len, pos0 + p.n);
   }
+  kv_rows.one_sequence = parts.size() == 1 && !parts[0].tree;
   kv_->record_copies(r);   // copy-on-write of shared blocks, before this chunk writes them
 
   const uint32_t qkv_w = hp_.q_dim() + 2 * hp_.kv_dim();   // one token's q, k, v side by side in qkv_

@@ -100,6 +100,15 @@ VKSPEC_CONST DOT8_SCALES_AT = 8u;
 // through K by COOP_STEP weights (rows must be whole steps: runtime/kernels.h coop_matmul).
 VKSPEC_CONST COOP_ROWS = 64u;
 VKSPEC_CONST COOP_STEP = 32u;
+// attention_coop.comp (attention on the same paths): a workgroup of COOP_ATTN_WG lanes owns COOP_ATTN_ROWS
+// query rows (the G heads of COOP_ATTN_ROWS / G consecutive tokens) of one kv head and walks the keys of one
+// split of COOP_ATTN_SPLIT in chunks of COOP_ATTN_KEYS at absolute positions; head_dim a multiple of 16 up to
+// COOP_ATTN_MAX_HEAD_DIM (runtime/kernels.h coop_attention).
+VKSPEC_CONST COOP_ATTN_WG = 32u;
+VKSPEC_CONST COOP_ATTN_ROWS = 16u;
+VKSPEC_CONST COOP_ATTN_KEYS = 16u;
+VKSPEC_CONST COOP_ATTN_SPLIT = 256u;
+VKSPEC_CONST COOP_ATTN_MAX_HEAD_DIM = 128u;
 VKSPEC_CONST MODE_ACCUMULATE = 1u;    // matmul: y += W x
 VKSPEC_CONST MODE_SWIGLU = 2u;        // matmul: y = silu(W x) * (W2 x)
 VKSPEC_CONST MODE_RMSNORM = 4u;       // matmul: x is rmsnorm(x) * norm, computed on the fly
@@ -175,6 +184,10 @@ VKSPEC_CONST MODE_GELU = 16u;         // with MODE_SWIGLU: the gate's activation
   vk_uint q_stride;                                                                                     \
   vk_uint split;                       /* keys per workgroup (0: one workgroup per head and token) */    \
   ATTENTION_SCORES
+
+#define PC_ATTENTION_COOP PC_ATTENTION                                                                  \
+  vk_uint n;                           /* attention_coop.comp: the pass's rows */                       \
+  vk_uint tile_tokens;                 /* tokens per tile: 1 or COOP_ATTN_ROWS / G */
 
 #define PC_ATTENTION_COMBINE                                                                            \
   vk_addr partials; vk_addr out_; vk_addr rows;                                                         \
@@ -274,6 +287,7 @@ struct QuantizeX8PC { PC_QUANTIZE_X8 };
 struct QuantizeDot8PC { PC_QUANTIZE_DOT8 };
 struct RopeKvPC { PC_ROPE_STORE_KV };
 struct AttentionPC { PC_ATTENTION };
+struct AttentionCoopPC { PC_ATTENTION_COOP };
 struct AttentionCombinePC { PC_ATTENTION_COMBINE };
 struct AttentionRowsPC { PC_ATTENTION_ROWS };
 struct ArgmaxPC { PC_ARGMAX };

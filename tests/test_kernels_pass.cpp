@@ -1,6 +1,7 @@
 // The other kernels of a pass against a plain CPU reference, for both kernel families: embedding, argmax,
 // RoPE with paged attention, the q|k|v epilogue; and the device's memory: the discrete memory model, tensors
 // past the storage-buffer range, the validation layer's counter.
+#include "tests/attention_check.h"
 #include "tests/kernel_test_env.h"
 
 namespace vkspec::test {
@@ -61,8 +62,6 @@ TEST_P(KernelTest, ArgmaxAndTopProbabilityMatchReference) {
   }
 }
 
-// RoPE + paged KV append + causal GQA attention against a CPU reference; K/V live in shuffled,
-// non-contiguous blocks; the n query tokens computed as one batch equal the same tokens decoded one by one.
 // A row of logits holding NaN or Inf gets NON_FINITE_TOKEN (the host reports a broken model), the others
 // their argmax as usual.
 TEST_P(KernelTest, ArgmaxMarksNonFiniteRows) {
@@ -79,119 +78,10 @@ TEST_P(KernelTest, ArgmaxMarksNonFiniteRows) {
   EXPECT_EQ(am[4], contract::NON_FINITE_TOKEN);
 }
 
-// (cos, sin) of `positions` positions x n_rot/2 frequencies (theta 10000), as LlamaModel's table is laid out.
-std::vector<float> rope_table(uint32_t positions, uint32_t n_rot) {
-  std::vector<float> rope(size_t(positions) * n_rot);
-  for (uint32_t p = 0; p < positions; ++p)
-    for (uint32_t i = 0; i < n_rot / 2; ++i) {
-      const double th = p * std::pow(10000.0, -2.0 * i / n_rot);
-      rope[(p * n_rot / 2 + i) * 2] = float(std::cos(th));
-      rope[(p * n_rot / 2 + i) * 2 + 1] = float(std::sin(th));
-    }
-  return rope;
-}
-
+// RoPE + paged attention against the CPU reference and batch invariant (tests/attention_check.h).
 TEST_P(KernelTest, RopeAndPagedAttentionMatchReferenceAndAreBatchInvariant) {
-  struct Case { uint32_t n_heads, n_kv, head_dim, block, prior, n; };
-  for (Case c : {Case{4, 4, 64, 16, 37, 5}, Case{4, 2, 8, 4, 3, 16}, Case{8, 2, 64, 16, 70, 9},
-                 Case{8, 1, 32, 8, 0, 7}, Case{16, 2, 64, 16, 129, 3}, Case{6, 2, 64, 16, 100, 6},
-                 // past Kernels::attention_split() keys (64 subgroup, 256 row-per-lane): split attention (flash
-                 // decoding) in the device-address kernel, batches whose first rows have one split fewer than
-                 // their last (64 and 256 keys), and many splits
-                 Case{4, 2, 64, 16, 60, 8}, Case{4, 2, 64, 16, 250, 10}, Case{8, 2, 128, 16, 600, 5},
-                 // head_dim 256 (Gemma's), with four query heads per kv head (Gemma 3 1B's), and one that is not
-                 // whole f16 KV texels (8 dims): the device-address kernel on every device
-                 Case{4, 2, 256, 16, 20, 4}, Case{4, 1, 256, 16, 40, 6}, Case{4, 2, 12, 4, 30, 5}}) {
-    SCOPED_TRACE("heads=" + std::to_string(c.n_heads) + " kv=" + std::to_string(c.n_kv));
-    const uint32_t total = c.prior + c.n, hd = c.head_dim, qd = c.n_heads * hd, kvd = c.n_kv * hd;
-    const uint32_t n_blocks = (total + c.block - 1) / c.block + 3;
-    std::vector<uint32_t> table(n_blocks);
-    std::iota(table.begin(), table.end(), 0u);
-    std::shuffle(table.begin(), table.end(), std::mt19937(c.prior));
-    auto q = random_floats(total * qd, 1), kk = random_floats(total * kvd, 2), v = random_floats(total * kvd, 3);
-    const std::vector<float> rope = rope_table(total, hd);
-    AttentionShape shape{c.n_heads, c.n_kv, hd, hd};
-    auto run_attention = [&](bool batched) {
-      // The tables buffer holds another sequence's table first: the rows name theirs by offset.
-      std::vector<uint32_t> tables(n_blocks);
-      std::iota(tables.rbegin(), tables.rend(), 0u);
-      tables.insert(tables.end(), table.begin(), table.end());
-      Slice qs = upload(q), ks = upload(kk), vs = upload(v), rs = upload(rope), tbl = upload(tables);
-      PagedKvView kv{zeros<uint16_t>(n_blocks * c.block * kvd), zeros<uint16_t>(n_blocks * c.block * kvd), tbl, c.block};
-      auto rows = [&](uint32_t pos0, uint32_t n) {   // {position, table offset} of rows at pos0 .. pos0 + n - 1
-        std::vector<uint32_t> r;
-        for (uint32_t i = 0; i < n; ++i) r.insert(r.end(), {pos0 + i, n_blocks, contract::KV_NO_TREE, 0u});
-        return KvRows{upload(r), pos0 + n};
-      };
-      Slice out = zeros<float>(total * qd);
-      Kernels k = kernels();
-      // the texel kernel serves up to 4 query heads per kv head and head_dim <= 256 (a multiple of 8: whole f16
-      // KV texels) on CPU devices; the device-address one the rest
-      const bool rows_expected = GetParam() == KernelFamily::RowPerLane && gpu().ctx.facts().texel_reads() &&
-                                 gpu().ctx.facts().subgroup_shuffle && c.n_heads / c.n_kv <= 4 && hd <= 256 && hd % 8 == 0;
-      EXPECT_STREQ(k.attention_shader(shape, qs, kv), rows_expected ? "attention_rows" : "attention");
-      auto at = [&](const Slice& s, uint32_t t, uint32_t width) { return s.sub(size_t(t) * width * 4, size_t(width) * 4 * (total - t)); };
-      run([&](Recorder& r) {
-        if (c.prior) {
-          k.rope_store_kv(r, shape, qs, ks, vs, rs, kv, rows(0, c.prior), c.prior);
-          r.barrier();
-        }
-        if (batched) {
-          const KvRows rs_n = rows(c.prior, c.n);
-          k.rope_store_kv(r, shape, at(qs, c.prior, qd), at(ks, c.prior, kvd), at(vs, c.prior, kvd), rs, kv, rs_n, c.n);
-          r.barrier();
-          k.attention(r, shape, at(qs, c.prior, qd), at(out, c.prior, qd), kv, rs_n, c.n);
-        } else {
-          for (uint32_t t = c.prior; t < total; ++t) {
-            const KvRows one = rows(t, 1);
-            k.rope_store_kv(r, shape, at(qs, t, qd), at(ks, t, kvd), at(vs, t, kvd), rs, kv, one, 1);
-            r.barrier();
-            k.attention(r, shape, at(qs, t, qd), at(out, t, qd), kv, one, 1);
-            r.barrier();
-          }
-        }
-      });
-      return download<float>(out, total * qd);
-    };
-    auto batched = run_attention(true), single = run_attention(false);
-
-    auto rotate = [&](std::vector<float>& buf, uint32_t width, uint32_t heads) {
-      for (uint32_t p = 0; p < total; ++p)
-        for (uint32_t h = 0; h < heads; ++h)
-          for (uint32_t i = 0; i < hd / 2; ++i) {
-            float* e = &buf[p * width + h * hd + 2 * i];
-            float cs = rope[(p * hd / 2 + i) * 2], sn = rope[(p * hd / 2 + i) * 2 + 1];
-            float a = e[0], b = e[1];
-            e[0] = a * cs - b * sn;
-            e[1] = a * sn + b * cs;
-          }
-    };
-    auto qr = q, kr = kk, vr = v;
-    rotate(qr, qd, c.n_heads);
-    rotate(kr, kvd, c.n_kv);
-    for (auto* kv_rows : {&kr, &vr})   // the cache holds f16
-      for (float& e : *kv_rows) e = half_to_float(float_to_half(e));
-    for (uint32_t t = c.prior; t < total; ++t)
-      for (uint32_t h = 0; h < c.n_heads; ++h) {
-        uint32_t g = h / (c.n_heads / c.n_kv);
-        std::vector<double> s(t + 1);
-        double m = -1e300, z = 0;
-        for (uint32_t j = 0; j <= t; ++j) {
-          double d = 0;
-          for (uint32_t e = 0; e < hd; ++e) d += double(qr[t * qd + h * hd + e]) * kr[j * kvd + g * hd + e];
-          s[j] = d / std::sqrt(double(hd));
-          m = std::max(m, s[j]);
-        }
-        for (auto& x : s) z += (x = std::exp(x - m));
-        for (uint32_t e = 0; e < hd; ++e) {
-          double o = 0;
-          for (uint32_t j = 0; j <= t; ++j) o += s[j] / z * vr[j * kvd + g * hd + e];
-          size_t i = t * qd + h * hd + e;
-          ASSERT_NEAR(batched[i], o, 2e-5) << "t=" << t << " h=" << h << " e=" << e;
-          ASSERT_EQ(batched[i], single[i]) << "batch invariance t=" << t << " h=" << h << " e=" << e;
-        }
-      }
-  }
+  Kernels k = kernels();
+  for (const AttentionCase& c : kAttentionCases) check_paged_attention(*this, k, c, family_attention_shader(GetParam(), c), 2e-5, false);
 }
 
 // The q|k|v projection with RoPE and the KV store in its epilogue (one dispatch, texel kernel) must equal

@@ -5,6 +5,7 @@
 // units' tiling, dequantization and epilogue) against the reference over f16-rounded weights and x; both
 // bit-for-bit batch invariant (one token, tiles, SwiGLU, RMSNorm); and the one place that decides the path
 // refusing what a device cannot run.
+#include "tests/attention_check.h"
 #include "tests/kernel_test_env.h"
 
 namespace vkspec::test {
@@ -196,6 +197,21 @@ INSTANTIATE_TEST_SUITE_P(Families, CoopTest,
                            return std::string(std::get<0>(info.param) == KernelFamily::RowPerLane ? "RowPerLane" : "Subgroup") +
                                   (std::get<1>(info.param) == MatmulPath::Coopmat ? "MatrixUnits" : "Emulated");
                          });
+
+// Attention on the coopmat paths: flash-attention tiles (attention_coop.comp) against the reference with q
+// rounded to f16 as the tiles hold it (and p: 1e-3), one token by one equal to every tile bit for bit, rows of
+// two tables in one tile, splits of COOP_ATTN_SPLIT keys; shapes the tile does not take (head_dim 8, 12, 256)
+// keep the family's kernel.
+TEST_P(CoopTest, AttentionMatchesReferenceAndIsBatchInvariant) {
+  Kernels k = coop();
+  for (const AttentionCase& c : kAttentionCases) {
+    const bool tile = c.head_dim % 16 == 0 && c.head_dim <= contract::COOP_ATTN_MAX_HEAD_DIM;
+    const std::string shader = !tile ? family_attention_shader(std::get<0>(GetParam()), c)
+                               : std::get<1>(GetParam()) == MatmulPath::Coopmat ? "attention_coop_nv"
+                                                                                : "attention_coop";
+    check_paged_attention(*this, k, c, shader, tile ? 1e-3 : 2e-5, tile);
+  }
+}
 
 // The one place that decides: the device's facts against what is asked for.
 TEST(KernelChoice, RefusesWhatTheDeviceCannotRun) {

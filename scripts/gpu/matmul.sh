@@ -5,7 +5,8 @@
 #      and emulated) and the model's bit-for-bit tests on the matrix units, validation on;
 #   3. the 1B shape in Q4_K_M and Q8_0 at a 129- and a 513-token prompt: vkspec with fma, int8dot and coopmat
 #      and llama.cpp's Vulkan backend, interleaved (prefill and decode tok/s, ratios to llama.cpp);
-#   4. prompt lookup's verify passes (speculative decode) and serving at 1 and 8 streams, per path.
+#   4. a ~4000-token prompt (the attention tiles, attention_coop.comp): fma and coopmat beside llama.cpp;
+#   5. prompt lookup's verify passes (speculative decode) and serving at 1 and 8 streams, per path.
 #   scripts/gpu/matmul.sh OUTDIR        (from the repository root, after scripts/gpu/pack.sh here)
 set -u
 ret=$1; out=/tmp/results; mkdir -p "$ret" $out/suite
@@ -58,6 +59,27 @@ PY
     pack
   done
 done
+echo "== a ~4000-token prompt (attention_coop.comp's tiles): fma | coopmat | llama.cpp"; date +%T
+p4k=/tmp/p4k.txt; for i in $(seq 31); do cat .gpu/prompt.txt; done > $p4k
+ids=$(build/vkspec tokenize -m /tmp/1b-q4km.gguf -f $p4k --json | tr -d '[] \n')
+for path in fma coopmat; do
+  VKSPEC_MATMUL=$path timeout 150 build/vkspec bench -m /tmp/1b-q4km.gguf -c 4400 -p 0 -f $p4k -n 16 --reps 2 --json > "$out/p4k.$path.json" 2>>"$out/bench.err"
+done
+timeout 150 .gpu/llama/llama_driver /tmp/1b-q4km.gguf "$ids" 16 2 > "$out/p4k.llama.json" 2>>"$out/bench.err"
+python3 - "$out" <<'PY'
+import json, sys
+out = sys.argv[1]
+l = json.load(open(f"{out}/p4k.llama.json"))
+for path in ("fma", "coopmat"):
+    try:
+        v = json.load(open(f"{out}/p4k.{path}.json"))["plain"]
+        print("1b-q4km ~4000 tokens %s: prefill %.0f (x%.2f) decode %.0f (x%.2f)" % (path, v["prefill_tok_s"], v["prefill_tok_s"] / l["prefill_tok_s"],
+                                                                              v["decode_tok_s"], v["decode_tok_s"] / l["decode_tok_s"]))
+    except Exception as e:
+        print(path, "failed", e)
+print("llama.cpp prefill %.0f decode %.0f" % (l["prefill_tok_s"], l["decode_tok_s"]))
+PY
+pack
 echo "== verify passes and serving: fma | int8dot | coopmat"; date +%T
 for path in fma int8dot coopmat; do
   VKSPEC_MATMUL=$path build/vkspec bench -m /tmp/1b-q4km.gguf --draft ngram -p 0 -f .gpu/prompt.txt -n 128 --reps 3 --json > "$out/spec.$path.json" 2>>"$out/bench.err"
