@@ -2,11 +2,12 @@
 // Causal GQA attention as a flash-attention tile on matrix units (MatmulPath::Coopmat) or its emulation
 // (CoopmatEmulated), for every pass of a model on that path, one token included. A workgroup of 32 lanes owns
 // ROWS = 16 query rows of one kv head: its G query heads of TQ consecutive tokens of the pass (row r: token
-// r / G, head r % G; TQ = ROWS / G where the pass is one sequence's, no tree, else 1), over the keys of split z (COOP_ATTN_SPLIT keys each when pc.split > 0; then
-// attention_combine.comp merges a row's splits in order). Keys go in chunks of KEYS at absolute positions:
+// r / G, head r % G; TQ = ROWS / G where the pass is one sequence's without a tree, else 1), over the keys of
+// split z (COOP_ATTN_SPLIT keys each when pc.split > 0: attention_combine.comp then merges a row's splits in
+// order). Keys go in chunks of KEYS at absolute positions:
 //   S = Q K^T                16 x KEYS: f16 q and k, f32 sums, into shared memory;
 //   per row (lane r < 16):   scale, soft cap and mask its keys, online softmax (m, l), p rounded to f16;
-//   O = O * corr + P V       16 x head_dim, f32, in the lanes' registers (lane: row lane % 16, every other dim).
+//   O = O * corr + P V       16 x head_dim, f32, in shared memory (lane: row lane % 16, every other dim).
 // The COOPMAT_NV build multiplies on VK_NV_cooperative_matrix 16x16x16 tiles (one subgroup of 32); the
 // default build emulates both products from the same shared tiles, an element at a time (sums in dim order,
 // then key order), so every index, mask and softmax step runs wherever the emulation does (lavapipe in CI).
@@ -15,7 +16,9 @@
 // element of a product comes from its row and its column alone), so a token gets the same bits alone (a
 // decode step: G valid rows) or in any tile, split or not (a token with one split: acc / l either way). Keys
 // outside every row's range are zero, never read (a window's dropped blocks). Rows of different sequences or
-// of a token tree cannot share a chunk's keys: the host gives such a pass a token per tile (KvRows::one_sequence).
+// of a token tree cannot share a chunk's keys: the host gives such a pass a token per tile
+// (KvRows::one_sequence; a tile that took its tokens in turns lost lanes' work on lavapipe past ~100 chunks,
+// cause not found).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #ifdef COOPMAT_NV
@@ -74,7 +77,7 @@ void load_keys(uvec2 pool, uvec4 ref, uint kvh, uint c0, uint kb, uint ke) {
 void main() {
   const uint kvh = gl_WorkGroupID.x, lane = gl_LocalInvocationID.x;
   const uint TQ = pc.tile_tokens, t0 = gl_WorkGroupID.y * TQ, nt = min(TQ, pc.n - t0);
-  const uint my_r = lane % ROWS, my_half = lane / ROWS;   // this lane's output: row my_r, dims my_half + 2i
+  const uint my_r = lane % ROWS, my_half = lane / ROWS;   // this lane's output: row my_r, dims my_half, + 2, ...
 
   uint kb = 0xffffffffu, ke = 0u;   // the union of the tile's tokens' keys in this split
   for (uint tt = 0; tt < nt; ++tt) {
