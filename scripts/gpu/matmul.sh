@@ -1,5 +1,5 @@
 #!/bin/bash
-# On the device machine: issue 62's check of the matmul paths (about 5 minutes on an H200), most important first.
+# On the device machine: issue 62's check of the matmul paths (about 6 minutes on an H200), most important first.
 #   1. the device's facts and its choice (integer dot products, accelerated or not, cooperative matrices);
 #   2. the paths' kernel tests (test_kernels_paths: int8dot, the cooperative-matrix kernel on the matrix units
 #      and emulated) and the model's bit-for-bit tests on the matrix units, validation on;
