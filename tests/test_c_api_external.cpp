@@ -6,6 +6,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <random>
 
@@ -475,7 +476,11 @@ TEST(CApiExternal, MatmulPathFeaturesOnlyWhereDeclared) {
   EXPECT_TRUE(listed);
   vkspec_external_device x = app.handoff();
   ASSERT_EQ(x.shader_integer_dot_product, 1);
-  vkspec::platform::set_env("VKSPEC_MATMUL", "int8dot");
+  struct Forced {   // VKSPEC_MATMUL=int8dot until the refusal below, or a failed assertion, is done with it
+    Forced() { vkspec::platform::set_env("VKSPEC_MATMUL", "int8dot"); }
+    ~Forced() { vkspec::platform::unset_env("VKSPEC_MATMUL"); }
+  };
+  auto forced = std::make_unique<Forced>();
   vkspec_model* own = load(q8, nullptr);
   vkspec_model* theirs = load(q8, &x);
   ASSERT_TRUE(own && theirs);
@@ -501,7 +506,7 @@ TEST(CApiExternal, MatmulPathFeaturesOnlyWhereDeclared) {
   EXPECT_NE(vkspec_model_load(q8.c_str(), &p, &m), VKSPEC_OK);
   EXPECT_NE(std::string(vkspec_last_error()).find("shaderIntegerDotProduct"), std::string::npos) << vkspec_last_error();
   EXPECT_EQ(m, nullptr);
-  vkspec::platform::unset_env("VKSPEC_MATMUL");
+  forced.reset();
   ASSERT_EQ(vkspec_model_load(q8.c_str(), &p, &m), VKSPEC_OK) << vkspec_last_error();
   vkspec_model_info info{};
   ASSERT_EQ(vkspec_model_get_info(m, &info), VKSPEC_OK);
