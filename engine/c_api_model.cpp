@@ -14,7 +14,7 @@ KernelChoice kernel_choice(const DeviceFacts& f) {
   const Settings settings = read_settings();
   return choose_kernels(f, settings.kernels, settings.matmul);
 }
-const char* kernel_family(const KernelChoice& c) { return c.family == KernelFamily::RowPerLane ? "row-per-lane" : "subgroup"; }
+const char* kernel_family(KernelFamily f) { return f == KernelFamily::RowPerLane ? "row-per-lane" : "subgroup"; }
 }  // namespace
 
 extern "C" {
@@ -76,7 +76,7 @@ vkspec_status vkspec_list_devices(vkspec_device_info* out, uint32_t capacity, ui
       d.storage_16bit = f.storage_16bit;
       d.timestamps = f.timestamps;
       const KernelChoice choice = kernel_choice(f);
-      copy_field(d.kernel_family, kernel_family(choice));
+      copy_field(d.kernel_family, kernel_family(choice.family));
       copy_field(d.matmul_path, choice.refused.empty() ? matmul_path_name(choice.matmul) : "refused");
       d.integer_dot_product = f.integer_dot_product;
       d.integer_dot_accelerated = f.integer_dot_accelerated;
@@ -252,8 +252,10 @@ vkspec_status vkspec_model_get_info(const vkspec_model* model, vkspec_model_info
     *out = vkspec_model_info{};
     if (t.ctx) {
       copy_field(out->device, t.ctx->facts().name);
-      copy_field(out->kernel_family, kernel_family(kernel_choice(t.ctx->facts())));
-      if (t.model) copy_field(out->matmul_path, matmul_path_name(t.model->kernels().matmul_path()));
+      if (t.model) {   // what the loaded model runs (the environment may have changed since)
+        copy_field(out->kernel_family, kernel_family(t.model->kernels().family()));
+        copy_field(out->matmul_path, matmul_path_name(t.model->kernels().matmul_path()));
+      }
     }
     out->n_ctx = t.model ? t.model->n_ctx() : 0;
     out->n_ubatch = t.model ? t.model->ubatch() : 0;

@@ -183,7 +183,7 @@ class Kernels {
   // MatmulPath::Coopmat / CoopmatEmulated: attention as flash-attention tiles (attention_coop.comp) in every
   // pass, one token included, where the shape fits its tile. Decided from the shape and the path only.
   bool coop_attention(const AttentionShape& s) const {
-    return (matmul_ == MatmulPath::Coopmat || matmul_ == MatmulPath::CoopmatEmulated) && s.head_dim % 16 == 0 &&
+    return (matmul_ == MatmulPath::Coopmat || matmul_ == MatmulPath::CoopmatEmulated) && s.head_dim % contract::COOP_TILE == 0 &&
            s.head_dim <= contract::COOP_ATTN_MAX_HEAD_DIM && s.n_heads / s.n_kv_heads <= contract::COOP_ATTN_ROWS;
   }
   // Split attention's partials for a pass of n rows in n_splits splits: grown, never shrunk or freed (passes

@@ -112,17 +112,17 @@ void main() {
       barrier();
 #ifdef COOPMAT_NV
       {
-        fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> s[KEYS / 16u];
-        [[unroll]] for (uint j = 0; j < KEYS / 16u; ++j) s[j] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
-        for (uint kc = 0; kc < HD; kc += 16u) {
+        fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> s[KEYS / COOP_TILE];
+        [[unroll]] for (uint j = 0; j < KEYS / COOP_TILE; ++j) s[j] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+        for (uint kc = 0; kc < HD; kc += COOP_TILE) {
           fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a, b;
           coopMatLoadNV(a, sh_q, kc, DS, false);
-          [[unroll]] for (uint j = 0; j < KEYS / 16u; ++j) {
-            coopMatLoadNV(b, sh_kv, 16u * j * DS + kc, DS, true);   // [dim][key]: keys DS apart
+          [[unroll]] for (uint j = 0; j < KEYS / COOP_TILE; ++j) {
+            coopMatLoadNV(b, sh_kv, COOP_TILE * j * DS + kc, DS, true);   // [dim][key]: keys DS apart
             s[j] = coopMatMulAddNV(a, b, s[j]);
           }
         }
-        [[unroll]] for (uint j = 0; j < KEYS / 16u; ++j) coopMatStoreNV(s[j], sh_s, 16u * j, KEYS, false);
+        [[unroll]] for (uint j = 0; j < KEYS / COOP_TILE; ++j) coopMatStoreNV(s[j], sh_s, COOP_TILE * j, KEYS, false);
       }
 #else
       for (uint i = lane; i < ROWS * KEYS; i += WG) {
@@ -166,19 +166,19 @@ void main() {
       barrier();   // the values and probabilities are in
 #ifdef COOPMAT_NV
       {
-        fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> pv[MAXD / 16u];
-        [[unroll]] for (uint j = 0; j < MAXD / 16u; ++j) pv[j] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
-        [[unroll]] for (uint kc = 0; kc < KEYS; kc += 16u) {
+        fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> pv[MAXD / COOP_TILE];
+        [[unroll]] for (uint j = 0; j < MAXD / COOP_TILE; ++j) pv[j] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+        [[unroll]] for (uint kc = 0; kc < KEYS; kc += COOP_TILE) {
           fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a, b;
           coopMatLoadNV(a, sh_p, kc, KEYS, false);
-          [[unroll]] for (uint j = 0; j < MAXD / 16u; ++j) {
-            if (16u * j >= HD) break;
-            coopMatLoadNV(b, sh_kv, kc * DS + 16u * j, DS, false);   // [key][dim]
+          [[unroll]] for (uint j = 0; j < MAXD / COOP_TILE; ++j) {
+            if (COOP_TILE * j >= HD) break;
+            coopMatLoadNV(b, sh_kv, kc * DS + COOP_TILE * j, DS, false);   // [key][dim]
             pv[j] = coopMatMulAddNV(a, b, pv[j]);
           }
         }
-        [[unroll]] for (uint j = 0; j < MAXD / 16u; ++j)
-          if (16u * j < HD) coopMatStoreNV(pv[j], sh_pv, 16u * j, MAXD, false);
+        [[unroll]] for (uint j = 0; j < MAXD / COOP_TILE; ++j)
+          if (COOP_TILE * j < HD) coopMatStoreNV(pv[j], sh_pv, COOP_TILE * j, MAXD, false);
       }
       barrier();
       if (sh_on[my_r] != 0u) {

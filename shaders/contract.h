@@ -102,10 +102,11 @@ VKSPEC_CONST COOP_ROWS = 64u;
 VKSPEC_CONST COOP_STEP = 32u;
 // attention_coop.comp (attention on the same paths): a workgroup of COOP_ATTN_WG lanes owns COOP_ATTN_ROWS
 // query rows (the G heads of COOP_ATTN_ROWS / G consecutive tokens) of one kv head and walks the keys of one
-// split of COOP_ATTN_SPLIT in chunks of COOP_ATTN_KEYS at absolute positions; head_dim a multiple of 16 up to
-// COOP_ATTN_MAX_HEAD_DIM (runtime/kernels.h coop_attention).
+// split of COOP_ATTN_SPLIT in chunks of COOP_ATTN_KEYS at absolute positions; head_dim a multiple of COOP_TILE
+// up to COOP_ATTN_MAX_HEAD_DIM (runtime/kernels.h coop_attention).
+VKSPEC_CONST COOP_TILE = 16u;        // a matrix-unit tile's edge (16x16x16 f16): head_dim is whole tiles
 VKSPEC_CONST COOP_ATTN_WG = 32u;
-VKSPEC_CONST COOP_ATTN_ROWS = 16u;
+VKSPEC_CONST COOP_ATTN_ROWS = COOP_TILE;
 VKSPEC_CONST COOP_ATTN_KEYS = 16u;
 VKSPEC_CONST COOP_ATTN_SPLIT = 256u;
 VKSPEC_CONST COOP_ATTN_MAX_HEAD_DIM = 128u;

@@ -205,7 +205,7 @@ INSTANTIATE_TEST_SUITE_P(Families, CoopTest,
 TEST_P(CoopTest, AttentionMatchesReferenceAndIsBatchInvariant) {
   Kernels k = coop();
   for (const AttentionCase& c : kAttentionCases) {
-    const bool tile = c.head_dim % 16 == 0 && c.head_dim <= contract::COOP_ATTN_MAX_HEAD_DIM;
+    const bool tile = c.head_dim % contract::COOP_TILE == 0 && c.head_dim <= contract::COOP_ATTN_MAX_HEAD_DIM;
     const std::string shader = !tile ? family_attention_shader(std::get<0>(GetParam()), c)
                                : std::get<1>(GetParam()) == MatmulPath::Coopmat ? "attention_coop_nv"
                                                                                 : "attention_coop";

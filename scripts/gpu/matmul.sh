@@ -28,6 +28,28 @@ VKSPEC_MATMUL=coopmat VKSPEC_VALIDATION=1 timeout 150 build/tests/test_model --g
   --gtest_brief=1 > "$out/suite/test_model.coopmat.log" 2>&1; echo "test_model coopmat rc=$?"
 grep -E -A6 ': Failure$' "$out/suite/test_model.coopmat.log" | head -16
 pack
+# ratios TAG ROUNDS PATH...: each round's prefill and decode per path against llama.cpp's, from
+# $out/TAG.PATH.ROUND.json and $out/TAG.llama.ROUND.json
+ratios() {
+  python3 - "$out" "$@" <<'PY'
+import json, sys
+out, tag, rounds, paths = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+for rep in range(1, rounds + 1):
+    try:
+        l = json.load(open(f"{out}/{tag}.llama.{rep}.json"))
+    except Exception as e:
+        print("%s round %d: llama.cpp failed (%s)" % (tag, rep, e)); continue
+    row = []
+    for path in paths:
+        try:
+            v = json.load(open(f"{out}/{tag}.{path}.{rep}.json"))["plain"]
+        except Exception as e:
+            row.append("%s failed (%s)" % (path, e)); continue
+        row.append("%s prefill %.0f (x%.2f) decode %.0f (x%.2f)" % (path, v["prefill_tok_s"], v["prefill_tok_s"] / l["prefill_tok_s"],
+                                                                    v["decode_tok_s"], v["decode_tok_s"] / l["decode_tok_s"]))
+    print("%s round %d: %s | llama.cpp prefill %.0f decode %.0f" % (tag, rep, " | ".join(row), l["prefill_tok_s"], l["decode_tok_s"]))
+PY
+}
 echo "== bench: fma | int8dot | coopmat | llama.cpp"; date +%T; wait $models; echo "models rc=$?"
 p513=/tmp/p512.txt
 for i in 1 2 3 4; do cat .gpu/prompt.txt; done > $p513
@@ -41,21 +63,7 @@ for m in /tmp/1b-q4km.gguf /tmp/1b-q8_0.gguf; do
       done
       .gpu/llama/llama_driver $m "$ids" 64 3 > "$out/$tag.llama.$rep.json" 2>>"$out/bench.err"
     done
-    python3 - "$out" "$tag" <<'PY'
-import json, sys
-out, tag = sys.argv[1], sys.argv[2]
-for rep in (1, 2):
-    l = json.load(open(f"{out}/{tag}.llama.{rep}.json"))
-    row = []
-    for path in ("fma", "int8dot", "coopmat"):
-        try:
-            v = json.load(open(f"{out}/{tag}.{path}.{rep}.json"))["plain"]
-        except Exception as e:
-            row.append("%s failed (%s)" % (path, e)); continue
-        row.append("%s prefill %.0f (x%.2f) decode %.0f (x%.2f)" % (path, v["prefill_tok_s"], v["prefill_tok_s"] / l["prefill_tok_s"],
-                                                                    v["decode_tok_s"], v["decode_tok_s"] / l["decode_tok_s"]))
-    print("%s round %d: %s | llama.cpp prefill %.0f decode %.0f" % (tag, rep, " | ".join(row), l["prefill_tok_s"], l["decode_tok_s"]))
-PY
+    ratios $tag 2 fma int8dot coopmat
     pack
   done
 done
@@ -63,22 +71,10 @@ echo "== a ~4000-token prompt (attention_coop.comp's tiles): fma | coopmat | lla
 p4k=/tmp/p4k.txt; for i in $(seq 31); do cat .gpu/prompt.txt; done > $p4k
 ids=$(build/vkspec tokenize -m /tmp/1b-q4km.gguf -f $p4k --json | tr -d '[] \n')
 for path in fma coopmat; do
-  VKSPEC_MATMUL=$path timeout 150 build/vkspec bench -m /tmp/1b-q4km.gguf -c 4400 -p 0 -f $p4k -n 16 --reps 2 --json > "$out/p4k.$path.json" 2>>"$out/bench.err"
+  VKSPEC_MATMUL=$path timeout 150 build/vkspec bench -m /tmp/1b-q4km.gguf -c 4400 -p 0 -f $p4k -n 16 --reps 2 --json > "$out/1b-q4km.p4k.$path.1.json" 2>>"$out/bench.err"
 done
-timeout 150 .gpu/llama/llama_driver /tmp/1b-q4km.gguf "$ids" 16 2 > "$out/p4k.llama.json" 2>>"$out/bench.err"
-python3 - "$out" <<'PY'
-import json, sys
-out = sys.argv[1]
-l = json.load(open(f"{out}/p4k.llama.json"))
-for path in ("fma", "coopmat"):
-    try:
-        v = json.load(open(f"{out}/p4k.{path}.json"))["plain"]
-        print("1b-q4km ~4000 tokens %s: prefill %.0f (x%.2f) decode %.0f (x%.2f)" % (path, v["prefill_tok_s"], v["prefill_tok_s"] / l["prefill_tok_s"],
-                                                                              v["decode_tok_s"], v["decode_tok_s"] / l["decode_tok_s"]))
-    except Exception as e:
-        print(path, "failed", e)
-print("llama.cpp prefill %.0f decode %.0f" % (l["prefill_tok_s"], l["decode_tok_s"]))
-PY
+timeout 150 .gpu/llama/llama_driver /tmp/1b-q4km.gguf "$ids" 16 2 > "$out/1b-q4km.p4k.llama.1.json" 2>>"$out/bench.err"
+ratios 1b-q4km.p4k 1 fma coopmat
 pack
 echo "== verify passes and serving: fma | int8dot | coopmat"; date +%T
 for path in fma int8dot coopmat; do
