@@ -1,6 +1,7 @@
 #pragma once
 // The speculative suites' fixture (tests/test_speculative*.cpp): the stories pair (stories260K and its first
 // two layers as a draft), plain greedy decoding as the reference, and a request's chooser and recorder.
+#include "platform/platform.h"
 #include "speculative/controller.h"
 #include "tests/gguf_writer.h"
 #include "tests/vk_test_env.h"
@@ -49,7 +50,9 @@ std::string write_truncated_stories() {
   for (auto& t : f.tensors())
     if (t.name.rfind("blk.", 0) != 0 || t.name.rfind("blk.0.", 0) == 0 || t.name.rfind("blk.1.", 0) == 0)
       w.tensor(t.name, t.dims, t.type, t.data, t.bytes);
-  std::string path = ::testing::TempDir() + "/stories260K-2layers.gguf";
+  // One file per process: test_speculative and test_speculative_rejection run side by side, and rewriting the file
+  // the other has mapped ends its reads with SIGBUS.
+  std::string path = ::testing::TempDir() + "/stories260K-2layers-" + std::to_string(platform::process_id()) + ".gguf";
   w.write(path);
   return path;
 }
