@@ -1,18 +1,44 @@
 # vkspec_shader(NAME SOURCE [glslc defines...]) compiles one SPIR-V variant of a GLSL compute shader.
+# vkspec_shader_coopmat_khr(NAME SOURCE [defines...]): a matrix-unit shader's VK_KHR_cooperative_matrix build.
 # vkspec_shader_library(TARGET) embeds every variant into a static library with a lookup table
 # (runtime/pipelines.cpp finds them by NAME). No SPIR-V is checked in; nothing is read at run time.
 
 function(vkspec_shader name source)
   set(spv ${CMAKE_BINARY_DIR}/shaders/${name}.spv)
-  set(cpp ${CMAKE_BINARY_DIR}/shaders/${name}.spv.cpp)
+  vkspec_compile_glsl(${spv} ${source} ${ARGN})
+  vkspec_embed_spirv(${name} ${spv})
+endfunction()
+
+# vkspec_shader_coopmat_khr(NAME SOURCE [defines...]): the VK_KHR_cooperative_matrix build of a matrix-unit
+# shader, compiled for NV with COOPMAT_KHR_SOURCE (shaders/coop_types.glsl) and rewritten by
+# cmake/spirv_coopmat_khr.py, which also checks what it wrote (spirv-val 2023.1 predates the extension).
+function(vkspec_shader_coopmat_khr name source)
+  set(nv ${CMAKE_BINARY_DIR}/shaders/${name}.nv.spv)
+  set(spv ${CMAKE_BINARY_DIR}/shaders/${name}.spv)
+  vkspec_compile_glsl(${nv} ${source} -DCOOPMAT_NV -DCOOPMAT_KHR_SOURCE ${ARGN})
+  add_custom_command(
+    OUTPUT ${spv}
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/cmake/spirv_coopmat_khr.py ${nv} ${spv}
+    DEPENDS ${nv} ${CMAKE_SOURCE_DIR}/cmake/spirv_coopmat_khr.py
+    COMMENT "spirv_coopmat_khr.py ${name}.nv.spv -> ${name}.spv"
+    VERBATIM)
+  vkspec_embed_spirv(${name} ${spv})
+endfunction()
+
+function(vkspec_compile_glsl spv source)
   file(GLOB includes ${CMAKE_SOURCE_DIR}/shaders/*.glsl ${CMAKE_SOURCE_DIR}/shaders/*.h)
+  get_filename_component(spv_name ${spv} NAME)
   add_custom_command(
     OUTPUT ${spv}
     COMMAND ${GLSLC} --target-env=vulkan1.2 -O -fshader-stage=compute ${ARGN}
             -I ${CMAKE_SOURCE_DIR}/shaders -o ${spv} ${CMAKE_SOURCE_DIR}/${source}
     DEPENDS ${CMAKE_SOURCE_DIR}/${source} ${includes}
-    COMMENT "glslc ${source} -> ${name}.spv"
+    COMMENT "glslc ${source} -> ${spv_name}"
     VERBATIM)
+endfunction()
+
+function(vkspec_embed_spirv name spv)
+  set(cpp ${CMAKE_BINARY_DIR}/shaders/${name}.spv.cpp)
   add_custom_command(
     OUTPUT ${cpp}
     COMMAND ${CMAKE_COMMAND} -DSPV=${spv} -DOUT=${cpp} -DNAME=${name} -P ${CMAKE_SOURCE_DIR}/cmake/embed_spirv.cmake

@@ -144,6 +144,8 @@ inline TargetModel::Options target_options(const char* path, const vkspec_model_
     e.push_descriptor = x->push_descriptor;
     e.shader_integer_dot_product = x->shader_integer_dot_product;
     e.cooperative_matrix_nv = x->cooperative_matrix_nv;
+    e.cooperative_matrix_khr = x->cooperative_matrix_khr;
+    e.vulkan_memory_model = x->vulkan_memory_model;
     e.lock_queue = x->lock_queue;
     e.unlock_queue = x->unlock_queue;
     e.lock_user = x->lock_user;

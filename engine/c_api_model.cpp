@@ -82,6 +82,8 @@ vkspec_status vkspec_list_devices(vkspec_device_info* out, uint32_t capacity, ui
       d.integer_dot_accelerated = f.integer_dot_accelerated;
       d.cooperative_matrix = f.cooperative_matrix;
       d.cooperative_matrix_nv = f.cooperative_matrix_nv;
+      d.cooperative_matrix_khr = f.cooperative_matrix_khr;
+      d.vulkan_memory_model = f.vulkan_memory_model;
       copy_field(d.api_version, std::to_string(VK_API_VERSION_MAJOR(f.api_version)) + "." +
                                     std::to_string(VK_API_VERSION_MINOR(f.api_version)) + "." +
                                     std::to_string(VK_API_VERSION_PATCH(f.api_version)));
@@ -113,8 +115,10 @@ vkspec_status vkspec_device_requirements_get(void* instance, void* physical_devi
     out->timeline_semaphore = r.timeline_semaphore;
     out->shader_integer_dot_product = r.integer_dot_product;
     out->cooperative_matrix_nv = r.cooperative_matrix_nv;
-    for (const char* e : r.extensions)
-      if (out->n_extensions < std::size(out->extensions)) out->extensions[out->n_extensions++] = e;
+    out->cooperative_matrix_khr = r.cooperative_matrix_khr;
+    out->vulkan_memory_model = r.vulkan_memory_model;
+    if (r.extensions.size() > std::size(out->extensions)) throw Error("device requirements: more extensions than the struct holds");
+    for (const char* e : r.extensions) out->extensions[out->n_extensions++] = e;
     copy_field(out->missing, r.missing);
     if (!r.missing.empty()) throw Failure{VKSPEC_ERROR_DEVICE, "the device lacks what vkspec needs: " + r.missing};
   }, VKSPEC_ERROR_DEVICE);

@@ -48,7 +48,7 @@
 extern "C" {
 #endif
 
-#define VKSPEC_API_VERSION 15
+#define VKSPEC_API_VERSION 16
 #define VKSPEC_MAX_LOGIT_BIAS 1024   /* vkspec_sampling_params.n_logit_bias's bound */
 #define VKSPEC_MAX_JSON_DEPTH 64     /* JSON text given to the library (messages, schemas) nests at most this deep */
 #define VKSPEC_LOGIT_BIAS_BOUND 100  /* each logit bias lies in [-VKSPEC_LOGIT_BIAS_BOUND, VKSPEC_LOGIT_BIAS_BOUND] */
@@ -95,6 +95,10 @@ typedef struct vkspec_device_info {
      "coopmat", "coopmat-emulated", or "refused" where the requested one cannot run */
   int32_t integer_dot_product, integer_dot_accelerated, cooperative_matrix, cooperative_matrix_nv;
   char matmul_path[24];
+  /* API version 16: vulkanMemoryModel (the matrix-unit kernels' SPIR-V uses it); VK_KHR_cooperative_matrix
+     with 16x16x16 f16 tiles (what the coopmat path takes first; cooperative_matrix_nv now also needs
+     vulkan_memory_model) */
+  int32_t vulkan_memory_model, cooperative_matrix_khr;
 } vkspec_device_info;
 
 /* Fills up to `capacity` entries; *count is the number of devices. */
@@ -155,6 +159,10 @@ typedef struct vkspec_external_device {
      shader_integer_dot_product: VK_KHR_shader_integer_dot_product and its shaderIntegerDotProduct enabled;
      cooperative_matrix_nv: VK_NV_cooperative_matrix and its cooperativeMatrix enabled (with shader_float16). */
   int32_t shader_integer_dot_product, cooperative_matrix_nv;
+  /* API version 16: cooperative_matrix_khr: VK_KHR_cooperative_matrix and its cooperativeMatrix enabled (with
+     shader_float16); vulkan_memory_model: VkPhysicalDeviceVulkan12Features.vulkanMemoryModel enabled, which
+     either cooperative matrix path needs. */
+  int32_t cooperative_matrix_khr, vulkan_memory_model;
 } vkspec_external_device;
 
 /* What vkspec needs of a device, for an engine to merge into the VkDeviceCreateInfo of the device it will
@@ -165,9 +173,10 @@ typedef struct vkspec_external_device {
 typedef struct vkspec_device_requirements {
   uint32_t api_version;            /* VK_API_VERSION_1_2: the least apiVersion for VkApplicationInfo */
   int32_t buffer_device_address;   /* 1: enable VkPhysicalDeviceVulkan12Features.bufferDeviceAddress (required) */
-  int32_t subgroup_size_control;   /* 1: the device has subgroupSizeControl; enable it (optional, faster) */
+  int32_t subgroup_size_control;   /* 1: the device has subgroupSizeControl; enable it (optional, faster;
+                                      since API version 16 with VK_EXT_subgroup_size_control in `extensions`) */
   uint32_t n_extensions;
-  const char* extensions[4];       /* device extension names to enable (static strings) */
+  const char* extensions[8];       /* device extension names to enable (static strings; API version 16: 8, was 4) */
   char missing[256];               /* "" when the device has everything vkspec needs */
   int32_t timeline_semaphore;      /* 1: the device has timelineSemaphore (Vulkan 1.2); enable it for the
                                       engine-submits mode (API version 11) */
@@ -176,6 +185,10 @@ typedef struct vkspec_device_requirements {
      VkPhysicalDeviceShaderIntegerDotProductFeatures.shaderIntegerDotProduct; cooperative_matrix_nv: enable
      VkPhysicalDeviceCooperativeMatrixFeaturesNV.cooperativeMatrix and VkPhysicalDeviceVulkan12Features.shaderFloat16. */
   int32_t shader_integer_dot_product, cooperative_matrix_nv;
+  /* API version 16: cooperative_matrix_khr: enable VkPhysicalDeviceCooperativeMatrixFeaturesKHR.cooperativeMatrix
+     and shaderFloat16; vulkan_memory_model (1 where either cooperative matrix is): enable
+     VkPhysicalDeviceVulkan12Features.vulkanMemoryModel. */
+  int32_t cooperative_matrix_khr, vulkan_memory_model;
 } vkspec_device_requirements;
 VKSPEC_API vkspec_status vkspec_device_requirements_get(void* instance, void* physical_device,
                                                         void (*get_instance_proc_addr)(void),

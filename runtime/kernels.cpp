@@ -54,10 +54,13 @@ const char* const kMatmulDot8Shader[] = {nullptr, nullptr, nullptr, "matmul_dot8
 const char* const kMatmulCoopShader[] = {nullptr, "matmul_coop_f16", nullptr, "matmul_coop_q8", "matmul_coop_q4", "matmul_coop_q6"};
 const char* const kMatmulCoopNvShader[] = {nullptr, "matmul_coop_nv_f16", nullptr, "matmul_coop_nv_q8", "matmul_coop_nv_q4",
                                            "matmul_coop_nv_q6"};
+const char* const kMatmulCoopKhrShader[] = {nullptr, "matmul_coop_khr_f16", nullptr, "matmul_coop_khr_q8", "matmul_coop_khr_q4",
+                                            "matmul_coop_khr_q6"};
 const uint32_t kElemsPerTexel[] = {4, 8, 8, 16, 32, 32};   // q6: of its nibble plane
 static_assert(std::size(kMatmulShader) == WT_Q6 + 1 && std::size(kMatmulTileShader) == WT_Q6 + 1 &&
                   std::size(kMatmulRowsShader) == WT_Q6 + 1 && std::size(kMatmulRowsX8Shader) == WT_Q6 + 1 && std::size(kMatmulDot8Shader) == WT_Q6 + 1 &&
                   std::size(kMatmulCoopShader) == WT_Q6 + 1 && std::size(kMatmulCoopNvShader) == WT_Q6 + 1 &&
+                  std::size(kMatmulCoopKhrShader) == WT_Q6 + 1 &&
                   std::size(kElemsPerTexel) == WT_Q6 + 1,
               "one entry per weight format (WT_*)");
 
@@ -65,8 +68,9 @@ uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 // Workgroups per dispatch dimension every device takes (Vulkan's minimum maxComputeWorkGroupCount; lavapipe's
 // and Intel's); a 128k-word vocabulary's output matrix has more rows.
 constexpr uint32_t kMaxGroupsPerDimension = 65535;
-const char* coop_shader(MatmulPath path, uint8_t storage) {
-  return (path == MatmulPath::Coopmat ? kMatmulCoopNvShader : kMatmulCoopShader)[storage];
+const char* coop_shader(MatmulPath path, bool khr, uint8_t storage) {
+  if (path != MatmulPath::Coopmat) return kMatmulCoopShader[storage];
+  return (khr ? kMatmulCoopKhrShader : kMatmulCoopNvShader)[storage];
 }
 
 }  // namespace
@@ -86,10 +90,12 @@ KernelChoice choose_kernels(const DeviceFacts& f, KernelFamily family, MatmulPat
     c.refused = "VKSPEC_MATMUL=int8dot: this device has no shaderIntegerDotProduct (VK_KHR_shader_integer_dot_product)";
   // matmul_coop.comp: subgroups of 32 own 16 rows each on the matrix units; the emulation's tiles take
   // 26 KiB of shared memory with SwiGLU
-  if (c.matmul == MatmulPath::Coopmat && !(f.cooperative_matrix_nv && f.subgroup_size == 32))
-    c.refused = std::string("VKSPEC_MATMUL=coopmat: this build's kernel needs VK_NV_cooperative_matrix with 16x16x16 f16 ") +
-                "tiles, f16 arithmetic and subgroups of 32" +
-                (f.cooperative_matrix ? " (the device offers VK_KHR_cooperative_matrix, which Debian 12's glslang cannot compile for)" : "");
+  c.coopmat_khr = c.matmul == MatmulPath::Coopmat && f.cooperative_matrix_khr;
+  if (c.matmul == MatmulPath::Coopmat &&
+      !((f.cooperative_matrix_khr || f.cooperative_matrix_nv) && f.runs_subgroups_of(contract::COOP_SUBGROUP)))
+    c.refused = "VKSPEC_MATMUL=coopmat: the matrix-unit kernels need VK_KHR_cooperative_matrix or VK_NV_cooperative_matrix "
+                "with 16x16x16 f16 x f16 + f32 tiles, f16 arithmetic, the Vulkan memory model and subgroups of 32 (the "
+                "default or required through subgroupSizeControl)";
   if (c.matmul == MatmulPath::CoopmatEmulated && f.max_shared_memory < 32768)
     c.refused = "VKSPEC_MATMUL=coopmat-emulated: needs 32 KiB of shared memory per workgroup";
   return c;
@@ -103,6 +109,8 @@ Kernels::Kernels(VulkanDevice& ctx, Pipelines& pipelines, KernelFamily family, K
   if (!choice.refused.empty()) throw Error(choice.refused);
   family_ = choice.family;
   matmul_ = choice.matmul;
+  coopmat_khr_ = choice.coopmat_khr && (variants.coopmat_khr || !ctx.facts().cooperative_matrix_nv);
+  coop_subgroup_ = matmul_ == MatmulPath::Coopmat ? contract::COOP_SUBGROUP : 0;
   using contract::MATMUL_ROW_LANES;
   static_assert((MATMUL_ROW_LANES & (MATMUL_ROW_LANES - 1)) == 0 && MATMUL_ROW_LANES <= contract::RED_SCRATCH_FLOATS &&
                     MATMUL_ROW_LANES % 4 == 0,
@@ -166,7 +174,7 @@ const char* Kernels::matmul_shader(const DeviceMatrix& w, const Slice& x, uint32
   const uint8_t f = w.format.storage;
   switch (matmul_kernel(w, nullptr, MatmulInput(x), n, x_stride)) {
     case MatmulKernel::Dot8: return kMatmulDot8Shader[f];
-    case MatmulKernel::Coop: return coop_shader(matmul_, f);
+    case MatmulKernel::Coop: return coop_shader(matmul_, coopmat_khr_, f);
     case MatmulKernel::Texel: return (x8_matmul(w) ? kMatmulRowsX8Shader : kMatmulRowsShader)[f];
     case MatmulKernel::Tile: return kMatmulTileShader[f];
     case MatmulKernel::Plain: break;
@@ -255,8 +263,9 @@ void Kernels::record_matmul(Recorder& r, const DeviceMatrix& w, const DeviceMatr
     // a row's sums depend on neither tile size: one token takes 16 rows per workgroup (a decode step's
     // matmuls spread over the device), more take COOP_ROWS
     const uint32_t bn = n <= 16 ? 16 : 32, bm = n == 1 ? 16 : contract::COOP_ROWS;
-    const Pipeline& p = pipelines_.get(coop_shader(matmul_, f.storage), {2 * bm, bn, f.group, f.has_min,
-                                                mode & (contract::MODE_SWIGLU | contract::MODE_RMSNORM), bm});
+    const Pipeline& p = pipelines_.get(coop_shader(matmul_, coopmat_khr_, f.storage), {2 * bm, bn, f.group, f.has_min,
+                                                mode & (contract::MODE_SWIGLU | contract::MODE_RMSNORM), bm},
+                                       Pipelines::Layout::PushConstants, coop_subgroup_);
     r.dispatch(p, &pc, sizeof pc, ceil_div(w.rows, bm), ceil_div(n, bn));
     return;
   }
@@ -398,7 +407,8 @@ bool Kernels::attention_texels(const AttentionShape& s, const Slice& q, const Pa
 }
 
 const char* Kernels::attention_shader(const AttentionShape& s, const Slice& q, const PagedKvView& kv) const {
-  if (coop_attention(s)) return matmul_ == MatmulPath::Coopmat ? "attention_coop_nv" : "attention_coop";
+  if (coop_attention(s))
+    return matmul_ != MatmulPath::Coopmat ? "attention_coop" : coopmat_khr_ ? "attention_coop_khr" : "attention_coop_nv";
   return attention_texels(s, q, kv) ? "attention_rows" : "attention";
 }
 
@@ -426,7 +436,8 @@ void Kernels::attention(Recorder& r, const AttentionShape& s, const Slice& q, co
     AttentionCoopPC pc{q.address, out.address, kv.k_pool.address, kv.v_pool.address, kv.block_tables.address,
                        rows.rows.address, split ? partials.address : 0, s.n_heads, s.n_kv_heads, s.head_dim, scale,
                        s.q_row(), split, s.softcap, s.window, n, rows.one_sequence ? contract::COOP_ATTN_ROWS / group : 1};
-    const Pipeline& p = pipelines_.get(attention_shader(s, q, kv), {contract::COOP_ATTN_WG, kv.block_size, group, s.head_dim});
+    const Pipeline& p = pipelines_.get(attention_shader(s, q, kv), {contract::COOP_ATTN_WG, kv.block_size, group, s.head_dim},
+                                       Pipelines::Layout::PushConstants, coop_subgroup_);
     r.dispatch(p, &pc, sizeof pc, s.n_kv_heads, ceil_div(n, pc.tile_tokens), n_splits);
     if (split) combine(split, n_splits);
     return;

@@ -91,6 +91,9 @@ inline QkvSlices qkv_slices(const Slice& qkv, const AttentionShape& s) {
 struct KernelChoice {
   KernelFamily family = KernelFamily::RowPerLane;
   MatmulPath matmul = MatmulPath::Fma;
+  // Coopmat: the matrix-unit shaders' VK_KHR_cooperative_matrix build where the device has it (the standard,
+  // every vendor's), else the VK_NV_cooperative_matrix build
+  bool coopmat_khr = false;
   std::string refused;
 };
 KernelChoice choose_kernels(const DeviceFacts& f, KernelFamily family, MatmulPath matmul);
@@ -101,6 +104,7 @@ struct KernelVariants {
   bool int8_x = true;        // int8 activations for quantized weights where the device has them
   bool matmul_tile = true;   // multi-token matmuls in tiles of rows x tokens (subgroup family)
   bool fma = true;           // fused multiply-adds in matmul.comp and matmul_tile.comp
+  bool coopmat_khr = true;   // Coopmat: the KHR build where the device has it (false: the NV build, where it has that)
 };
 
 class Kernels {
@@ -228,6 +232,8 @@ class Kernels {
   Pipelines& pipelines_;
   KernelFamily family_;
   MatmulPath matmul_;
+  bool coopmat_khr_ = false;   // matmul_ == Coopmat: the KHR build of the matrix-unit shaders (else NV's)
+  uint32_t coop_subgroup_ = 0;   // matmul_ == Coopmat: contract::COOP_SUBGROUP, the matrix-unit builds' subgroup
   uint32_t wg_rows_;   // workgroup size for the row-parallel kernels
   bool x8_ = false;    // int8 activations for quantized texel matmuls (x8_matmul)
   bool tile_ = false;  // multi-token matmuls in tiles (tile_matmul); KernelVariants::matmul_tile

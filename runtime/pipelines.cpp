@@ -91,7 +91,8 @@ bool Pipelines::KeyLess::operator()(KeyRef a, KeyRef b) const {
   return std::lexicographical_compare(a.spec.begin(), a.spec.end(), b.spec.begin(), b.spec.end());
 }
 
-const Pipeline& Pipelines::get(std::string_view shader, std::initializer_list<uint32_t> spec_list, Layout layout) {
+const Pipeline& Pipelines::get(std::string_view shader, std::initializer_list<uint32_t> spec_list, Layout layout,
+                               uint32_t subgroup) {
   const std::span<const uint32_t> spec(spec_list.begin(), spec_list.size());
   if (auto it = pipelines_.find(KeyRef(shader, spec)); it != pipelines_.end()) return it->second;
 
@@ -118,6 +119,13 @@ const Pipeline& Pipelines::get(std::string_view shader, std::initializer_list<ui
   pi.stage.module = module;
   pi.stage.pName = "main";
   pi.stage.pSpecializationInfo = &si;
+  VkPipelineShaderStageRequiredSubgroupSizeCreateInfo required{VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO};
+  if (subgroup && subgroup != ctx_.facts().subgroup_size) {
+    if (!ctx_.facts().runs_subgroups_of(subgroup))
+      throw Error("internal: " + std::string(shader) + " needs subgroups of " + std::to_string(subgroup));
+    required.requiredSubgroupSize = subgroup;
+    pi.stage.pNext = &required;
+  }
   if (layout == Layout::Texels && !texel_layout_) throw Error("internal: " + std::string(shader) + " needs push descriptors");
   pi.layout = layout == Layout::Texels ? texel_layout_ : layout_;
   Pipeline p;

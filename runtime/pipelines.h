@@ -38,10 +38,11 @@ class Pipelines {
   Pipelines(const Pipelines&) = delete;
   Pipelines& operator=(const Pipelines&) = delete;
 
-  // spec[0] is the workgroup size; spec[i] is constant_id i. Finding a pipeline that exists allocates
-  // nothing: it runs for every dispatch a step records.
+  // spec[0] is the workgroup size; spec[i] is constant_id i. subgroup: the subgroup size the pipeline must run
+  // in (0: the device's default; else DeviceFacts::runs_subgroups_of; a shader always takes the same).
+  // Finding a pipeline that exists allocates nothing: it runs for every dispatch a step records.
   const Pipeline& get(std::string_view shader, std::initializer_list<uint32_t> spec,
-                      Layout layout = Layout::PushConstants);
+                      Layout layout = Layout::PushConstants, uint32_t subgroup = 0);
   const std::string& cache_path() const { return cache_path_; }
   size_t created() const { return pipelines_.size(); }
   // Seconds the process has spent creating shader modules and pipelines (a driver compiles them: a first

@@ -4,6 +4,8 @@
 #include "core/core.h"
 #include <vulkan/vulkan.h>
 
+#include "runtime/vk_khr_cooperative_matrix.h"
+
 #include <stdexcept>
 #include <string>
 
@@ -13,7 +15,7 @@
   X(vkGetPhysicalDeviceQueueFamilyProperties) X(vkGetPhysicalDeviceMemoryProperties)               \
   X(vkEnumerateDeviceExtensionProperties) X(vkCreateDevice) X(vkGetDeviceProcAddr)                 \
   X(vkCreateDebugUtilsMessengerEXT) X(vkDestroyDebugUtilsMessengerEXT)                           \
-  X(vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)
+  X(vkGetPhysicalDeviceCooperativeMatrixPropertiesNV) X(vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR)
 
 #define VKSPEC_DEVICE_FUNCS(X)                                                                     \
   X(vkDestroyDevice) X(vkGetDeviceQueue) X(vkAllocateMemory) X(vkFreeMemory) X(vkMapMemory)        \

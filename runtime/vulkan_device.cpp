@@ -1,17 +1,41 @@
 #include "runtime/vulkan_device.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <type_traits>
 #include <utility>
 
 namespace vkspec {
 namespace {
 
+// Whether a cooperative-matrix extension's shapes (KHR's or NV's: the same fields but the result's name and
+// KHR's saturation; the same component and scope values) list the matrix-unit builds' (shaders/coop_types.glsl):
+// COOP_TILE cubed, f16 A and B, f32 C and result, a subgroup's.
+template <class Shape, class Query>
+bool lists_coop_shape(VkPhysicalDevice pd, Query query, Shape blank) {
+  uint32_t n = 0;
+  query(pd, &n, nullptr);
+  std::vector<Shape> shapes(n, blank);
+  query(pd, &n, shapes.data());
+  return std::any_of(shapes.begin(), shapes.end(), [](const Shape& c) {
+    constexpr uint32_t kF16 = VK_COMPONENT_TYPE_FLOAT16_KHR, kF32 = VK_COMPONENT_TYPE_FLOAT32_KHR, t = contract::COOP_TILE;
+    bool result_f32 = false;
+    if constexpr (std::is_same_v<Shape, VkCooperativeMatrixPropertiesKHR>)
+      result_f32 = uint32_t(c.ResultType) == kF32 && !c.saturatingAccumulation;
+    else
+      result_f32 = uint32_t(c.DType) == kF32;
+    return c.MSize == t && c.NSize == t && c.KSize == t && uint32_t(c.AType) == kF16 && uint32_t(c.BType) == kF16 &&
+           uint32_t(c.CType) == kF32 && result_f32 && uint32_t(c.scope) == VK_SCOPE_SUBGROUP_KHR;
+  });
+}
+
 std::mutex g_message_mutex;
 
-VkInstance create_instance(bool validation, bool* debug_utils) {
+// layer_version: the validation layer's specVersion when it is on (else 0).
+VkInstance create_instance(bool validation, bool* debug_utils, uint32_t* layer_version = nullptr) {
   vk::load_loader();
   VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
   app.pApplicationName = "vkspec";
@@ -24,7 +48,11 @@ VkInstance create_instance(bool validation, bool* debug_utils) {
     std::vector<VkLayerProperties> props(n);
     vk::vkEnumerateInstanceLayerProperties(&n, props.data());
     bool found = false;
-    for (auto& p : props) found |= strcmp(p.layerName, "VK_LAYER_KHRONOS_validation") == 0;
+    for (auto& p : props)
+      if (strcmp(p.layerName, "VK_LAYER_KHRONOS_validation") == 0) {
+        found = true;
+        if (layer_version) *layer_version = p.specVersion;
+      }
     if (!found) throw Error("validation requested but VK_LAYER_KHRONOS_validation is not installed "
                             "(apt install vulkan-validationlayers)");
     layers.push_back("VK_LAYER_KHRONOS_validation");
@@ -77,6 +105,7 @@ DeviceFacts probe(VkPhysicalDevice pd, uint32_t index) {
   f.subgroup_shuffle = f.subgroup_basic && (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
   f.min_subgroup_size = sgc.minSubgroupSize ? sgc.minSubgroupSize : sg.subgroupSize;
   f.max_subgroup_size = sgc.maxSubgroupSize ? sgc.maxSubgroupSize : sg.subgroupSize;
+  f.compute_required_subgroup_size = (sgc.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
   f.max_storage_buffer_range = p.limits.maxStorageBufferRange;
   f.max_shared_memory = p.limits.maxComputeSharedMemorySize;
   f.max_workgroup_invocations = p.limits.maxComputeWorkGroupInvocations;
@@ -86,12 +115,13 @@ DeviceFacts probe(VkPhysicalDevice pd, uint32_t index) {
   vk::vkEnumerateDeviceExtensionProperties(pd, nullptr, &n_ext, nullptr);
   std::vector<VkExtensionProperties> exts(n_ext);
   vk::vkEnumerateDeviceExtensionProperties(pd, nullptr, &n_ext, exts.data());
-  bool dot_extension = false, coopmat_nv_extension = false;
+  bool dot_extension = false, coopmat_nv_extension = false, subgroup_size_extension = false;
   for (auto& e : exts) {
     f.push_descriptor |= strcmp(e.extensionName, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME) == 0;
     dot_extension |= strcmp(e.extensionName, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME) == 0;
-    f.cooperative_matrix |= strcmp(e.extensionName, "VK_KHR_cooperative_matrix") == 0;   // newer than Debian 12's headers
+    f.cooperative_matrix |= strcmp(e.extensionName, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME) == 0;
     coopmat_nv_extension |= strcmp(e.extensionName, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) == 0;
+    subgroup_size_extension |= strcmp(e.extensionName, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME) == 0;
   }
   const Settings settings = read_settings();
   f.discrete_memory = settings.discrete_memory;
@@ -113,26 +143,31 @@ DeviceFacts probe(VkPhysicalDevice pd, uint32_t index) {
   v12.pNext = &sgcf;
   VkPhysicalDeviceShaderIntegerDotProductFeatures dotf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
   VkPhysicalDeviceCooperativeMatrixFeaturesNV cmf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+  VkPhysicalDeviceCooperativeMatrixFeaturesKHR cmk{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR};
   void** chain = &sgcf.pNext;
   if (dot_extension) {
     *chain = &dotf;
     chain = &dotf.pNext;
   }
-  if (coopmat_nv_extension) *chain = &cmf;
+  if (coopmat_nv_extension) {
+    *chain = &cmf;
+    chain = &cmf.pNext;
+  }
+  if (f.cooperative_matrix) *chain = &cmk;
   VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
   f2.pNext = &v11;
   vk::vkGetPhysicalDeviceFeatures2(pd, &f2);
   f.integer_dot_product = dotf.shaderIntegerDotProduct;
-  if (cmf.cooperativeMatrix && v12.shaderFloat16 && vk::vkGetPhysicalDeviceCooperativeMatrixPropertiesNV) {
-    uint32_t n = 0;
-    vk::vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(pd, &n, nullptr);
-    std::vector<VkCooperativeMatrixPropertiesNV> shapes(n, {VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
-    vk::vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(pd, &n, shapes.data());
-    for (const VkCooperativeMatrixPropertiesNV& c : shapes)
-      f.cooperative_matrix_nv |= c.MSize == 16 && c.NSize == 16 && c.KSize == 16 && c.AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
-                                 c.BType == VK_COMPONENT_TYPE_FLOAT16_NV && c.CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
-                                 c.DType == VK_COMPONENT_TYPE_FLOAT32_NV && c.scope == VK_SCOPE_SUBGROUP_NV;
-  }
+  f.vulkan_memory_model = v12.vulkanMemoryModel;
+  // The matrix-unit builds (shaders/coop_types.glsl): 16x16x16 tiles, f16 A and B, f32 accumulators, a
+  // subgroup's; their SPIR-V uses f16 arithmetic and the Vulkan memory model.
+  const bool coop_base = v12.shaderFloat16 && v12.vulkanMemoryModel;
+  f.cooperative_matrix_khr = cmk.cooperativeMatrix && coop_base && vk::vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR &&
+                             lists_coop_shape(pd, vk::vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR,
+                                              VkCooperativeMatrixPropertiesKHR{VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR});
+  f.cooperative_matrix_nv = cmf.cooperativeMatrix && coop_base && vk::vkGetPhysicalDeviceCooperativeMatrixPropertiesNV &&
+                            lists_coop_shape(pd, vk::vkGetPhysicalDeviceCooperativeMatrixPropertiesNV,
+                                             VkCooperativeMatrixPropertiesNV{VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
   if (f.integer_dot_product) {
     VkPhysicalDeviceShaderIntegerDotProductProperties dotp{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_PROPERTIES};
     VkPhysicalDeviceProperties2 p4{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
@@ -147,7 +182,8 @@ DeviceFacts probe(VkPhysicalDevice pd, uint32_t index) {
   f.shader_int8 = v12.shaderInt8;
   f.buffer_device_address = v12.bufferDeviceAddress;
   f.timeline_semaphore = v12.timelineSemaphore;
-  f.subgroup_size_control = sgcf.subgroupSizeControl;
+  // (a Vulkan 1.3 feature: vkspec's instance asks for 1.2, so it is enabled through the extension)
+  f.subgroup_size_control = sgcf.subgroupSizeControl && subgroup_size_extension;
 
   VkPhysicalDeviceMemoryProperties mp;
   vk::vkGetPhysicalDeviceMemoryProperties(pd, &mp);
@@ -243,9 +279,13 @@ DeviceRequirements device_requirements(const DeviceFacts& f, bool has_compute_qu
   r.timeline_semaphore = f.timeline_semaphore;
   r.integer_dot_product = f.integer_dot_product;
   r.cooperative_matrix_nv = f.cooperative_matrix_nv;
+  r.cooperative_matrix_khr = f.cooperative_matrix_khr;
+  r.vulkan_memory_model = f.cooperative_matrix_nv || f.cooperative_matrix_khr;
   if (f.push_descriptor) r.extensions.push_back(VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+  if (f.subgroup_size_control) r.extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
   if (f.integer_dot_product) r.extensions.push_back(VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
   if (f.cooperative_matrix_nv) r.extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+  if (f.cooperative_matrix_khr) r.extensions.push_back(VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME);
   return r;
 }
 
@@ -290,7 +330,9 @@ void VulkanDevice::adopt(const ExternalDevice& e) {
   facts_.subgroup_size_control &= e.subgroup_size_control;
   facts_.push_descriptor &= e.push_descriptor;
   facts_.integer_dot_product &= e.shader_integer_dot_product;
-  facts_.cooperative_matrix_nv &= e.cooperative_matrix_nv && e.shader_float16;
+  facts_.vulkan_memory_model &= e.vulkan_memory_model;
+  facts_.cooperative_matrix_nv &= e.cooperative_matrix_nv && e.shader_float16 && e.vulkan_memory_model;
+  facts_.cooperative_matrix_khr &= e.cooperative_matrix_khr && e.shader_float16 && e.vulkan_memory_model;
   vk::vkGetPhysicalDeviceMemoryProperties(physical_, &mem_props_);
   uint32_t nq = 0;
   vk::vkGetPhysicalDeviceQueueFamilyProperties(physical_, &nq, nullptr);
@@ -347,7 +389,8 @@ VulkanDevice::VulkanDevice(const VulkanDeviceOptions& opts) {
   const Settings settings = read_settings();
   const bool validation = opts.validation || settings.validation;
   bool debug_utils = false;
-  instance_ = create_instance(validation, &debug_utils);
+  uint32_t layer_version = 0;
+  instance_ = create_instance(validation, &debug_utils, &layer_version);
   try {
     if (debug_utils) {
       VkDebugUtilsMessengerCreateInfoEXT mi{VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT};
@@ -376,6 +419,9 @@ VulkanDevice::VulkanDevice(const VulkanDeviceOptions& opts) {
     }
     physical_ = pds[index];
     facts_ = probe(physical_, uint32_t(index));
+    // A validation layer older than VK_KHR_cooperative_matrix (Debian 12's, 1.3.239) reports its structures at
+    // vkCreateDevice and its SPIR-V as errors: under such a layer the KHR build is not used (NV's is, if any).
+    if (layer_version && layer_version < kKhrCooperativeMatrixHeader) facts_.cooperative_matrix_khr = false;
     vk::vkGetPhysicalDeviceMemoryProperties(physical_, &mem_props_);
 
     uint32_t nq = 0;
@@ -398,7 +444,7 @@ VulkanDevice::VulkanDevice(const VulkanDeviceOptions& opts) {
     VkPhysicalDeviceVulkan12Features v12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
     VkPhysicalDeviceSubgroupSizeControlFeatures sgcf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES};
     // Only what the shaders use: buffer device addresses (and subgroup size control, integer dot products and
-    // NV cooperative matrices with f16 arithmetic where the device has them). 8- and 16-bit storage is probed
+    // cooperative matrices where the device has them: device_requirements). 8- and 16-bit storage is probed
     // (DeviceFacts) but no kernel uses it, so it is not enabled.
     v11.pNext = &v12;
     v12.bufferDeviceAddress = VK_TRUE;
@@ -414,12 +460,20 @@ VulkanDevice::VulkanDevice(const VulkanDeviceOptions& opts) {
       chain = &dotf.pNext;
       dotf.shaderIntegerDotProduct = VK_TRUE;
     }
+    // the coopmat matmul path: f16 tiles on matrix units, SPIR-V in the Vulkan memory model
     VkPhysicalDeviceCooperativeMatrixFeaturesNV cmf{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
-    if (req.cooperative_matrix_nv) {   // the coopmat matmul path: f16 tiles on matrix units
+    if (req.cooperative_matrix_nv) {
       *chain = &cmf;
+      chain = &cmf.pNext;
       cmf.cooperativeMatrix = VK_TRUE;
-      v12.shaderFloat16 = VK_TRUE;
     }
+    VkPhysicalDeviceCooperativeMatrixFeaturesKHR cmk{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR};
+    if (req.cooperative_matrix_khr) {
+      *chain = &cmk;
+      cmk.cooperativeMatrix = VK_TRUE;
+    }
+    if (req.cooperative_matrix_nv || req.cooperative_matrix_khr) v12.shaderFloat16 = VK_TRUE;
+    if (req.vulkan_memory_model) v12.vulkanMemoryModel = VK_TRUE;
     VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
     f2.pNext = &v11;
     VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};

@@ -24,6 +24,13 @@ struct DeviceFacts {
   uint32_t subgroup_size = 0;
   uint32_t min_subgroup_size = 0, max_subgroup_size = 0;
   bool subgroup_size_control = false;
+  bool compute_required_subgroup_size = false;   // requiredSubgroupSizeStages has compute
+  // Whether a compute pipeline can run in subgroups of n: the default size, or one it can require
+  // (subgroupSizeControl: AMD's 32 or 64).
+  bool runs_subgroups_of(uint32_t n) const {
+    return subgroup_size == n || (subgroup_size_control && compute_required_subgroup_size && min_subgroup_size <= n &&
+                                  n <= max_subgroup_size);
+  }
   bool subgroup_arithmetic = false;  // subgroupAdd/Max in compute
   bool subgroup_shuffle = false;     // subgroupShuffle in compute (attention_rows)
   bool subgroup_basic = false;
@@ -40,9 +47,12 @@ struct DeviceFacts {
   // (integerDotProduct4x8BitPackedSignedAccelerated; lavapipe: not).
   bool integer_dot_product = false;
   bool integer_dot_accelerated = false;
+  bool vulkan_memory_model = false;     // vulkanMemoryModel (Vulkan 1.2): the matrix-unit builds' SPIR-V uses it
   bool cooperative_matrix = false;      // VK_KHR_cooperative_matrix is offered (matrix units)
-  // VK_NV_cooperative_matrix with its feature, f16 arithmetic and a 16x16x16 f16 x f16 + f32 subgroup shape:
-  // what matmul_coop.comp's COOPMAT_NV build needs (Debian 12's glslang compiles no KHR cooperative matrix)
+  // VK_KHR_cooperative_matrix / VK_NV_cooperative_matrix with its feature, f16 arithmetic, the Vulkan memory
+  // model and a 16x16x16 f16 x f16 + f32 subgroup shape: what the matrix-unit shaders' KHR / NV builds need
+  // (shaders/coop_types.glsl)
+  bool cooperative_matrix_khr = false;
   bool cooperative_matrix_nv = false;
   uint64_t max_texel_buffer_elements = 0;
   uint64_t max_storage_buffer_range = 0;
@@ -106,7 +116,8 @@ struct ExternalDevice {
   // Enabled at vkCreateDevice. Required: buffer_device_address (Vulkan 1.2).
   bool buffer_device_address = false, storage_16bit = false, storage_8bit = false, shader_float16 = false,
        shader_int8 = false, subgroup_size_control = false, push_descriptor = false,
-       shader_integer_dot_product = false, cooperative_matrix_nv = false;
+       shader_integer_dot_product = false, cooperative_matrix_nv = false, cooperative_matrix_khr = false,
+       vulkan_memory_model = false;
   // Held around every vkQueueSubmit vkspec makes (the queue may be shared with the application's threads).
   void (*lock_queue)(void* user) = nullptr;
   void (*unlock_queue)(void* user) = nullptr;
@@ -125,8 +136,10 @@ struct DeviceRequirements {
   bool subgroup_size_control = false;       // optional: enabled where the device has it
   bool timeline_semaphore = false;          // where the device has it: needed by the engine-submits mode
   bool integer_dot_product = false;         // optional, the int8dot matmul path: shaderIntegerDotProduct
-  bool cooperative_matrix_nv = false;       // optional, the coopmat path: cooperativeMatrix (NV) + shaderFloat16
-  // optional ones the device has: VK_KHR_push_descriptor and the two above's
+  // optional, the coopmat path: cooperativeMatrix (KHR, NV) + shaderFloat16 + vulkanMemoryModel
+  bool cooperative_matrix_khr = false, cooperative_matrix_nv = false, vulkan_memory_model = false;
+  // optional ones the device has: VK_KHR_push_descriptor, VK_EXT_subgroup_size_control and the dot
+  // product's and cooperative matrices' (at most vkspec_device_requirements' eight)
   std::vector<const char*> extensions;
   std::string missing;
 };

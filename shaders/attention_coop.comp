@@ -8,9 +8,10 @@
 //   S = Q K^T                16 x KEYS: f16 q and k, f32 sums, into shared memory;
 //   per row (lane r < 16):   scale, soft cap and mask its keys, online softmax (m, l), p rounded to f16;
 //   O = O * corr + P V       16 x head_dim, f32, in shared memory (lane: row lane % 16, every other dim).
-// The COOPMAT_NV build multiplies on VK_NV_cooperative_matrix 16x16x16 tiles (one subgroup of 32); the
-// default build emulates both products from the same shared tiles, an element at a time (sums in dim order,
-// then key order), so every index, mask and softmax step runs wherever the emulation does (lavapipe in CI).
+// The COOPMAT_NV build (and the KHR build made from it: coop_types.glsl) multiplies on 16x16x16 cooperative-
+// matrix tiles (one subgroup of 32); the default build emulates both products from the same shared tiles, an
+// element at a time (sums in dim order, then key order), so every index, mask and softmax step runs wherever
+// the emulation does (lavapipe in CI).
 //
 // Batch invariance: a row's chunks, masks, softmax and sums depend only on its own position, q and keys (an
 // element of a product comes from its row and its column alone), so a token gets the same bits alone (a
@@ -28,6 +29,7 @@
 #endif
 #include "common.glsl"
 #include "contract.h"
+#include "coop_types.glsl"
 #include "paged_kv.glsl"
 
 layout(constant_id = 2) const uint G = 1;     // query heads per kv head: 1..ROWS
@@ -112,10 +114,11 @@ void main() {
       barrier();
 #ifdef COOPMAT_NV
       {
-        fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> s[KEYS / COOP_TILE];
-        [[unroll]] for (uint j = 0; j < KEYS / COOP_TILE; ++j) s[j] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+        COOP_ACC s[KEYS / COOP_TILE];
+        [[unroll]] for (uint j = 0; j < KEYS / COOP_TILE; ++j) s[j] = COOP_ACC(0.0);
         for (uint kc = 0; kc < HD; kc += COOP_TILE) {
-          fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a, b;
+          COOP_A a;
+          COOP_B b;
           coopMatLoadNV(a, sh_q, kc, DS, false);
           [[unroll]] for (uint j = 0; j < KEYS / COOP_TILE; ++j) {
             coopMatLoadNV(b, sh_kv, COOP_TILE * j * DS + kc, DS, true);   // [dim][key]: keys DS apart
@@ -166,10 +169,11 @@ void main() {
       barrier();   // the values and probabilities are in
 #ifdef COOPMAT_NV
       {
-        fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> pv[MAXD / COOP_TILE];
-        [[unroll]] for (uint j = 0; j < MAXD / COOP_TILE; ++j) pv[j] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+        COOP_ACC pv[MAXD / COOP_TILE];
+        [[unroll]] for (uint j = 0; j < MAXD / COOP_TILE; ++j) pv[j] = COOP_ACC(0.0);
         [[unroll]] for (uint kc = 0; kc < KEYS; kc += COOP_TILE) {
-          fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a, b;
+          COOP_A a;
+          COOP_B b;
           coopMatLoadNV(a, sh_p, kc, KEYS, false);
           [[unroll]] for (uint j = 0; j < MAXD / COOP_TILE; ++j) {
             if (COOP_TILE * j >= HD) break;

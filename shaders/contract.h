@@ -105,7 +105,8 @@ VKSPEC_CONST COOP_STEP = 32u;
 // split of COOP_ATTN_SPLIT in chunks of COOP_ATTN_KEYS at absolute positions; head_dim a multiple of COOP_TILE
 // up to COOP_ATTN_MAX_HEAD_DIM (runtime/kernels.h coop_attention).
 VKSPEC_CONST COOP_TILE = 16u;        // a matrix-unit tile's edge (16x16x16 f16): head_dim is whole tiles
-VKSPEC_CONST COOP_ATTN_WG = 32u;
+VKSPEC_CONST COOP_SUBGROUP = 32u;    // the matrix-unit builds' subgroup (one per 16 rows): required where not the default
+VKSPEC_CONST COOP_ATTN_WG = COOP_SUBGROUP;
 VKSPEC_CONST COOP_ATTN_ROWS = COOP_TILE;
 VKSPEC_CONST COOP_ATTN_KEYS = 16u;
 VKSPEC_CONST COOP_ATTN_SPLIT = 256u;

@@ -3,8 +3,8 @@
 // x[t][k] for a tile of BM rows x BN tokens (WG = 2 BM lanes), with matmul.comp's modes (MODE_SWIGLU, MODE_RMSNORM,
 // MODE_ACCUMULATE). Per step of BK = 32 weights, the workgroup dequantizes its rows' weights into shared
 // memory and its tokens' x (times the norm weight under MODE_RMSNORM), both rounded to f16, then multiplies
-// the two tiles with f32 accumulators: the COOPMAT_NV build with 16x16x16 f16 cooperative matrices
-// (VK_NV_cooperative_matrix: Debian 12's glslang has no GL_KHR_cooperative_matrix), each subgroup of 32
+// the two tiles with f32 accumulators: the COOPMAT_NV build (and the KHR build made from it:
+// shaders/coop_types.glsl) with 16x16x16 f16 cooperative matrices, each subgroup of 32
 // owning 16 rows; the default build (emulated) in plain arithmetic from the same shared tiles, thread i
 // owning 4 rows x BN/8 tokens and adding the 32 products of a step in k order. Both end in the same store
 // through shared memory and matmul_epilogue.glsl, so every index, bound, dequantization and epilogue of the
@@ -24,6 +24,7 @@
 #endif
 #include "common.glsl"
 #include "contract.h"
+#include "coop_types.glsl"
 #include "weights.glsl"
 
 #include "wtype.glsl"
@@ -84,10 +85,10 @@ void main() {
 
 #ifdef COOPMAT_NV
   const uint sg = gl_SubgroupID;   // rows 16 sg .. 16 sg + 15 (the host asks for BM / 16 subgroups of 32)
-  fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc[BN / 16u], acc2[BN / 16u];
+  COOP_ACC acc[BN / 16u], acc2[BN / 16u];
   [[unroll]] for (uint j = 0; j < BN / 16u; ++j) {
-    acc[j] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
-    acc2[j] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+    acc[j] = COOP_ACC(0.0);
+    acc2[j] = COOP_ACC(0.0);
   }
 #else
   const uint rg = lane % (BM / 4u), tl = lane / (BM / 4u);   // rows 4 rg .. 4 rg + 3, tokens tl, tl + 8, ...
@@ -120,7 +121,8 @@ void main() {
     barrier();
 #ifdef COOPMAT_NV
     [[unroll]] for (uint kc = 0; kc < BK; kc += 16u) {
-      fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a, a2, b;
+      COOP_A a, a2;
+      COOP_B b;
       coopMatLoadNV(a, sh_w, 16u * sg * STRIDE + kc, STRIDE, false);
       if (SWIGLU) coopMatLoadNV(a2, sh_w2, 16u * sg * STRIDE + kc, STRIDE, false);
       [[unroll]] for (uint j = 0; j < BN / 16u; ++j) {

@@ -2,6 +2,7 @@
 // enable, refusals that name what is missing, and the engine-submits mode, where a test "engine" submits
 // vkspec's recordings on its own thread, late and between frames of its own, and the tokens are exactly
 // those of vkspec's own device, with the validation layer on the application's instance reporting nothing.
+#include "runtime/vk_khr_cooperative_matrix.h"
 #include "tests/c_api_helpers.h"
 
 #include <condition_variable>
@@ -78,6 +79,7 @@ struct AppDevice {
     VkPhysicalDeviceSubgroupSizeControlFeatures sgc{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES};
     VkPhysicalDeviceShaderIntegerDotProductFeatures dot{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
     VkPhysicalDeviceCooperativeMatrixFeaturesNV coop{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+    VkPhysicalDeviceCooperativeMatrixFeaturesKHR coop_khr{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR};
     VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
     f2.pNext = &e12;
     e12.bufferDeviceAddress = enable && req.buffer_device_address;
@@ -95,9 +97,16 @@ struct AppDevice {
     }
     if (enable && req.cooperative_matrix_nv) {
       *chain = &coop;
+      chain = &coop.pNext;
       coop.cooperativeMatrix = VK_TRUE;
       e12.shaderFloat16 = VK_TRUE;
     }
+    if (enable && req.cooperative_matrix_khr) {
+      *chain = &coop_khr;
+      coop_khr.cooperativeMatrix = VK_TRUE;
+      e12.shaderFloat16 = VK_TRUE;
+    }
+    e12.vulkanMemoryModel = enable && req.vulkan_memory_model;
     float prio = 1.0f;
     VkDeviceQueueCreateInfo qci{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
     qci.queueCount = 1;   // (lavapipe's one family computes)
@@ -129,7 +138,10 @@ struct AppDevice {
     x.subgroup_size_control = req.subgroup_size_control;
     x.timeline_semaphore = req.timeline_semaphore;
     x.shader_integer_dot_product = req.shader_integer_dot_product;
-    x.cooperative_matrix_nv = x.shader_float16 = req.cooperative_matrix_nv;
+    x.cooperative_matrix_nv = req.cooperative_matrix_nv;
+    x.cooperative_matrix_khr = req.cooperative_matrix_khr;
+    x.shader_float16 = req.cooperative_matrix_nv || req.cooperative_matrix_khr;
+    x.vulkan_memory_model = req.vulkan_memory_model;
     for (uint32_t i = 0; i < req.n_extensions; ++i)
       x.push_descriptor |= strcmp(req.extensions[i], VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME) == 0;
     return x;

@@ -31,7 +31,8 @@ TEST(Cli, DevicesListsFacts) {
   for (auto& d : j) {
     for (const char* key : {"shader_float16", "storage_16bit", "storage_8bit", "subgroup_size_control", "subgroup_size",
                             "max_storage_buffer_range", "max_compute_shared_memory", "max_memory_allocation_size",
-                            "timestamps", "kernel_family", "submit", "matmul_path", "integer_dot_product", "cooperative_matrix"})
+                            "timestamps", "kernel_family", "submit", "matmul_path", "integer_dot_product", "cooperative_matrix",
+                            "cooperative_matrix_khr", "cooperative_matrix_nv", "vulkan_memory_model"})
       EXPECT_TRUE(d.contains(key)) << key;
     if (d["type"] == "CPU" && d["name"].get<std::string>().find("llvmpipe") != std::string::npos) {
       EXPECT_EQ(d["subgroup_size"], 8);
@@ -40,12 +41,14 @@ TEST(Cli, DevicesListsFacts) {
       EXPECT_EQ(d["integer_dot_product"], true);   // Mesa 22.3's lavapipe: present, not accelerated
       EXPECT_EQ(d["integer_dot_accelerated"], false);
       EXPECT_EQ(d["cooperative_matrix"], false);
+      EXPECT_EQ(d["cooperative_matrix_khr"], false);
+      EXPECT_EQ(d["vulkan_memory_model"], true);   // (Mesa 22.3's lavapipe has it: the coopmat builds' one fact it meets)
       const char* matmul = getenv("VKSPEC_MATMUL");
       EXPECT_EQ(d["matmul_path"], matmul && *matmul ? matmul : "fma");
       // a path the device cannot run is refused, with why, not replaced (lavapipe has no matrix units)
       const Result refused = run_command("VKSPEC_MATMUL=coopmat " + std::string(VKSPEC_BIN) + " run " + kStories + " -p hi");
       EXPECT_EQ(refused.code, 1) << refused.err;
-      EXPECT_NE(refused.err.find("VKSPEC_MATMUL=coopmat: this build's kernel needs"), std::string::npos) << refused.err;
+      EXPECT_NE(refused.err.find("VKSPEC_MATMUL=coopmat: the matrix-unit kernels need VK_KHR_cooperative_matrix"), std::string::npos) << refused.err;
       const char* submit = getenv("VKSPEC_SUBMIT");   // CPU devices take a step's recording whole
       EXPECT_EQ(d["submit"], submit && *submit ? submit : "whole");
     }

@@ -112,14 +112,25 @@ TEST_P(Int8DotTest, BatchInvariantBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Families, Int8DotTest, ::testing::Values(KernelFamily::RowPerLane, KernelFamily::Subgroup),
                          [](const auto& info) { return info.param == KernelFamily::RowPerLane ? "RowPerLane" : "Subgroup"; });
 
-// The emulated build everywhere, the matrix units where the device has them (a GPU session's check).
-class CoopTest : public VkTest, public ::testing::WithParamInterface<std::tuple<KernelFamily, MatmulPath>> {
+// The emulated build everywhere; the matrix units' KHR and NV builds where the device has each (a GPU
+// session's check).
+enum class CoopBuild { Emulated, Khr, Nv };
+class CoopTest : public VkTest, public ::testing::WithParamInterface<std::tuple<KernelFamily, CoopBuild>> {
  protected:
-  Kernels coop() { return Kernels(gpu().ctx, gpu().pipelines, std::get<0>(GetParam()), {}, std::get<1>(GetParam())); }
+  CoopBuild build() const { return std::get<1>(GetParam()); }
+  Kernels coop() {
+    KernelVariants v;
+    v.coopmat_khr = build() == CoopBuild::Khr;
+    return Kernels(gpu().ctx, gpu().pipelines, std::get<0>(GetParam()), v,
+                   build() == CoopBuild::Emulated ? MatmulPath::CoopmatEmulated : MatmulPath::Coopmat);
+  }
   void SetUp() override {
     VkTest::SetUp();
-    if (std::get<1>(GetParam()) == MatmulPath::Coopmat && !choose_kernels(gpu().ctx.facts(), KernelFamily::Auto, MatmulPath::Coopmat).refused.empty())
-      GTEST_SKIP() << "the device has no matrix units this build's kernel runs on";
+    const DeviceFacts& f = gpu().ctx.facts();
+    const bool subgroups = f.runs_subgroups_of(contract::COOP_SUBGROUP);
+    if ((build() == CoopBuild::Khr && !(f.cooperative_matrix_khr && subgroups)) ||
+        (build() == CoopBuild::Nv && !(f.cooperative_matrix_nv && subgroups)))
+      GTEST_SKIP() << "the device has no matrix units this build runs on";
   }
 };
 
@@ -192,10 +203,11 @@ TEST_P(CoopTest, BatchInvariantBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Families, CoopTest,
                          ::testing::Combine(::testing::Values(KernelFamily::RowPerLane, KernelFamily::Subgroup),
-                                            ::testing::Values(MatmulPath::CoopmatEmulated, MatmulPath::Coopmat)),
+                                            ::testing::Values(CoopBuild::Emulated, CoopBuild::Khr, CoopBuild::Nv)),
                          [](const auto& info) {
+                           const CoopBuild b = std::get<1>(info.param);
                            return std::string(std::get<0>(info.param) == KernelFamily::RowPerLane ? "RowPerLane" : "Subgroup") +
-                                  (std::get<1>(info.param) == MatmulPath::Coopmat ? "MatrixUnits" : "Emulated");
+                                  (b == CoopBuild::Khr ? "MatrixUnitsKhr" : b == CoopBuild::Nv ? "MatrixUnitsNv" : "Emulated");
                          });
 
 // Attention on the coopmat paths: flash-attention tiles (attention_coop.comp) against the reference with q
@@ -206,9 +218,10 @@ TEST_P(CoopTest, AttentionMatchesReferenceAndIsBatchInvariant) {
   Kernels k = coop();
   for (const AttentionCase& c : kAttentionCases) {
     const bool tile = c.head_dim % contract::COOP_TILE == 0 && c.head_dim <= contract::COOP_ATTN_MAX_HEAD_DIM;
-    const std::string shader = !tile ? family_attention_shader(std::get<0>(GetParam()), c)
-                               : std::get<1>(GetParam()) == MatmulPath::Coopmat ? "attention_coop_nv"
-                                                                                : "attention_coop";
+    const std::string shader = !tile                         ? family_attention_shader(std::get<0>(GetParam()), c)
+                               : build() == CoopBuild::Khr ? "attention_coop_khr"
+                               : build() == CoopBuild::Nv  ? "attention_coop_nv"
+                                                           : "attention_coop";
     check_paged_attention(*this, k, c, shader, tile ? 1e-3 : 2e-5, tile);
   }
 }
@@ -228,15 +241,34 @@ TEST(KernelChoice, RefusesWhatTheDeviceCannotRun) {
   c = choose_kernels(gpu, KernelFamily::Auto, MatmulPath::Int8Dot);
   EXPECT_EQ(c.refused, "");
   EXPECT_EQ(c.matmul, MatmulPath::Int8Dot);
-  c = choose_kernels(gpu, KernelFamily::Auto, MatmulPath::Coopmat);
-  EXPECT_NE(c.refused.find("VK_NV_cooperative_matrix"), std::string::npos) << c.refused;
-  gpu.cooperative_matrix = true;   // KHR only: this build's kernel is the NV one
-  c = choose_kernels(gpu, KernelFamily::Auto, MatmulPath::Coopmat);
-  EXPECT_NE(c.refused.find("VK_NV_cooperative_matrix"), std::string::npos) << c.refused;
-  gpu.cooperative_matrix_nv = true;
   gpu.subgroup_size = 32;
-  EXPECT_EQ(choose_kernels(gpu, KernelFamily::Auto, MatmulPath::Coopmat).refused, "");
+  c = choose_kernels(gpu, KernelFamily::Auto, MatmulPath::Coopmat);
+  EXPECT_NE(c.refused.find("VK_KHR_cooperative_matrix"), std::string::npos) << c.refused;
+  gpu.cooperative_matrix = true;   // offered, but without the 16x16x16 f16 shape (or its features)
+  EXPECT_NE(choose_kernels(gpu, KernelFamily::Auto, MatmulPath::Coopmat).refused, "");
+  gpu.cooperative_matrix_nv = true;   // NV only
+  c = choose_kernels(gpu, KernelFamily::Auto, MatmulPath::Coopmat);
+  EXPECT_EQ(c.refused, "");
+  EXPECT_FALSE(c.coopmat_khr);
+  gpu.cooperative_matrix_khr = true;   // both: the KHR build
+  c = choose_kernels(gpu, KernelFamily::Auto, MatmulPath::Coopmat);
+  EXPECT_EQ(c.refused, "");
+  EXPECT_TRUE(c.coopmat_khr);
+  gpu.cooperative_matrix_nv = false;   // KHR only (AMD, Intel)
+  c = choose_kernels(gpu, KernelFamily::Auto, MatmulPath::Coopmat);
+  EXPECT_EQ(c.refused, "");
+  EXPECT_TRUE(c.coopmat_khr);
+  EXPECT_FALSE(choose_kernels(gpu, KernelFamily::Auto, MatmulPath::CoopmatEmulated).coopmat_khr);
   gpu.subgroup_size = 64;   // 4 subgroups of 32 own the tile's rows
+  EXPECT_NE(choose_kernels(gpu, KernelFamily::Auto, MatmulPath::Coopmat).refused, "");
+  gpu.subgroup_size_control = gpu.compute_required_subgroup_size = true;   // AMD: 32 or 64, 32 required
+  gpu.min_subgroup_size = 32;
+  gpu.max_subgroup_size = 64;
+  EXPECT_EQ(choose_kernels(gpu, KernelFamily::Auto, MatmulPath::Coopmat).refused, "");
+  gpu.compute_required_subgroup_size = false;
+  EXPECT_NE(choose_kernels(gpu, KernelFamily::Auto, MatmulPath::Coopmat).refused, "");
+  gpu.compute_required_subgroup_size = true;
+  gpu.min_subgroup_size = 64;
   EXPECT_NE(choose_kernels(gpu, KernelFamily::Auto, MatmulPath::Coopmat).refused, "");
   gpu.max_shared_memory = 16384;
   EXPECT_NE(choose_kernels(gpu, KernelFamily::Auto, MatmulPath::CoopmatEmulated).refused, "");
@@ -252,7 +284,7 @@ TEST(KernelChoice, RefusesWhatTheDeviceCannotRun) {
 // VKSPEC_MATMUL reaches the kernels, and a path the device cannot run is an error there, not a fallback.
 TEST(KernelChoice, EnvironmentForcesThePath) {
   Gpu& g = gpu();
-  if (!g.ctx.facts().cooperative_matrix_nv) {
+  if (!g.ctx.facts().cooperative_matrix_nv && !g.ctx.facts().cooperative_matrix_khr) {
     platform::set_env("VKSPEC_MATMUL", "coopmat");
     EXPECT_THROW(Kernels(g.ctx, g.pipelines), Error);
   }

@@ -29,7 +29,8 @@ int cmd_devices(bool json) {
         {"max_memory_allocation_size", f.max_allocation_size},
         {"timestamps", bool(f.timestamps)}, {"memory_model", f.memory_model}, {"device_local_bytes", f.device_local_bytes},
         {"integer_dot_product", bool(f.integer_dot_product)}, {"integer_dot_accelerated", bool(f.integer_dot_accelerated)},
-        {"cooperative_matrix", bool(f.cooperative_matrix)}, {"cooperative_matrix_nv", bool(f.cooperative_matrix_nv)},
+        {"cooperative_matrix", bool(f.cooperative_matrix)}, {"cooperative_matrix_khr", bool(f.cooperative_matrix_khr)},
+        {"cooperative_matrix_nv", bool(f.cooperative_matrix_nv)}, {"vulkan_memory_model", bool(f.vulkan_memory_model)},
         {"uuid", f.uuid}, {"kernel_family", f.kernel_family}, {"matmul_path", f.matmul_path}, {"submit", f.submit}};
     out.push_back(d);
   }
