@@ -13,7 +13,7 @@ constants into plain constants, and respells:
   OpCooperativeMatrixStoreNV  ptr obj stride colmajor [mem]   -> OpCooperativeMatrixStoreKHR ptr obj layout stride [mem]
   OpCooperativeMatrixMulAddNV, OpCooperativeMatrixLengthNV    -> the KHR opcodes, same operands
 Anything it cannot map (a type used as both A and B, a column-major flag that is not a constant, an NV matrix
-no product uses) stops the build with a message.   spirv_coopmat_khr.py IN.spv OUT.spv [--check]
+no product uses, a specialization constant elsewhere in a matrix type) stops the build with a message.   spirv_coopmat_khr.py IN.spv OUT.spv [--check]
 --check only verifies an already rewritten module (tests/test_spirv_coopmat_khr.py).
 """
 import struct
@@ -112,7 +112,10 @@ def rewrite(words):
         new_consts[key] = bound
         bound += 1
     header[3] = bound
-    markers = {ops[i] for ops in coop_types.values() for i in (3, 4) if defs.get(ops[i], (None,))[0] == OP_SPEC_CONSTANT}
+    is_spec = lambda i: defs.get(i, (None,))[0] == OP_SPEC_CONSTANT
+    markers = {ops[3] for ops in coop_types.values() if is_spec(ops[3])}
+    if any(is_spec(ops[4]) or (is_spec(ops[3]) and use[ops[0]] == USE_ACCUMULATOR) for ops in coop_types.values()):
+        fail("only A's and B's rows may be specialization constants (coop_types.glsl's markers, made constants here)")
 
     def layout(col_major_id):
         d = defs.get(col_major_id)
