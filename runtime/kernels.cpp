@@ -75,7 +75,7 @@ const char* coop_shader(MatmulPath path, bool khr, uint8_t storage) {
 
 }  // namespace
 
-KernelChoice choose_kernels(const DeviceFacts& f, KernelFamily family, MatmulPath matmul) {
+KernelChoice choose_kernels(const DeviceFacts& f, KernelFamily family, MatmulPath matmul, bool prefer_khr) {
   KernelChoice c;
   c.family = family != KernelFamily::Auto ? family
              : f.prefers_row_per_lane() || !f.subgroup_shuffle ? KernelFamily::RowPerLane
@@ -90,7 +90,7 @@ KernelChoice choose_kernels(const DeviceFacts& f, KernelFamily family, MatmulPat
     c.refused = "VKSPEC_MATMUL=int8dot: this device has no shaderIntegerDotProduct (VK_KHR_shader_integer_dot_product)";
   // matmul_coop.comp: subgroups of 32 own 16 rows each on the matrix units; the emulation's tiles take
   // 26 KiB of shared memory with SwiGLU
-  c.coopmat_khr = c.matmul == MatmulPath::Coopmat && f.cooperative_matrix_khr;
+  c.coopmat_khr = c.matmul == MatmulPath::Coopmat && f.cooperative_matrix_khr && (prefer_khr || !f.cooperative_matrix_nv);
   if (c.matmul == MatmulPath::Coopmat &&
       !((f.cooperative_matrix_khr || f.cooperative_matrix_nv) && f.runs_subgroups_of(contract::COOP_SUBGROUP)))
     c.refused = "VKSPEC_MATMUL=coopmat: the matrix-unit kernels need VK_KHR_cooperative_matrix or VK_NV_cooperative_matrix "
@@ -105,11 +105,11 @@ Kernels::Kernels(VulkanDevice& ctx, Pipelines& pipelines, KernelFamily family, K
     : ctx_(ctx), pipelines_(pipelines) {
   const Settings settings = read_settings();   // (before the conditions below: a bad value is refused on any device)
   const KernelChoice choice = choose_kernels(ctx.facts(), family != KernelFamily::Auto ? family : settings.kernels,
-                                             matmul != MatmulPath::Auto ? matmul : settings.matmul);
+                                             matmul != MatmulPath::Auto ? matmul : settings.matmul, variants.coopmat_khr);
   if (!choice.refused.empty()) throw Error(choice.refused);
   family_ = choice.family;
   matmul_ = choice.matmul;
-  coopmat_khr_ = choice.coopmat_khr && (variants.coopmat_khr || !ctx.facts().cooperative_matrix_nv);
+  coopmat_khr_ = choice.coopmat_khr;
   coop_subgroup_ = matmul_ == MatmulPath::Coopmat ? contract::COOP_SUBGROUP : 0;
   using contract::MATMUL_ROW_LANES;
   static_assert((MATMUL_ROW_LANES & (MATMUL_ROW_LANES - 1)) == 0 && MATMUL_ROW_LANES <= contract::RED_SCRATCH_FLOATS &&

@@ -96,7 +96,8 @@ struct KernelChoice {
   bool coopmat_khr = false;
   std::string refused;
 };
-KernelChoice choose_kernels(const DeviceFacts& f, KernelFamily family, MatmulPath matmul);
+// prefer_khr = false (KernelVariants::coopmat_khr, tests): the NV build where the device has both.
+KernelChoice choose_kernels(const DeviceFacts& f, KernelFamily family, MatmulPath matmul, bool prefer_khr = true);
 
 // Kernel variants whose fallbacks the tests compare with them (not settable at run time: a model's passes
 // all take the defaults).
@@ -104,7 +105,7 @@ struct KernelVariants {
   bool int8_x = true;        // int8 activations for quantized weights where the device has them
   bool matmul_tile = true;   // multi-token matmuls in tiles of rows x tokens (subgroup family)
   bool fma = true;           // fused multiply-adds in matmul.comp and matmul_tile.comp
-  bool coopmat_khr = true;   // Coopmat: the KHR build where the device has it (false: the NV build, where it has that)
+  bool coopmat_khr = true;   // Coopmat: the KHR build where the device has it (false: NV's where it has both; choose_kernels)
 };
 
 class Kernels {

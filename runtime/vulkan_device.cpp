@@ -159,8 +159,7 @@ DeviceFacts probe(VkPhysicalDevice pd, uint32_t index) {
   vk::vkGetPhysicalDeviceFeatures2(pd, &f2);
   f.integer_dot_product = dotf.shaderIntegerDotProduct;
   f.vulkan_memory_model = v12.vulkanMemoryModel;
-  // The matrix-unit builds (shaders/coop_types.glsl): 16x16x16 tiles, f16 A and B, f32 accumulators, a
-  // subgroup's; their SPIR-V uses f16 arithmetic and the Vulkan memory model.
+  // (the matrix-unit builds' SPIR-V uses f16 arithmetic and the Vulkan memory model)
   const bool coop_base = v12.shaderFloat16 && v12.vulkanMemoryModel;
   f.cooperative_matrix_khr = cmk.cooperativeMatrix && coop_base && vk::vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR &&
                              lists_coop_shape(pd, vk::vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR,

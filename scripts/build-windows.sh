@@ -2,7 +2,7 @@
 # Cross-builds vkspec for 64-bit Windows with Debian's MinGW-w64 and packages it:
 #   build-win/bin/      vkspec.exe, vkspec.dll (+ build-win/vkspec.dll.a), the Windows test suites
 #   build-win/vkspec-windows-x64.zip   what a Windows user unpacks and runs: vkspec.exe, vkspec.dll, generate.exe
-#                       (the C API example), include/vkspec.h, lib/vkspec.dll.a, examples/generate.c; it needs no
+#                       (the C API example), include/vkspec.h (+ vkspec_device.h), lib/vkspec.dll.a, examples/generate.c; it needs no
 #                       DLL but vkspec.dll and Windows' own (the C and C++ runtimes are linked in)
 # Dependencies: scripts/install-deps.sh --windows, and sentencepiece + pcre2 built from Debian's source packages
 # (scripts/windows/build-deps.sh, cached in build-win-deps/).
@@ -22,7 +22,7 @@ pkg=build-win/vkspec-windows-x64
 rm -rf "$pkg" "$pkg.zip"
 mkdir -p "$pkg/include" "$pkg/lib" "$pkg/examples"
 cp build-win/bin/vkspec.exe build-win/bin/vkspec.dll "$pkg/"
-cp include/vkspec.h "$pkg/include/"
+cp include/vkspec.h include/vkspec_device.h "$pkg/include/"
 cp build-win/vkspec.dll.a "$pkg/lib/"
 cp apps/examples/generate.c "$pkg/examples/"
 # the C example built as an application would build it: against the package's header and import library only

@@ -11,6 +11,7 @@ cmake --install "$build" --prefix "$tmp/prefix" > /dev/null
 pc="$(dirname "$(find "$tmp/prefix" -name vkspec.pc)")"
 libdir="$(dirname "$(find "$tmp/prefix" -name 'libvkspec.so' | head -1)")"
 test -f "$tmp/prefix/include/vkspec.h"
+test -f "$tmp/prefix/include/vkspec_device.h"
 # only the C API is exported
 if nm -D --defined-only "$libdir/libvkspec.so" | awk '{print $3}' | grep -v '^vkspec_' | grep -v '^VKSPEC_0$' | grep -q .; then
   echo "libvkspec.so exports symbols besides vkspec_*"; exit 1

@@ -126,10 +126,9 @@ class CoopTest : public VkTest, public ::testing::WithParamInterface<std::tuple<
   }
   void SetUp() override {
     VkTest::SetUp();
-    const DeviceFacts& f = gpu().ctx.facts();
-    const bool subgroups = f.runs_subgroups_of(contract::COOP_SUBGROUP);
-    if ((build() == CoopBuild::Khr && !(f.cooperative_matrix_khr && subgroups)) ||
-        (build() == CoopBuild::Nv && !(f.cooperative_matrix_nv && subgroups)))
+    const bool khr = build() == CoopBuild::Khr;
+    const KernelChoice c = choose_kernels(gpu().ctx.facts(), KernelFamily::Auto, MatmulPath::Coopmat, khr);
+    if (build() != CoopBuild::Emulated && (!c.refused.empty() || c.coopmat_khr != khr))
       GTEST_SKIP() << "the device has no matrix units this build runs on";
   }
 };
@@ -250,14 +249,16 @@ TEST(KernelChoice, RefusesWhatTheDeviceCannotRun) {
   c = choose_kernels(gpu, KernelFamily::Auto, MatmulPath::Coopmat);
   EXPECT_EQ(c.refused, "");
   EXPECT_FALSE(c.coopmat_khr);
-  gpu.cooperative_matrix_khr = true;   // both: the KHR build
+  gpu.cooperative_matrix_khr = true;   // both: the KHR build (the NV build where a test asks for it)
   c = choose_kernels(gpu, KernelFamily::Auto, MatmulPath::Coopmat);
   EXPECT_EQ(c.refused, "");
   EXPECT_TRUE(c.coopmat_khr);
+  EXPECT_FALSE(choose_kernels(gpu, KernelFamily::Auto, MatmulPath::Coopmat, false).coopmat_khr);
   gpu.cooperative_matrix_nv = false;   // KHR only (AMD, Intel)
   c = choose_kernels(gpu, KernelFamily::Auto, MatmulPath::Coopmat);
   EXPECT_EQ(c.refused, "");
   EXPECT_TRUE(c.coopmat_khr);
+  EXPECT_TRUE(choose_kernels(gpu, KernelFamily::Auto, MatmulPath::Coopmat, false).coopmat_khr);   // the only build
   EXPECT_FALSE(choose_kernels(gpu, KernelFamily::Auto, MatmulPath::CoopmatEmulated).coopmat_khr);
   gpu.subgroup_size = 64;   // 4 subgroups of 32 own the tile's rows
   EXPECT_NE(choose_kernels(gpu, KernelFamily::Auto, MatmulPath::Coopmat).refused, "");
